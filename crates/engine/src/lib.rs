@@ -1,0 +1,44 @@
+//! The mcp-tasks task engine: durable tasks with a strict state machine, behind a storage trait.
+//!
+//! The engine knows tasks and nothing about the MCP wire: one era-agnostic [`TaskRecord`] per task,
+//! stored once through [`TaskStore`] (in memory, or in SQLite with group commit), executed by
+//! [`Engine`] under a lease, with wake-ups through a [`Notifier`] rather than polling.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use mcp_tasks_engine::{Engine, EngineConfig, NewTask, Outcome, TaskContext, TaskHandler};
+//! use mcp_tasks_engine::store::memory::MemoryStore;
+//!
+//! struct Echo;
+//! #[async_trait::async_trait]
+//! impl TaskHandler for Echo {
+//!     async fn run(&self, ctx: TaskContext, args: serde_json::Value) -> Outcome {
+//!         ctx.progress(1.0, Some(1.0), None).await;
+//!         Outcome::Result { value: args, is_error: false }
+//!     }
+//! }
+//!
+//! # async fn demo() {
+//! let engine = Engine::builder(Arc::new(MemoryStore::new()), EngineConfig::default())
+//!     .handler("echo", Arc::new(Echo), false)
+//!     .build();
+//! let created = engine.submit(NewTask::new("echo", serde_json::json!({"x": 1}))).await.unwrap();
+//! let done = engine.wait_terminal(&created.record.id).await.unwrap();
+//! assert_eq!(done.status, mcp_tasks_engine::TaskStatus::Completed);
+//! # }
+//! ```
+
+mod clock;
+mod context;
+mod engine;
+mod ids;
+mod model;
+mod notifier;
+pub mod store;
+
+pub use clock::{format_rfc3339, now_ms};
+pub use context::{ContextSink, LogLevel, TaskContext};
+pub use engine::{Engine, EngineBuilder, EngineConfig, EngineError, Submitted, TaskHandler};
+pub use ids::random_id;
+pub use model::{NewTask, Outcome, TaskRecord, TaskStatus};
+pub use notifier::{Notifier, TaskEvent};

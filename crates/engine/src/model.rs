@@ -1,0 +1,226 @@
+//! The task record and its state machine.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fmt;
+
+/// Where a task is in its life. `working ⇄ input_required → {completed | failed | cancelled}`;
+/// the three terminal states are final.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    /// Being processed.
+    Working,
+    /// Waiting for an answer from the client.
+    InputRequired,
+    /// Finished with a result (which may itself report a tool error).
+    Completed,
+    /// Finished with a protocol-level error.
+    Failed,
+    /// Stopped on request before it finished.
+    Cancelled,
+}
+
+impl TaskStatus {
+    /// All statuses.
+    pub const ALL: [TaskStatus; 5] = [
+        TaskStatus::Working,
+        TaskStatus::InputRequired,
+        TaskStatus::Completed,
+        TaskStatus::Failed,
+        TaskStatus::Cancelled,
+    ];
+    /// The statuses a task can still leave.
+    pub const ACTIVE: [TaskStatus; 2] = [TaskStatus::Working, TaskStatus::InputRequired];
+
+    /// Whether this status is final.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled)
+    }
+
+    /// Whether the state machine allows moving from `self` to `to`.
+    pub fn can_become(self, to: TaskStatus) -> bool {
+        match self {
+            TaskStatus::Working => to != TaskStatus::Working,
+            TaskStatus::InputRequired => to != TaskStatus::InputRequired,
+            _ => false,
+        }
+    }
+
+    /// The snake_case name used in storage and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Working => "working",
+            TaskStatus::InputRequired => "input_required",
+            TaskStatus::Completed => "completed",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses the snake_case name.
+    pub fn parse(s: &str) -> Option<TaskStatus> {
+        TaskStatus::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+}
+
+impl fmt::Display for TaskStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a task's work ended: the handler's result, or a JSON-RPC style error.
+///
+/// A result is kept whole even when it reports a tool-level error (`is_error`): how that maps to a
+/// status is a wire-era decision made by the renderer, not here.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Outcome {
+    /// The handler produced a result object.
+    Result {
+        /// The result object as the original request would have returned it.
+        value: Value,
+        /// Whether the result reports a tool-level error.
+        is_error: bool,
+    },
+    /// The handler failed with a protocol-level error.
+    Error {
+        /// Error code.
+        code: i64,
+        /// Error message.
+        message: String,
+        /// Error details.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        data: Option<Value>,
+    },
+}
+
+impl Outcome {
+    /// The status a task takes when its work ends with this outcome.
+    pub fn status(&self) -> TaskStatus {
+        match self {
+            Outcome::Result { .. } => TaskStatus::Completed,
+            Outcome::Error { .. } => TaskStatus::Failed,
+        }
+    }
+    /// An internal error outcome.
+    pub fn internal_error(message: impl Into<String>) -> Outcome {
+        Outcome::Error { code: -32603, message: message.into(), data: None }
+    }
+}
+
+/// One task, era-agnostic, exactly as stored.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// 128-bit random id (hex).
+    pub id: String,
+    /// The principal that created the task.
+    pub owner: String,
+    /// The session that created it, where the wire era has sessions.
+    pub session: Option<String>,
+    /// The wire era it was created under (an opaque label chosen by the server).
+    pub era: String,
+    /// The tool (handler) name.
+    pub tool: String,
+    /// The handler's arguments.
+    pub arguments: Value,
+    /// Wire metadata the server needs again later (e.g. a progress token). Opaque to the engine.
+    pub request_meta: Value,
+    /// Current status.
+    pub status: TaskStatus,
+    /// Human-readable note on the current state.
+    pub status_message: Option<String>,
+    /// Progress so far (never decreases).
+    pub progress: Option<f64>,
+    /// Total work, when known.
+    pub progress_total: Option<f64>,
+    /// Creation time, Unix ms.
+    pub created_at: u64,
+    /// Last change, Unix ms.
+    pub updated_at: u64,
+    /// Retention from creation in ms; `None` is unlimited.
+    pub ttl_ms: Option<u64>,
+    /// Suggested poll interval in ms.
+    pub poll_interval_ms: Option<u64>,
+    /// How the work ended, once it has.
+    pub outcome: Option<Outcome>,
+    /// The caller's idempotency key, if it gave one.
+    pub idempotency_key: Option<String>,
+    /// Digest of tool + arguments, to tell a true retry from a key reused for other work.
+    pub fingerprint: String,
+    /// How many times execution has started (1 for the first run).
+    pub attempt: u32,
+    /// The node that holds the execution lease.
+    pub lease_owner: Option<String>,
+    /// When the lease runs out, Unix ms.
+    pub lease_until: Option<u64>,
+    /// When the task reached a terminal status, Unix ms.
+    pub finished_at: Option<u64>,
+}
+
+impl TaskRecord {
+    /// When retention ends (`created_at + ttl`), if it ever does.
+    pub fn expires_at(&self) -> Option<u64> {
+        self.ttl_ms.map(|t| self.created_at.saturating_add(t))
+    }
+}
+
+/// What a caller asks for when starting a task. Defaults: anonymous owner, no session.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewTask {
+    /// Handler name.
+    pub tool: String,
+    /// Handler arguments.
+    pub arguments: Value,
+    /// Principal.
+    pub owner: String,
+    /// Session.
+    pub session: Option<String>,
+    /// Wire-era label.
+    pub era: String,
+    /// Opaque wire metadata to keep with the task.
+    pub request_meta: Value,
+    /// Requested retention in ms (`None`: the configured default). Clamped to the configured bounds.
+    pub requested_ttl_ms: Option<u64>,
+    /// Idempotency key.
+    pub idempotency_key: Option<String>,
+}
+
+impl NewTask {
+    /// A task for `tool` with `arguments`, owned by the anonymous principal.
+    pub fn new(tool: impl Into<String>, arguments: Value) -> NewTask {
+        NewTask {
+            tool: tool.into(),
+            arguments,
+            owner: "anonymous".into(),
+            session: None,
+            era: String::new(),
+            request_meta: Value::Null,
+            requested_ttl_ms: None,
+            idempotency_key: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_states_have_no_exit() {
+        for from in TaskStatus::ALL.into_iter().filter(|s| s.is_terminal()) {
+            for to in TaskStatus::ALL {
+                assert!(!from.can_become(to), "{from} -> {to}");
+            }
+        }
+    }
+
+    #[test]
+    fn active_states_reach_everything_else() {
+        assert!(TaskStatus::Working.can_become(TaskStatus::InputRequired));
+        assert!(TaskStatus::InputRequired.can_become(TaskStatus::Working));
+        assert!(TaskStatus::InputRequired.can_become(TaskStatus::Cancelled));
+        assert!(!TaskStatus::Working.can_become(TaskStatus::Working));
+    }
+}

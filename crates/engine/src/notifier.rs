@@ -1,0 +1,108 @@
+//! Wake-ups: who hears that a task changed.
+//!
+//! Every change is published once, to the task's own topic (waiters on one task: a blocked result
+//! fetch, the runner watching for cancellation) and to the all-tasks feed (the server's router, which
+//! forwards notifications to whichever client stream is open). In one process this is tokio broadcast
+//! channels; across replicas the same interface is fed by PostgreSQL LISTEN/NOTIFY.
+
+use dashmap::DashMap;
+use serde_json::Value;
+use std::sync::Arc;
+use tokio::sync::broadcast;
+
+use crate::context::LogLevel;
+use crate::model::TaskRecord;
+
+/// Something that happened to a task.
+#[derive(Clone, Debug)]
+pub enum TaskEvent {
+    /// The task was created or its status / status message changed. Carries the new record.
+    Changed(Arc<TaskRecord>),
+    /// The handler reported progress. Carries the record after the update.
+    Progress {
+        /// The record with the new progress.
+        task: Arc<TaskRecord>,
+        /// An optional progress message.
+        message: Option<String>,
+    },
+    /// The handler wrote a log message for the client.
+    Log {
+        /// The record (for its id, session and request metadata).
+        task: Arc<TaskRecord>,
+        /// Severity.
+        level: LogLevel,
+        /// Logger name.
+        logger: Option<String>,
+        /// The message payload.
+        data: Value,
+    },
+}
+
+impl TaskEvent {
+    /// The record the event is about.
+    pub fn task(&self) -> &Arc<TaskRecord> {
+        match self {
+            TaskEvent::Changed(t) => t,
+            TaskEvent::Progress { task, .. } | TaskEvent::Log { task, .. } => task,
+        }
+    }
+}
+
+/// Publish/subscribe for task events. Cheap to clone.
+#[derive(Clone)]
+pub struct Notifier {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    all: broadcast::Sender<TaskEvent>,
+    per_task: DashMap<String, broadcast::Sender<TaskEvent>>,
+}
+
+impl Default for Notifier {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Notifier {
+    /// A notifier whose all-tasks feed buffers up to 4096 events per slow subscriber.
+    pub fn new() -> Notifier {
+        let (all, _) = broadcast::channel(4096);
+        Notifier { inner: Arc::new(Inner { all, per_task: DashMap::new() }) }
+    }
+
+    /// Publishes an event to the task's topic and the all-tasks feed.
+    pub fn publish(&self, event: TaskEvent) {
+        let id = event.task().id.clone();
+        let mut gone = false;
+        if let Some(tx) = self.inner.per_task.get(&id) {
+            gone = tx.send(event.clone()).is_err();
+        }
+        if gone {
+            // Nobody listens any more: drop the topic unless someone subscribed in between.
+            self.inner.per_task.remove_if(&id, |_, tx| tx.receiver_count() == 0);
+        }
+        let _ = self.inner.all.send(event);
+    }
+
+    /// Subscribes to one task's events. Subscribe *before* reading the store, so no change is missed
+    /// between the read and the wait.
+    pub fn subscribe_task(&self, id: &str) -> broadcast::Receiver<TaskEvent> {
+        self.inner
+            .per_task
+            .entry(id.to_string())
+            .or_insert_with(|| broadcast::channel(64).0)
+            .subscribe()
+    }
+
+    /// Subscribes to every task's events. A receiver that lags loses the oldest events.
+    pub fn subscribe_all(&self) -> broadcast::Receiver<TaskEvent> {
+        self.inner.all.subscribe()
+    }
+
+    /// Number of per-task topics currently held (for tests and metrics).
+    pub fn topic_count(&self) -> usize {
+        self.inner.per_task.len()
+    }
+}

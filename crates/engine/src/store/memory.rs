@@ -1,0 +1,212 @@
+//! An in-memory [`TaskStore`] for tests and throwaway servers (`--store memory:`). Nothing survives
+//! the process.
+
+use async_trait::async_trait;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use super::{
+    Created, InvalidCursor, ListQuery, Lookup, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange,
+    TaskPage, TaskStore, UpdateError, apply_change, decode_cursor, encode_cursor,
+};
+use crate::model::{TaskRecord, TaskStatus};
+
+#[derive(Default)]
+struct Inner {
+    tasks: HashMap<String, TaskRecord>,
+    /// (owner, created_at, id) → (), the list order.
+    by_owner: BTreeMap<(String, u64, String), ()>,
+    idempotency: HashMap<(String, String), String>,
+    tombstones: HashMap<String, (String, Option<String>, u64)>,
+    sessions: HashMap<String, SessionRecord>,
+}
+
+/// Tasks, tombstones and sessions in a mutex-guarded map.
+#[derive(Default)]
+pub struct MemoryStore {
+    inner: Mutex<Inner>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> MemoryStore {
+        MemoryStore::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave a half-applied change (every change is applied
+        // to a clone or in one assignment), so a poisoned lock is still consistent.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl TaskStore for MemoryStore {
+    async fn create(&self, task: TaskRecord) -> Result<Created, StoreError> {
+        let mut inner = self.lock();
+        if let Some(key) = &task.idempotency_key {
+            if let Some(existing_id) = inner.idempotency.get(&(task.owner.clone(), key.clone())) {
+                if let Some(existing) = inner.tasks.get(existing_id) {
+                    if existing.fingerprint == task.fingerprint {
+                        return Ok(Created::Existing(existing.clone()));
+                    }
+                    return Err(StoreError::IdempotencyConflict { key: key.clone(), task_id: existing.id.clone() });
+                }
+            }
+            inner.idempotency.insert((task.owner.clone(), key.clone()), task.id.clone());
+        }
+        inner.by_owner.insert((task.owner.clone(), task.created_at, task.id.clone()), ());
+        inner.tasks.insert(task.id.clone(), task.clone());
+        Ok(Created::New(task))
+    }
+
+    async fn get(&self, id: &str) -> Result<Lookup, StoreError> {
+        let inner = self.lock();
+        if let Some(t) = inner.tasks.get(id) {
+            return Ok(Lookup::Found(t.clone()));
+        }
+        Ok(match inner.tombstones.get(id) {
+            Some((owner, session, _)) => Lookup::Expired { owner: owner.clone(), session: session.clone() },
+            None => Lookup::Missing,
+        })
+    }
+
+    async fn update(
+        &self,
+        id: &str,
+        expect: &[TaskStatus],
+        change: TaskChange,
+        now: u64,
+    ) -> Result<TaskRecord, UpdateError> {
+        let mut inner = self.lock();
+        let rec = inner.tasks.get_mut(id).ok_or(UpdateError::NotFound)?;
+        if !expect.contains(&rec.status) {
+            return Err(UpdateError::Conflict(Box::new(rec.clone())));
+        }
+        apply_change(rec, change, now);
+        Ok(rec.clone())
+    }
+
+    async fn list(&self, q: &ListQuery) -> Result<Result<TaskPage, InvalidCursor>, StoreError> {
+        let inner = self.lock();
+        let start = match &q.cursor {
+            None => (q.owner.clone(), 0, String::new()),
+            Some(c) => match decode_cursor(c) {
+                Ok((at, id)) => (q.owner.clone(), at, id),
+                Err(e) => return Ok(Err(e)),
+            },
+        };
+        let skip_start = q.cursor.is_some();
+        let mut tasks = Vec::new();
+        let mut more = false;
+        for ((owner, _, id), ()) in inner.by_owner.range(start.clone()..) {
+            if owner != &q.owner {
+                break;
+            }
+            if skip_start && (owner, id) == (&start.0, &start.2) {
+                continue;
+            }
+            let Some(t) = inner.tasks.get(id) else { continue };
+            if q.session.is_some() && t.session != q.session {
+                continue;
+            }
+            if tasks.len() == q.limit {
+                more = true;
+                break;
+            }
+            tasks.push(t.clone());
+        }
+        let next_cursor = if more { tasks.last().map(|t| encode_cursor(t.created_at, &t.id)) } else { None };
+        Ok(Ok(TaskPage { tasks, next_cursor }))
+    }
+
+    async fn renew_leases(&self, node: &str, ids: &[String], until: u64) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        for id in ids {
+            if let Some(t) = inner.tasks.get_mut(id) {
+                if t.lease_owner.as_deref() == Some(node) && !t.status.is_terminal() {
+                    t.lease_until = Some(until);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn claim_orphans(
+        &self,
+        node: &str,
+        now: u64,
+        all: bool,
+        lease_until: u64,
+    ) -> Result<Vec<TaskRecord>, StoreError> {
+        let mut inner = self.lock();
+        let mut out = Vec::new();
+        for t in inner.tasks.values_mut() {
+            if t.status.is_terminal() {
+                continue;
+            }
+            if all || t.lease_until.is_none_or(|u| u < now) {
+                t.lease_owner = Some(node.to_string());
+                t.lease_until = Some(lease_until);
+                out.push(t.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    async fn purge(&self, p: PurgePolicy) -> Result<Purged, StoreError> {
+        let mut inner = self.lock();
+        let mut purged = Purged::default();
+        let expired: Vec<TaskRecord> = inner
+            .tasks
+            .values()
+            .filter(|t| {
+                t.status.is_terminal()
+                    && t.expires_at().is_some_and(|e| e <= p.now)
+                    && t.finished_at.is_some_and(|f| f.saturating_add(p.finished_grace_ms) <= p.now)
+            })
+            .cloned()
+            .collect();
+        for t in expired {
+            inner.tasks.remove(&t.id);
+            inner.by_owner.remove(&(t.owner.clone(), t.created_at, t.id.clone()));
+            if let Some(k) = &t.idempotency_key {
+                inner.idempotency.remove(&(t.owner.clone(), k.clone()));
+            }
+            inner.tombstones.insert(t.id.clone(), (t.owner.clone(), t.session.clone(), p.now));
+            purged.tasks += 1;
+        }
+        let before = inner.tombstones.len();
+        inner.tombstones.retain(|_, (_, _, at)| at.saturating_add(p.tombstone_ms) > p.now);
+        purged.tombstones = before - inner.tombstones.len();
+        let before = inner.sessions.len();
+        inner.sessions.retain(|_, s| s.last_seen.saturating_add(p.session_idle_ms) > p.now);
+        purged.sessions = before - inner.sessions.len();
+        Ok(purged)
+    }
+
+    async fn put_session(&self, session: &SessionRecord) -> Result<(), StoreError> {
+        self.lock().sessions.insert(session.id.clone(), session.clone());
+        Ok(())
+    }
+
+    async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        Ok(self.lock().sessions.get(id).cloned())
+    }
+
+    async fn delete_session(&self, id: &str) -> Result<bool, StoreError> {
+        Ok(self.lock().sessions.remove(id).is_some())
+    }
+
+    fn is_exclusive(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn passes_the_store_test_kit() {
+        super::super::testkit::run_all(|| async { super::MemoryStore::new() }).await;
+    }
+}

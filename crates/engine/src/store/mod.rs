@@ -1,0 +1,264 @@
+//! Storage: the [`TaskStore`] trait every backend implements, and the backends.
+//!
+//! Invariants every store keeps (and [`testkit`] checks):
+//! - a write returns only after it is durable (for SQLite: committed);
+//! - [`TaskStore::update`] is an atomic compare-and-set on the status, so of two racing terminal
+//!   transitions exactly one wins and the loser gets the winner's record;
+//! - a terminal status never changes again; `progress` never decreases;
+//! - nothing that is still running is ever purged.
+
+pub mod memory;
+pub mod sqlite;
+pub mod testkit;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::model::{Outcome, TaskRecord, TaskStatus};
+
+/// A failure of the storage backend itself.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// The database reported an error.
+    #[error("task store error: {0}")]
+    Backend(String),
+    /// The same idempotency key was used for different work.
+    #[error("idempotency key {key:?} was already used for a different call (task {task_id})")]
+    IdempotencyConflict {
+        /// The key.
+        key: String,
+        /// The task the key belongs to.
+        task_id: String,
+    },
+}
+
+/// Why an [`TaskStore::update`] did not apply.
+#[derive(Debug, Error)]
+pub enum UpdateError {
+    /// No such task (or it was purged).
+    #[error("task not found")]
+    NotFound,
+    /// The task's status was not one of the expected ones; carries the current record.
+    #[error("task is {}", .0.status)]
+    Conflict(Box<TaskRecord>),
+    /// The backend failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Result of [`TaskStore::create`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Created {
+    /// A new task was stored.
+    New(TaskRecord),
+    /// The idempotency key matched an existing task for the same work; nothing was stored.
+    Existing(TaskRecord),
+}
+
+/// Result of looking a task up by id.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Lookup {
+    /// The task exists.
+    Found(TaskRecord),
+    /// The task existed but its retention ran out; only a tombstone is left.
+    Expired {
+        /// Who owned it.
+        owner: String,
+        /// Its session.
+        session: Option<String>,
+    },
+    /// Never existed, or the tombstone is gone too.
+    Missing,
+}
+
+/// A change to apply to a task. Fields left `None` are untouched.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskChange {
+    /// New status. A terminal one also sets `finished_at` and releases the lease.
+    pub status: Option<TaskStatus>,
+    /// New status message (`Some(None)` clears it).
+    pub status_message: Option<Option<String>>,
+    /// New progress and total; ignored when smaller than the stored progress.
+    pub progress: Option<(f64, Option<f64>)>,
+    /// The outcome.
+    pub outcome: Option<Outcome>,
+    /// New lease owner and expiry.
+    pub lease: Option<(Option<String>, Option<u64>)>,
+    /// New attempt counter.
+    pub attempt: Option<u32>,
+}
+
+/// Which tasks [`TaskStore::list`] returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListQuery {
+    /// Only this principal's tasks.
+    pub owner: String,
+    /// Only this session's tasks, when set.
+    pub session: Option<String>,
+    /// Continue after this cursor (from a previous page).
+    pub cursor: Option<String>,
+    /// Page size.
+    pub limit: usize,
+}
+
+/// A page of tasks, oldest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskPage {
+    /// The tasks.
+    pub tasks: Vec<TaskRecord>,
+    /// Cursor for the next page, when there is one.
+    pub next_cursor: Option<String>,
+}
+
+/// A client session as a record, so any node can serve any request of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRecord {
+    /// Random session id.
+    pub id: String,
+    /// Principal that opened it.
+    pub owner: String,
+    /// Wire-level state (negotiated version, client capabilities, log level), opaque to the engine.
+    pub data: Value,
+    /// Creation time, Unix ms.
+    pub created_at: u64,
+    /// Last request, Unix ms.
+    pub last_seen: u64,
+}
+
+/// What [`TaskStore::purge`] removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Purged {
+    /// Tasks whose retention ended (tombstoned).
+    pub tasks: usize,
+    /// Tombstones past their own retention.
+    pub tombstones: usize,
+    /// Idle sessions.
+    pub sessions: usize,
+}
+
+/// Retention settings for [`TaskStore::purge`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PurgePolicy {
+    /// Now, Unix ms.
+    pub now: u64,
+    /// A finished task stays at least this long after it finished, even past its TTL.
+    pub finished_grace_ms: u64,
+    /// How long a tombstone answers "expired" before the id becomes "not found".
+    pub tombstone_ms: u64,
+    /// Sessions idle longer than this are removed.
+    pub session_idle_ms: u64,
+}
+
+/// The storage contract of the engine. Every method is one atomic operation.
+#[async_trait]
+pub trait TaskStore: Send + Sync + 'static {
+    /// Stores a new task, unless `task.idempotency_key` is already used by the same owner: then the
+    /// existing task is returned when its fingerprint matches, and
+    /// [`StoreError::IdempotencyConflict`] otherwise. Durable before it returns.
+    async fn create(&self, task: TaskRecord) -> Result<Created, StoreError>;
+
+    /// Looks a task up by id.
+    async fn get(&self, id: &str) -> Result<Lookup, StoreError>;
+
+    /// Applies `change` if the task's status is in `expect` (compare-and-set), stamping `updated_at`
+    /// with `now`. Returns the updated record.
+    async fn update(
+        &self,
+        id: &str,
+        expect: &[TaskStatus],
+        change: TaskChange,
+        now: u64,
+    ) -> Result<TaskRecord, UpdateError>;
+
+    /// Lists one owner's tasks (optionally one session's), oldest first, a page at a time.
+    /// An unknown or malformed cursor is an error the caller reports as invalid params.
+    async fn list(&self, query: &ListQuery) -> Result<Result<TaskPage, InvalidCursor>, StoreError>;
+
+    /// Extends the leases `node` holds on `ids` to `until`.
+    async fn renew_leases(&self, node: &str, ids: &[String], until: u64) -> Result<(), StoreError>;
+
+    /// Takes over unfinished tasks that nobody runs: those whose lease expired before `now`, or, with
+    /// `all`, every unfinished task (for a store only one process can open). They get `node` as lease
+    /// owner until `lease_until` and are returned for the caller to fail or re-run.
+    async fn claim_orphans(
+        &self,
+        node: &str,
+        now: u64,
+        all: bool,
+        lease_until: u64,
+    ) -> Result<Vec<TaskRecord>, StoreError>;
+
+    /// Removes finished tasks past retention (leaving tombstones), old tombstones and idle sessions.
+    async fn purge(&self, policy: PurgePolicy) -> Result<Purged, StoreError>;
+
+    /// Creates or replaces a session.
+    async fn put_session(&self, session: &SessionRecord) -> Result<(), StoreError>;
+    /// Reads a session.
+    async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError>;
+    /// Deletes a session; returns whether it existed.
+    async fn delete_session(&self, id: &str) -> Result<bool, StoreError>;
+
+    /// Whether only one process can use this store at a time (memory, SQLite). Then every unfinished
+    /// task found at start-up belongs to a run that is gone.
+    fn is_exclusive(&self) -> bool;
+}
+
+/// A `tasks/list` cursor that this store did not issue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[error("invalid cursor")]
+pub struct InvalidCursor;
+
+/// Encodes a list position as an opaque cursor.
+pub(crate) fn encode_cursor(created_at: u64, id: &str) -> String {
+    hex::encode(format!("{created_at}:{id}"))
+}
+
+/// Decodes a cursor made by [`encode_cursor`].
+pub(crate) fn decode_cursor(cursor: &str) -> Result<(u64, String), InvalidCursor> {
+    let bytes = hex::decode(cursor).map_err(|_| InvalidCursor)?;
+    let text = String::from_utf8(bytes).map_err(|_| InvalidCursor)?;
+    let (at, id) = text.split_once(':').ok_or(InvalidCursor)?;
+    let at = at.parse().map_err(|_| InvalidCursor)?;
+    if id.is_empty() || id.len() > 128 {
+        return Err(InvalidCursor);
+    }
+    Ok((at, id.to_string()))
+}
+
+/// Applies a change to a record in memory, following the store invariants. Shared by the stores so
+/// the rules live in one place.
+pub(crate) fn apply_change(rec: &mut TaskRecord, change: TaskChange, now: u64) {
+    if let Some(status) = change.status {
+        rec.status = status;
+        if status.is_terminal() {
+            rec.finished_at = Some(now);
+            rec.lease_owner = None;
+            rec.lease_until = None;
+        }
+    }
+    if let Some(m) = change.status_message {
+        rec.status_message = m;
+    }
+    if let Some((p, total)) = change.progress {
+        if rec.progress.is_none_or(|old| p >= old) {
+            rec.progress = Some(p);
+            if total.is_some() {
+                rec.progress_total = total;
+            }
+        }
+    }
+    if let Some(o) = change.outcome {
+        rec.outcome = Some(o);
+    }
+    if let Some((owner, until)) = change.lease {
+        if !rec.status.is_terminal() {
+            rec.lease_owner = owner;
+            rec.lease_until = until;
+        }
+    }
+    if let Some(a) = change.attempt {
+        rec.attempt = a;
+    }
+    rec.updated_at = now.max(rec.updated_at);
+}

@@ -1,0 +1,235 @@
+//! The contract test suite every [`TaskStore`] must pass. Backends call [`run_all`] from their own
+//! tests with a factory that makes a fresh, empty store.
+
+use serde_json::json;
+use std::future::Future;
+use std::sync::Arc;
+
+use super::{
+    Created, ListQuery, Lookup, PurgePolicy, SessionRecord, StoreError, TaskChange, TaskStore, UpdateError,
+};
+use crate::model::{Outcome, TaskRecord, TaskStatus};
+
+/// A working task record with fixed fields, for tests.
+pub fn record(id: &str, owner: &str, created_at: u64) -> TaskRecord {
+    TaskRecord {
+        id: id.to_string(),
+        owner: owner.to_string(),
+        session: Some("s1".into()),
+        era: "test".into(),
+        tool: "echo".into(),
+        arguments: json!({"x": 1}),
+        request_meta: json!({"progressToken": 7}),
+        status: TaskStatus::Working,
+        status_message: None,
+        progress: None,
+        progress_total: None,
+        created_at,
+        updated_at: created_at,
+        ttl_ms: Some(60_000),
+        poll_interval_ms: Some(500),
+        outcome: None,
+        idempotency_key: None,
+        fingerprint: "fp".into(),
+        attempt: 1,
+        lease_owner: Some("node-a".into()),
+        lease_until: Some(created_at + 30_000),
+        finished_at: None,
+    }
+}
+
+/// Runs every contract test, each on a fresh store from `make`.
+pub async fn run_all<S, F, Fut>(make: F)
+where
+    S: TaskStore,
+    F: Fn() -> Fut,
+    Fut: Future<Output = S>,
+{
+    create_then_get_returns_the_same_record(make().await).await;
+    idempotency_key_returns_existing_or_conflicts(make().await).await;
+    update_is_compare_and_set(make().await).await;
+    racing_terminal_updates_have_one_winner(Arc::new(make().await)).await;
+    progress_never_decreases(make().await).await;
+    list_pages_by_owner_and_session(make().await).await;
+    orphans_are_claimed_by_lease(make().await).await;
+    purge_keeps_running_tasks_and_leaves_tombstones(make().await).await;
+    sessions_round_trip_and_expire(make().await).await;
+}
+
+async fn create_then_get_returns_the_same_record(s: impl TaskStore) {
+    let t = record("a1", "alice", 1_000);
+    assert_eq!(s.create(t.clone()).await.unwrap(), Created::New(t.clone()));
+    assert_eq!(s.get("a1").await.unwrap(), Lookup::Found(t));
+    assert_eq!(s.get("nope").await.unwrap(), Lookup::Missing);
+}
+
+async fn idempotency_key_returns_existing_or_conflicts(s: impl TaskStore) {
+    let mut t = record("k1", "alice", 1_000);
+    t.idempotency_key = Some("key".into());
+    s.create(t.clone()).await.unwrap();
+    let mut retry = record("k2", "alice", 2_000);
+    retry.idempotency_key = Some("key".into());
+    assert_eq!(s.create(retry.clone()).await.unwrap(), Created::Existing(t.clone()));
+    retry.fingerprint = "other work".into();
+    match s.create(retry.clone()).await {
+        Err(StoreError::IdempotencyConflict { task_id, .. }) => assert_eq!(task_id, "k1"),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let mut bob = record("k3", "bob", 3_000);
+    bob.idempotency_key = Some("key".into());
+    assert!(matches!(s.create(bob).await.unwrap(), Created::New(_)), "keys are per owner");
+    assert_eq!(s.get("k2").await.unwrap(), Lookup::Missing);
+}
+
+async fn update_is_compare_and_set(s: impl TaskStore) {
+    s.create(record("u1", "alice", 1_000)).await.unwrap();
+    let change = TaskChange {
+        status: Some(TaskStatus::Completed),
+        outcome: Some(Outcome::Result { value: json!({"content": []}), is_error: false }),
+        ..Default::default()
+    };
+    let done = s.update("u1", &TaskStatus::ACTIVE, change, 5_000).await.unwrap();
+    assert_eq!(done.status, TaskStatus::Completed);
+    assert_eq!(done.updated_at, 5_000);
+    assert_eq!(done.finished_at, Some(5_000));
+    assert_eq!(done.lease_owner, None);
+    let cancel = TaskChange { status: Some(TaskStatus::Cancelled), ..Default::default() };
+    match s.update("u1", &TaskStatus::ACTIVE, cancel.clone(), 6_000).await {
+        Err(UpdateError::Conflict(cur)) => assert_eq!(cur.status, TaskStatus::Completed),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert!(matches!(s.update("zz", &TaskStatus::ACTIVE, cancel, 6_000).await, Err(UpdateError::NotFound)));
+    match s.get("u1").await.unwrap() {
+        Lookup::Found(t) => assert_eq!(t, done, "a rejected update changes nothing"),
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn racing_terminal_updates_have_one_winner<S: TaskStore>(s: Arc<S>) {
+    for i in 0..20 {
+        let id = format!("race{i}");
+        s.create(record(&id, "alice", 1_000 + i)).await.unwrap();
+        let mut handles = Vec::new();
+        for status in [TaskStatus::Completed, TaskStatus::Cancelled, TaskStatus::Failed] {
+            let s = s.clone();
+            let id = id.clone();
+            handles.push(tokio::spawn(async move {
+                let change = TaskChange { status: Some(status), ..Default::default() };
+                s.update(&id, &TaskStatus::ACTIVE, change, 2_000).await.map(|t| t.status)
+            }));
+        }
+        let mut winners = Vec::new();
+        let mut losers_saw = Vec::new();
+        for h in handles {
+            match h.await.unwrap() {
+                Ok(st) => winners.push(st),
+                Err(UpdateError::Conflict(cur)) => losers_saw.push(cur.status),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "exactly one terminal transition wins");
+        assert!(losers_saw.iter().all(|st| *st == winners[0]), "losers are told the winner");
+    }
+}
+
+async fn progress_never_decreases(s: impl TaskStore) {
+    s.create(record("p1", "alice", 1_000)).await.unwrap();
+    let step = |p: f64| TaskChange { progress: Some((p, Some(10.0))), ..Default::default() };
+    s.update("p1", &TaskStatus::ACTIVE, step(5.0), 2_000).await.unwrap();
+    let t = s.update("p1", &TaskStatus::ACTIVE, step(3.0), 3_000).await.unwrap();
+    assert_eq!(t.progress, Some(5.0));
+    let t = s.update("p1", &TaskStatus::ACTIVE, step(7.0), 4_000).await.unwrap();
+    assert_eq!((t.progress, t.progress_total), (Some(7.0), Some(10.0)));
+}
+
+async fn list_pages_by_owner_and_session(s: impl TaskStore) {
+    for i in 0..7u64 {
+        let mut t = record(&format!("l{i}"), "alice", 1_000 + i);
+        t.session = Some(if i % 2 == 0 { "even" } else { "odd" }.into());
+        s.create(t).await.unwrap();
+    }
+    s.create(record("other", "bob", 1_003)).await.unwrap();
+    let mut q = ListQuery { owner: "alice".into(), session: None, cursor: None, limit: 3 };
+    let mut seen = Vec::new();
+    loop {
+        let page = s.list(&q).await.unwrap().unwrap();
+        assert!(page.tasks.len() <= 3);
+        seen.extend(page.tasks.iter().map(|t| t.id.clone()));
+        match page.next_cursor {
+            Some(c) => q.cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["l0", "l1", "l2", "l3", "l4", "l5", "l6"]);
+    let odd = ListQuery { owner: "alice".into(), session: Some("odd".into()), cursor: None, limit: 10 };
+    let page = s.list(&odd).await.unwrap().unwrap();
+    assert_eq!(page.tasks.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["l1", "l3", "l5"]);
+    assert_eq!(page.next_cursor, None);
+    let bad = ListQuery { cursor: Some("not a cursor".into()), ..odd };
+    assert!(s.list(&bad).await.unwrap().is_err());
+}
+
+async fn orphans_are_claimed_by_lease(s: impl TaskStore) {
+    let mut fresh = record("o1", "alice", 1_000);
+    fresh.lease_until = Some(50_000);
+    let mut stale = record("o2", "alice", 1_000);
+    stale.lease_until = Some(2_000);
+    let mut done = record("o3", "alice", 1_000);
+    done.status = TaskStatus::Completed;
+    for t in [fresh, stale, done] {
+        s.create(t).await.unwrap();
+    }
+    let claimed = s.claim_orphans("node-b", 10_000, false, 40_000).await.unwrap();
+    assert_eq!(claimed.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["o2"]);
+    assert_eq!(claimed[0].lease_owner.as_deref(), Some("node-b"));
+    s.renew_leases("node-a", &["o1".into()], 90_000).await.unwrap();
+    let mut all = s.claim_orphans("node-c", 10_000, true, 40_000).await.unwrap();
+    all.sort_by(|a, b| a.id.cmp(&b.id));
+    assert_eq!(all.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["o1", "o2"]);
+}
+
+async fn purge_keeps_running_tasks_and_leaves_tombstones(s: impl TaskStore) {
+    let running = record("r1", "alice", 1_000);
+    let mut finished = record("f1", "alice", 1_000);
+    finished.status = TaskStatus::Completed;
+    finished.finished_at = Some(2_000);
+    let mut unlimited = record("n1", "alice", 1_000);
+    unlimited.status = TaskStatus::Failed;
+    unlimited.finished_at = Some(2_000);
+    unlimited.ttl_ms = None;
+    for t in [running, finished, unlimited] {
+        s.create(t).await.unwrap();
+    }
+    let policy = |now| PurgePolicy { now, finished_grace_ms: 5_000, tombstone_ms: 10_000, session_idle_ms: 1 << 40 };
+    // ttl (60 s) not reached: nothing goes.
+    assert_eq!(s.purge(policy(30_000)).await.unwrap().tasks, 0);
+    let p = s.purge(policy(70_000)).await.unwrap();
+    assert_eq!(p.tasks, 1);
+    assert!(matches!(s.get("r1").await.unwrap(), Lookup::Found(_)), "running tasks are never purged");
+    assert!(matches!(s.get("n1").await.unwrap(), Lookup::Found(_)), "unlimited ttl is kept");
+    assert_eq!(
+        s.get("f1").await.unwrap(),
+        Lookup::Expired { owner: "alice".into(), session: Some("s1".into()) }
+    );
+    let p = s.purge(policy(90_000)).await.unwrap();
+    assert_eq!(p.tombstones, 1);
+    assert_eq!(s.get("f1").await.unwrap(), Lookup::Missing);
+}
+
+async fn sessions_round_trip_and_expire(s: impl TaskStore) {
+    let sess = SessionRecord {
+        id: "sess".into(),
+        owner: "alice".into(),
+        data: json!({"protocolVersion": "2025-11-25"}),
+        created_at: 1_000,
+        last_seen: 1_000,
+    };
+    s.put_session(&sess).await.unwrap();
+    assert_eq!(s.get_session("sess").await.unwrap(), Some(sess.clone()));
+    let idle = PurgePolicy { now: 100_000, finished_grace_ms: 0, tombstone_ms: 0, session_idle_ms: 50_000 };
+    assert_eq!(s.purge(idle).await.unwrap().sessions, 1);
+    assert_eq!(s.get_session("sess").await.unwrap(), None);
+    s.put_session(&sess).await.unwrap();
+    assert!(s.delete_session("sess").await.unwrap());
+    assert!(!s.delete_session("sess").await.unwrap());
+}

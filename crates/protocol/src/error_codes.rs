@@ -1,0 +1,22 @@
+//! JSON-RPC and MCP error codes, with the spec revision that defines each.
+
+/// Invalid JSON was received (JSON-RPC 2.0).
+pub const PARSE_ERROR: i64 = -32700;
+/// The JSON sent is not a valid request object (JSON-RPC 2.0).
+pub const INVALID_REQUEST: i64 = -32600;
+/// The method does not exist or is not available (JSON-RPC 2.0). MCP 2025-11-25 also uses it for a tool
+/// called in a task mode its `execution.taskSupport` does not allow.
+pub const METHOD_NOT_FOUND: i64 = -32601;
+/// Invalid method parameters (JSON-RPC 2.0). MCP uses it for unknown tools, unknown or expired task ids,
+/// bad cursors and cancelling a terminal task.
+pub const INVALID_PARAMS: i64 = -32602;
+/// Internal error (JSON-RPC 2.0).
+pub const INTERNAL_ERROR: i64 = -32603;
+/// A task-management call was rejected by a per-principal rate limit (implementation-defined range).
+pub const RATE_LIMITED: i64 = -32005;
+/// MCP 2026-07-28: an HTTP header disagrees with the body (`Mcp-Method`, `Mcp-Name`, protocol version).
+pub const HEADER_MISMATCH: i64 = -32020;
+/// MCP 2026-07-28: the request needs a client capability the client did not declare.
+pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+/// MCP 2026-07-28: the request's protocol version is not supported.
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
