@@ -1,3 +1,178 @@
-fn main() {
-    println!("Hello, world!");
+//! `mcp-tasks`: an MCP server whose tools run as durable tasks.
+
+mod config;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use mcp_tasks_engine::EngineConfig;
+use mcp_tasks_engine::store::TaskStore;
+use mcp_tasks_engine::store::memory::MemoryStore;
+use mcp_tasks_engine::store::sqlite::SqliteStore;
+use mcp_tasks_server::{Server, ServerConfig, demo, http, stdio};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use config::{ConfigFile, StoreUrl, default_sqlite_path};
+
+#[derive(Parser)]
+#[command(name = "mcp-tasks", version, about = "Durable, long-running MCP tool calls (MCP Tasks)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the MCP server (Streamable HTTP on /mcp, or stdio).
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// TOML config file with [server], [tasks] and [[tools]] sections (see examples/mcp-tasks.toml).
+    #[arg(long, short = 'c', env = "MCP_TASKS_CONFIG")]
+    config: Option<PathBuf>,
+    /// HTTP listen address [default: 127.0.0.1:8080, or [server].listen].
+    #[arg(long, env = "MCP_TASKS_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// Task store: sqlite://PATH or memory: [default: sqlite://$XDG_DATA_HOME/mcp-tasks/tasks.db,
+    /// i.e. ~/.local/share/mcp-tasks/tasks.db].
+    #[arg(long, env = "MCP_TASKS_STORE")]
+    store: Option<String>,
+    /// Serve one client on stdin/stdout instead of HTTP (logs go to stderr).
+    #[arg(long)]
+    stdio: bool,
+    /// Also register the built-in demo tools (greet, slow_compute, failing_job, protocol_error_job).
+    #[arg(long)]
+    demo: bool,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    match cli.command {
+        Command::Serve(args) => runtime.block_on(serve(args)),
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<()> {
+    let file = match &args.config {
+        Some(p) => ConfigFile::load(p)?,
+        None => ConfigFile::default(),
+    };
+    let store_url = match args.store.as_deref().or(file.server.store.as_deref()) {
+        Some(s) => StoreUrl::parse(s)?,
+        None => StoreUrl::Sqlite(default_sqlite_path()),
+    };
+    let store: Arc<dyn TaskStore> = match &store_url {
+        StoreUrl::Memory => {
+            tracing::warn!("using the in-memory store: tasks are lost when the server stops");
+            Arc::new(MemoryStore::new())
+        }
+        StoreUrl::Sqlite(path) => {
+            let s = SqliteStore::open(path).with_context(|| format!("cannot open the task store {}", path.display()))?;
+            tracing::info!(path = %path.display(), "task store: SQLite");
+            Arc::new(s)
+        }
+    };
+
+    let mut engine = EngineConfig::default();
+    let t = &file.tasks;
+    if let Some(v) = t.default_ttl_secs {
+        engine.default_ttl_ms = Some(v * 1000);
+    }
+    if let Some(v) = t.max_ttl_secs {
+        engine.max_ttl_ms = Some(v * 1000);
+    }
+    if let Some(v) = t.poll_interval_ms {
+        engine.poll_interval_ms = v;
+    }
+    if let Some(v) = t.finished_grace_secs {
+        engine.finished_grace_ms = v * 1000;
+    }
+    if let Some(v) = t.cancel_grace_secs {
+        engine.cancel_grace = Duration::from_secs(v);
+    }
+    if let Some(v) = t.sweep_interval_secs {
+        engine.sweep_interval = Duration::from_secs(v.max(1));
+    }
+
+    let mut server_cfg = ServerConfig::default();
+    let s = &file.server;
+    if let Some(v) = &s.allowed_origins {
+        server_cfg.allowed_origins = v.clone();
+    }
+    if let Some(v) = s.max_body_bytes {
+        server_cfg.max_body_bytes = v;
+    }
+    if let Some(v) = s.keep_alive_secs {
+        server_cfg.keep_alive = Duration::from_secs(v.max(1));
+    }
+    server_cfg.instructions = s.instructions.clone();
+
+    let mut builder = Server::builder(store, engine, server_cfg);
+    if args.demo {
+        for tool in demo::tools() {
+            builder = builder.tool(tool)?;
+        }
+    }
+    for spec in file.tools {
+        builder = builder.tool(spec.into_tool())?;
+    }
+    let server = builder.build();
+    let recovered = server.start().await.context("recovering unfinished tasks failed")?;
+    if recovered > 0 {
+        tracing::info!(recovered, "recovered tasks left unfinished by a previous run");
+    }
+    tracing::info!(tools = ?server.tools().names(), "tools registered");
+
+    if args.stdio {
+        return stdio::serve(server, tokio::io::stdin(), tokio::io::stdout()).await.context("stdio transport failed");
+    }
+    let addr: SocketAddr = match (args.listen, &file.server.listen) {
+        (Some(a), _) => a,
+        (None, Some(s)) => s.parse().with_context(|| format!("invalid [server].listen address {s:?}"))?,
+        (None, None) => "127.0.0.1:8080".parse()?,
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} (is another server running there?)"))?;
+    let local = listener.local_addr()?;
+    tracing::info!(url = %http::endpoint_url(local), "serving MCP over Streamable HTTP");
+    // Printed on stdout so scripts (and tests) can find the port when listening on :0.
+    println!("listening on {}", http::endpoint_url(local));
+    let engine = server.engine().clone();
+    tokio::select! {
+        r = http::serve_listener(server, listener, std::future::pending()) => r.context("HTTP server failed")?,
+        _ = shutdown_signal() => {
+            tracing::info!("shutting down; unfinished tasks are recovered on the next start");
+            engine.shutdown();
+        }
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return ctrl_c.await.unwrap_or(()),
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
 }

@@ -344,7 +344,7 @@ impl Engine {
         match self.store.create(record).await? {
             Created::New(rec) => {
                 tracing::info!(task = %rec.id, tool = %rec.tool, owner = %rec.owner, "task created");
-                self.publish_changed(rec.clone());
+                self.notifier.publish(TaskEvent::Created(Arc::new(rec.clone())));
                 self.spawn_run(rec.clone(), reg.handler.clone());
                 Ok(Submitted { record: rec, created: true })
             }

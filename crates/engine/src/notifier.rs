@@ -16,7 +16,9 @@ use crate::model::TaskRecord;
 /// Something that happened to a task.
 #[derive(Clone, Debug)]
 pub enum TaskEvent {
-    /// The task was created or its status / status message changed. Carries the new record.
+    /// The task was created. Carries the new record.
+    Created(Arc<TaskRecord>),
+    /// The task's status or status message changed. Carries the new record.
     Changed(Arc<TaskRecord>),
     /// The handler reported progress. Carries the record after the update.
     Progress {
@@ -42,7 +44,7 @@ impl TaskEvent {
     /// The record the event is about.
     pub fn task(&self) -> &Arc<TaskRecord> {
         match self {
-            TaskEvent::Changed(t) => t,
+            TaskEvent::Created(t) | TaskEvent::Changed(t) => t,
             TaskEvent::Progress { task, .. } | TaskEvent::Log { task, .. } => task,
         }
     }

@@ -1,14 +1,213 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
+//! The mcp-tasks MCP server runtime: dispatch per wire era, tools, and the transports
+//! (Streamable HTTP and stdio) over the task engine.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use mcp_tasks_engine::{EngineConfig, store::memory::MemoryStore};
+//! use mcp_tasks_server::{Server, ServerConfig, demo};
+//!
+//! # async fn run() -> anyhow_like::Result<()> {
+//! let mut builder = Server::builder(Arc::new(MemoryStore::new()), EngineConfig::default(), ServerConfig::default());
+//! for tool in demo::tools() {
+//!     builder = builder.tool(tool)?;
+//! }
+//! let server = builder.build();
+//! server.start().await?;
+//! mcp_tasks_server::http::serve(server, "127.0.0.1:8080".parse()?).await?;
+//! # Ok(()) }
+//! # mod anyhow_like { pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>; }
+//! ```
+
+pub mod config;
+pub mod demo;
+mod era_2025;
+pub mod http;
+pub mod render_2025;
+pub mod router;
+pub mod session;
+pub mod stdio;
+pub mod tool;
+pub mod tools;
+
+use dashmap::DashMap;
+use mcp_tasks_engine::store::{StoreError, TaskStore};
+use mcp_tasks_engine::{Engine, EngineConfig};
+use mcp_tasks_protocol::jsonrpc::{Message, Notification, Request, RequestId};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+pub use config::ServerConfig;
+pub use tool::{Tool, ToolRegistry};
+
+use router::{StreamSender, Streams};
+use session::{Session, Sessions};
+
+/// The principal of callers that presented no credentials.
+pub const ANONYMOUS: &str = "anonymous";
+/// The principal of the local user on stdio.
+pub const LOCAL_USER: &str = "local-user";
+
+/// Who is calling, and in which session.
+#[derive(Clone, Debug)]
+pub struct Peer {
+    /// The resolved principal.
+    pub principal: String,
+    /// The session, once initialized.
+    pub session: Option<Arc<Session>>,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Builds a [`Server`].
+pub struct ServerBuilder {
+    engine: mcp_tasks_engine::EngineBuilder,
+    store: Arc<dyn TaskStore>,
+    tools: ToolRegistry,
+    config: ServerConfig,
+}
 
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
+impl ServerBuilder {
+    /// Adds a tool.
+    pub fn tool(mut self, tool: Tool) -> Result<Self, tool::ToolError> {
+        self.engine = self.engine.handler(tool.name.clone(), tool.handler.clone(), tool.retry_on_restart);
+        self.tools.add(tool)?;
+        Ok(self)
+    }
+    /// Finishes the server. Call [`Server::start`] before serving.
+    pub fn build(self) -> Arc<Server> {
+        Arc::new(Server {
+            engine: self.engine.build(),
+            sessions: Sessions::new(self.store),
+            tools: self.tools,
+            config: self.config,
+            streams: Streams::default(),
+            inflight: DashMap::new(),
+        })
+    }
+}
+
+/// An MCP server whose tools run as durable tasks. Transport-independent; see [`http`] and [`stdio`].
+pub struct Server {
+    engine: Arc<Engine>,
+    sessions: Sessions,
+    tools: ToolRegistry,
+    config: ServerConfig,
+    streams: Streams,
+    inflight: DashMap<(String, RequestId), CancellationToken>,
+}
+
+impl Server {
+    /// Starts building a server over `store`.
+    pub fn builder(store: Arc<dyn TaskStore>, engine: EngineConfig, config: ServerConfig) -> ServerBuilder {
+        ServerBuilder {
+            engine: Engine::builder(store.clone(), engine),
+            store,
+            tools: ToolRegistry::default(),
+            config,
+        }
+    }
+
+    /// Recovers interrupted tasks, starts the sweeper and the notification router. Returns the number of
+    /// tasks recovered.
+    pub async fn start(self: &Arc<Self>) -> Result<usize, StoreError> {
+        let recovered = self.engine.start().await?;
+        let me = Arc::downgrade(self);
+        let mut events = self.engine.notifier().subscribe_all();
+        tokio::spawn(async move {
+            loop {
+                let event = match events.recv().await {
+                    Ok(e) => e,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::debug!(skipped = n, "notification router lagged; clients will see the state on their next poll");
+                        continue;
+                    }
+                    Err(_) => break,
+                };
+                let Some(server) = me.upgrade() else { break };
+                server.route_event(&event);
+            }
+        });
+        Ok(recovered)
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+    /// The configuration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+    /// The tools.
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.tools
+    }
+    /// The sessions.
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+    /// Open client streams.
+    pub fn streams(&self) -> &Streams {
+        &self.streams
+    }
+
+    /// Answers `initialize` for `principal`: negotiates the version and creates the session.
+    pub async fn initialize(
+        &self,
+        principal: &str,
+        params: Option<&serde_json::Value>,
+    ) -> Result<(Arc<Session>, serde_json::Value), mcp_tasks_protocol::jsonrpc::ErrorObject> {
+        era_2025::initialize(self, principal, params).await
+    }
+
+    /// Handles one request and returns the reply, or `None` when the client cancelled the request with
+    /// `notifications/cancelled` (no reply is sent then). Messages related to the request (progress,
+    /// logs) go to `out` before the reply.
+    pub async fn handle_request(self: &Arc<Self>, peer: &Peer, req: Request, out: StreamSender) -> Option<Message> {
+        let key = (peer.session.as_ref().map(|s| s.id.clone()).unwrap_or_default(), req.id.clone());
+        let cancel = CancellationToken::new();
+        self.inflight.insert(key.clone(), cancel.clone());
+        let id = req.id.clone();
+        let reply = tokio::select! {
+            r = era_2025::dispatch(self, peer, req, out, cancel.clone()) => Some(Message::reply(id, r)),
+            _ = cancel.cancelled() => None,
+        };
+        self.inflight.remove(&key);
+        reply
+    }
+
+    /// Handles one notification from the client.
+    pub async fn handle_notification(&self, peer: &Peer, n: Notification) {
+        match n.method.as_str() {
+            "notifications/cancelled" => {
+                let Some(params) = n.params else { return };
+                let Some(id) = params.get("requestId").and_then(|v| serde_json::from_value::<RequestId>(v.clone()).ok())
+                else {
+                    return;
+                };
+                let key = (peer.session.as_ref().map(|s| s.id.clone()).unwrap_or_default(), id);
+                if let Some((_, token)) = self.inflight.remove(&key) {
+                    tracing::debug!(request = %key.1, "request cancelled by client");
+                    token.cancel();
+                }
+            }
+            "notifications/initialized" | "notifications/progress" | "notifications/roots/list_changed" => {}
+            other => tracing::debug!(method = other, "ignored notification"),
+        }
+    }
+
+    /// Handles a response the client sent to a server-initiated request.
+    pub async fn handle_client_response(&self, _peer: &Peer, msg: Message) {
+        tracing::debug!(message = %msg.to_json(), "response from client to a request this server did not send; ignored");
+    }
+
+    fn route_event(&self, event: &mcp_tasks_engine::TaskEvent) {
+        let task = event.task();
+        let Some(session_id) = task.session.as_deref() else { return };
+        if !self.streams.has_session(session_id) {
+            return;
+        }
+        let session = self.sessions.cached(session_id);
+        for msg in era_2025::notifications_for(event, session.as_deref()) {
+            self.streams.deliver(session_id, Some(&task.id), msg);
+        }
     }
 }

@@ -1,0 +1,131 @@
+//! The TOML config file of `mcp-tasks serve`.
+
+use anyhow::{Context, Result, bail};
+use mcp_tasks_server::tools::command::CommandToolSpec;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// The whole file. Every section and key is optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// `[server]`.
+    #[serde(default)]
+    pub server: ServerSection,
+    /// `[tasks]`.
+    #[serde(default)]
+    pub tasks: TasksSection,
+    /// `[[tools]]`: command tools.
+    #[serde(default)]
+    pub tools: Vec<CommandToolSpec>,
+}
+
+/// `[server]`: transport settings.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    /// HTTP listen address (default `127.0.0.1:8080`).
+    pub listen: Option<String>,
+    /// Task store URL: `sqlite://PATH` or `memory:`.
+    pub store: Option<String>,
+    /// Allowed `Origin` values (default `["localhost"]`: localhost, 127.0.0.1 and [::1] on any port).
+    pub allowed_origins: Option<Vec<String>>,
+    /// Largest request body in bytes (default 4 MiB).
+    pub max_body_bytes: Option<usize>,
+    /// Seconds between SSE keep-alive comments (default 15).
+    pub keep_alive_secs: Option<u64>,
+    /// `instructions` sent to clients at initialize.
+    pub instructions: Option<String>,
+}
+
+/// `[tasks]`: task retention and execution settings.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TasksSection {
+    /// Retention when the client asks for none, seconds (default 3600).
+    pub default_ttl_secs: Option<u64>,
+    /// Longest retention granted, seconds (default 86400).
+    pub max_ttl_secs: Option<u64>,
+    /// Suggested poll interval, milliseconds (default 1000).
+    pub poll_interval_ms: Option<u64>,
+    /// A finished task stays readable at least this long after finishing, seconds (default 300).
+    pub finished_grace_secs: Option<u64>,
+    /// Seconds a cancelled handler gets to stop before it is dropped (default 10).
+    pub cancel_grace_secs: Option<u64>,
+    /// Seconds between sweeps of expired tasks (default 30).
+    pub sweep_interval_secs: Option<u64>,
+}
+
+impl ConfigFile {
+    /// Reads and checks a config file.
+    pub fn load(path: &Path) -> Result<ConfigFile> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
+        let cfg: ConfigFile = toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))?;
+        for t in &cfg.tools {
+            if t.command.is_empty() {
+                bail!("{}: tool `{}` has an empty command", path.display(), t.name);
+            }
+        }
+        Ok(cfg)
+    }
+}
+
+/// Where the task database lives when no `--store` is given: `$XDG_DATA_HOME/mcp-tasks/tasks.db`, else
+/// `~/.local/share/mcp-tasks/tasks.db`, else `./mcp-tasks.db`.
+pub fn default_sqlite_path() -> PathBuf {
+    if let Some(dir) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("mcp-tasks").join("tasks.db");
+    }
+    if let Some(home) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(home).join(".local/share/mcp-tasks/tasks.db");
+    }
+    PathBuf::from("mcp-tasks.db")
+}
+
+/// A parsed `--store` value.
+#[derive(Debug, PartialEq)]
+pub enum StoreUrl {
+    /// `memory:`.
+    Memory,
+    /// `sqlite://PATH` (or a bare path).
+    Sqlite(PathBuf),
+}
+
+impl StoreUrl {
+    /// Parses `memory:`, `sqlite://PATH`, `sqlite:PATH` or a bare file path.
+    pub fn parse(s: &str) -> Result<StoreUrl> {
+        if s == "memory:" || s == "memory" {
+            return Ok(StoreUrl::Memory);
+        }
+        if let Some(p) = s.strip_prefix("sqlite://").or_else(|| s.strip_prefix("sqlite:")) {
+            if p.is_empty() {
+                bail!("--store sqlite:// needs a file path, e.g. sqlite://./tasks.db");
+            }
+            return Ok(StoreUrl::Sqlite(PathBuf::from(p)));
+        }
+        if s.contains("://") {
+            bail!("unsupported store {s:?}: use sqlite://PATH or memory: (PostgreSQL comes in a later release)");
+        }
+        Ok(StoreUrl::Sqlite(PathBuf::from(s)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_urls_parse() {
+        assert_eq!(StoreUrl::parse("memory:").unwrap(), StoreUrl::Memory);
+        assert_eq!(StoreUrl::parse("sqlite:///tmp/x.db").unwrap(), StoreUrl::Sqlite("/tmp/x.db".into()));
+        assert_eq!(StoreUrl::parse("sqlite://./x.db").unwrap(), StoreUrl::Sqlite("./x.db".into()));
+        assert!(StoreUrl::parse("postgres://h/db").is_err());
+    }
+
+    #[test]
+    fn example_config_is_valid() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/mcp-tasks.toml");
+        let cfg = ConfigFile::load(&path).unwrap();
+        assert!(!cfg.tools.is_empty());
+    }
+}

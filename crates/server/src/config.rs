@@ -1,0 +1,80 @@
+//! Server settings (transport and protocol), separate from the engine's.
+
+use std::time::Duration;
+
+/// Settings of the MCP server. `Default` gives the documented defaults.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// `serverInfo.name`.
+    pub name: String,
+    /// `serverInfo.version`.
+    pub version: String,
+    /// `instructions` in the initialize result.
+    pub instructions: Option<String>,
+    /// Largest accepted HTTP request body, in bytes (default 4 MiB).
+    pub max_body_bytes: usize,
+    /// `Origin` values accepted on HTTP (exact match; `*` accepts any). Requests without `Origin` are
+    /// accepted. Default: localhost origins on any port.
+    pub allowed_origins: Vec<String>,
+    /// Interval of SSE keep-alive comments, so idle proxies don't cut long streams (default 15 s).
+    pub keep_alive: Duration,
+    /// How long a POST waits for its reply before switching to an SSE stream (default 250 ms).
+    pub sse_after: Duration,
+    /// Tools and tasks per `tools/list` / `tasks/list` page (default 100).
+    pub page_size: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            name: "mcp-tasks".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            instructions: None,
+            max_body_bytes: 4 * 1024 * 1024,
+            allowed_origins: vec!["localhost".into()],
+            keep_alive: Duration::from_secs(15),
+            sse_after: Duration::from_millis(250),
+            page_size: 100,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Whether an `Origin` header value is allowed. The entry `localhost` stands for
+    /// `http(s)://localhost`, `127.0.0.1` and `[::1]` on any port.
+    pub fn origin_allowed(&self, origin: &str) -> bool {
+        self.allowed_origins.iter().any(|allowed| {
+            if allowed == "*" || allowed == origin {
+                return true;
+            }
+            if allowed == "localhost" {
+                let rest = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"));
+                if let Some(rest) = rest {
+                    let host = if rest.starts_with('[') {
+                        rest.split_once(']').map(|(h, _)| format!("{h}]")).unwrap_or_default()
+                    } else {
+                        rest.split(':').next().unwrap_or("").to_string()
+                    };
+                    return matches!(host.as_str(), "localhost" | "127.0.0.1" | "[::1]");
+                }
+            }
+            false
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn localhost_origins_pass_and_others_do_not() {
+        let c = ServerConfig::default();
+        assert!(c.origin_allowed("http://localhost:3000"));
+        assert!(c.origin_allowed("http://127.0.0.1"));
+        assert!(c.origin_allowed("http://[::1]:8080"));
+        assert!(!c.origin_allowed("http://evil.example"));
+        assert!(!c.origin_allowed("http://localhost.evil.example"));
+        assert!(!c.origin_allowed("null"));
+    }
+}

@@ -1,0 +1,510 @@
+//! The session-based wire (MCP 2025-11-25, and 2025-06-18 / 2025-03-26 without tasks): method dispatch
+//! and the notifications this era sends for task events.
+
+use async_trait::async_trait;
+use mcp_tasks_engine::store::{ListQuery, Lookup, StoreError};
+use mcp_tasks_engine::{
+    ContextSink, EngineError, LogLevel, NewTask, Outcome, TaskContext, TaskEvent, TaskRecord, TaskStatus,
+};
+use mcp_tasks_protocol::jsonrpc::{ErrorObject, Message, Request};
+use mcp_tasks_protocol::mcp_2025::TaskSupport;
+use mcp_tasks_protocol::{error_codes, meta, version};
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+use crate::render_2025;
+use crate::router::StreamSender;
+use crate::session::{Session, SessionData};
+use crate::{ANONYMOUS, Peer, Server};
+
+/// The era label stored on tasks created through this wire.
+pub(crate) const ERA: &str = version::V2025_11_25;
+
+fn internal(e: StoreError) -> ErrorObject {
+    tracing::error!(error = %e, "store failure while serving a request");
+    ErrorObject::internal(format!("Internal error: {e}"))
+}
+
+fn params_object(req: &Request) -> Result<Map<String, Value>, ErrorObject> {
+    match &req.params {
+        None => Ok(Map::new()),
+        Some(Value::Object(m)) => Ok(m.clone()),
+        Some(_) => Err(ErrorObject::invalid_params(format!("{}: params must be an object", req.method))),
+    }
+}
+
+/// Answers `initialize`: negotiates the version and creates the session.
+pub(crate) async fn initialize(
+    server: &Server,
+    principal: &str,
+    params: Option<&Value>,
+) -> Result<(Arc<Session>, Value), ErrorObject> {
+    let params = params
+        .and_then(Value::as_object)
+        .ok_or_else(|| ErrorObject::invalid_params("initialize: params must be an object with protocolVersion, capabilities and clientInfo"))?;
+    let requested = params
+        .get("protocolVersion")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ErrorObject::invalid_params("initialize: missing string \"protocolVersion\""))?;
+    let capabilities = params.get("capabilities").cloned().unwrap_or_else(|| json!({}));
+    if !capabilities.is_object() {
+        return Err(ErrorObject::invalid_params("initialize: \"capabilities\" must be an object"));
+    }
+    let client_info = params.get("clientInfo").cloned().unwrap_or_else(|| json!({}));
+    let negotiated = version::negotiate(requested);
+    let data = SessionData {
+        protocol_version: negotiated.to_string(),
+        client_capabilities: capabilities,
+        client_info,
+        log_level: LogLevel::Info,
+    };
+    let session = server.sessions.create(principal, data).await.map_err(internal)?;
+    let mut caps = json!({"tools": {"listChanged": false}, "logging": {}});
+    if version::has_session_tasks(negotiated) {
+        caps["tasks"] = json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}});
+    }
+    let mut result = json!({
+        "protocolVersion": negotiated,
+        "capabilities": caps,
+        "serverInfo": {"name": server.config.name, "version": server.config.version},
+    });
+    if let Some(i) = &server.config.instructions {
+        result["instructions"] = json!(i);
+    }
+    tracing::info!(session = %session.id, principal, version = negotiated, "session initialized");
+    Ok((session, result))
+}
+
+/// Routes one request of an initialized session (or `ping` before it).
+pub(crate) async fn dispatch(
+    server: &Arc<Server>,
+    peer: &Peer,
+    req: Request,
+    out: StreamSender,
+    cancel: CancellationToken,
+) -> Result<Value, ErrorObject> {
+    if req.method == "ping" {
+        return Ok(json!({}));
+    }
+    let Some(session) = peer.session.clone() else {
+        return Err(ErrorObject::invalid_request(format!(
+            "{} before initialize: send initialize first",
+            req.method
+        )));
+    };
+    let tasks = session.has_tasks();
+    match req.method.as_str() {
+        "initialize" => Err(ErrorObject::invalid_request("this session is already initialized")),
+        "tools/list" => tools_list(server, &session, &req),
+        "tools/call" => tools_call(server, peer, &session, &req, out, cancel).await,
+        "logging/setLevel" => set_level(server, &session, &req).await,
+        "tasks/get" if tasks => tasks_get(server, peer, &session, &req).await,
+        "tasks/result" if tasks => tasks_result(server, peer, &session, &req, out).await,
+        "tasks/list" if tasks => tasks_list(server, peer, &session, &req).await,
+        "tasks/cancel" if tasks => tasks_cancel(server, peer, &session, &req).await,
+        m if m.starts_with("tasks/") => Err(ErrorObject::new(
+            error_codes::METHOD_NOT_FOUND,
+            format!("Method not found: {m} (tasks need protocol version {ERA}; this session uses {})", session.protocol_version()),
+        )),
+        m => Err(ErrorObject::method_not_found(m)),
+    }
+}
+
+fn tools_list(server: &Server, session: &Session, req: &Request) -> Result<Value, ErrorObject> {
+    let params = params_object(req)?;
+    let start = match params.get("cursor") {
+        None | Some(Value::Null) => 0,
+        Some(Value::String(c)) => c
+            .strip_prefix("t")
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|&n| n <= server.tools.all().len())
+            .ok_or_else(|| ErrorObject::invalid_params(format!("tools/list: invalid cursor {c:?}")))?,
+        Some(_) => return Err(ErrorObject::invalid_params("tools/list: cursor must be a string")),
+    };
+    let page = server.config.page_size.max(1);
+    let all = server.tools.all();
+    let end = (start + page).min(all.len());
+    let tools: Vec<Value> = all[start..end].iter().map(|t| t.describe(session.has_tasks())).collect();
+    let mut result = json!({"tools": tools});
+    if end < all.len() {
+        result["nextCursor"] = json!(format!("t{end}"));
+    }
+    Ok(result)
+}
+
+async fn set_level(server: &Server, session: &Session, req: &Request) -> Result<Value, ErrorObject> {
+    let params = params_object(req)?;
+    let level = params
+        .get("level")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ErrorObject::invalid_params("logging/setLevel: missing string \"level\""))?;
+    let level = LogLevel::parse(level).ok_or_else(|| {
+        ErrorObject::invalid_params(format!(
+            "logging/setLevel: unknown level {level:?} (use debug, info, notice, warning, error, critical, alert or emergency)"
+        ))
+    })?;
+    server.sessions.set_log_level(session, level).await.map_err(internal)?;
+    Ok(json!({}))
+}
+
+/// The idempotency key of a call: our own `_meta` key, or `_meta.taskId` as some guides write it.
+fn idempotency_key(meta: Option<&Value>) -> Result<Option<String>, ErrorObject> {
+    let Some(meta) = meta else { return Ok(None) };
+    for key in [meta::IDEMPOTENCY_KEY, meta::LEGACY_TASK_ID_KEY] {
+        match meta.get(key) {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) if !s.is_empty() && s.len() <= 256 => return Ok(Some(s.clone())),
+            Some(_) => {
+                return Err(ErrorObject::invalid_params(format!(
+                    "tools/call: _meta[{key:?}] must be a non-empty string of at most 256 characters"
+                )));
+            }
+        }
+    }
+    Ok(None)
+}
+
+async fn tools_call(
+    server: &Arc<Server>,
+    peer: &Peer,
+    session: &Arc<Session>,
+    req: &Request,
+    out: StreamSender,
+    cancel: CancellationToken,
+) -> Result<Value, ErrorObject> {
+    let params = params_object(req)?;
+    let name = params
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ErrorObject::invalid_params("tools/call: missing string \"name\""))?;
+    let Some(tool) = server.tools.get(name) else {
+        return Err(ErrorObject::invalid_params(format!(
+            "Unknown tool: {name} (known: {})",
+            server.tools.names().join(", ")
+        )));
+    };
+    let arguments = match params.get("arguments") {
+        None | Some(Value::Null) => json!({}),
+        Some(v @ Value::Object(_)) => v.clone(),
+        Some(_) => return Err(ErrorObject::invalid_params("tools/call: \"arguments\" must be an object")),
+    };
+    let tasks = session.has_tasks();
+    // Sessions without tasks ignore task metadata entirely (they process the call normally).
+    let task_meta = if tasks { params.get("task") } else { None };
+    let as_task = match task_meta {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(_)) => true,
+        Some(_) => return Err(ErrorObject::invalid_params("tools/call: \"task\" must be an object")),
+    };
+    let support = tool.tool.task_support;
+    if as_task && support == TaskSupport::Forbidden {
+        return Err(ErrorObject::new(
+            error_codes::METHOD_NOT_FOUND,
+            format!("Tool {name} does not support task-augmented execution (execution.taskSupport is \"forbidden\"); call it without \"task\""),
+        ));
+    }
+    if !as_task && tasks && support == TaskSupport::Required {
+        return Err(ErrorObject::new(
+            error_codes::METHOD_NOT_FOUND,
+            format!("Tool {name} requires task-augmented execution (execution.taskSupport is \"required\"); add \"task\": {{}} to the call"),
+        ));
+    }
+    // Input validation errors are tool errors the model can correct (SEP-1303), not protocol errors.
+    if let Err(problems) = tool.validate(&arguments) {
+        return Ok(json!({
+            "content": [{"type": "text", "text": format!("Invalid arguments for tool {name}: {problems}")}],
+            "isError": true,
+        }));
+    }
+    let req_meta = params.get("_meta").cloned();
+    if !as_task {
+        return run_inline(server, session, tool.tool.handler.clone(), arguments, req_meta, out, cancel).await;
+    }
+    let requested_ttl = match task_meta.and_then(|t| t.get("ttl")) {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v.as_u64().ok_or_else(|| {
+            ErrorObject::invalid_params("tools/call: task.ttl must be a non-negative integer (milliseconds)")
+        })?),
+    };
+    let idempotency_key = idempotency_key(req_meta.as_ref())?;
+    let mut stored_meta = Map::new();
+    if let Some(token) = req_meta.as_ref().and_then(|m| m.get(meta::PROGRESS_TOKEN)) {
+        if token.is_string() || token.is_i64() || token.is_u64() {
+            stored_meta.insert(meta::PROGRESS_TOKEN.into(), token.clone());
+        }
+    }
+    let new = NewTask {
+        tool: name.to_string(),
+        arguments,
+        owner: peer.principal.clone(),
+        session: Some(session.id.clone()),
+        era: ERA.to_string(),
+        request_meta: Value::Object(stored_meta),
+        requested_ttl_ms: requested_ttl,
+        idempotency_key,
+    };
+    let submitted = server.engine.submit(new).await.map_err(|e| match e {
+        EngineError::Store(StoreError::IdempotencyConflict { key, task_id }) => ErrorObject::invalid_params(format!(
+            "Idempotency key {key:?} was already used for a different call (task {task_id}); use a new key for new work"
+        )),
+        EngineError::Store(e) => internal(e),
+        other => ErrorObject::internal(other.to_string()),
+    })?;
+    let rec = submitted.record;
+    let mut result_meta = Map::new();
+    result_meta.insert(
+        meta::MODEL_IMMEDIATE_RESPONSE.into(),
+        json!(format!("Started {name} as task {}. It runs in the background; its result will follow.", rec.id)),
+    );
+    Ok(json!({"task": render_2025::task(&rec), "_meta": result_meta}))
+}
+
+/// Runs a handler within the request (no task): progress goes to the request's own stream.
+async fn run_inline(
+    server: &Arc<Server>,
+    session: &Arc<Session>,
+    handler: Arc<dyn mcp_tasks_engine::TaskHandler>,
+    arguments: Value,
+    req_meta: Option<Value>,
+    out: StreamSender,
+    cancel: CancellationToken,
+) -> Result<Value, ErrorObject> {
+    let token = req_meta.as_ref().and_then(|m| m.get(meta::PROGRESS_TOKEN)).cloned();
+    let sink = Arc::new(InlineSink { out, token, session: session.clone(), last: std::sync::Mutex::new(None) });
+    let ctx = TaskContext::new(None, cancel, sink);
+    let _ = server;
+    let work = tokio::spawn(async move { handler.run(ctx, arguments).await });
+    match work.await {
+        Ok(Outcome::Result { value, .. }) => Ok(value),
+        Ok(Outcome::Error { code, message, data }) => Err(ErrorObject { code, message, data }),
+        Err(e) if e.is_panic() => Err(ErrorObject::internal("the tool panicked")),
+        Err(_) => Err(ErrorObject::internal("the tool was stopped")),
+    }
+}
+
+struct InlineSink {
+    out: StreamSender,
+    token: Option<Value>,
+    session: Arc<Session>,
+    last: std::sync::Mutex<Option<f64>>,
+}
+
+#[async_trait]
+impl ContextSink for InlineSink {
+    async fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
+        let Some(token) = &self.token else { return };
+        {
+            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|l| progress <= l) {
+                return; // progress must increase with each notification
+            }
+            *last = Some(progress);
+        }
+        let mut p = json!({"progressToken": token, "progress": progress});
+        if let Some(t) = total {
+            p["total"] = json!(t);
+        }
+        if let Some(m) = message {
+            p["message"] = json!(m);
+        }
+        let _ = self.out.send(Message::notification("notifications/progress", p)).await;
+    }
+    async fn status(&self, _message: String) {}
+    async fn log(&self, level: LogLevel, logger: Option<String>, data: Value) {
+        if level < self.session.log_level() {
+            return;
+        }
+        let mut p = json!({"level": level.as_str(), "data": data});
+        if let Some(l) = logger {
+            p["logger"] = json!(l);
+        }
+        let _ = self.out.send(Message::notification("notifications/message", p)).await;
+    }
+}
+
+fn task_id_param(req: &Request) -> Result<String, ErrorObject> {
+    let params = params_object(req)?;
+    // The taskId param is the source of truth; related-task metadata and a stray `task` are ignored.
+    match params.get("taskId") {
+        Some(Value::String(s)) => Ok(s.clone()),
+        _ => Err(ErrorObject::invalid_params(format!("{}: missing string \"taskId\"", req.method))),
+    }
+}
+
+fn not_found() -> ErrorObject {
+    ErrorObject::invalid_params("Failed to retrieve task: Task not found")
+}
+
+/// Whether `peer` may see a task owned by `owner` in `session`. Anonymous callers reach tasks by their
+/// unguessable id from any session (so a reconnecting client finds its task); authenticated callers
+/// only their own.
+fn visible(peer: &Peer, owner: &str) -> bool {
+    owner == peer.principal
+}
+
+/// Finds a task the caller may see; anything else answers exactly like a missing task.
+async fn find(server: &Server, peer: &Peer, req: &Request) -> Result<TaskRecord, ErrorObject> {
+    let id = task_id_param(req)?;
+    match server.engine.get(&id).await.map_err(internal)? {
+        Lookup::Found(t) if visible(peer, &t.owner) && t.era == ERA => Ok(t),
+        Lookup::Expired { owner, .. } if visible(peer, &owner) => {
+            Err(ErrorObject::invalid_params("Failed to retrieve task: Task has expired"))
+        }
+        _ => Err(not_found()),
+    }
+}
+
+async fn tasks_get(server: &Server, peer: &Peer, _s: &Session, req: &Request) -> Result<Value, ErrorObject> {
+    let t = find(server, peer, req).await?;
+    tracing::debug!(task = %t.id, principal = %peer.principal, "task retrieved");
+    Ok(render_2025::task_object(&t))
+}
+
+async fn tasks_result(
+    server: &Arc<Server>,
+    peer: &Peer,
+    session: &Session,
+    req: &Request,
+    out: StreamSender,
+) -> Result<Value, ErrorObject> {
+    let t = find(server, peer, req).await?;
+    let t = if t.status.is_terminal() { t } else { wait_streaming(server, session, &t.id, &out).await? };
+    tracing::info!(task = %t.id, principal = %peer.principal, "task result retrieved");
+    render_2025::payload(&t)
+}
+
+/// Waits for a task to finish while forwarding its notifications on this request's stream, in the
+/// order they happened. While it waits, this stream owns the task's notifications on this node.
+async fn wait_streaming(
+    server: &Arc<Server>,
+    session: &Session,
+    id: &str,
+    out: &StreamSender,
+) -> Result<TaskRecord, ErrorObject> {
+    use tokio::sync::broadcast::error::RecvError;
+    let mut events = server.engine.notifier().subscribe_task(id);
+    let _owner = server.streams.register_task(&session.id, id, out.clone());
+    let gone = |e: Lookup| match e {
+        Lookup::Expired { .. } => ErrorObject::invalid_params("Failed to retrieve task: Task has expired"),
+        _ => not_found(),
+    };
+    // Subscribed first, then read: no change can fall between the two.
+    match server.engine.get(id).await.map_err(internal)? {
+        Lookup::Found(t) if t.status.is_terminal() => return Ok(t),
+        Lookup::Found(_) => {}
+        other => return Err(gone(other)),
+    }
+    loop {
+        let event = tokio::select! {
+            e = events.recv() => e,
+            _ = out.closed() => return Err(ErrorObject::internal("client went away")),
+        };
+        match event {
+            Ok(ev) => {
+                for msg in notifications_for(&ev, Some(session)) {
+                    if out.send(msg).await.is_err() {
+                        return Err(ErrorObject::internal("client went away"));
+                    }
+                }
+                if let TaskEvent::Changed(t) = &ev {
+                    if t.status.is_terminal() {
+                        return Ok((**t).clone());
+                    }
+                }
+            }
+            Err(e) => {
+                // Lagged or closed: the store is the truth; re-read it.
+                if matches!(e, RecvError::Closed) {
+                    events = server.engine.notifier().subscribe_task(id);
+                }
+                match server.engine.get(id).await.map_err(internal)? {
+                    Lookup::Found(t) if t.status.is_terminal() => return Ok(t),
+                    Lookup::Found(_) => {}
+                    other => return Err(gone(other)),
+                }
+            }
+        }
+    }
+}
+
+async fn tasks_list(server: &Server, peer: &Peer, session: &Session, req: &Request) -> Result<Value, ErrorObject> {
+    let params = params_object(req)?;
+    let cursor = match params.get("cursor") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(c)) => Some(c.clone()),
+        Some(_) => return Err(ErrorObject::invalid_params("tasks/list: cursor must be a string")),
+    };
+    // Anonymous callers are told apart only by session; authenticated ones see all their sessions' tasks.
+    let session_filter = (peer.principal == ANONYMOUS).then(|| session.id.clone());
+    let q = ListQuery { owner: peer.principal.clone(), session: session_filter, cursor, limit: server.config.page_size.max(1) };
+    let page = server
+        .engine
+        .store()
+        .list(&q)
+        .await
+        .map_err(internal)?
+        .map_err(|_| ErrorObject::invalid_params("tasks/list: invalid cursor"))?;
+    let tasks: Vec<Value> = page.tasks.iter().filter(|t| t.era == ERA).map(render_2025::task_object).collect();
+    let mut result = json!({"tasks": tasks});
+    if let Some(c) = page.next_cursor {
+        result["nextCursor"] = json!(c);
+    }
+    Ok(result)
+}
+
+async fn tasks_cancel(server: &Server, peer: &Peer, _s: &Session, req: &Request) -> Result<Value, ErrorObject> {
+    let t = find(server, peer, req).await?;
+    match server.engine.cancel(&t.id, None).await {
+        Ok(rec) => Ok(render_2025::task_object(&rec)),
+        Err(EngineError::AlreadyTerminal(cur)) => Err(ErrorObject::invalid_params(format!(
+            "Cannot cancel task: already in terminal status '{}'",
+            render_2025::status(&cur)
+        ))),
+        Err(EngineError::NotFound) => Err(not_found()),
+        Err(e) => Err(ErrorObject::internal(e.to_string())),
+    }
+}
+
+/// The notifications this era sends for a task event, for a session (if cached here).
+pub(crate) fn notifications_for(event: &TaskEvent, session: Option<&Session>) -> Vec<Message> {
+    let task = event.task();
+    if task.era != ERA {
+        return Vec::new();
+    }
+    match event {
+        TaskEvent::Created(_) => Vec::new(),
+        TaskEvent::Changed(t) => {
+            vec![Message::notification("notifications/tasks/status", render_2025::task_object(t))]
+        }
+        TaskEvent::Progress { task, message } => {
+            // Progress uses the original request's token and stops once the task is terminal.
+            let Some(token) = task.request_meta.get(meta::PROGRESS_TOKEN) else { return Vec::new() };
+            if task.status.is_terminal() || task.status == TaskStatus::Cancelled {
+                return Vec::new();
+            }
+            let mut p = json!({
+                "progressToken": token,
+                "progress": task.progress.unwrap_or(0.0),
+                "_meta": render_2025::related_meta(&task.id),
+            });
+            if let Some(t) = task.progress_total {
+                p["total"] = json!(t);
+            }
+            if let Some(m) = message {
+                p["message"] = json!(m);
+            }
+            vec![Message::notification("notifications/progress", p)]
+        }
+        TaskEvent::Log { task, level, logger, data } => {
+            if session.is_some_and(|s| *level < s.log_level()) {
+                return Vec::new();
+            }
+            let mut p = json!({"level": level.as_str(), "data": data, "_meta": render_2025::related_meta(&task.id)});
+            if let Some(l) = logger {
+                p["logger"] = json!(l);
+            }
+            vec![Message::notification("notifications/message", p)]
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! Streamable HTTP transport: one endpoint (`/mcp`) for POST, GET and DELETE.
+//!
+//! - POST carries one JSON-RPC message. A request is answered with JSON when its reply is ready within
+//!   [`ServerConfig::sse_after`](crate::ServerConfig::sse_after), otherwise with an SSE stream that
+//!   carries related notifications and then the reply, with keep-alive comments so idle proxies do not
+//!   cut it. Notifications and responses get `202 Accepted`.
+//! - GET opens the session's standalone SSE stream for server-initiated messages.
+//! - DELETE ends the session.
+//!
+//! `Origin` is checked against the allow-list (403), bodies over the size limit get 413, a missing
+//! `Mcp-Session-Id` 400, an unknown one 404, an unsupported `MCP-Protocol-Version` 400.
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Request as HttpRequest, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use futures::stream::{self, Stream, StreamExt};
+use mcp_tasks_protocol::jsonrpc::{ErrorObject, Message, RequestId, parse_message};
+use mcp_tasks_protocol::version;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use crate::{ANONYMOUS, Peer, Server};
+
+/// Header carrying the session id.
+pub const SESSION_HEADER: &str = "mcp-session-id";
+/// Header carrying the negotiated protocol version.
+pub const VERSION_HEADER: &str = "mcp-protocol-version";
+
+/// The axum router serving `/mcp` (and `/healthz`).
+pub fn router(server: Arc<Server>) -> axum::Router {
+    axum::Router::new()
+        .route("/mcp", get(get_stream).post(post).delete(delete))
+        .route("/healthz", get(|| async { "ok" }))
+        .layer(middleware::from_fn_with_state(server.clone(), check_origin))
+        .layer(DefaultBodyLimit::disable())
+        .with_state(server)
+}
+
+/// Serves on `addr` until `shutdown` resolves.
+pub async fn serve(server: Arc<Server>, addr: SocketAddr) -> std::io::Result<()> {
+    let listener = TcpListener::bind(addr).await?;
+    serve_listener(server, listener, std::future::pending()).await
+}
+
+/// Serves on an already bound listener until `shutdown` resolves.
+pub async fn serve_listener(
+    server: Arc<Server>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(server)).with_graceful_shutdown(shutdown).await
+}
+
+fn error_response(status: StatusCode, id: Option<RequestId>, error: ErrorObject) -> Response {
+    json_response(status, &Message::error(id, error))
+}
+
+fn json_response(status: StatusCode, msg: &Message) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], msg.to_json()).into_response()
+}
+
+async fn check_origin(State(server): State<Arc<Server>>, req: HttpRequest, next: Next) -> Response {
+    if let Some(origin) = req.headers().get(header::ORIGIN) {
+        let ok = origin.to_str().map(|o| server.config().origin_allowed(o)).unwrap_or(false);
+        if !ok {
+            tracing::warn!(origin = ?origin, "rejected request from a disallowed Origin");
+            return error_response(
+                StatusCode::FORBIDDEN,
+                None,
+                ErrorObject::invalid_request(format!(
+                    "Origin {origin:?} is not allowed (see allowed_origins in the server config)"
+                )),
+            );
+        }
+    }
+    next.run(req).await
+}
+
+/// Resolves the session of a non-initialize message, or the HTTP error to answer with.
+async fn session_of(server: &Server, headers: &HeaderMap) -> Result<Peer, Response> {
+    let Some(id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
+        return Err(error_response(
+            StatusCode::BAD_REQUEST,
+            None,
+            ErrorObject::invalid_request("missing Mcp-Session-Id header: send initialize first and echo the session id it returns"),
+        ));
+    };
+    let session = match server.sessions().get(id).await {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            return Err(error_response(
+                StatusCode::NOT_FOUND,
+                None,
+                ErrorObject::invalid_request("session not found (it ended or expired): initialize a new session"),
+            ));
+        }
+        Err(e) => {
+            return Err(error_response(StatusCode::INTERNAL_SERVER_ERROR, None, ErrorObject::internal(e.to_string())));
+        }
+    };
+    if let Some(v) = headers.get(VERSION_HEADER) {
+        let v = v.to_str().unwrap_or("");
+        if !version::SESSION_VERSIONS.contains(&v) {
+            return Err(error_response(
+                StatusCode::BAD_REQUEST,
+                None,
+                ErrorObject::invalid_request(format!(
+                    "unsupported MCP-Protocol-Version {v:?} (supported: {})",
+                    version::SESSION_VERSIONS.join(", ")
+                )),
+            ));
+        }
+        if v != session.protocol_version() {
+            return Err(error_response(
+                StatusCode::BAD_REQUEST,
+                None,
+                ErrorObject::invalid_request(format!(
+                    "MCP-Protocol-Version {v:?} does not match the version negotiated for this session ({})",
+                    session.protocol_version()
+                )),
+            ));
+        }
+    }
+    Ok(Peer { principal: session.owner.clone(), session: Some(session) })
+}
+
+async fn post(State(server): State<Arc<Server>>, headers: HeaderMap, body: Body) -> Response {
+    if let Some(ct) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) {
+        if !ct.to_ascii_lowercase().starts_with("application/json") {
+            return error_response(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                None,
+                ErrorObject::invalid_request(format!("Content-Type must be application/json, got {ct:?}")),
+            );
+        }
+    }
+    let limit = server.config().max_body_bytes;
+    let bytes: Bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(b) => b,
+        Err(_) => {
+            return error_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                None,
+                ErrorObject::invalid_request(format!("request body larger than the limit of {limit} bytes")),
+            );
+        }
+    };
+    let msg = match parse_message(&bytes) {
+        Ok(m) => m,
+        Err(rejected) => return error_response(StatusCode::BAD_REQUEST, rejected.id, rejected.error),
+    };
+    if let Message::Request(req) = &msg {
+        if req.method == "initialize" {
+            return match server.initialize(ANONYMOUS, req.params.as_ref()).await {
+                Ok((session, result)) => {
+                    let mut resp = json_response(StatusCode::OK, &Message::response(req.id.clone(), result));
+                    if let Ok(v) = HeaderValue::from_str(&session.id) {
+                        resp.headers_mut().insert(SESSION_HEADER, v);
+                    }
+                    resp
+                }
+                Err(e) => json_response(StatusCode::OK, &Message::error(Some(req.id.clone()), e)),
+            };
+        }
+    }
+    let peer = match session_of(&server, &headers).await {
+        Ok(p) => p,
+        Err(resp) => return resp,
+    };
+    match msg {
+        Message::Notification(n) => {
+            server.handle_notification(&peer, n).await;
+            StatusCode::ACCEPTED.into_response()
+        }
+        m @ (Message::Response(_) | Message::Error(_)) => {
+            server.handle_client_response(&peer, m).await;
+            StatusCode::ACCEPTED.into_response()
+        }
+        Message::Request(req) => answer_request(server, peer, req).await,
+    }
+}
+
+fn is_reply(m: &Message) -> bool {
+    matches!(m, Message::Response(_) | Message::Error(_))
+}
+
+async fn answer_request(server: Arc<Server>, peer: Peer, req: mcp_tasks_protocol::jsonrpc::Request) -> Response {
+    let (tx, mut rx) = mpsc::channel::<Message>(256);
+    let worker = server.clone();
+    let out = tx.clone();
+    tokio::spawn(async move {
+        if let Some(reply) = worker.handle_request(&peer, req, out).await {
+            let _ = tx.send(reply).await;
+        }
+    });
+    let first = tokio::time::timeout(server.config().sse_after, rx.recv()).await;
+    let first = match first {
+        Ok(Some(m)) if is_reply(&m) => return json_response(StatusCode::OK, &m),
+        Ok(Some(m)) => Some(m),
+        Ok(None) => return StatusCode::ACCEPTED.into_response(), // cancelled: no reply
+        Err(_) => None,
+    };
+    sse(server.config().keep_alive, first, rx, true)
+}
+
+/// An SSE response from a channel; with `end_on_reply` it ends after the first reply.
+fn sse(keep_alive: std::time::Duration, first: Option<Message>, rx: mpsc::Receiver<Message>, end_on_reply: bool) -> Response {
+    let rest = stream::unfold((rx, false), move |(mut rx, done)| async move {
+        if done {
+            return None;
+        }
+        let m = rx.recv().await?;
+        let finished = end_on_reply && is_reply(&m);
+        Some((m, (rx, finished)))
+    });
+    let events: std::pin::Pin<Box<dyn Stream<Item = Result<Event, Infallible>> + Send>> = Box::pin(
+        stream::iter(first)
+            .chain(rest)
+            .map(|m| Ok(Event::default().event("message").data(m.to_json()))),
+    );
+    Sse::new(events).keep_alive(KeepAlive::new().interval(keep_alive)).into_response()
+}
+
+async fn get_stream(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
+    let accepts = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/event-stream") || a.contains("*/*"));
+    if !accepts {
+        return error_response(
+            StatusCode::NOT_ACCEPTABLE,
+            None,
+            ErrorObject::invalid_request("GET /mcp opens an SSE stream: send Accept: text/event-stream"),
+        );
+    }
+    let peer = match session_of(&server, &headers).await {
+        Ok(p) => p,
+        Err(resp) => return resp,
+    };
+    let Some(session) = peer.session else { return StatusCode::BAD_REQUEST.into_response() };
+    let (tx, rx) = mpsc::channel::<Message>(256);
+    let guard = server.streams().register_standalone(&session.id, tx);
+    // The guard lives as long as the stream: when the client disconnects, the stream is dropped and
+    // the session's standalone stream is unregistered.
+    let events = stream::unfold((rx, guard), |(mut rx, guard)| async move {
+        let m = rx.recv().await?;
+        Some((Ok::<_, Infallible>(Event::default().event("message").data(m.to_json())), (rx, guard)))
+    });
+    Sse::new(events).keep_alive(KeepAlive::new().interval(server.config().keep_alive)).into_response()
+}
+
+async fn delete(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
+    let Some(id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
+        return error_response(StatusCode::BAD_REQUEST, None, ErrorObject::invalid_request("missing Mcp-Session-Id header"));
+    };
+    match server.sessions().delete(id).await {
+        Ok(true) => {
+            tracing::info!(session = id, "session ended by client");
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(false) => error_response(StatusCode::NOT_FOUND, None, ErrorObject::invalid_request("session not found")),
+        Err(e) => error_response(StatusCode::INTERNAL_SERVER_ERROR, None, ErrorObject::internal(e.to_string())),
+    }
+}
+
+/// The address a bound listener serves on, for logs.
+pub fn endpoint_url(addr: SocketAddr) -> String {
+    format!("http://{addr}/mcp")
+}

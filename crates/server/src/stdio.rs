@@ -1,0 +1,96 @@
+//! stdio transport: newline-delimited JSON-RPC on stdin/stdout; logs go to stderr.
+//!
+//! The caller is the local user. Requests run concurrently, so a blocking `tasks/result` does not hold
+//! up other calls; everything the server sends goes through one writer, one message per line.
+
+use mcp_tasks_protocol::jsonrpc::{ErrorObject, Message, parse_message};
+use std::sync::Arc;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::{RwLock, mpsc};
+
+use crate::router::StreamGuard;
+use crate::{LOCAL_USER, Peer, Server};
+
+/// Serves one client on `input` / `output` until the input ends.
+pub async fn serve<R, W>(server: Arc<Server>, input: R, output: W) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (tx, mut rx) = mpsc::channel::<Message>(1024);
+    let writer = tokio::spawn(async move {
+        let mut output = output;
+        while let Some(m) = rx.recv().await {
+            let mut line = m.to_json();
+            line.push('\n');
+            if output.write_all(line.as_bytes()).await.is_err() || output.flush().await.is_err() {
+                break;
+            }
+        }
+    });
+    let peer = Arc::new(RwLock::new(Peer { principal: LOCAL_USER.into(), session: None }));
+    let mut _standalone: Option<StreamGuard> = None;
+    let max = server.config().max_body_bytes;
+    let mut lines = BufReader::new(input).lines();
+    while let Some(line) = lines.next_line().await? {
+        if line.trim().is_empty() {
+            continue;
+        }
+        if line.len() > max {
+            let _ = tx
+                .send(Message::error(None, ErrorObject::invalid_request(format!("message larger than the limit of {max} bytes"))))
+                .await;
+            continue;
+        }
+        let msg = match parse_message(line.as_bytes()) {
+            Ok(m) => m,
+            Err(rejected) => {
+                let _ = tx.send(Message::error(rejected.id, rejected.error)).await;
+                continue;
+            }
+        };
+        match msg {
+            Message::Request(req) if req.method == "initialize" => {
+                if peer.read().await.session.is_some() {
+                    let e = ErrorObject::invalid_request("this session is already initialized");
+                    let _ = tx.send(Message::error(Some(req.id), e)).await;
+                    continue;
+                }
+                let reply = match server.initialize(LOCAL_USER, req.params.as_ref()).await {
+                    Ok((session, result)) => {
+                        // stdout is this session's standalone stream for task notifications.
+                        _standalone = Some(server.streams().register_standalone(&session.id, tx.clone()));
+                        peer.write().await.session = Some(session);
+                        Message::response(req.id, result)
+                    }
+                    Err(e) => Message::error(Some(req.id), e),
+                };
+                let _ = tx.send(reply).await;
+            }
+            Message::Request(req) => {
+                let server = server.clone();
+                let peer = peer.read().await.clone();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    if let Some(reply) = server.handle_request(&peer, req, tx.clone()).await {
+                        let _ = tx.send(reply).await;
+                    }
+                });
+            }
+            Message::Notification(n) => {
+                let p = peer.read().await.clone();
+                server.handle_notification(&p, n).await;
+            }
+            m @ (Message::Response(_) | Message::Error(_)) => {
+                let p = peer.read().await.clone();
+                server.handle_client_response(&p, m).await;
+            }
+        }
+    }
+    drop(_standalone);
+    drop(tx);
+    // Requests still running (a blocked tasks/result, say) hold senders; the client is gone, so give
+    // the writer a moment to flush what is queued and stop.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), writer).await;
+    Ok(())
+}

@@ -1,0 +1,227 @@
+//! Tools as the server offers them: metadata for `tools/list`, a JSON-schema validator for arguments,
+//! the task policy, and the handler that does the work.
+
+use mcp_tasks_engine::{Outcome, TaskContext, TaskHandler};
+use mcp_tasks_protocol::mcp_2025::TaskSupport;
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use thiserror::Error;
+
+/// A tool: what clients see in `tools/list` and the handler that runs when it is called.
+///
+/// ```
+/// use mcp_tasks_server::tool::{Tool, handler_fn, text_result};
+/// use mcp_tasks_protocol::mcp_2025::TaskSupport;
+///
+/// let tool = Tool::new("shout", handler_fn(|_ctx, args| async move {
+///     text_result(args["text"].as_str().unwrap_or("").to_uppercase(), false)
+/// }))
+/// .description("Upper-cases text")
+/// .input_schema(serde_json::json!({"type": "object", "properties": {"text": {"type": "string"}}}))
+/// .task_support(TaskSupport::Optional);
+/// assert_eq!(tool.name, "shout");
+/// ```
+#[derive(Clone)]
+pub struct Tool {
+    /// Unique name.
+    pub name: String,
+    /// Display name.
+    pub title: Option<String>,
+    /// What the tool does (shown to models).
+    pub description: Option<String>,
+    /// JSON Schema of the arguments (root `type: object`).
+    pub input_schema: Value,
+    /// JSON Schema of `structuredContent`, when the tool returns any.
+    pub output_schema: Option<Value>,
+    /// Behaviour hints (`readOnlyHint`, `destructiveHint`, …).
+    pub annotations: Option<Value>,
+    /// Whether the tool runs as a task: never, optionally, or always.
+    pub task_support: TaskSupport,
+    /// Re-run the tool after a crash instead of failing the interrupted task (only for tools that are
+    /// safe to run twice).
+    pub retry_on_restart: bool,
+    /// The work.
+    pub handler: Arc<dyn TaskHandler>,
+}
+
+impl Tool {
+    /// A tool with an empty-object input schema, `forbidden` task support and no description.
+    pub fn new(name: impl Into<String>, handler: Arc<dyn TaskHandler>) -> Tool {
+        Tool {
+            name: name.into(),
+            title: None,
+            description: None,
+            input_schema: json!({"type": "object"}),
+            output_schema: None,
+            annotations: None,
+            task_support: TaskSupport::Forbidden,
+            retry_on_restart: false,
+            handler,
+        }
+    }
+    /// Sets the description.
+    pub fn description(mut self, d: impl Into<String>) -> Self {
+        self.description = Some(d.into());
+        self
+    }
+    /// Sets the display title.
+    pub fn title(mut self, t: impl Into<String>) -> Self {
+        self.title = Some(t.into());
+        self
+    }
+    /// Sets the input schema.
+    pub fn input_schema(mut self, schema: Value) -> Self {
+        self.input_schema = schema;
+        self
+    }
+    /// Sets the output schema.
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = Some(schema);
+        self
+    }
+    /// Sets the task policy.
+    pub fn task_support(mut self, s: TaskSupport) -> Self {
+        self.task_support = s;
+        self
+    }
+    /// Marks the tool safe to re-run after a crash.
+    pub fn retry_on_restart(mut self, yes: bool) -> Self {
+        self.retry_on_restart = yes;
+        self
+    }
+    /// Sets annotations.
+    pub fn annotations(mut self, a: Value) -> Self {
+        self.annotations = Some(a);
+        self
+    }
+}
+
+/// A [`TaskHandler`] from an async closure.
+pub fn handler_fn<F, Fut>(f: F) -> Arc<dyn TaskHandler>
+where
+    F: Fn(TaskContext, Value) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Outcome> + Send + 'static,
+{
+    struct FnHandler<F>(F);
+    #[async_trait::async_trait]
+    impl<F, Fut> TaskHandler for FnHandler<F>
+    where
+        F: Fn(TaskContext, Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Outcome> + Send + 'static,
+    {
+        async fn run(&self, ctx: TaskContext, arguments: Value) -> Outcome {
+            (self.0)(ctx, arguments).await
+        }
+    }
+    Arc::new(FnHandler(f))
+}
+
+/// A `CallToolResult` with one text block.
+pub fn text_result(text: impl Into<String>, is_error: bool) -> Outcome {
+    let mut v = json!({"content": [{"type": "text", "text": text.into()}]});
+    if is_error {
+        v["isError"] = json!(true);
+    }
+    Outcome::Result { value: v, is_error }
+}
+
+/// Why a tool could not be registered.
+#[derive(Debug, Error)]
+pub enum ToolError {
+    /// Two tools share a name.
+    #[error("duplicate tool name `{0}`")]
+    Duplicate(String),
+    /// The input schema is not a usable JSON Schema.
+    #[error("tool `{name}`: invalid input schema: {reason}")]
+    BadSchema {
+        /// Tool name.
+        name: String,
+        /// What the schema compiler said.
+        reason: String,
+    },
+}
+
+/// A tool with its compiled argument validator.
+pub struct RegisteredTool {
+    /// The tool.
+    pub tool: Tool,
+    validator: jsonschema::Validator,
+}
+
+impl RegisteredTool {
+    /// Checks `arguments` against the input schema; on failure, a readable list of what is wrong.
+    pub fn validate(&self, arguments: &Value) -> Result<(), String> {
+        let problems: Vec<String> = self
+            .validator
+            .iter_errors(arguments)
+            .take(5)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                if path.is_empty() { e.to_string() } else { format!("{path}: {e}") }
+            })
+            .collect();
+        if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
+    }
+
+    /// The tool as a `tools/list` entry; `with_execution` adds `execution.taskSupport` (2025-11-25 only).
+    pub fn describe(&self, with_execution: bool) -> Value {
+        let t = &self.tool;
+        let mut m = Map::new();
+        m.insert("name".into(), json!(t.name));
+        if let Some(v) = &t.title {
+            m.insert("title".into(), json!(v));
+        }
+        if let Some(v) = &t.description {
+            m.insert("description".into(), json!(v));
+        }
+        m.insert("inputSchema".into(), t.input_schema.clone());
+        if let Some(v) = &t.output_schema {
+            m.insert("outputSchema".into(), v.clone());
+        }
+        if let Some(v) = &t.annotations {
+            m.insert("annotations".into(), v.clone());
+        }
+        if with_execution {
+            m.insert("execution".into(), json!({"taskSupport": t.task_support.as_str()}));
+        }
+        Value::Object(m)
+    }
+}
+
+/// The tools of a server, in registration order.
+#[derive(Default)]
+pub struct ToolRegistry {
+    tools: Vec<RegisteredTool>,
+    by_name: HashMap<String, usize>,
+}
+
+impl ToolRegistry {
+    /// Adds a tool, compiling its schema.
+    pub fn add(&mut self, tool: Tool) -> Result<(), ToolError> {
+        if self.by_name.contains_key(&tool.name) {
+            return Err(ToolError::Duplicate(tool.name));
+        }
+        if tool.input_schema.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(ToolError::BadSchema { name: tool.name, reason: "the root must have \"type\": \"object\"".into() });
+        }
+        let validator = jsonschema::validator_for(&tool.input_schema)
+            .map_err(|e| ToolError::BadSchema { name: tool.name.clone(), reason: e.to_string() })?;
+        self.by_name.insert(tool.name.clone(), self.tools.len());
+        self.tools.push(RegisteredTool { tool, validator });
+        Ok(())
+    }
+    /// Looks a tool up by name.
+    pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
+        self.by_name.get(name).map(|&i| &self.tools[i])
+    }
+    /// All tools in order.
+    pub fn all(&self) -> &[RegisteredTool] {
+        &self.tools
+    }
+    /// Names, for error messages.
+    pub fn names(&self) -> Vec<&str> {
+        self.tools.iter().map(|t| t.tool.name.as_str()).collect()
+    }
+}

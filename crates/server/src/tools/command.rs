@@ -1,0 +1,384 @@
+//! Command tools: run a program (no shell) with argv templated from the JSON arguments.
+//!
+//! Progress and status come from a line protocol on the program's stdout; those lines are consumed and
+//! not part of the output:
+//!
+//! | line | effect |
+//! |---|---|
+//! | `::progress 3/10 copying files` | progress 3 of 10, with an optional message (`::progress 3` without a total) |
+//! | `::status compressing` | sets the task's status message |
+//! | `::log warning disk almost full` | a log message at that level (debug … emergency) |
+//!
+//! Exit code 0 gives a normal result; any other exit code, a timeout or a failure to start gives a
+//! result with `isError: true`. Cancellation sends SIGTERM to the program's process group and SIGKILL
+//! after the grace period.
+
+use async_trait::async_trait;
+use mcp_tasks_engine::{LogLevel, Outcome, TaskContext, TaskHandler};
+use mcp_tasks_protocol::mcp_2025::TaskSupport;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+use tokio::sync::mpsc;
+
+use crate::tool::Tool;
+
+/// A command tool as written in the config file (`[[tools]]`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandToolSpec {
+    /// Tool name.
+    pub name: String,
+    /// Display title.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Description shown to clients.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The program and its arguments. `{name}` is replaced by the argument `name` (strings as they are,
+    /// other values as JSON); an element that is exactly `{name}` is dropped when the argument is absent
+    /// and expands to one element per item for an array. `{{` and `}}` are literal braces.
+    pub command: Vec<String>,
+    /// JSON Schema of the arguments (default: an object with no constraints).
+    #[serde(default)]
+    pub input_schema: Option<Value>,
+    /// `forbidden`, `optional` (default) or `required`.
+    #[serde(default)]
+    pub task_support: Option<TaskSupport>,
+    /// Working directory (default: the server's).
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// Extra environment variables.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Seconds before the program is stopped and the call fails (default 3600).
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+    /// Seconds between SIGTERM and SIGKILL on cancel or timeout (default 5).
+    #[serde(default)]
+    pub kill_grace_secs: Option<u64>,
+    /// Bytes of stdout and of stderr kept each (default 1 MiB); the rest is dropped and the result says so.
+    #[serde(default)]
+    pub max_output_bytes: Option<usize>,
+    /// Re-run after a server crash instead of failing (only for idempotent commands).
+    #[serde(default)]
+    pub retry_on_restart: bool,
+}
+
+impl CommandToolSpec {
+    /// Builds the tool.
+    pub fn into_tool(self) -> Tool {
+        let mut tool = Tool::new(self.name.clone(), Arc::new(CommandHandler { spec: self.clone() }))
+            .input_schema(self.input_schema.clone().unwrap_or_else(|| json!({"type": "object"})))
+            .task_support(self.task_support.unwrap_or(TaskSupport::Optional))
+            .retry_on_restart(self.retry_on_restart);
+        tool.title = self.title;
+        tool.description = Some(self.description.unwrap_or_else(|| format!("Runs {}", self.command.join(" "))));
+        tool
+    }
+}
+
+/// Expands the argv template. Errors name the template element that could not be filled.
+pub fn expand_argv(template: &[String], args: &Value) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for element in template {
+        if let Some(name) = whole_placeholder(element) {
+            match args.get(name) {
+                None | Some(Value::Null) => {}
+                Some(Value::Array(items)) => out.extend(items.iter().map(scalar)),
+                Some(v) => out.push(scalar(v)),
+            }
+            continue;
+        }
+        out.push(fill(element, args)?);
+    }
+    if out.is_empty() {
+        return Err("the command is empty".into());
+    }
+    Ok(out)
+}
+
+fn whole_placeholder(s: &str) -> Option<&str> {
+    let inner = s.strip_prefix('{')?.strip_suffix('}')?;
+    (!inner.is_empty() && !inner.contains(['{', '}'])).then_some(inner)
+}
+
+fn scalar(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn fill(template: &str, args: &Value) -> Result<String, String> {
+    let mut out = String::new();
+    let mut chars = template.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+                out.push('{');
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+                out.push('}');
+            }
+            '{' => {
+                let name: String = chars.by_ref().take_while(|&c| c != '}').collect();
+                match args.get(&name) {
+                    None | Some(Value::Null) => {}
+                    Some(v) => out.push_str(&scalar(v)),
+                }
+            }
+            '}' => return Err(format!("unmatched '}}' in {template:?}")),
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+struct CommandHandler {
+    spec: CommandToolSpec,
+}
+
+/// Output kept from one stream, bounded.
+#[derive(Default)]
+struct Captured {
+    text: Vec<u8>,
+    dropped: usize,
+}
+
+impl Captured {
+    fn push(&mut self, bytes: &[u8], cap: usize) {
+        let room = cap.saturating_sub(self.text.len());
+        let take = room.min(bytes.len());
+        self.text.extend_from_slice(&bytes[..take]);
+        self.dropped += bytes.len() - take;
+    }
+    fn render(&self) -> String {
+        let mut s = String::from_utf8_lossy(&self.text).into_owned();
+        if self.dropped > 0 {
+            s.push_str(&format!("\n[… {} more bytes not kept]", self.dropped));
+        }
+        s
+    }
+}
+
+enum Directive {
+    Progress(f64, Option<f64>, Option<String>),
+    Status(String),
+    Log(LogLevel, String),
+}
+
+fn parse_directive(line: &str) -> Option<Directive> {
+    let rest = line.strip_prefix("::")?;
+    let (word, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+    let tail = tail.trim();
+    match word {
+        "progress" => {
+            let (nums, msg) = tail.split_once(' ').unwrap_or((tail, ""));
+            let (done, total) = match nums.split_once('/') {
+                Some((d, t)) => (d.parse().ok()?, Some(t.parse().ok()?)),
+                None => (nums.parse().ok()?, None),
+            };
+            let msg = (!msg.trim().is_empty()).then(|| msg.trim().to_string());
+            Some(Directive::Progress(done, total, msg))
+        }
+        "status" if !tail.is_empty() => Some(Directive::Status(tail.to_string())),
+        "log" => {
+            let (level, msg) = tail.split_once(' ').unwrap_or((tail, ""));
+            Some(Directive::Log(LogLevel::parse(level)?, msg.to_string()))
+        }
+        _ => None,
+    }
+}
+
+/// Reads a stream in chunks and sends complete lines (newline stripped), splitting over-long lines.
+async fn read_lines(mut r: impl AsyncRead + Unpin, tx: mpsc::Sender<(bool, Vec<u8>)>, is_stdout: bool) {
+    const MAX_LINE: usize = 64 * 1024;
+    let mut buf = vec![0u8; 8192];
+    let mut line = Vec::new();
+    loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        for &b in &buf[..n] {
+            line.push(b);
+            if b == b'\n' || line.len() >= MAX_LINE {
+                if tx.send((is_stdout, std::mem::take(&mut line))).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    if !line.is_empty() {
+        let _ = tx.send((is_stdout, line)).await;
+    }
+}
+
+fn stop_group(pid: Option<u32>, signal: Signal) {
+    if let Some(pid) = pid {
+        // The child leads its own process group, so this reaches everything it started.
+        let _ = killpg(Pid::from_raw(pid as i32), signal);
+    }
+}
+
+#[async_trait]
+impl TaskHandler for CommandHandler {
+    async fn run(&self, ctx: TaskContext, arguments: Value) -> Outcome {
+        let spec = &self.spec;
+        let argv = match expand_argv(&spec.command, &arguments) {
+            Ok(a) => a,
+            Err(e) => return crate::tool::text_result(format!("{}: cannot build the command line: {e}", spec.name), true),
+        };
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .envs(&spec.env)
+            .env("MCP_TASKS_TOOL", &spec.name)
+            .env("MCP_TASKS_TASK_ID", ctx.task_id().unwrap_or(""));
+        if let Some(dir) = &spec.cwd {
+            cmd.current_dir(dir);
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => return crate::tool::text_result(format!("{}: cannot start {:?}: {e}", spec.name, argv[0]), true),
+        };
+        let pid = child.id();
+        let cap = spec.max_output_bytes.unwrap_or(1024 * 1024);
+        let (tx, mut rx) = mpsc::channel(256);
+        if let Some(out) = child.stdout.take() {
+            tokio::spawn(read_lines(out, tx.clone(), true));
+        }
+        if let Some(err) = child.stderr.take() {
+            tokio::spawn(read_lines(err, tx.clone(), false));
+        }
+        drop(tx);
+        let timeout = Duration::from_secs(spec.timeout_secs.unwrap_or(3600));
+        let grace = Duration::from_secs(spec.kill_grace_secs.unwrap_or(5));
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut stdout = Captured::default();
+        let mut stderr = Captured::default();
+        let mut stopped: Option<&'static str> = None;
+        let mut kill_at: Option<tokio::time::Instant> = None;
+        let mut streams_open = true;
+        let status = loop {
+            let kill_timer = async {
+                match kill_at {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                line = rx.recv(), if streams_open => match line {
+                    Some((true, bytes)) => {
+                        let text = String::from_utf8_lossy(&bytes);
+                        match parse_directive(text.trim_end_matches(['\n', '\r'])) {
+                            Some(Directive::Progress(d, t, m)) => ctx.progress(d, t, m).await,
+                            Some(Directive::Status(s)) => ctx.status(s).await,
+                            Some(Directive::Log(level, m)) => ctx.log(level, json!(m)).await,
+                            None => stdout.push(&bytes, cap),
+                        }
+                    }
+                    Some((false, bytes)) => stderr.push(&bytes, cap),
+                    None => streams_open = false,
+                },
+                status = child.wait() => break status,
+                _ = &mut deadline, if stopped.is_none() => {
+                    stopped = Some("timed out");
+                    stop_group(pid, Signal::SIGTERM);
+                    kill_at = Some(tokio::time::Instant::now() + grace);
+                }
+                _ = ctx.cancelled(), if stopped.is_none() => {
+                    stopped = Some("cancelled");
+                    stop_group(pid, Signal::SIGTERM);
+                    kill_at = Some(tokio::time::Instant::now() + grace);
+                }
+                _ = kill_timer => {
+                    stop_group(pid, Signal::SIGKILL);
+                    kill_at = None;
+                }
+            }
+        };
+        // The program is gone; take what is left in the pipes (bounded by the readers' end of input).
+        while let Ok(Some((is_out, bytes))) = tokio::time::timeout(Duration::from_millis(200), rx.recv()).await {
+            if is_out {
+                let text = String::from_utf8_lossy(&bytes);
+                if parse_directive(text.trim_end_matches(['\n', '\r'])).is_none() {
+                    stdout.push(&bytes, cap);
+                }
+            } else {
+                stderr.push(&bytes, cap);
+            }
+        }
+        // Anything the program left running in its group goes too.
+        stop_group(pid, Signal::SIGKILL);
+        let code = status.as_ref().ok().and_then(|s| s.code());
+        let (is_error, headline) = match (stopped, &status) {
+            (Some(why), _) => (true, format!("{} {why} after {} s", spec.name, timeout.as_secs().min(u64::MAX))),
+            (None, Ok(s)) if s.success() => (false, String::new()),
+            (None, Ok(s)) => (true, format!("{} exited with {}", spec.name, s)),
+            (None, Err(e)) => (true, format!("{}: waiting for the program failed: {e}", spec.name)),
+        };
+        let headline = match stopped {
+            Some("cancelled") => format!("{} was cancelled", spec.name),
+            _ => headline,
+        };
+        let mut content = Vec::new();
+        if !headline.is_empty() {
+            content.push(json!({"type": "text", "text": headline}));
+        }
+        content.push(json!({"type": "text", "text": stdout.render()}));
+        if !stderr.text.is_empty() {
+            content.push(json!({"type": "text", "text": format!("stderr:\n{}", stderr.render())}));
+        }
+        let mut value = json!({
+            "content": content,
+            "structuredContent": {
+                "exitCode": code,
+                "stdout": stdout.render(),
+                "stderr": stderr.render(),
+            },
+        });
+        if is_error {
+            value["isError"] = json!(true);
+        }
+        Outcome::Result { value, is_error }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argv_expands_whole_and_embedded_placeholders() {
+        let t: Vec<String> = ["echo", "{msg}", "--n={n}", "{files}", "{absent}", "{{lit}}"].map(String::from).to_vec();
+        let argv = expand_argv(&t, &json!({"msg": "hi there", "n": 3, "files": ["a", "b"]})).unwrap();
+        assert_eq!(argv, ["echo", "hi there", "--n=3", "a", "b", "{lit}"]);
+    }
+
+    #[test]
+    fn directives_parse() {
+        assert!(matches!(parse_directive("::progress 3/10 copying"), Some(Directive::Progress(d, Some(t), Some(ref m))) if d == 3.0 && t == 10.0 && m == "copying"));
+        assert!(matches!(parse_directive("::progress 4"), Some(Directive::Progress(d, None, None)) if d == 4.0));
+        assert!(matches!(parse_directive("::status packing"), Some(Directive::Status(ref s)) if s == "packing"));
+        assert!(matches!(parse_directive("::log warning low disk"), Some(Directive::Log(LogLevel::Warning, _))));
+        assert!(parse_directive("::progress x/y").is_none());
+        assert!(parse_directive("plain output").is_none());
+    }
+}

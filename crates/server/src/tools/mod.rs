@@ -1,0 +1,3 @@
+//! Tool implementations that come from configuration.
+
+pub mod command;
