@@ -1,0 +1,580 @@
+//! The 2025-11-25 wire over real HTTP on 127.0.0.1: one test per rule, named after it. Every message the
+//! server sends is validated against the official schema by the test client.
+
+mod support;
+
+use mcp_tasks_engine::EngineConfig;
+use mcp_tasks_engine::store::memory::MemoryStore;
+use mcp_tasks_server::ServerConfig;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::{Client, start, start_with};
+
+async fn raw_post(url: &str, headers: &[(&str, &str)], body: &str) -> support::Exchange {
+    let mut rb = reqwest::Client::new().post(url).header("accept", "application/json, text/event-stream").body(body.to_string());
+    for (k, v) in headers {
+        rb = rb.header(*k, *v);
+    }
+    support::read_exchange(rb.send().await.unwrap()).await
+}
+
+// ---- base protocol ----
+
+#[tokio::test]
+async fn malformed_json_is_a_parse_error_without_id() {
+    let s = start(vec![]).await;
+    let ex = raw_post(&s.url, &[("content-type", "application/json")], "{not json").await;
+    assert_eq!(ex.status, 400);
+    assert_eq!(ex.error_code(), -32700);
+    assert!(ex.reply.as_ref().unwrap().get("id").is_none());
+    support::schema::assert_valid("JSONRPCErrorResponse", ex.reply.as_ref().unwrap());
+}
+
+#[tokio::test]
+async fn wrong_jsonrpc_version_is_invalid_request() {
+    let s = start(vec![]).await;
+    let ex = raw_post(&s.url, &[("content-type", "application/json")], r#"{"jsonrpc":"1.0","id":5,"method":"ping"}"#).await;
+    assert_eq!(ex.status, 400);
+    assert_eq!(ex.error_code(), -32600);
+    assert_eq!(ex.reply.as_ref().unwrap()["id"], json!(5));
+    assert!(ex.error()["message"].as_str().unwrap().contains("2.0"));
+}
+
+#[tokio::test]
+async fn unknown_method_is_method_not_found_naming_it() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let ex = c.request("tools/frobnicate", json!({})).await;
+    assert_eq!(ex.error_code(), -32601);
+    assert!(ex.error()["message"].as_str().unwrap().contains("tools/frobnicate"));
+}
+
+#[tokio::test]
+async fn ping_answers_empty_result() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    assert_eq!(c.request("ping", json!({})).await.result(), &json!({}));
+}
+
+#[tokio::test]
+async fn initialize_declares_task_capabilities_for_2025_11_25() {
+    let s = start(vec![]).await;
+    let mut c = Client::new(&s.url);
+    let ex = c
+        .request("initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}))
+        .await;
+    let r = ex.result();
+    assert_eq!(r["protocolVersion"], "2025-11-25");
+    assert_eq!(r["capabilities"]["tasks"], json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}));
+    assert!(c.session.as_ref().is_some_and(|s| s.len() == 32 && s.bytes().all(|b| (0x21..=0x7e).contains(&b))));
+}
+
+#[tokio::test]
+async fn older_versions_are_served_without_tasks() {
+    let s = start(vec![]).await;
+    for v in ["2025-06-18", "2025-03-26"] {
+        let mut c = Client::connect_version(&s.url, v).await;
+        assert_eq!(c.version, v);
+        let tools = c.request("tools/list", json!({})).await.result()["tools"].clone();
+        assert!(tools.as_array().unwrap().iter().all(|t| t.get("execution").is_none()));
+        // The task param is ignored: the call runs normally and returns its result.
+        let ex = c.request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 0}, "task": {}})).await;
+        assert!(ex.result()["content"][0]["text"].as_str().unwrap().contains("finished"));
+        assert_eq!(c.request("tasks/list", json!({})).await.error_code(), -32601);
+    }
+}
+
+#[tokio::test]
+async fn unsupported_requested_version_gets_the_latest() {
+    let s = start(vec![]).await;
+    let c = Client::connect_version(&s.url, "1999-01-01").await;
+    assert_eq!(c.version, "2025-11-25");
+}
+
+#[tokio::test]
+async fn initialize_without_protocol_version_is_invalid_params() {
+    let s = start(vec![]).await;
+    let mut c = Client::new(&s.url);
+    let ex = c.request("initialize", json!({"capabilities": {}})).await;
+    assert_eq!(ex.error_code(), -32602);
+    assert!(ex.error()["message"].as_str().unwrap().contains("protocolVersion"));
+}
+
+#[tokio::test]
+async fn request_without_session_header_is_400() {
+    let s = start(vec![]).await;
+    let ex = raw_post(&s.url, &[("content-type", "application/json")], r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#).await;
+    assert_eq!(ex.status, 400);
+    assert!(ex.error()["message"].as_str().unwrap().contains("Mcp-Session-Id"));
+}
+
+#[tokio::test]
+async fn unknown_or_deleted_session_is_404() {
+    let s = start(vec![]).await;
+    let ex = raw_post(&s.url, &[("mcp-session-id", "nope")], r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).await;
+    assert_eq!(ex.status, 404);
+    let c = Client::connect(&s.url).await;
+    let sid = c.session.clone().unwrap();
+    let del = reqwest::Client::new().delete(&s.url).header("mcp-session-id", &sid).send().await.unwrap();
+    assert_eq!(del.status().as_u16(), 204);
+    let ex = raw_post(&s.url, &[("mcp-session-id", &sid)], r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).await;
+    assert_eq!(ex.status, 404);
+}
+
+#[tokio::test]
+async fn mismatched_or_unknown_protocol_version_header_is_400() {
+    let s = start(vec![]).await;
+    let c = Client::connect(&s.url).await;
+    let sid = c.session.clone().unwrap();
+    for v in ["2025-06-18", "banana"] {
+        let ex = raw_post(&s.url, &[("mcp-session-id", &sid), ("mcp-protocol-version", v)], r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).await;
+        assert_eq!(ex.status, 400, "version header {v}");
+    }
+}
+
+#[tokio::test]
+async fn disallowed_origin_is_403_and_localhost_is_fine() {
+    let s = start(vec![]).await;
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let ex = raw_post(&s.url, &[("origin", "http://evil.example"), ("content-type", "application/json")], init).await;
+    assert_eq!(ex.status, 403);
+    let ex = raw_post(&s.url, &[("origin", "http://localhost:3000"), ("content-type", "application/json")], init).await;
+    assert_eq!(ex.status, 200);
+}
+
+#[tokio::test]
+async fn oversized_body_is_413() {
+    let config = ServerConfig { max_body_bytes: 1024, ..ServerConfig::default() };
+    let s = start_with(Arc::new(MemoryStore::new()), support::fast_engine(), config, vec![]).await;
+    let big = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(4096));
+    let ex = raw_post(&s.url, &[("content-type", "application/json")], &big).await;
+    assert_eq!(ex.status, 413);
+    assert!(ex.error()["message"].as_str().unwrap().contains("1024"));
+}
+
+#[tokio::test]
+async fn notifications_are_accepted_with_202() {
+    let s = start(vec![]).await;
+    let c = Client::connect(&s.url).await;
+    assert_eq!(c.notify("notifications/initialized", json!({})).await, 202);
+}
+
+#[tokio::test]
+async fn tools_list_paginates_with_cursor() {
+    let config = ServerConfig { page_size: 3, ..ServerConfig::default() };
+    let s = start_with(Arc::new(MemoryStore::new()), support::fast_engine(), config, vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let mut names = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let params = match &cursor { Some(cur) => json!({"cursor": cur}), None => json!({}) };
+        let r = c.request("tools/list", params).await.result().clone();
+        names.extend(r["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()));
+        match r.get("nextCursor") {
+            Some(n) => cursor = Some(n.as_str().unwrap().to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(names, ["greet", "slow_compute", "failing_job", "protocol_error_job"]);
+    assert_eq!(c.request("tools/list", json!({"cursor": "zzz"})).await.error_code(), -32602);
+}
+
+#[tokio::test]
+async fn tools_list_shows_task_support_per_tool() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let tools = c.request("tools/list", json!({})).await.result()["tools"].clone();
+    let support: Vec<(String, String)> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["name"].as_str().unwrap().into(), t["execution"]["taskSupport"].as_str().unwrap().into()))
+        .collect();
+    assert!(support.contains(&("greet".into(), "forbidden".into())));
+    assert!(support.contains(&("slow_compute".into(), "optional".into())));
+    assert!(support.contains(&("failing_job".into(), "required".into())));
+}
+
+#[tokio::test]
+async fn invalid_arguments_are_a_tool_error_the_model_can_read() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let ex = c.request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": "soon"}})).await;
+    assert_eq!(ex.result()["isError"], json!(true));
+    let text = ex.result()["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("/seconds") && text.contains("number"), "{text}");
+    let ex = c.request("tools/call", json!({"name": "greet", "arguments": {}})).await;
+    assert!(ex.result()["content"][0]["text"].as_str().unwrap().contains("name"));
+}
+
+#[tokio::test]
+async fn unknown_tool_is_invalid_params_listing_known_tools() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let ex = c.request("tools/call", json!({"name": "gret", "arguments": {}})).await;
+    assert_eq!(ex.error_code(), -32602);
+    assert!(ex.error()["message"].as_str().unwrap().contains("greet"));
+}
+
+#[tokio::test]
+async fn forbidden_tool_called_as_task_is_method_not_found_r8() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let ex = c.request("tools/call", json!({"name": "greet", "arguments": {"name": "x"}, "task": {}})).await;
+    assert_eq!(ex.error_code(), -32601);
+}
+
+#[tokio::test]
+async fn required_tool_called_without_task_is_method_not_found_r10() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let ex = c.request("tools/call", json!({"name": "failing_job", "arguments": {}})).await;
+    assert_eq!(ex.error_code(), -32601);
+}
+
+#[tokio::test]
+async fn optional_tool_without_task_runs_inline_with_progress() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let ex = c
+        .request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 1.2, "label": "inline"}, "_meta": {"progressToken": "inl"}}))
+        .await;
+    assert!(ex.content_type.starts_with("text/event-stream"));
+    assert!(ex.result()["content"][0]["text"].as_str().unwrap().contains("inline"));
+    let progress: Vec<f64> = ex
+        .notifications
+        .iter()
+        .filter(|n| n["method"] == "notifications/progress")
+        .map(|n| {
+            assert_eq!(n["params"]["progressToken"], "inl");
+            n["params"]["progress"].as_f64().unwrap()
+        })
+        .collect();
+    assert!(progress.len() >= 2, "{progress:?}");
+    assert!(progress.windows(2).all(|w| w[0] < w[1]), "progress increases: {progress:?}");
+}
+
+#[tokio::test]
+async fn notifications_cancelled_stops_an_inline_call() {
+    let s = start(vec![]).await;
+    let c = Client::connect(&s.url).await;
+    let body = json!({"jsonrpc": "2.0", "id": 777, "method": "tools/call", "params": {"name": "slow_compute", "arguments": {"seconds": 30}}});
+    let started = Instant::now();
+    let call = tokio::spawn(c.post(body.to_string()).send());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(c.notify("notifications/cancelled", json!({"requestId": 777, "reason": "user pressed stop"})).await, 202);
+    let resp = call.await.unwrap().unwrap();
+    let ex = support::read_exchange(resp).await;
+    assert!(ex.reply.is_none(), "a cancelled request gets no reply");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn set_level_accepts_rfc5424_levels_only() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    assert_eq!(c.request("logging/setLevel", json!({"level": "warning"})).await.result(), &json!({}));
+    let ex = c.request("logging/setLevel", json!({"level": "loud"})).await;
+    assert_eq!(ex.error_code(), -32602);
+    assert!(ex.error()["message"].as_str().unwrap().contains("loud"));
+}
+
+// ---- tasks ----
+
+#[tokio::test]
+async fn create_task_result_is_durable_working_task_with_granted_ttl() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let ex = c.request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 5}, "task": {"ttl": 60000}})).await;
+    let task = &ex.result()["task"];
+    assert_eq!(task["status"], "working");
+    assert_eq!(task["ttl"], 60000);
+    assert!(task["pollInterval"].is_u64());
+    assert_eq!(task["taskId"].as_str().unwrap().len(), 32);
+    assert!(ex.result()["_meta"]["io.modelcontextprotocol/model-immediate-response"].is_string());
+    // Durable before the reply: the store has it.
+    let id = task["taskId"].as_str().unwrap();
+    assert!(matches!(s.server.engine().get(id).await.unwrap(), mcp_tasks_engine::store::Lookup::Found(_)));
+}
+
+#[tokio::test]
+async fn requested_ttl_is_clamped_and_the_real_value_reported_r37_r38() {
+    let engine = EngineConfig { min_ttl_ms: 5_000, max_ttl_ms: Some(120_000), default_ttl_ms: Some(60_000), ..support::fast_engine() };
+    let s = start_with(Arc::new(MemoryStore::new()), engine, ServerConfig::default(), vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    for (asked, granted) in [(json!(1), 5_000), (json!(999_999_999), 120_000), (Value::Null, 60_000)] {
+        let mut task = json!({});
+        if !asked.is_null() {
+            task["ttl"] = asked;
+        }
+        let ex = c.request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 0}, "task": task})).await;
+        assert_eq!(ex.result()["task"]["ttl"], granted);
+    }
+    let ex = c.request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 0}, "task": {"ttl": -5}})).await;
+    assert_eq!(ex.error_code(), -32602);
+}
+
+#[tokio::test]
+async fn tasks_get_of_unknown_id_is_invalid_params_r60() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let ex = c.request("tasks/get", json!({"taskId": "0123456789abcdef0123456789abcdef"})).await;
+    assert_eq!(ex.error_code(), -32602);
+    assert_eq!(ex.error()["message"], "Failed to retrieve task: Task not found");
+    assert_eq!(c.request("tasks/get", json!({})).await.error_code(), -32602);
+}
+
+#[tokio::test]
+async fn tasks_get_ignores_stray_task_param_and_progress_token() {
+    // The TypeScript SDK v1 re-sends `task` and a fresh progress token on tasks/get.
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let task = c.create_task("slow_compute", json!({"seconds": 0})).await;
+    let id = task["taskId"].as_str().unwrap();
+    let ex = c.request("tasks/get", json!({"taskId": id, "task": {"ttl": 1}, "_meta": {"progressToken": 9}})).await;
+    assert_eq!(ex.result()["taskId"], id);
+}
+
+#[tokio::test]
+async fn tasks_result_blocks_until_terminal_and_returns_the_call_result_r26_r30() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let ex = c
+        .request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 2, "label": "L"}, "task": {}, "_meta": {"progressToken": "tok-1"}}))
+        .await;
+    let id = ex.result()["task"]["taskId"].as_str().unwrap().to_string();
+    let started = Instant::now();
+    let ex = c.request("tasks/result", json!({"taskId": id})).await;
+    assert!(started.elapsed() >= Duration::from_millis(1200), "it blocked until the task finished");
+    let r = ex.result();
+    assert!(r["content"][0]["text"].as_str().unwrap().contains("(L)"));
+    assert_eq!(r["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], id);
+    // Progress came on the stream with the original request's token (R48), increasing.
+    let progress: Vec<&Value> = ex.notifications.iter().filter(|n| n["method"] == "notifications/progress").collect();
+    assert!(!progress.is_empty(), "progress on the tasks/result stream: {:?}", ex.notifications);
+    assert!(progress.iter().all(|n| n["params"]["progressToken"] == "tok-1"));
+    let status: Vec<&Value> = ex.notifications.iter().filter(|n| n["method"] == "notifications/tasks/status").collect();
+    assert_eq!(status.last().unwrap()["params"]["status"], "completed");
+    // A second fetch of a terminal task answers at once with the same payload.
+    let again = c.request("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(again.content_type, "application/json");
+    assert_eq!(again.result(), r);
+    let t = c.get_task(&id).await;
+    assert_eq!(t["status"], "completed");
+    assert_eq!((t["progress"].as_f64(), t["progressTotal"].as_f64()), (Some(2.0), Some(2.0)));
+}
+
+#[tokio::test]
+async fn tool_error_result_is_failed_but_result_is_a_success_r29_r64() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let task = c.create_task("failing_job", json!({})).await;
+    let id = task["taskId"].as_str().unwrap();
+    let t = c.wait_terminal(id).await;
+    assert_eq!(t["status"], "failed");
+    assert!(t["statusMessage"].is_string(), "failed tasks say why");
+    let ex = c.request("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(ex.result()["isError"], json!(true));
+}
+
+#[tokio::test]
+async fn jsonrpc_error_outcome_is_failed_and_result_returns_the_error_r29() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let task = c.create_task("protocol_error_job", json!({})).await;
+    let id = task["taskId"].as_str().unwrap();
+    let ex = c.request("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(ex.error_code(), -32603);
+    assert!(ex.error()["message"].as_str().unwrap().contains("on purpose"));
+    assert_eq!(c.get_task(id).await["status"], "failed");
+}
+
+#[tokio::test]
+async fn cancel_moves_to_cancelled_before_answering_and_terminal_cancel_is_invalid_r54_r55() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let task = c.create_task("slow_compute", json!({"seconds": 60})).await;
+    let id = task["taskId"].as_str().unwrap().to_string();
+    let ex = c.request("tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(ex.result()["status"], "cancelled");
+    assert_eq!(c.get_task(&id).await["status"], "cancelled");
+    let ex = c.request("tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(ex.error_code(), -32602);
+    assert_eq!(ex.error()["message"], "Cannot cancel task: already in terminal status 'cancelled'");
+    // Cancelled stays cancelled even though the handler would have completed (R56).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(c.get_task(&id).await["status"], "cancelled");
+    let ex = c.request("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(ex.error_code(), -32603);
+}
+
+#[tokio::test]
+async fn cancel_wakes_a_blocked_tasks_result() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let task = c.create_task("slow_compute", json!({"seconds": 60})).await;
+    let id = task["taskId"].as_str().unwrap().to_string();
+    let body = json!({"jsonrpc": "2.0", "id": 900, "method": "tasks/result", "params": {"taskId": id}});
+    let waiting = tokio::spawn(c.post(body.to_string()).send());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.request("tasks/cancel", json!({"taskId": id})).await;
+    let resp = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("woken").unwrap().unwrap();
+    let ex = support::read_exchange(resp).await;
+    assert_eq!(ex.error_code(), -32603);
+    assert_eq!(ex.error()["data"]["status"], "cancelled");
+}
+
+#[tokio::test]
+async fn cancel_of_completed_task_reports_its_status_r54() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let task = c.create_task("slow_compute", json!({"seconds": 0})).await;
+    let id = task["taskId"].as_str().unwrap();
+    c.wait_terminal(id).await;
+    let ex = c.request("tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(ex.error()["message"], "Cannot cancel task: already in terminal status 'completed'");
+}
+
+#[tokio::test]
+async fn tasks_list_shows_only_this_sessions_tasks_with_pagination_r49_r53() {
+    let config = ServerConfig { page_size: 2, ..ServerConfig::default() };
+    let s = start_with(Arc::new(MemoryStore::new()), support::fast_engine(), config, vec![]).await;
+    let mut a = Client::connect(&s.url).await;
+    let mut b = Client::connect(&s.url).await;
+    let mut mine = Vec::new();
+    for _ in 0..5 {
+        mine.push(a.create_task("slow_compute", json!({"seconds": 0})).await["taskId"].as_str().unwrap().to_string());
+    }
+    let theirs = b.create_task("slow_compute", json!({"seconds": 0})).await["taskId"].as_str().unwrap().to_string();
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let params = match &cursor { Some(cur) => json!({"cursor": cur}), None => json!({}) };
+        let r = a.request("tasks/list", params).await.result().clone();
+        assert!(r["tasks"].as_array().unwrap().len() <= 2);
+        seen.extend(r["tasks"].as_array().unwrap().iter().map(|t| t["taskId"].as_str().unwrap().to_string()));
+        match r.get("nextCursor") {
+            Some(n) => cursor = Some(n.as_str().unwrap().to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, mine);
+    assert!(!seen.contains(&theirs));
+    assert_eq!(a.request("tasks/list", json!({"cursor": "bogus"})).await.error_code(), -32602);
+}
+
+#[tokio::test]
+async fn status_and_progress_notifications_arrive_on_the_get_stream_r44_r48() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let mut stream = c.open_stream().await;
+    let ex = c
+        .request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 1.5}, "task": {}, "_meta": {"progressToken": 42}}))
+        .await;
+    let id = ex.result()["task"]["taskId"].as_str().unwrap().to_string();
+    let mut progress = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let msg = tokio::time::timeout_at(deadline.into(), stream.recv()).await.expect("notifications").unwrap();
+        match msg["method"].as_str().unwrap() {
+            "notifications/progress" => {
+                assert_eq!(msg["params"]["progressToken"], 42);
+                progress.push(msg["params"]["progress"].as_f64().unwrap());
+            }
+            "notifications/tasks/status" => {
+                assert_eq!(msg["params"]["taskId"], id.as_str());
+                assert!(msg["params"].get("_meta").is_none(), "status notifications carry no related-task (R46)");
+                if msg["params"]["status"] == "completed" {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(!progress.is_empty());
+    assert!(progress.windows(2).all(|w| w[0] < w[1]));
+}
+
+#[tokio::test]
+async fn idempotency_key_returns_the_same_task_and_rejects_other_work() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let call = |key: &str, secs: u64, form: &str| {
+        let meta = if form == "ours" { json!({"io.github.mcp-tasks/idempotency-key": key}) } else { json!({"taskId": key}) };
+        json!({"name": "slow_compute", "arguments": {"seconds": secs}, "task": {}, "_meta": meta})
+    };
+    let first = c.request("tools/call", call("k-1", 3, "ours")).await.result()["task"]["taskId"].clone();
+    let again = c.request("tools/call", call("k-1", 3, "ours")).await.result()["task"]["taskId"].clone();
+    assert_eq!(first, again, "a retry returns the same task");
+    let ex = c.request("tools/call", call("k-1", 4, "ours")).await;
+    assert_eq!(ex.error_code(), -32602);
+    assert!(ex.error()["message"].as_str().unwrap().contains("k-1"));
+    let legacy = c.request("tools/call", call("guide-id", 3, "legacy")).await.result()["task"]["taskId"].clone();
+    assert_ne!(legacy, json!("guide-id"), "_meta.taskId is a key, not the task id");
+    let legacy2 = c.request("tools/call", call("guide-id", 3, "legacy")).await.result()["task"]["taskId"].clone();
+    assert_eq!(legacy, legacy2);
+}
+
+#[tokio::test]
+async fn expired_task_answers_expired_then_not_found() {
+    let engine = EngineConfig {
+        min_ttl_ms: 1,
+        finished_grace_ms: 0,
+        tombstone_ms: 1_500,
+        sweep_interval: Duration::from_millis(100),
+        ..support::fast_engine()
+    };
+    let s = start_with(Arc::new(MemoryStore::new()), engine, ServerConfig::default(), vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let ex = c.request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 0}, "task": {"ttl": 200}})).await;
+    let id = ex.result()["task"]["taskId"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let ex = c.request("tasks/get", json!({"taskId": id})).await;
+    assert_eq!(ex.error()["message"], "Failed to retrieve task: Task has expired");
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let ex = c.request("tasks/get", json!({"taskId": id})).await;
+    assert_eq!(ex.error()["message"], "Failed to retrieve task: Task not found");
+}
+
+#[tokio::test]
+async fn running_task_is_never_purged_even_past_ttl() {
+    let engine = EngineConfig { min_ttl_ms: 1, finished_grace_ms: 0, sweep_interval: Duration::from_millis(100), ..support::fast_engine() };
+    let s = start_with(Arc::new(MemoryStore::new()), engine, ServerConfig::default(), vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let ex = c.request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 2}, "task": {"ttl": 100}})).await;
+    let id = ex.result()["task"]["taskId"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(c.get_task(&id).await["status"], "working");
+}
+
+#[tokio::test]
+async fn tasks_methods_need_a_2025_11_25_session() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect_version(&s.url, "2025-06-18").await;
+    let ex = c.request("tasks/get", json!({"taskId": "x"})).await;
+    assert_eq!(ex.error_code(), -32601);
+    assert!(ex.error()["message"].as_str().unwrap().contains("2025-11-25"));
+}
+
+#[tokio::test]
+async fn many_concurrent_task_creations_all_succeed() {
+    let s = start(vec![]).await;
+    let c = Client::connect(&s.url).await;
+    let sid = c.session.clone().unwrap();
+    let mut handles = Vec::new();
+    for i in 0..20 {
+        let url = s.url.clone();
+        let sid = sid.clone();
+        handles.push(tokio::spawn(async move {
+            let body = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "slow_compute", "arguments": {"seconds": 0}, "task": {}}});
+            let ex = raw_post(&url, &[("mcp-session-id", &sid), ("content-type", "application/json")], &body.to_string()).await;
+            ex.result()["task"]["taskId"].as_str().unwrap().to_string()
+        }));
+    }
+    let mut ids = std::collections::HashSet::new();
+    for h in handles {
+        ids.insert(h.await.unwrap());
+    }
+    assert_eq!(ids.len(), 20);
+}

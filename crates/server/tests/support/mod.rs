@@ -1,0 +1,281 @@
+//! Test support shared by the integration tests: an in-process server on 127.0.0.1, an MCP client over
+//! HTTP that validates every message the server sends against the official JSON schema, and helpers.
+#![allow(dead_code)]
+
+pub mod schema;
+
+use futures::StreamExt;
+use mcp_tasks_engine::EngineConfig;
+use mcp_tasks_engine::store::TaskStore;
+use mcp_tasks_engine::store::memory::MemoryStore;
+use mcp_tasks_protocol::jsonrpc::{Message, parse_message};
+use mcp_tasks_server::{Server, ServerConfig, demo};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+/// A server running in this process on an ephemeral loopback port.
+pub struct TestServer {
+    pub server: Arc<Server>,
+    pub url: String,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.server.engine().shutdown();
+    }
+}
+
+/// Engine settings that make tests fast: short sweeps and grace periods.
+pub fn fast_engine() -> EngineConfig {
+    EngineConfig {
+        sweep_interval: Duration::from_millis(200),
+        cancel_grace: Duration::from_secs(2),
+        poll_interval_ms: 200,
+        ..EngineConfig::default()
+    }
+}
+
+/// Starts a server with the demo tools (plus `extra`) on a memory store.
+pub async fn start(extra: Vec<mcp_tasks_server::Tool>) -> TestServer {
+    start_with(Arc::new(MemoryStore::new()), fast_engine(), ServerConfig::default(), extra).await
+}
+
+/// Starts a server with the demo tools (plus `extra`).
+pub async fn start_with(
+    store: Arc<dyn TaskStore>,
+    engine: EngineConfig,
+    config: ServerConfig,
+    extra: Vec<mcp_tasks_server::Tool>,
+) -> TestServer {
+    let mut b = Server::builder(store, engine, config);
+    for t in demo::tools().into_iter().chain(extra) {
+        b = b.tool(t).unwrap();
+    }
+    let server = b.build();
+    server.start().await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let s = server.clone();
+    tokio::spawn(async move {
+        let _ = mcp_tasks_server::http::serve_listener(s, listener, async {
+            let _ = rx.await;
+        })
+        .await;
+    });
+    TestServer { server, url, shutdown: Some(tx) }
+}
+
+/// What one POST produced.
+#[derive(Debug)]
+pub struct Exchange {
+    pub status: u16,
+    pub content_type: String,
+    /// Messages that came before the reply (SSE only).
+    pub notifications: Vec<Value>,
+    /// The reply (absent for 202).
+    pub reply: Option<Value>,
+}
+
+impl Exchange {
+    pub fn result(&self) -> &Value {
+        let r = self.reply.as_ref().expect("no reply");
+        r.get("result").unwrap_or_else(|| panic!("expected a result, got {r}"))
+    }
+    pub fn error(&self) -> &Value {
+        let r = self.reply.as_ref().expect("no reply");
+        r.get("error").unwrap_or_else(|| panic!("expected an error, got {r}"))
+    }
+    pub fn error_code(&self) -> i64 {
+        self.error()["code"].as_i64().unwrap()
+    }
+}
+
+/// An MCP client over Streamable HTTP for tests.
+pub struct Client {
+    pub url: String,
+    pub http: reqwest::Client,
+    pub session: Option<String>,
+    pub version: String,
+    next_id: AtomicI64,
+}
+
+impl Client {
+    pub fn new(url: &str) -> Client {
+        Client {
+            url: url.to_string(),
+            http: reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap(),
+            session: None,
+            version: "2025-11-25".into(),
+            next_id: AtomicI64::new(1),
+        }
+    }
+
+    /// A client that has completed initialize (2025-11-25).
+    pub async fn connect(url: &str) -> Client {
+        Self::connect_version(url, "2025-11-25").await
+    }
+
+    pub async fn connect_version(url: &str, version: &str) -> Client {
+        let mut c = Client::new(url);
+        let ex = c
+            .request(
+                "initialize",
+                json!({"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}),
+            )
+            .await;
+        c.version = ex.result()["protocolVersion"].as_str().unwrap().to_string();
+        c.notify("notifications/initialized", json!({})).await;
+        c
+    }
+
+    fn id(&self) -> i64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn post(&self, body: String) -> reqwest::RequestBuilder {
+        let mut rb = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body);
+        if let Some(s) = &self.session {
+            rb = rb.header("mcp-session-id", s).header("mcp-protocol-version", &self.version);
+        }
+        rb
+    }
+
+    /// Sends a request and collects everything the server sends back, validating each message.
+    pub async fn request(&mut self, method: &str, params: Value) -> Exchange {
+        let id = self.id();
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let resp = self.post(body.to_string()).send().await.unwrap();
+        if let Some(s) = resp.headers().get("mcp-session-id") {
+            self.session = Some(s.to_str().unwrap().to_string());
+        }
+        let ex = read_exchange(resp).await;
+        if let Some(r) = &ex.reply {
+            schema::check_reply(&self.version, method, &params, r);
+            assert_eq!(r["id"], json!(id), "reply id");
+        }
+        for n in &ex.notifications {
+            schema::check_notification(&self.version, n);
+        }
+        ex
+    }
+
+    pub async fn notify(&self, method: &str, params: Value) -> u16 {
+        let body = json!({"jsonrpc": "2.0", "method": method, "params": params});
+        self.post(body.to_string()).send().await.unwrap().status().as_u16()
+    }
+
+    /// Calls a tool as a task and returns the task object.
+    pub async fn create_task(&mut self, tool: &str, args: Value) -> Value {
+        let ex = self.request("tools/call", json!({"name": tool, "arguments": args, "task": {"ttl": 60_000}})).await;
+        ex.result()["task"].clone()
+    }
+
+    pub async fn get_task(&mut self, id: &str) -> Value {
+        self.request("tasks/get", json!({"taskId": id})).await.result().clone()
+    }
+
+    /// Polls tasks/get until the task is terminal (bounded).
+    pub async fn wait_terminal(&mut self, id: &str) -> Value {
+        for _ in 0..200 {
+            let t = self.get_task(id).await;
+            if ["completed", "failed", "cancelled"].contains(&t["status"].as_str().unwrap()) {
+                return t;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("task {id} did not finish in 20 s");
+    }
+
+    /// Opens the GET stream; messages arrive on the returned channel (validated).
+    pub async fn open_stream(&self) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
+        let resp = self
+            .http
+            .get(&self.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", self.session.as_ref().unwrap())
+            .header("mcp-protocol-version", &self.version)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "GET stream");
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let version = self.version.clone();
+        tokio::spawn(async move {
+            let mut body = resp.bytes_stream();
+            let mut buf = String::new();
+            while let Some(Ok(chunk)) = body.next().await {
+                buf.push_str(&String::from_utf8_lossy(&chunk));
+                while let Some(end) = buf.find("\n\n") {
+                    let event = buf[..end].to_string();
+                    buf.drain(..end + 2);
+                    if let Some(v) = sse_data(&event) {
+                        schema::check_notification(&version, &v);
+                        if tx.send(v).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        rx
+    }
+}
+
+/// The JSON in an SSE event's data lines, if any.
+pub fn sse_data(event: &str) -> Option<Value> {
+    let data: Vec<&str> = event
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:").map(|d| d.strip_prefix(' ').unwrap_or(d)))
+        .collect();
+    if data.is_empty() || data.iter().all(|d| d.is_empty()) {
+        return None;
+    }
+    Some(serde_json::from_str(&data.join("\n")).expect("SSE data is JSON"))
+}
+
+pub async fn read_exchange(resp: reqwest::Response) -> Exchange {
+    let status = resp.status().as_u16();
+    let content_type = resp
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    let text = resp.text().await.unwrap();
+    let mut notifications = Vec::new();
+    let mut reply = None;
+    if content_type.starts_with("text/event-stream") {
+        for event in text.split("\n\n") {
+            if let Some(v) = sse_data(event) {
+                assert!(reply.is_none(), "nothing may follow the reply on a POST stream: {v}");
+                if v.get("id").is_some() && (v.get("result").is_some() || v.get("error").is_some()) {
+                    reply = Some(v);
+                } else {
+                    notifications.push(v);
+                }
+            }
+        }
+    } else if !text.is_empty() {
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("body is not JSON ({e}): {text}"));
+        // Parsing it back as a JSON-RPC message checks the framing too.
+        parse_message(text.as_bytes()).unwrap_or_else(|e| panic!("not JSON-RPC: {e:?}"));
+        reply = Some(v);
+    }
+    Exchange { status, content_type, notifications, reply }
+}
+
+/// Keeps a `Message` import used for tests that build raw messages.
+pub fn raw(m: Message) -> String {
+    m.to_json()
+}
