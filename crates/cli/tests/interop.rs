@@ -1,0 +1,67 @@
+//! Interop with the official SDK clients: the TypeScript SDK v1 (`@modelcontextprotocol/sdk`, pinned in
+//! interop/ts/package.json) and the Python SDK v1 (`mcp`, pinned in interop/python/requirements.txt)
+//! run a task tool end to end over Streamable HTTP and over stdio: create, poll, progress, result,
+//! cancel, list. The scripts print one line per check and exit non-zero on any failure.
+//!
+//! Their dependencies are installed by `scripts/test.sh` (the README's test command).
+
+mod common;
+
+use common::{ServerProcess, bin, repo_root};
+use std::path::PathBuf;
+use std::process::Command;
+
+fn run_checks(program: &PathBuf, script: &str, transport: &str, target: &str) {
+    let out = Command::new(program)
+        .arg(script)
+        .args([transport, target])
+        .current_dir(repo_root())
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    let summary = stdout.lines().last().unwrap_or("");
+    assert!(
+        out.status.success() && summary.ends_with(" 0 failed"),
+        "{script} {transport} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+}
+
+fn node() -> PathBuf {
+    let modules = repo_root().join("interop/ts/node_modules/@modelcontextprotocol/sdk");
+    assert!(modules.exists(), "interop/ts/node_modules is missing: run `npm ci --prefix interop/ts` (scripts/test.sh does)");
+    PathBuf::from("node")
+}
+
+fn python() -> PathBuf {
+    let py = repo_root().join("interop/python/.venv/bin/python");
+    assert!(py.exists(), "interop/python/.venv is missing: run scripts/test.sh, which creates it from requirements.txt");
+    py
+}
+
+#[test]
+fn typescript_sdk_v1_client_over_http() {
+    let node = node();
+    let server = ServerProcess::start(&["--demo", "--store", "memory:"]);
+    run_checks(&node, "interop/ts/tasks-interop.mjs", "http", &server.url);
+}
+
+#[test]
+fn typescript_sdk_v1_client_over_stdio() {
+    run_checks(&node(), "interop/ts/tasks-interop.mjs", "stdio", bin().to_str().unwrap());
+}
+
+#[test]
+fn python_sdk_v1_client_over_http() {
+    let py = python();
+    let server = ServerProcess::start(&["--demo", "--store", "memory:"]);
+    run_checks(&py, "interop/python/tasks_interop.py", "http", &server.url);
+}
+
+#[test]
+fn python_sdk_v1_client_over_stdio() {
+    run_checks(&python(), "interop/python/tasks_interop.py", "stdio", bin().to_str().unwrap());
+}
