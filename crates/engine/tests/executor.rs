@@ -1,0 +1,154 @@
+//! The executor end to end on the memory store: handlers run, report, finish, get cancelled, panic, and
+//! are recovered after a simulated crash.
+
+use async_trait::async_trait;
+use mcp_tasks_engine::store::memory::MemoryStore;
+use mcp_tasks_engine::store::{Lookup, TaskStore, testkit};
+use mcp_tasks_engine::{Engine, EngineConfig, EngineError, NewTask, Outcome, TaskContext, TaskHandler, TaskStatus};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+struct Sleepy {
+    ms: u64,
+    obey_cancel: bool,
+}
+
+#[async_trait]
+impl TaskHandler for Sleepy {
+    async fn run(&self, ctx: TaskContext, args: Value) -> Outcome {
+        ctx.progress(1.0, Some(2.0), None).await;
+        if self.obey_cancel {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(self.ms)) => {}
+                _ = ctx.cancelled() => return Outcome::internal_error("stopped"),
+            }
+        } else {
+            tokio::time::sleep(Duration::from_millis(self.ms)).await;
+        }
+        ctx.progress(2.0, Some(2.0), None).await;
+        Outcome::Result { value: json!({"content": [], "echo": args}), is_error: false }
+    }
+}
+
+struct Panics;
+#[async_trait]
+impl TaskHandler for Panics {
+    async fn run(&self, _ctx: TaskContext, _args: Value) -> Outcome {
+        panic!("boom")
+    }
+}
+
+struct Counting(Arc<AtomicUsize>);
+#[async_trait]
+impl TaskHandler for Counting {
+    async fn run(&self, _ctx: TaskContext, _args: Value) -> Outcome {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Outcome::Result { value: json!({"content": []}), is_error: false }
+    }
+}
+
+fn engine(store: Arc<dyn TaskStore>, counter: Arc<AtomicUsize>) -> Arc<Engine> {
+    let config = EngineConfig { cancel_grace: Duration::from_millis(300), ..EngineConfig::default() };
+    Engine::builder(store, config)
+        .handler("sleepy", Arc::new(Sleepy { ms: 200, obey_cancel: true }), false)
+        .handler("long", Arc::new(Sleepy { ms: 60_000, obey_cancel: true }), false)
+        .handler("deaf", Arc::new(Sleepy { ms: 60_000, obey_cancel: false }), false)
+        .handler("panics", Arc::new(Panics), false)
+        .handler("retry", Arc::new(Counting(counter)), true)
+        .build()
+}
+
+#[tokio::test]
+async fn a_task_runs_to_completion_with_progress() {
+    let e = engine(Arc::new(MemoryStore::new()), Default::default());
+    let s = e.submit(NewTask::new("sleepy", json!({"x": 1}))).await.unwrap();
+    assert!(s.created);
+    assert_eq!(s.record.status, TaskStatus::Working);
+    let done = e.wait_terminal(&s.record.id).await.unwrap();
+    assert_eq!(done.status, TaskStatus::Completed);
+    assert_eq!(done.progress, Some(2.0));
+    assert!(matches!(&done.outcome, Some(Outcome::Result { value, .. }) if value["echo"]["x"] == 1));
+    assert_eq!(done.lease_owner, None, "a finished task holds no lease");
+}
+
+#[tokio::test]
+async fn cancel_wins_over_a_later_completion_and_stops_the_handler() {
+    let e = engine(Arc::new(MemoryStore::new()), Default::default());
+    let s = e.submit(NewTask::new("long", json!({}))).await.unwrap();
+    let rec = e.cancel(&s.record.id, Some("test".into())).await.unwrap();
+    assert_eq!(rec.status, TaskStatus::Cancelled);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let Lookup::Found(after) = e.get(&s.record.id).await.unwrap() else { panic!() };
+    assert_eq!(after.status, TaskStatus::Cancelled);
+    assert_eq!(after.outcome, None, "the handler's late outcome is discarded");
+    assert!(matches!(e.cancel(&s.record.id, None).await, Err(EngineError::AlreadyTerminal(_))));
+}
+
+#[tokio::test]
+async fn a_handler_that_ignores_cancel_is_dropped_after_the_grace() {
+    let e = engine(Arc::new(MemoryStore::new()), Default::default());
+    let s = e.submit(NewTask::new("deaf", json!({}))).await.unwrap();
+    e.cancel(&s.record.id, None).await.unwrap();
+    // After the 300 ms grace the runner stops waiting; the per-task topic is released.
+    let released = async {
+        while e.notifier().topic_count() > 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            // Topics are cleaned up on the next publish to them.
+            e.notifier().publish(mcp_tasks_engine::TaskEvent::Created(Arc::new(testkit::record(&s.record.id, "x", 1))));
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(3), released).await.expect("runner let go of the task");
+}
+
+#[tokio::test]
+async fn a_panicking_handler_fails_the_task_with_a_message() {
+    let e = engine(Arc::new(MemoryStore::new()), Default::default());
+    let s = e.submit(NewTask::new("panics", json!({}))).await.unwrap();
+    let done = e.wait_terminal(&s.record.id).await.unwrap();
+    assert_eq!(done.status, TaskStatus::Failed);
+    assert!(done.status_message.unwrap().contains("panicked"));
+}
+
+#[tokio::test]
+async fn unknown_tool_is_refused_before_anything_is_stored() {
+    let e = engine(Arc::new(MemoryStore::new()), Default::default());
+    assert!(matches!(e.submit(NewTask::new("nope", json!({}))).await, Err(EngineError::UnknownTool(_))));
+}
+
+#[tokio::test]
+async fn idempotent_submit_returns_the_first_task() {
+    let e = engine(Arc::new(MemoryStore::new()), Default::default());
+    let mut n = NewTask::new("sleepy", json!({"a": 1}));
+    n.idempotency_key = Some("k".into());
+    let first = e.submit(n.clone()).await.unwrap();
+    let second = e.submit(n.clone()).await.unwrap();
+    assert!(first.created && !second.created);
+    assert_eq!(first.record.id, second.record.id);
+    n.arguments = json!({"a": 2});
+    assert!(matches!(e.submit(n).await, Err(EngineError::Store(_))));
+}
+
+#[tokio::test]
+async fn recovery_fails_interrupted_tasks_and_reruns_retry_safe_ones() {
+    let store: Arc<dyn TaskStore> = Arc::new(MemoryStore::new());
+    // What a crashed run left behind: two unfinished tasks with leases of a dead node.
+    let mut plain = testkit::record("plain", "alice", 1);
+    plain.tool = "sleepy".into();
+    let mut retry = testkit::record("again", "alice", 1);
+    retry.tool = "retry".into();
+    store.create(plain).await.unwrap();
+    store.create(retry).await.unwrap();
+    let counter = Arc::new(AtomicUsize::new(0));
+    let e = engine(store.clone(), counter.clone());
+    assert_eq!(e.start().await.unwrap(), 2);
+    let Lookup::Found(p) = store.get("plain").await.unwrap() else { panic!() };
+    assert_eq!(p.status, TaskStatus::Failed);
+    assert_eq!(p.status_message.as_deref(), Some("interrupted: server restarted before the task finished"));
+    let again = e.wait_terminal("again").await.unwrap();
+    assert_eq!(again.status, TaskStatus::Completed);
+    assert_eq!(again.attempt, 2);
+    assert_eq!(counter.load(Ordering::SeqCst), 1);
+    e.shutdown();
+}
