@@ -7,18 +7,18 @@
 //! cargo run --release -p mcp-tasks-bench -- --tasks 4000 --clients 32
 //! ```
 
-use anyhow::{Context, Result, bail};
+use anyhow::{bail, Context, Result};
 use clap::Parser;
-use mcp_tasks_engine::EngineConfig;
-use mcp_tasks_engine::store::TaskStore;
 use mcp_tasks_engine::store::memory::MemoryStore;
 use mcp_tasks_engine::store::sqlite::SqliteStore;
+use mcp_tasks_engine::store::TaskStore;
+use mcp_tasks_engine::EngineConfig;
 use mcp_tasks_protocol::mcp_2025::TaskSupport;
-use mcp_tasks_server::tool::{Tool, handler_fn, text_result};
+use mcp_tasks_server::tool::{handler_fn, text_result, Tool};
 use mcp_tasks_server::{Server, ServerConfig};
-use serde_json::{Value, json};
-use std::sync::Arc;
+use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Parser, Debug)]
@@ -58,48 +58,91 @@ fn ms(d: Duration) -> f64 {
 }
 
 async fn start_server(store: Arc<dyn TaskStore>) -> Result<(Arc<Server>, String)> {
-    let noop = Tool::new("noop", handler_fn(|_ctx, _args| async move { text_result("ok", false) }))
-        .description("Does nothing, at once.")
-        .task_support(TaskSupport::Optional);
+    let noop = Tool::new(
+        "noop",
+        handler_fn(|_ctx, _args| async move { text_result("ok", false) }),
+    )
+    .description("Does nothing, at once.")
+    .task_support(TaskSupport::Optional);
     let engine = EngineConfig::default();
-    let server = Server::builder(store, engine, ServerConfig::default()).tool(noop)?.build();
+    let server = Server::builder(store, engine, ServerConfig::default())
+        .tool(noop)?
+        .build();
     server.start().await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}/mcp", listener.local_addr()?);
     let s = server.clone();
-    tokio::spawn(async move { mcp_tasks_server::http::serve_listener(s, listener, std::future::pending()).await });
+    tokio::spawn(async move {
+        mcp_tasks_server::http::serve_listener(s, listener, std::future::pending()).await
+    });
     Ok((server, url))
 }
 
-async fn rpc(http: &reqwest::Client, url: &str, session: Option<&str>, id: u64, method: &str, params: Value) -> Result<(Value, Option<String>)> {
+async fn rpc(
+    http: &reqwest::Client,
+    url: &str,
+    session: Option<&str>,
+    id: u64,
+    method: &str,
+    params: Value,
+) -> Result<(Value, Option<String>)> {
     let mut rb = http
         .post(url)
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .json(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
     if let Some(s) = session {
-        rb = rb.header("mcp-session-id", s).header("mcp-protocol-version", "2025-11-25");
+        rb = rb
+            .header("mcp-session-id", s)
+            .header("mcp-protocol-version", "2025-11-25");
     }
     let resp = rb.send().await?;
-    let sid = resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
-    let body: Value = resp.json().await.context("reply is not JSON (the no-op tool should answer within the SSE threshold)")?;
+    let sid = resp
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let body: Value = resp
+        .json()
+        .await
+        .context("reply is not JSON (the no-op tool should answer within the SSE threshold)")?;
     if body.get("error").is_some() {
         bail!("{method} failed: {}", body["error"]);
     }
     Ok((body["result"].clone(), sid))
 }
 
-async fn client(url: String, next: Arc<AtomicUsize>, total: usize, deadline: Instant) -> Result<Sample> {
-    let http = reqwest::Client::builder().pool_max_idle_per_host(4).build()?;
+async fn client(
+    url: String,
+    next: Arc<AtomicUsize>,
+    total: usize,
+    deadline: Instant,
+) -> Result<Sample> {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(4)
+        .build()?;
     let init = json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}});
     let (_, sid) = rpc(&http, &url, None, 0, "initialize", init).await?;
     let sid = sid.context("no session id")?;
-    let mut s = Sample { create: Vec::new(), get: Vec::new(), elapsed: Duration::ZERO, errors: 0 };
+    let mut s = Sample {
+        create: Vec::new(),
+        get: Vec::new(),
+        elapsed: Duration::ZERO,
+        errors: 0,
+    };
     let mut id = 1;
     while next.fetch_add(1, Ordering::Relaxed) < total && Instant::now() < deadline {
         id += 2;
         let t0 = Instant::now();
-        let created = rpc(&http, &url, Some(&sid), id, "tools/call", json!({"name": "noop", "arguments": {}, "task": {}})).await;
+        let created = rpc(
+            &http,
+            &url,
+            Some(&sid),
+            id,
+            "tools/call",
+            json!({"name": "noop", "arguments": {}, "task": {}}),
+        )
+        .await;
         let (created, _) = match created {
             Ok(c) => c,
             Err(_) => {
@@ -108,9 +151,21 @@ async fn client(url: String, next: Arc<AtomicUsize>, total: usize, deadline: Ins
             }
         };
         s.create.push(t0.elapsed());
-        let task_id = created["task"]["taskId"].as_str().unwrap_or_default().to_string();
+        let task_id = created["task"]["taskId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         let t1 = Instant::now();
-        match rpc(&http, &url, Some(&sid), id + 1, "tasks/get", json!({"taskId": task_id})).await {
+        match rpc(
+            &http,
+            &url,
+            Some(&sid),
+            id + 1,
+            "tasks/get",
+            json!({"taskId": task_id}),
+        )
+        .await
+        {
             Ok(_) => s.get.push(t1.elapsed()),
             Err(_) => s.errors += 1,
         }
@@ -131,9 +186,19 @@ async fn run(store_name: &str, args: &Args) -> Result<()> {
     let started = Instant::now();
     let mut handles = Vec::new();
     for _ in 0..args.clients {
-        handles.push(tokio::spawn(client(url.clone(), next.clone(), args.tasks, deadline)));
+        handles.push(tokio::spawn(client(
+            url.clone(),
+            next.clone(),
+            args.tasks,
+            deadline,
+        )));
     }
-    let mut all = Sample { create: Vec::new(), get: Vec::new(), elapsed: Duration::ZERO, errors: 0 };
+    let mut all = Sample {
+        create: Vec::new(),
+        get: Vec::new(),
+        elapsed: Duration::ZERO,
+        errors: 0,
+    };
     for h in handles {
         let s = h.await??;
         all.create.extend(s.create);
@@ -169,10 +234,26 @@ async fn main() -> Result<()> {
     );
     println!(
         "{:<8} {:>7} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7}",
-        "store", "tasks", "clients", "tasks/s", "create p50", "create p99", "get p50", "get p99", "errors"
+        "store",
+        "tasks",
+        "clients",
+        "tasks/s",
+        "create p50",
+        "create p99",
+        "get p50",
+        "get p99",
+        "errors"
     );
-    println!("{:<8} {:>7} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7}", "", "", "", "", "ms", "ms", "ms", "ms", "");
-    for store in args.stores.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+    println!(
+        "{:<8} {:>7} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7}",
+        "", "", "", "", "ms", "ms", "ms", "ms", ""
+    );
+    for store in args
+        .stores
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
         run(store, &args).await?;
     }
     Ok(())

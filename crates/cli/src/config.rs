@@ -1,6 +1,6 @@
 //! The TOML config file of `mcp-tasks serve`.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{bail, Context, Result};
 use mcp_tasks_server::tools::command::CommandToolSpec;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -59,8 +59,10 @@ pub struct TasksSection {
 impl ConfigFile {
     /// Reads and checks a config file.
     pub fn load(path: &Path) -> Result<ConfigFile> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
-        let cfg: ConfigFile = toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        let cfg: ConfigFile = toml::from_str(&text)
+            .with_context(|| format!("invalid config file {}", path.display()))?;
         for t in &cfg.tools {
             if t.command.is_empty() {
                 bail!("{}: tool `{}` has an empty command", path.display(), t.name);
@@ -97,7 +99,10 @@ impl StoreUrl {
         if s == "memory:" || s == "memory" {
             return Ok(StoreUrl::Memory);
         }
-        if let Some(p) = s.strip_prefix("sqlite://").or_else(|| s.strip_prefix("sqlite:")) {
+        if let Some(p) = s
+            .strip_prefix("sqlite://")
+            .or_else(|| s.strip_prefix("sqlite:"))
+        {
             if p.is_empty() {
                 bail!("--store sqlite:// needs a file path, e.g. sqlite://./tasks.db");
             }
@@ -117,8 +122,14 @@ mod tests {
     #[test]
     fn store_urls_parse() {
         assert_eq!(StoreUrl::parse("memory:").unwrap(), StoreUrl::Memory);
-        assert_eq!(StoreUrl::parse("sqlite:///tmp/x.db").unwrap(), StoreUrl::Sqlite("/tmp/x.db".into()));
-        assert_eq!(StoreUrl::parse("sqlite://./x.db").unwrap(), StoreUrl::Sqlite("./x.db".into()));
+        assert_eq!(
+            StoreUrl::parse("sqlite:///tmp/x.db").unwrap(),
+            StoreUrl::Sqlite("/tmp/x.db".into())
+        );
+        assert_eq!(
+            StoreUrl::parse("sqlite://./x.db").unwrap(),
+            StoreUrl::Sqlite("./x.db".into())
+        );
         assert!(StoreUrl::parse("postgres://h/db").is_err());
     }
 

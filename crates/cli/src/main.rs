@@ -4,20 +4,24 @@ mod config;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use mcp_tasks_engine::EngineConfig;
-use mcp_tasks_engine::store::TaskStore;
 use mcp_tasks_engine::store::memory::MemoryStore;
 use mcp_tasks_engine::store::sqlite::SqliteStore;
-use mcp_tasks_server::{Server, ServerConfig, demo, http, stdio};
+use mcp_tasks_engine::store::TaskStore;
+use mcp_tasks_engine::EngineConfig;
+use mcp_tasks_server::{demo, http, stdio, Server, ServerConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use config::{ConfigFile, StoreUrl, default_sqlite_path};
+use config::{default_sqlite_path, ConfigFile, StoreUrl};
 
 #[derive(Parser)]
-#[command(name = "mcp-tasks", version, about = "Durable, long-running MCP tool calls (MCP Tasks)")]
+#[command(
+    name = "mcp-tasks",
+    version,
+    about = "Durable, long-running MCP tool calls (MCP Tasks)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -57,7 +61,9 @@ fn main() -> Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args)),
     }
@@ -78,7 +84,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
             Arc::new(MemoryStore::new())
         }
         StoreUrl::Sqlite(path) => {
-            let s = SqliteStore::open(path).with_context(|| format!("cannot open the task store {}", path.display()))?;
+            let s = SqliteStore::open(path)
+                .with_context(|| format!("cannot open the task store {}", path.display()))?;
             tracing::info!(path = %path.display(), "task store: SQLite");
             Arc::new(s)
         }
@@ -128,18 +135,28 @@ async fn serve(args: ServeArgs) -> Result<()> {
         builder = builder.tool(spec.into_tool())?;
     }
     let server = builder.build();
-    let recovered = server.start().await.context("recovering unfinished tasks failed")?;
+    let recovered = server
+        .start()
+        .await
+        .context("recovering unfinished tasks failed")?;
     if recovered > 0 {
-        tracing::info!(recovered, "recovered tasks left unfinished by a previous run");
+        tracing::info!(
+            recovered,
+            "recovered tasks left unfinished by a previous run"
+        );
     }
     tracing::info!(tools = ?server.tools().names(), "tools registered");
 
     if args.stdio {
-        return stdio::serve(server, tokio::io::stdin(), tokio::io::stdout()).await.context("stdio transport failed");
+        return stdio::serve(server, tokio::io::stdin(), tokio::io::stdout())
+            .await
+            .context("stdio transport failed");
     }
     let addr: SocketAddr = match (args.listen, &file.server.listen) {
         (Some(a), _) => a,
-        (None, Some(s)) => s.parse().with_context(|| format!("invalid [server].listen address {s:?}"))?,
+        (None, Some(s)) => s
+            .parse()
+            .with_context(|| format!("invalid [server].listen address {s:?}"))?,
         (None, None) => "127.0.0.1:8080".parse()?,
     };
     let listener = tokio::net::TcpListener::bind(addr)
@@ -164,10 +181,11 @@ async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => return ctrl_c.await.unwrap_or(()),
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return ctrl_c.await.unwrap_or(()),
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

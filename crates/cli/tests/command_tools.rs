@@ -1,9 +1,9 @@
 //! Command tools from a TOML config, run by the real binary: argv templating, the stdout line protocol
 //! for progress and status, exit codes, timeouts and cancellation of the whole process group.
 
+mod common;
 #[path = "../../server/tests/support/mod.rs"]
 mod support;
-mod common;
 
 use common::ServerProcess;
 use serde_json::json;
@@ -69,13 +69,19 @@ async fn command_tools_behave_as_documented() {
     let ex = c
         .request("tools/call", json!({"name": "echo_args", "arguments": {"first": "a b; rm -rf /", "n": 7, "rest": ["x", "$HOME"]}}))
         .await;
-    let out = ex.result()["structuredContent"]["stdout"].as_str().unwrap().to_string();
+    let out = ex.result()["structuredContent"]["stdout"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert_eq!(out, "[a b; rm -rf /]\n[--n=7]\n[x]\n[$HOME]\n");
     assert_eq!(ex.result()["structuredContent"]["exitCode"], 0);
 
     // Progress and status lines drive the task; they are not part of the output.
     let ex = c
-        .request("tools/call", json!({"name": "steps", "arguments": {}, "task": {}, "_meta": {"progressToken": "st"}}))
+        .request(
+            "tools/call",
+            json!({"name": "steps", "arguments": {}, "task": {}, "_meta": {"progressToken": "st"}}),
+        )
         .await;
     let id = ex.result()["task"]["taskId"].as_str().unwrap().to_string();
     let r = c.request("tasks/result", json!({"taskId": id})).await;
@@ -85,29 +91,62 @@ async fn command_tools_behave_as_documented() {
         .filter(|n| n["method"] == "notifications/progress")
         .map(|n| n["params"]["progress"].as_f64().unwrap())
         .collect();
-    assert!(!progress.is_empty() && progress.windows(2).all(|w| w[0] < w[1]), "{progress:?}");
-    assert!(r.notifications.iter().any(|n| n["params"]["statusMessage"] == "warming up"), "{:?}", r.notifications);
+    assert!(
+        !progress.is_empty() && progress.windows(2).all(|w| w[0] < w[1]),
+        "{progress:?}"
+    );
+    assert!(
+        r.notifications
+            .iter()
+            .any(|n| n["params"]["statusMessage"] == "warming up"),
+        "{:?}",
+        r.notifications
+    );
     let res = r.result();
-    assert_eq!(res["structuredContent"]["stdout"], "step 1\nstep 2\nstep 3\n");
+    assert_eq!(
+        res["structuredContent"]["stdout"],
+        "step 1\nstep 2\nstep 3\n"
+    );
     assert_eq!(res["structuredContent"]["stderr"], "done\n");
     let t = c.get_task(&id).await;
-    assert_eq!((t["progress"].as_f64(), t["progressTotal"].as_f64()), (Some(3.0), Some(3.0)));
+    assert_eq!(
+        (t["progress"].as_f64(), t["progressTotal"].as_f64()),
+        (Some(3.0), Some(3.0))
+    );
 
     // A non-zero exit is a tool error.
-    let ex = c.request("tools/call", json!({"name": "exit3", "arguments": {}})).await;
+    let ex = c
+        .request("tools/call", json!({"name": "exit3", "arguments": {}}))
+        .await;
     assert_eq!(ex.result()["isError"], json!(true));
     assert_eq!(ex.result()["structuredContent"]["exitCode"], 3);
-    assert!(ex.result()["content"][0]["text"].as_str().unwrap().contains("exit status: 3"));
+    assert!(ex.result()["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("exit status: 3"));
 
     // Timeouts stop the program and say so.
-    let ex = c.request("tools/call", json!({"name": "too_slow", "arguments": {}})).await;
+    let ex = c
+        .request("tools/call", json!({"name": "too_slow", "arguments": {}}))
+        .await;
     assert_eq!(ex.result()["isError"], json!(true));
-    assert!(ex.result()["content"][0]["text"].as_str().unwrap().contains("timed out"));
+    assert!(ex.result()["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("timed out"));
 
     // A program that cannot start is a tool error naming it.
-    let ex = c.request("tools/call", json!({"name": "missing_program", "arguments": {}})).await;
+    let ex = c
+        .request(
+            "tools/call",
+            json!({"name": "missing_program", "arguments": {}}),
+        )
+        .await;
     assert_eq!(ex.result()["isError"], json!(true));
-    assert!(ex.result()["content"][0]["text"].as_str().unwrap().contains("/nonexistent/program"));
+    assert!(ex.result()["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("/nonexistent/program"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -116,15 +155,27 @@ async fn cancel_kills_the_whole_process_group_even_when_it_ignores_sigterm() {
     let cfg = config(dir.path());
     let server = ServerProcess::start(&["--store", "memory:", "--config", cfg.to_str().unwrap()]);
     let mut c = Client::connect(&server.url).await;
-    let id = c.create_task("stubborn", json!({})).await["taskId"].as_str().unwrap().to_string();
+    let id = c.create_task("stubborn", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let pidfile = dir.path().join("child.pid");
-    assert!(common::eventually(Duration::from_secs(5), || std::fs::read_to_string(&pidfile).is_ok_and(|s| !s.trim().is_empty())));
-    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    assert!(common::eventually(Duration::from_secs(5), || {
+        std::fs::read_to_string(&pidfile).is_ok_and(|s| !s.trim().is_empty())
+    }));
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     let alive = |pid: i32| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
     assert!(alive(pid));
     let r = c.request("tasks/cancel", json!({"taskId": id})).await;
     assert_eq!(r.result()["status"], "cancelled");
     // SIGTERM is ignored, so SIGKILL follows after the 1 s grace and takes the grandchild with it.
-    assert!(common::eventually(Duration::from_secs(6), || !alive(pid)), "grandchild {pid} still alive");
+    assert!(
+        common::eventually(Duration::from_secs(6), || !alive(pid)),
+        "grandchild {pid} still alive"
+    );
     drop(server);
 }

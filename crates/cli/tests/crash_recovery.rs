@@ -1,9 +1,9 @@
 //! kill -9 the server mid-task, restart it on the same SQLite file: finished results are still there,
 //! the interrupted task is `failed` with its message, and a retry-safe tool runs again.
 
+mod common;
 #[path = "../../server/tests/support/mod.rs"]
 mod support;
-mod common;
 
 use common::ServerProcess;
 use serde_json::json;
@@ -26,17 +26,37 @@ retry_on_restart = true
 "#,
     )
     .unwrap();
-    let args = ["--demo", "--store", store.as_str(), "--config", config.to_str().unwrap()];
+    let args = [
+        "--demo",
+        "--store",
+        store.as_str(),
+        "--config",
+        config.to_str().unwrap(),
+    ];
 
     let server = ServerProcess::start(&args);
     let mut c = Client::connect(&server.url).await;
-    let done = c.create_task("slow_compute", json!({"seconds": 0, "label": "before crash"})).await;
+    let done = c
+        .create_task(
+            "slow_compute",
+            json!({"seconds": 0, "label": "before crash"}),
+        )
+        .await;
     let done_id = done["taskId"].as_str().unwrap().to_string();
     c.wait_terminal(&done_id).await;
-    let failed = c.create_task("failing_job", json!({})).await["taskId"].as_str().unwrap().to_string();
+    let failed = c.create_task("failing_job", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
     c.wait_terminal(&failed).await;
-    let interrupted = c.create_task("slow_compute", json!({"seconds": 120})).await["taskId"].as_str().unwrap().to_string();
-    let retried = c.create_task("retry_safe_sleep", json!({})).await["taskId"].as_str().unwrap().to_string();
+    let interrupted = c.create_task("slow_compute", json!({"seconds": 120})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let retried = c.create_task("retry_safe_sleep", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     server.kill9();
 
@@ -46,14 +66,30 @@ retry_on_restart = true
     let t = c.get_task(&done_id).await;
     assert_eq!(t["status"], "completed");
     let r = c.request("tasks/result", json!({"taskId": done_id})).await;
-    assert!(r.result()["content"][0]["text"].as_str().unwrap().contains("before crash"));
+    assert!(r.result()["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("before crash"));
     assert_eq!(c.get_task(&failed).await["status"], "failed");
-    assert_eq!(c.request("tasks/result", json!({"taskId": failed})).await.result()["isError"], json!(true));
+    assert_eq!(
+        c.request("tasks/result", json!({"taskId": failed}))
+            .await
+            .result()["isError"],
+        json!(true)
+    );
 
     let t = c.get_task(&interrupted).await;
     assert_eq!(t["status"], "failed");
-    assert!(t["statusMessage"].as_str().unwrap().contains("interrupted: server restarted"), "{t}");
-    let r = c.request("tasks/result", json!({"taskId": interrupted})).await;
+    assert!(
+        t["statusMessage"]
+            .as_str()
+            .unwrap()
+            .contains("interrupted: server restarted"),
+        "{t}"
+    );
+    let r = c
+        .request("tasks/result", json!({"taskId": interrupted}))
+        .await;
     assert_eq!(r.error_code(), -32603);
 
     let t = c.wait_terminal(&retried).await;

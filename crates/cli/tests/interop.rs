@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{ServerProcess, bin, repo_root};
+use common::{bin, repo_root, ServerProcess};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -51,7 +51,12 @@ fn typescript_sdk_v1_client_over_http() {
 
 #[test]
 fn typescript_sdk_v1_client_over_stdio() {
-    run_checks(&node(), "interop/ts/tasks-interop.mjs", "stdio", bin().to_str().unwrap());
+    run_checks(
+        &node(),
+        "interop/ts/tasks-interop.mjs",
+        "stdio",
+        bin().to_str().unwrap(),
+    );
 }
 
 #[test]
@@ -63,5 +68,10 @@ fn python_sdk_v1_client_over_http() {
 
 #[test]
 fn python_sdk_v1_client_over_stdio() {
-    run_checks(&python(), "interop/python/tasks_interop.py", "stdio", bin().to_str().unwrap());
+    run_checks(
+        &python(),
+        "interop/python/tasks_interop.py",
+        "stdio",
+        bin().to_str().unwrap(),
+    );
 }

@@ -1,11 +1,11 @@
 //! The stdio transport with the real binary: newline-delimited JSON-RPC, logs on stderr only, and the
 //! full task lifecycle. Every line the server writes is validated against the official schema.
 
+mod common;
 #[path = "../../server/tests/support/mod.rs"]
 mod support;
-mod common;
 
-use serde_json::{Value, json};
+use serde_json::{json, Value};
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
@@ -33,7 +33,18 @@ impl StdioClient {
             .unwrap();
         let stdin = child.stdin.take().unwrap();
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        StdioClient { _child: child, stdin, lines, next_id: 1, notes: Vec::new() }
+        StdioClient {
+            _child: child,
+            stdin,
+            lines,
+            next_id: 1,
+            notes: Vec::new(),
+        }
+    }
+
+    async fn send_bytes(&mut self, bytes: &[u8]) {
+        self.stdin.write_all(bytes).await.unwrap();
+        self.stdin.flush().await.unwrap();
     }
 
     async fn send_raw(&mut self, line: &str) {
@@ -49,13 +60,17 @@ impl StdioClient {
             .unwrap()
             .expect("stdout open");
         // Every stdout line must be exactly one JSON-RPC message (logs go to stderr).
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"))
+        serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"))
     }
 
     async fn request(&mut self, method: &str, params: Value) -> Value {
         let id = self.next_id;
         self.next_id += 1;
-        self.send_raw(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()).await;
+        self.send_raw(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(),
+        )
+        .await;
         loop {
             let m = self.next_message().await;
             if m.get("id") == Some(&json!(id)) {
@@ -75,23 +90,46 @@ async fn stdio_runs_the_whole_task_lifecycle() {
         .request("initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}))
         .await;
     assert!(init["result"]["capabilities"]["tasks"]["requests"]["tools"]["call"].is_object());
-    c.send_raw(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).await;
+    c.send_raw(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .await;
     let tools = c.request("tools/list", json!({})).await;
     assert_eq!(tools["result"]["tools"].as_array().unwrap().len(), 4);
 
     let created = c
         .request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 1.5}, "task": {}, "_meta": {"progressToken": "sp"}}))
         .await;
-    let id = created["result"]["task"]["taskId"].as_str().unwrap().to_string();
+    let id = created["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let result = c.request("tasks/result", json!({"taskId": id})).await;
-    assert!(result["result"]["content"][0]["text"].as_str().unwrap().contains("finished"));
-    let progress: Vec<&Value> = c.notes.iter().filter(|n| n["method"] == "notifications/progress").collect();
+    assert!(result["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("finished"));
+    let progress: Vec<&Value> = c
+        .notes
+        .iter()
+        .filter(|n| n["method"] == "notifications/progress")
+        .collect();
     assert!(!progress.is_empty());
-    assert!(progress.iter().all(|n| n["params"]["progressToken"] == "sp"));
-    assert!(c.notes.iter().any(|n| n["method"] == "notifications/tasks/status" && n["params"]["status"] == "completed"));
+    assert!(progress
+        .iter()
+        .all(|n| n["params"]["progressToken"] == "sp"));
+    assert!(c.notes.iter().any(
+        |n| n["method"] == "notifications/tasks/status" && n["params"]["status"] == "completed"
+    ));
 
-    let long = c.request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 60}, "task": {}})).await;
-    let long_id = long["result"]["task"]["taskId"].as_str().unwrap().to_string();
+    let long = c
+        .request(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 60}, "task": {}}),
+        )
+        .await;
+    let long_id = long["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let cancelled = c.request("tasks/cancel", json!({"taskId": long_id})).await;
     assert_eq!(cancelled["result"]["status"], "cancelled");
     let again = c.request("tasks/cancel", json!({"taskId": long_id})).await;
@@ -99,7 +137,12 @@ async fn stdio_runs_the_whole_task_lifecycle() {
 
     let listed = c.request("tasks/list", json!({})).await;
     assert_eq!(listed["result"]["tasks"].as_array().unwrap().len(), 2);
-    let greet = c.request("tools/call", json!({"name": "greet", "arguments": {"name": "stdio"}})).await;
+    let greet = c
+        .request(
+            "tools/call",
+            json!({"name": "greet", "arguments": {"name": "stdio"}}),
+        )
+        .await;
     assert_eq!(greet["result"]["content"][0]["text"], "Hello, stdio!");
 }
 
@@ -110,9 +153,18 @@ async fn stdio_reports_bad_lines_and_keeps_going() {
     let m = c.next_message().await;
     assert_eq!(m["error"]["code"], -32700);
     assert!(m.get("id").is_none());
-    c.send_raw(r#"{"jsonrpc":"2.0","id":"x","method":"tools/list"}"#).await;
+    c.send_raw(r#"{"jsonrpc":"2.0","id":"x","method":"tools/list"}"#)
+        .await;
     let m = c.next_message().await;
-    assert_eq!(m["error"]["code"], -32600, "requests before initialize are refused: {m}");
+    assert_eq!(
+        m["error"]["code"], -32600,
+        "requests before initialize are refused: {m}"
+    );
+    // Invalid UTF-8 is a parse error for that line only.
+    c.send_bytes(b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"ping\",\"x\":\"\xff\"}\n")
+        .await;
+    let m = c.next_message().await;
+    assert_eq!(m["error"]["code"], -32700);
     let ping = c.request("ping", json!({})).await;
     assert_eq!(ping["result"], json!({}));
 }
@@ -122,9 +174,21 @@ async fn blocked_tasks_result_does_not_hold_up_other_requests() {
     let mut c = StdioClient::spawn().await;
     c.request("initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}))
         .await;
-    let created = c.request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 30}, "task": {}})).await;
-    let id = created["result"]["task"]["taskId"].as_str().unwrap().to_string();
-    c.send_raw(&json!({"jsonrpc": "2.0", "id": 999, "method": "tasks/result", "params": {"taskId": id}}).to_string()).await;
+    let created = c
+        .request(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 30}, "task": {}}),
+        )
+        .await;
+    let id = created["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.send_raw(
+        &json!({"jsonrpc": "2.0", "id": 999, "method": "tasks/result", "params": {"taskId": id}})
+            .to_string(),
+    )
+    .await;
     let started = std::time::Instant::now();
     let ping = c.request("ping", json!({})).await;
     assert_eq!(ping["result"], json!({}));

@@ -32,6 +32,9 @@ pub fn format_rfc3339(ms: u64) -> String {
 mod tests {
     #[test]
     fn formats_rfc3339_millis() {
-        assert_eq!(super::format_rfc3339(1_764_066_600_123), "2025-11-25T10:30:00.123Z");
+        assert_eq!(
+            super::format_rfc3339(1_764_066_600_123),
+            "2025-11-25T10:30:00.123Z"
+        );
     }
 }

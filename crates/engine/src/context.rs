@@ -70,8 +70,16 @@ pub struct TaskContext {
 
 impl TaskContext {
     /// A context that reports to `sink` and is cancelled through `cancel`.
-    pub fn new(task_id: Option<String>, cancel: CancellationToken, sink: Arc<dyn ContextSink>) -> Self {
-        TaskContext { task_id, cancel, sink }
+    pub fn new(
+        task_id: Option<String>,
+        cancel: CancellationToken,
+        sink: Arc<dyn ContextSink>,
+    ) -> Self {
+        TaskContext {
+            task_id,
+            cancel,
+            sink,
+        }
     }
     /// The task id, when the handler runs as a task.
     pub fn task_id(&self) -> Option<&str> {

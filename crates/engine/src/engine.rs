@@ -2,6 +2,7 @@
 //! through the store's compare-and-set, and sweeps expired tasks.
 
 use async_trait::async_trait;
+use dashmap::DashMap;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -130,8 +131,19 @@ pub struct EngineBuilder {
 impl EngineBuilder {
     /// Registers `handler` under `name`. With `retry_on_restart`, a run interrupted by a crash is
     /// started again on recovery instead of failing.
-    pub fn handler(mut self, name: impl Into<String>, handler: Arc<dyn TaskHandler>, retry_on_restart: bool) -> Self {
-        self.handlers.insert(name.into(), Registered { handler, retry_on_restart });
+    pub fn handler(
+        mut self,
+        name: impl Into<String>,
+        handler: Arc<dyn TaskHandler>,
+        retry_on_restart: bool,
+    ) -> Self {
+        self.handlers.insert(
+            name.into(),
+            Registered {
+                handler,
+                retry_on_restart,
+            },
+        );
         self
     }
     /// Uses `notifier` instead of a fresh in-process one.
@@ -147,6 +159,8 @@ impl EngineBuilder {
             config: self.config,
             handlers: self.handlers,
             shutdown: CancellationToken::new(),
+            running: DashMap::new(),
+            order: DashMap::new(),
         })
     }
 }
@@ -158,6 +172,12 @@ pub struct Engine {
     config: EngineConfig,
     handlers: HashMap<String, Registered>,
     shutdown: CancellationToken,
+    /// Tasks whose handler runs in this process (never recovered as orphans by this node).
+    running: DashMap<String, ()>,
+    /// Per-task locks that make "apply a change, then publish it" one step, so events leave in the
+    /// order their changes were committed (a progress report can never be published after the
+    /// cancel that followed it).
+    order: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
 }
 
 /// Digest of a tool call, to tell a retry from different work under the same idempotency key.
@@ -199,7 +219,12 @@ fn fingerprint(tool: &str, arguments: &Value) -> String {
 impl Engine {
     /// Starts building an engine over `store`.
     pub fn builder(store: Arc<dyn TaskStore>, config: EngineConfig) -> EngineBuilder {
-        EngineBuilder { store, notifier: Notifier::new(), config, handlers: HashMap::new() }
+        EngineBuilder {
+            store,
+            notifier: Notifier::new(),
+            config,
+            handlers: HashMap::new(),
+        }
     }
 
     /// The store.
@@ -254,7 +279,12 @@ impl Engine {
         };
         let purged = self.store.purge(policy).await?;
         if purged.tasks + purged.tombstones + purged.sessions > 0 {
-            tracing::debug!(tasks = purged.tasks, tombstones = purged.tombstones, sessions = purged.sessions, "purged");
+            tracing::debug!(
+                tasks = purged.tasks,
+                tombstones = purged.tombstones,
+                sessions = purged.sessions,
+                "purged"
+            );
         }
         self.recover(false).await?;
         Ok(())
@@ -266,9 +296,17 @@ impl Engine {
             .store
             .claim_orphans(&self.config.node_id, now, all, now + self.config.lease_ms)
             .await?;
+        let orphans: Vec<TaskRecord> = orphans
+            .into_iter()
+            .filter(|t| !self.running.contains_key(&t.id))
+            .collect();
         let n = orphans.len();
         for task in orphans {
-            let retry = self.handlers.get(&task.tool).filter(|r| r.retry_on_restart).map(|r| r.handler.clone());
+            let retry = self
+                .handlers
+                .get(&task.tool)
+                .filter(|r| r.retry_on_restart)
+                .map(|r| r.handler.clone());
             match retry {
                 Some(handler) => {
                     let change = TaskChange {
@@ -282,29 +320,32 @@ impl Engine {
                     };
                     let expect = [TaskStatus::Working, TaskStatus::InputRequired];
                     // `working` -> `working` is not a state change, so the CAS expects either status.
-                    match self.store.update(&task.id, &expect, change, now_ms()).await {
+                    match self.apply(&task.id, &expect, change).await {
                         Ok(rec) => {
                             tracing::info!(task = %rec.id, tool = %rec.tool, attempt = rec.attempt, "re-running interrupted task");
-                            self.publish_changed(rec.clone());
                             self.spawn_run(rec, handler);
                         }
-                        Err(e) => tracing::warn!(task = %task.id, error = %e, "could not re-queue interrupted task"),
+                        Err(e) => {
+                            tracing::warn!(task = %task.id, error = %e, "could not re-queue interrupted task")
+                        }
                     }
                 }
                 None => {
-                    let message = "interrupted: server restarted before the task finished".to_string();
+                    let message =
+                        "interrupted: server restarted before the task finished".to_string();
                     let change = TaskChange {
                         status: Some(TaskStatus::Failed),
                         status_message: Some(Some(message.clone())),
                         outcome: Some(Outcome::internal_error(message)),
                         ..Default::default()
                     };
-                    match self.store.update(&task.id, &TaskStatus::ACTIVE, change, now_ms()).await {
+                    match self.apply(&task.id, &TaskStatus::ACTIVE, change).await {
                         Ok(rec) => {
-                            tracing::info!(task = %rec.id, tool = %rec.tool, "failed interrupted task");
-                            self.publish_changed(rec);
+                            tracing::info!(task = %rec.id, tool = %rec.tool, "failed interrupted task")
                         }
-                        Err(e) => tracing::warn!(task = %task.id, error = %e, "could not fail interrupted task"),
+                        Err(e) => {
+                            tracing::warn!(task = %task.id, error = %e, "could not fail interrupted task")
+                        }
                     }
                 }
             }
@@ -312,12 +353,9 @@ impl Engine {
         Ok(n)
     }
 
-    /// Creates a task durably and starts its handler. With an idempotency key that matches an earlier
-    /// call of the same owner, returns that task instead (and starts nothing).
-    pub async fn submit(self: &Arc<Self>, new: NewTask) -> Result<Submitted, EngineError> {
-        let reg = self.handlers.get(&new.tool).ok_or_else(|| EngineError::UnknownTool(new.tool.clone()))?;
+    fn new_record(&self, new: NewTask) -> TaskRecord {
         let now = now_ms();
-        let record = TaskRecord {
+        TaskRecord {
             id: random_id(),
             fingerprint: fingerprint(&new.tool, &new.arguments),
             owner: new.owner,
@@ -340,15 +378,70 @@ impl Engine {
             lease_owner: Some(self.config.node_id.clone()),
             lease_until: Some(now + self.config.lease_ms),
             finished_at: None,
-        };
+        }
+    }
+
+    /// Creates a task durably and starts its handler. With an idempotency key that matches an earlier
+    /// call of the same owner, returns that task instead (and starts nothing).
+    pub async fn submit(self: &Arc<Self>, new: NewTask) -> Result<Submitted, EngineError> {
+        let reg = self
+            .handlers
+            .get(&new.tool)
+            .ok_or_else(|| EngineError::UnknownTool(new.tool.clone()))?;
+        let record = self.new_record(new);
         match self.store.create(record).await? {
             Created::New(rec) => {
                 tracing::info!(task = %rec.id, tool = %rec.tool, owner = %rec.owner, "task created");
-                self.notifier.publish(TaskEvent::Created(Arc::new(rec.clone())));
+                self.notifier
+                    .publish(TaskEvent::Created(Arc::new(rec.clone())));
                 self.spawn_run(rec.clone(), reg.handler.clone());
-                Ok(Submitted { record: rec, created: true })
+                Ok(Submitted {
+                    record: rec,
+                    created: true,
+                })
             }
-            Created::Existing(rec) => Ok(Submitted { record: rec, created: false }),
+            Created::Existing(rec) => Ok(Submitted {
+                record: rec,
+                created: false,
+            }),
+        }
+    }
+
+    /// Creates a task that is finished from the start with `outcome` (for calls that fail before any
+    /// work starts, such as invalid arguments, when the caller asked for a task and must get one).
+    pub async fn submit_finished(
+        &self,
+        new: NewTask,
+        outcome: Outcome,
+    ) -> Result<Submitted, EngineError> {
+        let mut record = self.new_record(new);
+        record.status = outcome.status();
+        record.status_message = match &outcome {
+            Outcome::Result {
+                value,
+                is_error: true,
+            } => Some(error_summary(value)),
+            Outcome::Error { message, .. } => Some(message.clone()),
+            Outcome::Result { .. } => None,
+        };
+        record.outcome = Some(outcome);
+        record.finished_at = Some(record.created_at);
+        record.lease_owner = None;
+        record.lease_until = None;
+        match self.store.create(record).await? {
+            Created::New(rec) => {
+                tracing::info!(task = %rec.id, tool = %rec.tool, owner = %rec.owner, status = %rec.status, "task created finished");
+                self.notifier
+                    .publish(TaskEvent::Created(Arc::new(rec.clone())));
+                Ok(Submitted {
+                    record: rec,
+                    created: true,
+                })
+            }
+            Created::Existing(rec) => Ok(Submitted {
+                record: rec,
+                created: false,
+            }),
         }
     }
 
@@ -358,16 +451,21 @@ impl Engine {
     }
 
     /// Moves a task to `cancelled` (durably, before returning) and tells its handler to stop.
-    pub async fn cancel(&self, id: &str, reason: Option<String>) -> Result<TaskRecord, EngineError> {
+    pub async fn cancel(
+        &self,
+        id: &str,
+        reason: Option<String>,
+    ) -> Result<TaskRecord, EngineError> {
         let change = TaskChange {
             status: Some(TaskStatus::Cancelled),
-            status_message: Some(Some(reason.unwrap_or_else(|| "cancelled at the client's request".into()))),
+            status_message: Some(Some(
+                reason.unwrap_or_else(|| "cancelled at the client's request".into()),
+            )),
             ..Default::default()
         };
-        match self.store.update(id, &TaskStatus::ACTIVE, change, now_ms()).await {
+        match self.apply(id, &TaskStatus::ACTIVE, change).await {
             Ok(rec) => {
                 tracing::info!(task = %rec.id, owner = %rec.owner, "task cancelled");
-                self.publish_changed(rec.clone());
                 Ok(rec)
             }
             Err(UpdateError::NotFound) => Err(EngineError::NotFound),
@@ -391,31 +489,61 @@ impl Engine {
                 match events.recv().await {
                     Ok(TaskEvent::Changed(t)) if t.status.is_terminal() => return Ok((*t).clone()),
                     Ok(_) => continue,
-                    Err(RecvError::Lagged(_)) => break,
-                    Err(RecvError::Closed) => {
-                        events = self.notifier.subscribe_task(id);
-                        break;
-                    }
+                    Err(_) => break, // lagged: re-read the store
                 }
             }
         }
     }
 
-    fn publish_changed(&self, rec: TaskRecord) {
-        self.notifier.publish(TaskEvent::Changed(Arc::new(rec)));
+    /// Applies a change (compare-and-set) and publishes it, in commit order for this task.
+    async fn apply(
+        &self,
+        id: &str,
+        expect: &[TaskStatus],
+        change: TaskChange,
+    ) -> Result<TaskRecord, UpdateError> {
+        let lock = self.order.entry(id.to_string()).or_default().clone();
+        let _held = lock.lock().await;
+        let progress_only =
+            change.status.is_none() && change.status_message.is_none() && change.progress.is_some();
+        let rec = self.store.update(id, expect, change, now_ms()).await?;
+        if !progress_only {
+            self.notifier
+                .publish(TaskEvent::Changed(Arc::new(rec.clone())));
+        }
+        if rec.status.is_terminal() {
+            self.order.remove(id);
+        }
+        Ok(rec)
     }
 
     fn spawn_run(self: &Arc<Self>, rec: TaskRecord, handler: Arc<dyn TaskHandler>) {
+        // Subscribe and mark as running before the task exists, so a cancel that lands at once is seen
+        // and the sweeper never takes this task for an orphan.
+        let events = self.notifier.subscribe_task(&rec.id);
+        self.running.insert(rec.id.clone(), ());
         let engine = self.clone();
-        tokio::spawn(async move { engine.run(rec, handler).await });
+        tokio::spawn(async move {
+            let id = rec.id.clone();
+            engine.clone().run(rec, handler, events).await;
+            engine.running.remove(&id);
+            engine.order.remove(&id);
+        });
     }
 
-    async fn run(self: Arc<Self>, rec: TaskRecord, handler: Arc<dyn TaskHandler>) {
+    async fn run(
+        self: Arc<Self>,
+        rec: TaskRecord,
+        handler: Arc<dyn TaskHandler>,
+        mut events: crate::notifier::TaskSubscription,
+    ) {
         let id = rec.id.clone();
         let cancel = self.shutdown.child_token();
-        // Subscribe before starting, so a cancel that lands at once is still seen.
-        let mut events = self.notifier.subscribe_task(&id);
-        let sink = Arc::new(TaskSink { engine: self.clone(), id: id.clone() });
+        let sink = Arc::new(TaskSink {
+            engine: self.clone(),
+            id: id.clone(),
+            last_progress: std::sync::Mutex::new(rec.progress),
+        });
         let ctx = TaskContext::new(Some(id.clone()), cancel.clone(), sink);
         let arguments = rec.arguments.clone();
         let mut work = tokio::spawn(async move { handler.run(ctx, arguments).await });
@@ -450,7 +578,7 @@ impl Engine {
                             }
                         }
                     }
-                    Err(RecvError::Closed) => events = self.notifier.subscribe_task(&id),
+                    Err(RecvError::Closed) => {}
                 },
                 _ = cancel.cancelled(), if deadline.is_none() => {
                     // Server shutdown: give the handler its grace period, then leave the task to recovery.
@@ -470,6 +598,11 @@ impl Engine {
             }
         };
         let Some(outcome) = outcome else { return };
+        if self.shutdown.is_cancelled() {
+            // The server is stopping: whatever the handler returned after being told to stop is not
+            // the task's result. Leave the task unfinished for recovery on the next start.
+            return;
+        }
         self.finish(&id, outcome).await;
     }
 
@@ -477,14 +610,21 @@ impl Engine {
         let status = outcome.status();
         let message = match &outcome {
             Outcome::Error { message, .. } => Some(Some(message.clone())),
-            Outcome::Result { is_error: true, .. } => Some(Some("the tool reported an error".to_string())),
+            Outcome::Result {
+                value,
+                is_error: true,
+            } => Some(Some(error_summary(value))),
             Outcome::Result { .. } => None,
         };
-        let change = TaskChange { status: Some(status), status_message: message, outcome: Some(outcome), ..Default::default() };
-        match self.store.update(id, &TaskStatus::ACTIVE, change, now_ms()).await {
+        let change = TaskChange {
+            status: Some(status),
+            status_message: message,
+            outcome: Some(outcome),
+            ..Default::default()
+        };
+        match self.apply(id, &TaskStatus::ACTIVE, change).await {
             Ok(rec) => {
                 tracing::info!(task = %rec.id, tool = %rec.tool, owner = %rec.owner, status = %rec.status, "task finished");
-                self.publish_changed(rec);
             }
             Err(UpdateError::Conflict(cur)) => {
                 tracing::debug!(task = %id, status = %cur.status, "task already terminal; result discarded");
@@ -494,38 +634,94 @@ impl Engine {
     }
 }
 
+/// The status message of a task whose result reports a tool error: the start of its first text block.
+fn error_summary(value: &Value) -> String {
+    let text = value
+        .get("content")
+        .and_then(Value::as_array)
+        .and_then(|c| c.iter().find_map(|b| b.get("text").and_then(Value::as_str)))
+        .unwrap_or("the tool reported an error");
+    let mut s: String = text.chars().take(300).collect();
+    if s.len() < text.len() {
+        s.push('…');
+    }
+    s
+}
+
 /// Reports from a running task: into the store, then out through the notifier.
 struct TaskSink {
     engine: Arc<Engine>,
     id: String,
+    /// The last progress value published; progress notifications must strictly increase.
+    last_progress: std::sync::Mutex<Option<f64>>,
 }
 
 #[async_trait]
 impl ContextSink for TaskSink {
     async fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
-        let change = TaskChange { progress: Some((progress, total)), ..Default::default() };
-        match self.engine.store.update(&self.id, &TaskStatus::ACTIVE, change, now_ms()).await {
-            Ok(rec) if rec.progress == Some(progress) => {
-                self.engine.notifier.publish(TaskEvent::Progress { task: Arc::new(rec), message });
+        if !progress.is_finite() {
+            return;
+        }
+        {
+            let last = self.last_progress.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|l| progress <= l) {
+                return;
             }
-            Ok(_) => {} // smaller than before: not progress
+        }
+        let change = TaskChange {
+            progress: Some((progress, total)),
+            ..Default::default()
+        };
+        let lock = self
+            .engine
+            .order
+            .entry(self.id.clone())
+            .or_default()
+            .clone();
+        let _held = lock.lock().await;
+        match self
+            .engine
+            .store
+            .update(&self.id, &TaskStatus::ACTIVE, change, now_ms())
+            .await
+        {
+            Ok(rec) => {
+                *self.last_progress.lock().unwrap_or_else(|p| p.into_inner()) = Some(progress);
+                self.engine.notifier.publish(TaskEvent::Progress {
+                    task: Arc::new(rec),
+                    message,
+                });
+            }
             Err(UpdateError::Conflict(_)) | Err(UpdateError::NotFound) => {}
             Err(e) => tracing::warn!(task = %self.id, error = %e, "progress update failed"),
         }
     }
 
     async fn status(&self, message: String) {
-        let change = TaskChange { status_message: Some(Some(message)), ..Default::default() };
-        match self.engine.store.update(&self.id, &TaskStatus::ACTIVE, change, now_ms()).await {
-            Ok(rec) => self.engine.publish_changed(rec),
-            Err(UpdateError::Conflict(_)) | Err(UpdateError::NotFound) => {}
+        let change = TaskChange {
+            status_message: Some(Some(message)),
+            ..Default::default()
+        };
+        match self
+            .engine
+            .apply(&self.id, &TaskStatus::ACTIVE, change)
+            .await
+        {
+            Ok(_) | Err(UpdateError::Conflict(_)) | Err(UpdateError::NotFound) => {}
             Err(e) => tracing::warn!(task = %self.id, error = %e, "status update failed"),
         }
     }
 
     async fn log(&self, level: LogLevel, logger: Option<String>, data: Value) {
         if let Ok(Lookup::Found(rec)) = self.engine.store.get(&self.id).await {
-            self.engine.notifier.publish(TaskEvent::Log { task: Arc::new(rec), level, logger, data });
+            if !rec.status.is_terminal() {
+                self.engine.notifier.publish(TaskEvent::Log {
+                    task: Arc::new(rec),
+                    level,
+                    logger,
+                    data,
+                });
+            }
         }
     }
 }
@@ -536,19 +732,34 @@ mod tests {
 
     #[test]
     fn ttl_is_clamped_and_defaulted() {
-        let c = EngineConfig { default_ttl_ms: Some(60_000), max_ttl_ms: Some(120_000), min_ttl_ms: 1_000, ..Default::default() };
+        let c = EngineConfig {
+            default_ttl_ms: Some(60_000),
+            max_ttl_ms: Some(120_000),
+            min_ttl_ms: 1_000,
+            ..Default::default()
+        };
         assert_eq!(c.grant_ttl(None), Some(60_000));
         assert_eq!(c.grant_ttl(Some(10)), Some(1_000));
         assert_eq!(c.grant_ttl(Some(10_000_000)), Some(120_000));
-        let unlimited = EngineConfig { default_ttl_ms: None, max_ttl_ms: None, ..c };
+        let unlimited = EngineConfig {
+            default_ttl_ms: None,
+            max_ttl_ms: None,
+            ..c
+        };
         assert_eq!(unlimited.grant_ttl(None), None);
         assert_eq!(unlimited.grant_ttl(Some(5_000)), Some(5_000));
     }
 
     #[test]
     fn fingerprint_ignores_key_order() {
-        let a = fingerprint("t", &serde_json::json!({"a": 1, "b": [1, {"x": 2, "y": 3}]}));
-        let b = fingerprint("t", &serde_json::json!({"b": [1, {"y": 3, "x": 2}], "a": 1}));
+        let a = fingerprint(
+            "t",
+            &serde_json::json!({"a": 1, "b": [1, {"x": 2, "y": 3}]}),
+        );
+        let b = fingerprint(
+            "t",
+            &serde_json::json!({"b": [1, {"y": 3, "x": 2}], "a": 1}),
+        );
         assert_eq!(a, b);
         assert_ne!(a, fingerprint("u", &serde_json::json!({"a": 1})));
     }

@@ -41,4 +41,4 @@ pub use context::{ContextSink, LogLevel, TaskContext};
 pub use engine::{Engine, EngineBuilder, EngineConfig, EngineError, Submitted, TaskHandler};
 pub use ids::random_id;
 pub use model::{NewTask, Outcome, TaskRecord, TaskStatus};
-pub use notifier::{Notifier, TaskEvent};
+pub use notifier::{Notifier, TaskEvent, TaskSubscription};

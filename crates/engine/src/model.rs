@@ -35,7 +35,10 @@ impl TaskStatus {
 
     /// Whether this status is final.
     pub fn is_terminal(self) -> bool {
-        matches!(self, TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled)
+        matches!(
+            self,
+            TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled
+        )
     }
 
     /// Whether the state machine allows moving from `self` to `to`.
@@ -106,7 +109,11 @@ impl Outcome {
     }
     /// An internal error outcome.
     pub fn internal_error(message: impl Into<String>) -> Outcome {
-        Outcome::Error { code: -32603, message: message.into(), data: None }
+        Outcome::Error {
+            code: -32603,
+            message: message.into(),
+            data: None,
+        }
     }
 }
 

@@ -71,7 +71,12 @@ impl Notifier {
     /// A notifier whose all-tasks feed buffers up to 4096 events per slow subscriber.
     pub fn new() -> Notifier {
         let (all, _) = broadcast::channel(4096);
-        Notifier { inner: Arc::new(Inner { all, per_task: DashMap::new() }) }
+        Notifier {
+            inner: Arc::new(Inner {
+                all,
+                per_task: DashMap::new(),
+            }),
+        }
     }
 
     /// Publishes an event to the task's topic and the all-tasks feed.
@@ -83,19 +88,27 @@ impl Notifier {
         }
         if gone {
             // Nobody listens any more: drop the topic unless someone subscribed in between.
-            self.inner.per_task.remove_if(&id, |_, tx| tx.receiver_count() == 0);
+            self.inner
+                .per_task
+                .remove_if(&id, |_, tx| tx.receiver_count() == 0);
         }
         let _ = self.inner.all.send(event);
     }
 
     /// Subscribes to one task's events. Subscribe *before* reading the store, so no change is missed
-    /// between the read and the wait.
-    pub fn subscribe_task(&self, id: &str) -> broadcast::Receiver<TaskEvent> {
-        self.inner
+    /// between the read and the wait. The topic is released when the last subscription is dropped.
+    pub fn subscribe_task(&self, id: &str) -> TaskSubscription {
+        let rx = self
+            .inner
             .per_task
             .entry(id.to_string())
             .or_insert_with(|| broadcast::channel(64).0)
-            .subscribe()
+            .subscribe();
+        TaskSubscription {
+            rx: Some(rx),
+            id: id.to_string(),
+            notifier: self.clone(),
+        }
     }
 
     /// Subscribes to every task's events. A receiver that lags loses the oldest events.
@@ -106,5 +119,32 @@ impl Notifier {
     /// Number of per-task topics currently held (for tests and metrics).
     pub fn topic_count(&self) -> usize {
         self.inner.per_task.len()
+    }
+}
+
+/// A subscription to one task's events; releases the task's topic when the last one is dropped.
+pub struct TaskSubscription {
+    rx: Option<broadcast::Receiver<TaskEvent>>,
+    id: String,
+    notifier: Notifier,
+}
+
+impl TaskSubscription {
+    /// The next event. `Lagged` means events were missed: re-read the store.
+    pub async fn recv(&mut self) -> Result<TaskEvent, broadcast::error::RecvError> {
+        match &mut self.rx {
+            Some(rx) => rx.recv().await,
+            None => Err(broadcast::error::RecvError::Closed),
+        }
+    }
+}
+
+impl Drop for TaskSubscription {
+    fn drop(&mut self) {
+        drop(self.rx.take());
+        self.notifier
+            .inner
+            .per_task
+            .remove_if(&self.id, |_, tx| tx.receiver_count() == 0);
     }
 }

@@ -3,11 +3,13 @@
 
 use async_trait::async_trait;
 use mcp_tasks_engine::store::memory::MemoryStore;
-use mcp_tasks_engine::store::{Lookup, TaskStore, testkit};
-use mcp_tasks_engine::{Engine, EngineConfig, EngineError, NewTask, Outcome, TaskContext, TaskHandler, TaskStatus};
-use serde_json::{Value, json};
-use std::sync::Arc;
+use mcp_tasks_engine::store::{testkit, Lookup, TaskStore};
+use mcp_tasks_engine::{
+    Engine, EngineConfig, EngineError, NewTask, Outcome, TaskContext, TaskHandler, TaskStatus,
+};
+use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 struct Sleepy {
@@ -28,7 +30,10 @@ impl TaskHandler for Sleepy {
             tokio::time::sleep(Duration::from_millis(self.ms)).await;
         }
         ctx.progress(2.0, Some(2.0), None).await;
-        Outcome::Result { value: json!({"content": [], "echo": args}), is_error: false }
+        Outcome::Result {
+            value: json!({"content": [], "echo": args}),
+            is_error: false,
+        }
     }
 }
 
@@ -45,16 +50,43 @@ struct Counting(Arc<AtomicUsize>);
 impl TaskHandler for Counting {
     async fn run(&self, _ctx: TaskContext, _args: Value) -> Outcome {
         self.0.fetch_add(1, Ordering::SeqCst);
-        Outcome::Result { value: json!({"content": []}), is_error: false }
+        Outcome::Result {
+            value: json!({"content": []}),
+            is_error: false,
+        }
     }
 }
 
 fn engine(store: Arc<dyn TaskStore>, counter: Arc<AtomicUsize>) -> Arc<Engine> {
-    let config = EngineConfig { cancel_grace: Duration::from_millis(300), ..EngineConfig::default() };
+    let config = EngineConfig {
+        cancel_grace: Duration::from_millis(300),
+        ..EngineConfig::default()
+    };
     Engine::builder(store, config)
-        .handler("sleepy", Arc::new(Sleepy { ms: 200, obey_cancel: true }), false)
-        .handler("long", Arc::new(Sleepy { ms: 60_000, obey_cancel: true }), false)
-        .handler("deaf", Arc::new(Sleepy { ms: 60_000, obey_cancel: false }), false)
+        .handler(
+            "sleepy",
+            Arc::new(Sleepy {
+                ms: 200,
+                obey_cancel: true,
+            }),
+            false,
+        )
+        .handler(
+            "long",
+            Arc::new(Sleepy {
+                ms: 60_000,
+                obey_cancel: true,
+            }),
+            false,
+        )
+        .handler(
+            "deaf",
+            Arc::new(Sleepy {
+                ms: 60_000,
+                obey_cancel: false,
+            }),
+            false,
+        )
         .handler("panics", Arc::new(Panics), false)
         .handler("retry", Arc::new(Counting(counter)), true)
         .build()
@@ -63,13 +95,18 @@ fn engine(store: Arc<dyn TaskStore>, counter: Arc<AtomicUsize>) -> Arc<Engine> {
 #[tokio::test]
 async fn a_task_runs_to_completion_with_progress() {
     let e = engine(Arc::new(MemoryStore::new()), Default::default());
-    let s = e.submit(NewTask::new("sleepy", json!({"x": 1}))).await.unwrap();
+    let s = e
+        .submit(NewTask::new("sleepy", json!({"x": 1})))
+        .await
+        .unwrap();
     assert!(s.created);
     assert_eq!(s.record.status, TaskStatus::Working);
     let done = e.wait_terminal(&s.record.id).await.unwrap();
     assert_eq!(done.status, TaskStatus::Completed);
     assert_eq!(done.progress, Some(2.0));
-    assert!(matches!(&done.outcome, Some(Outcome::Result { value, .. }) if value["echo"]["x"] == 1));
+    assert!(
+        matches!(&done.outcome, Some(Outcome::Result { value, .. }) if value["echo"]["x"] == 1)
+    );
     assert_eq!(done.lease_owner, None, "a finished task holds no lease");
 }
 
@@ -80,26 +117,66 @@ async fn cancel_wins_over_a_later_completion_and_stops_the_handler() {
     let rec = e.cancel(&s.record.id, Some("test".into())).await.unwrap();
     assert_eq!(rec.status, TaskStatus::Cancelled);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let Lookup::Found(after) = e.get(&s.record.id).await.unwrap() else { panic!() };
+    let Lookup::Found(after) = e.get(&s.record.id).await.unwrap() else {
+        panic!()
+    };
     assert_eq!(after.status, TaskStatus::Cancelled);
-    assert_eq!(after.outcome, None, "the handler's late outcome is discarded");
-    assert!(matches!(e.cancel(&s.record.id, None).await, Err(EngineError::AlreadyTerminal(_))));
+    assert_eq!(
+        after.outcome, None,
+        "the handler's late outcome is discarded"
+    );
+    assert!(matches!(
+        e.cancel(&s.record.id, None).await,
+        Err(EngineError::AlreadyTerminal(_))
+    ));
 }
 
 #[tokio::test]
 async fn a_handler_that_ignores_cancel_is_dropped_after_the_grace() {
     let e = engine(Arc::new(MemoryStore::new()), Default::default());
     let s = e.submit(NewTask::new("deaf", json!({}))).await.unwrap();
+    assert_eq!(
+        e.notifier().topic_count(),
+        1,
+        "the runner listens on the task's topic"
+    );
     e.cancel(&s.record.id, None).await.unwrap();
-    // After the 300 ms grace the runner stops waiting; the per-task topic is released.
+    // After the 300 ms grace the runner stops waiting for the handler and lets go of the topic.
     let released = async {
         while e.notifier().topic_count() > 0 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            // Topics are cleaned up on the next publish to them.
-            e.notifier().publish(mcp_tasks_engine::TaskEvent::Created(Arc::new(testkit::record(&s.record.id, "x", 1))));
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
-    tokio::time::timeout(Duration::from_secs(3), released).await.expect("runner let go of the task");
+    tokio::time::timeout(Duration::from_secs(3), released)
+        .await
+        .expect("runner let go of the task");
+}
+
+#[tokio::test]
+async fn finished_tasks_leave_no_topics_behind() {
+    let e = engine(Arc::new(MemoryStore::new()), Default::default());
+    for _ in 0..5 {
+        let s = e.submit(NewTask::new("sleepy", json!({}))).await.unwrap();
+        e.wait_terminal(&s.record.id).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(e.notifier().topic_count(), 0);
+}
+
+#[tokio::test]
+async fn submit_finished_stores_a_terminal_task_without_running_anything() {
+    let e = engine(Arc::new(MemoryStore::new()), Default::default());
+    let outcome = Outcome::Result {
+        value: json!({"content": [{"type": "text", "text": "bad args"}], "isError": true}),
+        is_error: true,
+    };
+    let s = e
+        .submit_finished(NewTask::new("long", json!({})), outcome)
+        .await
+        .unwrap();
+    assert_eq!(s.record.status, TaskStatus::Completed);
+    assert_eq!(s.record.status_message.as_deref(), Some("bad args"));
+    assert_eq!(e.wait_terminal(&s.record.id).await.unwrap().id, s.record.id);
 }
 
 #[tokio::test]
@@ -114,7 +191,10 @@ async fn a_panicking_handler_fails_the_task_with_a_message() {
 #[tokio::test]
 async fn unknown_tool_is_refused_before_anything_is_stored() {
     let e = engine(Arc::new(MemoryStore::new()), Default::default());
-    assert!(matches!(e.submit(NewTask::new("nope", json!({}))).await, Err(EngineError::UnknownTool(_))));
+    assert!(matches!(
+        e.submit(NewTask::new("nope", json!({}))).await,
+        Err(EngineError::UnknownTool(_))
+    ));
 }
 
 #[tokio::test]
@@ -143,9 +223,14 @@ async fn recovery_fails_interrupted_tasks_and_reruns_retry_safe_ones() {
     let counter = Arc::new(AtomicUsize::new(0));
     let e = engine(store.clone(), counter.clone());
     assert_eq!(e.start().await.unwrap(), 2);
-    let Lookup::Found(p) = store.get("plain").await.unwrap() else { panic!() };
+    let Lookup::Found(p) = store.get("plain").await.unwrap() else {
+        panic!()
+    };
     assert_eq!(p.status, TaskStatus::Failed);
-    assert_eq!(p.status_message.as_deref(), Some("interrupted: server restarted before the task finished"));
+    assert_eq!(
+        p.status_message.as_deref(),
+        Some("interrupted: server restarted before the task finished")
+    );
     let again = e.wait_terminal("again").await.unwrap();
     assert_eq!(again.status, TaskStatus::Completed);
     assert_eq!(again.attempt, 2);

@@ -4,7 +4,7 @@
 
 use mcp_tasks_engine::store::memory::MemoryStore;
 use mcp_tasks_engine::store::sqlite::SqliteStore;
-use mcp_tasks_engine::store::{TaskChange, TaskStore, UpdateError, testkit};
+use mcp_tasks_engine::store::{testkit, TaskChange, TaskStore, UpdateError};
 use mcp_tasks_engine::{Outcome, TaskStatus};
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -34,23 +34,61 @@ fn event() -> impl Strategy<Value = Event> {
 fn as_change(e: &Event) -> (Vec<TaskStatus>, TaskChange) {
     let active = TaskStatus::ACTIVE.to_vec();
     match e {
-        Event::Progress(p) => (active, TaskChange { progress: Some((*p as f64, Some(100.0))), ..Default::default() }),
-        Event::NeedInput => (vec![TaskStatus::Working], TaskChange { status: Some(TaskStatus::InputRequired), ..Default::default() }),
-        Event::InputAnswered => (vec![TaskStatus::InputRequired], TaskChange { status: Some(TaskStatus::Working), ..Default::default() }),
+        Event::Progress(p) => (
+            active,
+            TaskChange {
+                progress: Some((*p as f64, Some(100.0))),
+                ..Default::default()
+            },
+        ),
+        Event::NeedInput => (
+            vec![TaskStatus::Working],
+            TaskChange {
+                status: Some(TaskStatus::InputRequired),
+                ..Default::default()
+            },
+        ),
+        Event::InputAnswered => (
+            vec![TaskStatus::InputRequired],
+            TaskChange {
+                status: Some(TaskStatus::Working),
+                ..Default::default()
+            },
+        ),
         Event::Complete => (
             active,
             TaskChange {
                 status: Some(TaskStatus::Completed),
-                outcome: Some(Outcome::Result { value: serde_json::json!({"content": []}), is_error: false }),
+                outcome: Some(Outcome::Result {
+                    value: serde_json::json!({"content": []}),
+                    is_error: false,
+                }),
                 ..Default::default()
             },
         ),
-        Event::Fail => (active, TaskChange { status: Some(TaskStatus::Failed), outcome: Some(Outcome::internal_error("x")), ..Default::default() }),
-        Event::Cancel => (active, TaskChange { status: Some(TaskStatus::Cancelled), ..Default::default() }),
+        Event::Fail => (
+            active,
+            TaskChange {
+                status: Some(TaskStatus::Failed),
+                outcome: Some(Outcome::internal_error("x")),
+                ..Default::default()
+            },
+        ),
+        Event::Cancel => (
+            active,
+            TaskChange {
+                status: Some(TaskStatus::Cancelled),
+                ..Default::default()
+            },
+        ),
     }
 }
 
-async fn check_sequence(store: Arc<dyn TaskStore>, id: &str, events: &[Event]) -> Result<(), TestCaseError> {
+async fn check_sequence(
+    store: Arc<dyn TaskStore>,
+    id: &str,
+    events: &[Event],
+) -> Result<(), TestCaseError> {
     store.create(testkit::record(id, "alice", 1)).await.unwrap();
     let mut first_terminal: Option<TaskStatus> = None;
     let mut max_progress: Option<f64> = None;
@@ -60,7 +98,11 @@ async fn check_sequence(store: Arc<dyn TaskStore>, id: &str, events: &[Event]) -
         let wanted = change.status;
         match store.update(id, &expect, change, 10 + i as u64).await {
             Ok(rec) => {
-                prop_assert!(!status.is_terminal(), "changed after terminal: {status} -> {}", rec.status);
+                prop_assert!(
+                    !status.is_terminal(),
+                    "changed after terminal: {status} -> {}",
+                    rec.status
+                );
                 if let Some(w) = wanted {
                     prop_assert!(status.can_become(w), "illegal transition {status} -> {w}");
                 }
@@ -74,7 +116,11 @@ async fn check_sequence(store: Arc<dyn TaskStore>, id: &str, events: &[Event]) -
                 }
             }
             Err(UpdateError::Conflict(cur)) => {
-                prop_assert_eq!(cur.status, status, "a rejected change reports the current state");
+                prop_assert_eq!(
+                    cur.status,
+                    status,
+                    "a rejected change reports the current state"
+                );
                 prop_assert!(!expect.contains(&status));
             }
             Err(e) => return Err(TestCaseError::fail(format!("store error {e}"))),

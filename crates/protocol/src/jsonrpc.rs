@@ -1,7 +1,7 @@
 //! JSON-RPC 2.0 framing: parsing with precise error reports, and building replies.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{json, Map, Value};
 use std::fmt;
 
 use crate::error_codes;
@@ -57,7 +57,11 @@ pub struct ErrorObject {
 impl ErrorObject {
     /// An error with a code and message and no data.
     pub fn new(code: i64, message: impl Into<String>) -> Self {
-        ErrorObject { code, message: message.into(), data: None }
+        ErrorObject {
+            code,
+            message: message.into(),
+            data: None,
+        }
     }
     /// Attaches `data`.
     pub fn with_data(mut self, data: Value) -> Self {
@@ -70,11 +74,17 @@ impl ErrorObject {
     }
     /// -32600: JSON, but not a valid JSON-RPC message.
     pub fn invalid_request(detail: impl fmt::Display) -> Self {
-        Self::new(error_codes::INVALID_REQUEST, format!("Invalid request: {detail}"))
+        Self::new(
+            error_codes::INVALID_REQUEST,
+            format!("Invalid request: {detail}"),
+        )
     }
     /// -32601 for a method this server does not serve.
     pub fn method_not_found(method: &str) -> Self {
-        Self::new(error_codes::METHOD_NOT_FOUND, format!("Method not found: {method}"))
+        Self::new(
+            error_codes::METHOD_NOT_FOUND,
+            format!("Method not found: {method}"),
+        )
     }
     /// -32602 with a message saying which parameter was wrong.
     pub fn invalid_params(detail: impl Into<String>) -> Self {
@@ -201,7 +211,10 @@ pub fn message_from_value(value: Value) -> Result<Message, Rejected> {
             }
         },
     };
-    let reject = |msg: String| Rejected { id: id.clone(), error: ErrorObject::invalid_request(msg) };
+    let reject = |msg: String| Rejected {
+        id: id.clone(),
+        error: ErrorObject::invalid_request(msg),
+    };
     match obj.get("jsonrpc") {
         Some(Value::String(s)) if s == "2.0" => {}
         Some(v) => return Err(reject(format!("\"jsonrpc\" must be \"2.0\", got {v}"))),
@@ -235,8 +248,13 @@ pub fn message_from_value(value: Value) -> Result<Message, Rejected> {
                 .map_err(|e| reject(format!("malformed \"error\" object: {e}")))?;
             Ok(Message::Error(ErrorResponse { id, error }))
         }
-        (Some(_), Some(_)) => Err(reject("a response cannot have both \"result\" and \"error\"".into())),
-        (None, None) => Err(reject("expected \"method\" (request or notification) or \"result\"/\"error\" (response)".into())),
+        (Some(_), Some(_)) => Err(reject(
+            "a response cannot have both \"result\" and \"error\"".into(),
+        )),
+        (None, None) => Err(reject(
+            "expected \"method\" (request or notification) or \"result\"/\"error\" (response)"
+                .into(),
+        )),
     }
 }
 
@@ -262,7 +280,10 @@ impl Message {
     }
     /// A notification.
     pub fn notification(method: impl Into<String>, params: Value) -> Message {
-        Message::Notification(Notification { method: method.into(), params: Some(params) })
+        Message::Notification(Notification {
+            method: method.into(),
+            params: Some(params),
+        })
     }
     /// A reply to `id`: a response or an error response.
     pub fn reply(id: RequestId, result: Result<Value, ErrorObject>) -> Message {
@@ -298,7 +319,10 @@ impl Message {
                 if let Some(id) = &e.id {
                     m.insert("id".into(), id.to_value());
                 }
-                m.insert("error".into(), serde_json::to_value(&e.error).unwrap_or(Value::Null));
+                m.insert(
+                    "error".into(),
+                    serde_json::to_value(&e.error).unwrap_or(Value::Null),
+                );
             }
         }
         Value::Object(m)

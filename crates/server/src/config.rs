@@ -48,10 +48,14 @@ impl ServerConfig {
                 return true;
             }
             if allowed == "localhost" {
-                let rest = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"));
+                let rest = origin
+                    .strip_prefix("http://")
+                    .or_else(|| origin.strip_prefix("https://"));
                 if let Some(rest) = rest {
                     let host = if rest.starts_with('[') {
-                        rest.split_once(']').map(|(h, _)| format!("{h}]")).unwrap_or_default()
+                        rest.split_once(']')
+                            .map(|(h, _)| format!("{h}]"))
+                            .unwrap_or_default()
                     } else {
                         rest.split(':').next().unwrap_or("").to_string()
                     };

@@ -5,7 +5,7 @@ use mcp_tasks_protocol::mcp_2025::TaskSupport;
 use serde_json::json;
 use std::time::Duration;
 
-use crate::tool::{Tool, handler_fn, text_result};
+use crate::tool::{handler_fn, text_result, Tool};
 
 /// All demo tools.
 pub fn tools() -> Vec<Tool> {
@@ -74,7 +74,10 @@ pub fn failing_job() -> Tool {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                 _ = ctx.cancelled() => {}
             }
-            text_result("failing_job failed on purpose: the demo job always reports an error", true)
+            text_result(
+                "failing_job failed on purpose: the demo job always reports an error",
+                true,
+            )
         }),
     )
     .description("Always fails with a tool error after about one second. Task only.")

@@ -4,19 +4,20 @@
 use async_trait::async_trait;
 use mcp_tasks_engine::store::{ListQuery, Lookup, StoreError};
 use mcp_tasks_engine::{
-    ContextSink, EngineError, LogLevel, NewTask, Outcome, TaskContext, TaskEvent, TaskRecord, TaskStatus,
+    ContextSink, EngineError, LogLevel, NewTask, Outcome, TaskContext, TaskEvent, TaskRecord,
+    TaskStatus,
 };
 use mcp_tasks_protocol::jsonrpc::{ErrorObject, Message, Request};
 use mcp_tasks_protocol::mcp_2025::TaskSupport;
 use mcp_tasks_protocol::{error_codes, meta, version};
-use serde_json::{Map, Value, json};
+use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::render_2025;
 use crate::router::StreamSender;
 use crate::session::{Session, SessionData};
-use crate::{ANONYMOUS, Peer, Server};
+use crate::{Peer, Server, ANONYMOUS};
 
 /// The era label stored on tasks created through this wire.
 pub(crate) const ERA: &str = version::V2025_11_25;
@@ -30,7 +31,10 @@ fn params_object(req: &Request) -> Result<Map<String, Value>, ErrorObject> {
     match &req.params {
         None => Ok(Map::new()),
         Some(Value::Object(m)) => Ok(m.clone()),
-        Some(_) => Err(ErrorObject::invalid_params(format!("{}: params must be an object", req.method))),
+        Some(_) => Err(ErrorObject::invalid_params(format!(
+            "{}: params must be an object",
+            req.method
+        ))),
     }
 }
 
@@ -46,12 +50,22 @@ pub(crate) async fn initialize(
     let requested = params
         .get("protocolVersion")
         .and_then(Value::as_str)
-        .ok_or_else(|| ErrorObject::invalid_params("initialize: missing string \"protocolVersion\""))?;
-    let capabilities = params.get("capabilities").cloned().unwrap_or_else(|| json!({}));
+        .ok_or_else(|| {
+            ErrorObject::invalid_params("initialize: missing string \"protocolVersion\"")
+        })?;
+    let capabilities = params
+        .get("capabilities")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
     if !capabilities.is_object() {
-        return Err(ErrorObject::invalid_params("initialize: \"capabilities\" must be an object"));
+        return Err(ErrorObject::invalid_params(
+            "initialize: \"capabilities\" must be an object",
+        ));
     }
-    let client_info = params.get("clientInfo").cloned().unwrap_or_else(|| json!({}));
+    let client_info = params
+        .get("clientInfo")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
     let negotiated = version::negotiate(requested);
     let data = SessionData {
         protocol_version: negotiated.to_string(),
@@ -59,7 +73,11 @@ pub(crate) async fn initialize(
         client_info,
         log_level: LogLevel::Info,
     };
-    let session = server.sessions.create(principal, data).await.map_err(internal)?;
+    let session = server
+        .sessions
+        .create(principal, data)
+        .await
+        .map_err(internal)?;
     let mut caps = json!({"tools": {"listChanged": false}, "logging": {}});
     if version::has_session_tasks(negotiated) {
         caps["tasks"] = json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}});
@@ -95,7 +113,9 @@ pub(crate) async fn dispatch(
     };
     let tasks = session.has_tasks();
     match req.method.as_str() {
-        "initialize" => Err(ErrorObject::invalid_request("this session is already initialized")),
+        "initialize" => Err(ErrorObject::invalid_request(
+            "this session is already initialized",
+        )),
         "tools/list" => tools_list(server, &session, &req),
         "tools/call" => tools_call(server, peer, &session, &req, out, cancel).await,
         "logging/setLevel" => set_level(server, &session, &req).await,
@@ -105,7 +125,10 @@ pub(crate) async fn dispatch(
         "tasks/cancel" if tasks => tasks_cancel(server, peer, &session, &req).await,
         m if m.starts_with("tasks/") => Err(ErrorObject::new(
             error_codes::METHOD_NOT_FOUND,
-            format!("Method not found: {m} (tasks need protocol version {ERA}; this session uses {})", session.protocol_version()),
+            format!(
+                "Method not found: {m} (tasks need protocol version {ERA}; this session uses {})",
+                session.protocol_version()
+            ),
         )),
         m => Err(ErrorObject::method_not_found(m)),
     }
@@ -119,13 +142,22 @@ fn tools_list(server: &Server, session: &Session, req: &Request) -> Result<Value
             .strip_prefix("t")
             .and_then(|n| n.parse::<usize>().ok())
             .filter(|&n| n <= server.tools.all().len())
-            .ok_or_else(|| ErrorObject::invalid_params(format!("tools/list: invalid cursor {c:?}")))?,
-        Some(_) => return Err(ErrorObject::invalid_params("tools/list: cursor must be a string")),
+            .ok_or_else(|| {
+                ErrorObject::invalid_params(format!("tools/list: invalid cursor {c:?}"))
+            })?,
+        Some(_) => {
+            return Err(ErrorObject::invalid_params(
+                "tools/list: cursor must be a string",
+            ))
+        }
     };
     let page = server.config.page_size.max(1);
     let all = server.tools.all();
     let end = (start + page).min(all.len());
-    let tools: Vec<Value> = all[start..end].iter().map(|t| t.describe(session.has_tasks())).collect();
+    let tools: Vec<Value> = all[start..end]
+        .iter()
+        .map(|t| t.describe(session.has_tasks()))
+        .collect();
     let mut result = json!({"tools": tools});
     if end < all.len() {
         result["nextCursor"] = json!(format!("t{end}"));
@@ -133,7 +165,11 @@ fn tools_list(server: &Server, session: &Session, req: &Request) -> Result<Value
     Ok(result)
 }
 
-async fn set_level(server: &Server, session: &Session, req: &Request) -> Result<Value, ErrorObject> {
+async fn set_level(
+    server: &Server,
+    session: &Session,
+    req: &Request,
+) -> Result<Value, ErrorObject> {
     let params = params_object(req)?;
     let level = params
         .get("level")
@@ -144,7 +180,11 @@ async fn set_level(server: &Server, session: &Session, req: &Request) -> Result<
             "logging/setLevel: unknown level {level:?} (use debug, info, notice, warning, error, critical, alert or emergency)"
         ))
     })?;
-    server.sessions.set_log_level(session, level).await.map_err(internal)?;
+    server
+        .sessions
+        .set_log_level(session, level)
+        .await
+        .map_err(internal)?;
     Ok(json!({}))
 }
 
@@ -154,7 +194,9 @@ fn idempotency_key(meta: Option<&Value>) -> Result<Option<String>, ErrorObject> 
     for key in [meta::IDEMPOTENCY_KEY, meta::LEGACY_TASK_ID_KEY] {
         match meta.get(key) {
             None | Some(Value::Null) => {}
-            Some(Value::String(s)) if !s.is_empty() && s.len() <= 256 => return Ok(Some(s.clone())),
+            Some(Value::String(s)) if !s.is_empty() && s.len() <= 256 => {
+                return Ok(Some(s.clone()))
+            }
             Some(_) => {
                 return Err(ErrorObject::invalid_params(format!(
                     "tools/call: _meta[{key:?}] must be a non-empty string of at most 256 characters"
@@ -187,7 +229,11 @@ async fn tools_call(
     let arguments = match params.get("arguments") {
         None | Some(Value::Null) => json!({}),
         Some(v @ Value::Object(_)) => v.clone(),
-        Some(_) => return Err(ErrorObject::invalid_params("tools/call: \"arguments\" must be an object")),
+        Some(_) => {
+            return Err(ErrorObject::invalid_params(
+                "tools/call: \"arguments\" must be an object",
+            ))
+        }
     };
     let tasks = session.has_tasks();
     // Sessions without tasks ignore task metadata entirely (they process the call normally).
@@ -195,7 +241,11 @@ async fn tools_call(
     let as_task = match task_meta {
         None | Some(Value::Null) => false,
         Some(Value::Object(_)) => true,
-        Some(_) => return Err(ErrorObject::invalid_params("tools/call: \"task\" must be an object")),
+        Some(_) => {
+            return Err(ErrorObject::invalid_params(
+                "tools/call: \"task\" must be an object",
+            ))
+        }
     };
     let support = tool.tool.task_support;
     if as_task && support == TaskSupport::Forbidden {
@@ -211,23 +261,49 @@ async fn tools_call(
         ));
     }
     // Input validation errors are tool errors the model can correct (SEP-1303), not protocol errors.
-    if let Err(problems) = tool.validate(&arguments) {
-        return Ok(json!({
+    let invalid = tool.validate(&arguments).err().map(|problems| {
+        json!({
             "content": [{"type": "text", "text": format!("Invalid arguments for tool {name}: {problems}")}],
             "isError": true,
-        }));
-    }
+        })
+    });
     let req_meta = params.get("_meta").cloned();
     if !as_task {
-        return run_inline(server, session, tool.tool.handler.clone(), arguments, req_meta, out, cancel).await;
+        if let Some(result) = invalid {
+            return Ok(result);
+        }
+        return run_inline(
+            server,
+            session,
+            tool.tool.handler.clone(),
+            arguments,
+            req_meta,
+            out,
+            cancel,
+        )
+        .await;
     }
     let requested_ttl = match task_meta.and_then(|t| t.get("ttl")) {
         None | Some(Value::Null) => None,
-        Some(v) => Some(v.as_u64().ok_or_else(|| {
-            ErrorObject::invalid_params("tools/call: task.ttl must be a non-negative integer (milliseconds)")
-        })?),
+        Some(v) => match v.as_f64() {
+            Some(ms) if ms.is_finite() && ms >= 0.0 => Some(ms as u64),
+            _ => {
+                return Err(ErrorObject::invalid_params(
+                    "tools/call: task.ttl must be a non-negative number of milliseconds",
+                ));
+            }
+        },
     };
-    let idempotency_key = idempotency_key(req_meta.as_ref())?;
+    // Anonymous callers share one principal, so their keys are scoped to the session: one client can
+    // neither collide with nor discover another's tasks through a guessable key.
+    let client_key = idempotency_key(req_meta.as_ref())?;
+    let scoped_key = client_key.clone().map(|k| {
+        if peer.principal == ANONYMOUS {
+            format!("{}:{k}", session.id)
+        } else {
+            k
+        }
+    });
     let mut stored_meta = Map::new();
     if let Some(token) = req_meta.as_ref().and_then(|m| m.get(meta::PROGRESS_TOKEN)) {
         if token.is_string() || token.is_i64() || token.is_u64() {
@@ -242,11 +318,29 @@ async fn tools_call(
         era: ERA.to_string(),
         request_meta: Value::Object(stored_meta),
         requested_ttl_ms: requested_ttl,
-        idempotency_key,
+        idempotency_key: scoped_key,
     };
-    let submitted = server.engine.submit(new).await.map_err(|e| match e {
-        EngineError::Store(StoreError::IdempotencyConflict { key, task_id }) => ErrorObject::invalid_params(format!(
-            "Idempotency key {key:?} was already used for a different call (task {task_id}); use a new key for new work"
+    // A caller that asked for a task gets one, even when the arguments are wrong: it finishes at once
+    // with the validation message as its (failed) result.
+    let submitted = match invalid {
+        Some(result) => {
+            server
+                .engine
+                .submit_finished(
+                    new,
+                    Outcome::Result {
+                        value: result,
+                        is_error: true,
+                    },
+                )
+                .await
+        }
+        None => server.engine.submit(new).await,
+    };
+    let submitted = submitted.map_err(|e| match e {
+        EngineError::Store(StoreError::IdempotencyConflict { .. }) => ErrorObject::invalid_params(format!(
+            "Idempotency key {:?} was already used for a different call; use a new key for new work",
+            client_key.clone().unwrap_or_default()
         )),
         EngineError::Store(e) => internal(e),
         other => ErrorObject::internal(other.to_string()),
@@ -255,7 +349,10 @@ async fn tools_call(
     let mut result_meta = Map::new();
     result_meta.insert(
         meta::MODEL_IMMEDIATE_RESPONSE.into(),
-        json!(format!("Started {name} as task {}. It runs in the background; its result will follow.", rec.id)),
+        json!(format!(
+            "Started {name} as task {}. It runs in the background; its result will follow.",
+            rec.id
+        )),
     );
     Ok(json!({"task": render_2025::task(&rec), "_meta": result_meta}))
 }
@@ -270,14 +367,30 @@ async fn run_inline(
     out: StreamSender,
     cancel: CancellationToken,
 ) -> Result<Value, ErrorObject> {
-    let token = req_meta.as_ref().and_then(|m| m.get(meta::PROGRESS_TOKEN)).cloned();
-    let sink = Arc::new(InlineSink { out, token, session: session.clone(), last: std::sync::Mutex::new(None) });
+    let token = req_meta
+        .as_ref()
+        .and_then(|m| m.get(meta::PROGRESS_TOKEN))
+        .cloned();
+    let sink = Arc::new(InlineSink {
+        out,
+        token,
+        session: session.clone(),
+        last: std::sync::Mutex::new(None),
+    });
     let ctx = TaskContext::new(None, cancel, sink);
     let _ = server;
     let work = tokio::spawn(async move { handler.run(ctx, arguments).await });
     match work.await {
         Ok(Outcome::Result { value, .. }) => Ok(value),
-        Ok(Outcome::Error { code, message, data }) => Err(ErrorObject { code, message, data }),
+        Ok(Outcome::Error {
+            code,
+            message,
+            data,
+        }) => Err(ErrorObject {
+            code,
+            message,
+            data,
+        }),
         Err(e) if e.is_panic() => Err(ErrorObject::internal("the tool panicked")),
         Err(_) => Err(ErrorObject::internal("the tool was stopped")),
     }
@@ -308,7 +421,10 @@ impl ContextSink for InlineSink {
         if let Some(m) = message {
             p["message"] = json!(m);
         }
-        let _ = self.out.send(Message::notification("notifications/progress", p)).await;
+        let _ = self
+            .out
+            .send(Message::notification("notifications/progress", p))
+            .await;
     }
     async fn status(&self, _message: String) {}
     async fn log(&self, level: LogLevel, logger: Option<String>, data: Value) {
@@ -319,7 +435,10 @@ impl ContextSink for InlineSink {
         if let Some(l) = logger {
             p["logger"] = json!(l);
         }
-        let _ = self.out.send(Message::notification("notifications/message", p)).await;
+        let _ = self
+            .out
+            .send(Message::notification("notifications/message", p))
+            .await;
     }
 }
 
@@ -328,7 +447,10 @@ fn task_id_param(req: &Request) -> Result<String, ErrorObject> {
     // The taskId param is the source of truth; related-task metadata and a stray `task` are ignored.
     match params.get("taskId") {
         Some(Value::String(s)) => Ok(s.clone()),
-        _ => Err(ErrorObject::invalid_params(format!("{}: missing string \"taskId\"", req.method))),
+        _ => Err(ErrorObject::invalid_params(format!(
+            "{}: missing string \"taskId\"",
+            req.method
+        ))),
     }
 }
 
@@ -348,14 +470,19 @@ async fn find(server: &Server, peer: &Peer, req: &Request) -> Result<TaskRecord,
     let id = task_id_param(req)?;
     match server.engine.get(&id).await.map_err(internal)? {
         Lookup::Found(t) if visible(peer, &t.owner) && t.era == ERA => Ok(t),
-        Lookup::Expired { owner, .. } if visible(peer, &owner) => {
-            Err(ErrorObject::invalid_params("Failed to retrieve task: Task has expired"))
-        }
+        Lookup::Expired { owner, .. } if visible(peer, &owner) => Err(ErrorObject::invalid_params(
+            "Failed to retrieve task: Task has expired",
+        )),
         _ => Err(not_found()),
     }
 }
 
-async fn tasks_get(server: &Server, peer: &Peer, _s: &Session, req: &Request) -> Result<Value, ErrorObject> {
+async fn tasks_get(
+    server: &Server,
+    peer: &Peer,
+    _s: &Session,
+    req: &Request,
+) -> Result<Value, ErrorObject> {
     let t = find(server, peer, req).await?;
     tracing::debug!(task = %t.id, principal = %peer.principal, "task retrieved");
     Ok(render_2025::task_object(&t))
@@ -369,75 +496,69 @@ async fn tasks_result(
     out: StreamSender,
 ) -> Result<Value, ErrorObject> {
     let t = find(server, peer, req).await?;
-    let t = if t.status.is_terminal() { t } else { wait_streaming(server, session, &t.id, &out).await? };
+    let t = if t.status.is_terminal() {
+        t
+    } else {
+        wait_streaming(server, session, &t.id, &out).await?
+    };
     tracing::info!(task = %t.id, principal = %peer.principal, "task result retrieved");
     render_2025::payload(&t)
 }
 
-/// Waits for a task to finish while forwarding its notifications on this request's stream, in the
-/// order they happened. While it waits, this stream owns the task's notifications on this node.
+/// Waits for a task to finish. While it waits, this request's stream is where the router sends the
+/// task's notifications (in order, on exactly one stream); the reply follows the last of them.
 async fn wait_streaming(
     server: &Arc<Server>,
     session: &Session,
     id: &str,
     out: &StreamSender,
 ) -> Result<TaskRecord, ErrorObject> {
-    use tokio::sync::broadcast::error::RecvError;
-    let mut events = server.engine.notifier().subscribe_task(id);
-    let _owner = server.streams.register_task(&session.id, id, out.clone());
-    let gone = |e: Lookup| match e {
-        Lookup::Expired { .. } => ErrorObject::invalid_params("Failed to retrieve task: Task has expired"),
-        _ => not_found(),
+    let owner = server.streams.register_task(&session.id, id, out.clone());
+    let done = tokio::select! {
+        r = server.engine.wait_terminal(id) => r,
+        _ = out.closed() => return Err(ErrorObject::internal("client went away")),
     };
-    // Subscribed first, then read: no change can fall between the two.
-    match server.engine.get(id).await.map_err(internal)? {
-        Lookup::Found(t) if t.status.is_terminal() => return Ok(t),
-        Lookup::Found(_) => {}
-        other => return Err(gone(other)),
-    }
-    loop {
-        let event = tokio::select! {
-            e = events.recv() => e,
-            _ = out.closed() => return Err(ErrorObject::internal("client went away")),
-        };
-        match event {
-            Ok(ev) => {
-                for msg in notifications_for(&ev, Some(session)) {
-                    if out.send(msg).await.is_err() {
-                        return Err(ErrorObject::internal("client went away"));
-                    }
-                }
-                if let TaskEvent::Changed(t) = &ev {
-                    if t.status.is_terminal() {
-                        return Ok((**t).clone());
-                    }
-                }
-            }
-            Err(e) => {
-                // Lagged or closed: the store is the truth; re-read it.
-                if matches!(e, RecvError::Closed) {
-                    events = server.engine.notifier().subscribe_task(id);
-                }
-                match server.engine.get(id).await.map_err(internal)? {
-                    Lookup::Found(t) if t.status.is_terminal() => return Ok(t),
-                    Lookup::Found(_) => {}
-                    other => return Err(gone(other)),
-                }
-            }
+    let t = match done {
+        Ok(t) => t,
+        Err(EngineError::Expired) => {
+            return Err(ErrorObject::invalid_params(
+                "Failed to retrieve task: Task has expired",
+            ))
         }
-    }
+        Err(EngineError::NotFound) => return Err(not_found()),
+        Err(e) => return Err(ErrorObject::internal(e.to_string())),
+    };
+    // Let the router put the terminal status on this stream before the reply. It may have gone out
+    // before we registered, or have been dropped under load: then don't wait long.
+    let _ =
+        tokio::time::timeout(std::time::Duration::from_millis(500), owner.terminal_sent()).await;
+    Ok(t)
 }
 
-async fn tasks_list(server: &Server, peer: &Peer, session: &Session, req: &Request) -> Result<Value, ErrorObject> {
+async fn tasks_list(
+    server: &Server,
+    peer: &Peer,
+    session: &Session,
+    req: &Request,
+) -> Result<Value, ErrorObject> {
     let params = params_object(req)?;
     let cursor = match params.get("cursor") {
         None | Some(Value::Null) => None,
         Some(Value::String(c)) => Some(c.clone()),
-        Some(_) => return Err(ErrorObject::invalid_params("tasks/list: cursor must be a string")),
+        Some(_) => {
+            return Err(ErrorObject::invalid_params(
+                "tasks/list: cursor must be a string",
+            ))
+        }
     };
     // Anonymous callers are told apart only by session; authenticated ones see all their sessions' tasks.
     let session_filter = (peer.principal == ANONYMOUS).then(|| session.id.clone());
-    let q = ListQuery { owner: peer.principal.clone(), session: session_filter, cursor, limit: server.config.page_size.max(1) };
+    let q = ListQuery {
+        owner: peer.principal.clone(),
+        session: session_filter,
+        cursor,
+        limit: server.config.page_size.max(1),
+    };
     let page = server
         .engine
         .store()
@@ -445,7 +566,12 @@ async fn tasks_list(server: &Server, peer: &Peer, session: &Session, req: &Reque
         .await
         .map_err(internal)?
         .map_err(|_| ErrorObject::invalid_params("tasks/list: invalid cursor"))?;
-    let tasks: Vec<Value> = page.tasks.iter().filter(|t| t.era == ERA).map(render_2025::task_object).collect();
+    let tasks: Vec<Value> = page
+        .tasks
+        .iter()
+        .filter(|t| t.era == ERA)
+        .map(render_2025::task_object)
+        .collect();
     let mut result = json!({"tasks": tasks});
     if let Some(c) = page.next_cursor {
         result["nextCursor"] = json!(c);
@@ -453,7 +579,12 @@ async fn tasks_list(server: &Server, peer: &Peer, session: &Session, req: &Reque
     Ok(result)
 }
 
-async fn tasks_cancel(server: &Server, peer: &Peer, _s: &Session, req: &Request) -> Result<Value, ErrorObject> {
+async fn tasks_cancel(
+    server: &Server,
+    peer: &Peer,
+    _s: &Session,
+    req: &Request,
+) -> Result<Value, ErrorObject> {
     let t = find(server, peer, req).await?;
     match server.engine.cancel(&t.id, None).await {
         Ok(rec) => Ok(render_2025::task_object(&rec)),
@@ -475,11 +606,16 @@ pub(crate) fn notifications_for(event: &TaskEvent, session: Option<&Session>) ->
     match event {
         TaskEvent::Created(_) => Vec::new(),
         TaskEvent::Changed(t) => {
-            vec![Message::notification("notifications/tasks/status", render_2025::task_object(t))]
+            vec![Message::notification(
+                "notifications/tasks/status",
+                render_2025::task_object(t),
+            )]
         }
         TaskEvent::Progress { task, message } => {
             // Progress uses the original request's token and stops once the task is terminal.
-            let Some(token) = task.request_meta.get(meta::PROGRESS_TOKEN) else { return Vec::new() };
+            let Some(token) = task.request_meta.get(meta::PROGRESS_TOKEN) else {
+                return Vec::new();
+            };
             if task.status.is_terminal() || task.status == TaskStatus::Cancelled {
                 return Vec::new();
             }
@@ -496,7 +632,12 @@ pub(crate) fn notifications_for(event: &TaskEvent, session: Option<&Session>) ->
             }
             vec![Message::notification("notifications/progress", p)]
         }
-        TaskEvent::Log { task, level, logger, data } => {
+        TaskEvent::Log {
+            task,
+            level,
+            logger,
+            data,
+        } => {
             if session.is_some_and(|s| *level < s.log_level()) {
                 return Vec::new();
             }

@@ -12,13 +12,13 @@
 
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Request as HttpRequest, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::stream::{self, Stream, StreamExt};
-use mcp_tasks_protocol::jsonrpc::{ErrorObject, Message, RequestId, parse_message};
+use mcp_tasks_protocol::jsonrpc::{parse_message, ErrorObject, Message, RequestId};
 use mcp_tasks_protocol::version;
 use std::convert::Infallible;
 use std::future::Future;
@@ -27,7 +27,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use crate::{ANONYMOUS, Peer, Server};
+use crate::{Peer, Server, ANONYMOUS};
 
 /// Header carrying the session id.
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -56,7 +56,9 @@ pub async fn serve_listener(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(server)).with_graceful_shutdown(shutdown).await
+    axum::serve(listener, router(server))
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 fn error_response(status: StatusCode, id: Option<RequestId>, error: ErrorObject) -> Response {
@@ -64,12 +66,20 @@ fn error_response(status: StatusCode, id: Option<RequestId>, error: ErrorObject)
 }
 
 fn json_response(status: StatusCode, msg: &Message) -> Response {
-    (status, [(header::CONTENT_TYPE, "application/json")], msg.to_json()).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        msg.to_json(),
+    )
+        .into_response()
 }
 
 async fn check_origin(State(server): State<Arc<Server>>, req: HttpRequest, next: Next) -> Response {
     if let Some(origin) = req.headers().get(header::ORIGIN) {
-        let ok = origin.to_str().map(|o| server.config().origin_allowed(o)).unwrap_or(false);
+        let ok = origin
+            .to_str()
+            .map(|o| server.config().origin_allowed(o))
+            .unwrap_or(false);
         if !ok {
             tracing::warn!(origin = ?origin, "rejected request from a disallowed Origin");
             return error_response(
@@ -99,11 +109,17 @@ async fn session_of(server: &Server, headers: &HeaderMap) -> Result<Peer, Respon
             return Err(error_response(
                 StatusCode::NOT_FOUND,
                 None,
-                ErrorObject::invalid_request("session not found (it ended or expired): initialize a new session"),
+                ErrorObject::invalid_request(
+                    "session not found (it ended or expired): initialize a new session",
+                ),
             ));
         }
         Err(e) => {
-            return Err(error_response(StatusCode::INTERNAL_SERVER_ERROR, None, ErrorObject::internal(e.to_string())));
+            return Err(error_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                None,
+                ErrorObject::internal(e.to_string()),
+            ));
         }
     };
     if let Some(v) = headers.get(VERSION_HEADER) {
@@ -129,16 +145,24 @@ async fn session_of(server: &Server, headers: &HeaderMap) -> Result<Peer, Respon
             ));
         }
     }
-    Ok(Peer { principal: session.owner.clone(), session: Some(session) })
+    Ok(Peer {
+        principal: session.owner.clone(),
+        session: Some(session),
+    })
 }
 
 async fn post(State(server): State<Arc<Server>>, headers: HeaderMap, body: Body) -> Response {
-    if let Some(ct) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) {
+    if let Some(ct) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    {
         if !ct.to_ascii_lowercase().starts_with("application/json") {
             return error_response(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 None,
-                ErrorObject::invalid_request(format!("Content-Type must be application/json, got {ct:?}")),
+                ErrorObject::invalid_request(format!(
+                    "Content-Type must be application/json, got {ct:?}"
+                )),
             );
         }
     }
@@ -149,19 +173,24 @@ async fn post(State(server): State<Arc<Server>>, headers: HeaderMap, body: Body)
             return error_response(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 None,
-                ErrorObject::invalid_request(format!("request body larger than the limit of {limit} bytes")),
+                ErrorObject::invalid_request(format!(
+                    "request body larger than the limit of {limit} bytes"
+                )),
             );
         }
     };
     let msg = match parse_message(&bytes) {
         Ok(m) => m,
-        Err(rejected) => return error_response(StatusCode::BAD_REQUEST, rejected.id, rejected.error),
+        Err(rejected) => {
+            return error_response(StatusCode::BAD_REQUEST, rejected.id, rejected.error)
+        }
     };
     if let Message::Request(req) = &msg {
         if req.method == "initialize" {
             return match server.initialize(ANONYMOUS, req.params.as_ref()).await {
                 Ok((session, result)) => {
-                    let mut resp = json_response(StatusCode::OK, &Message::response(req.id.clone(), result));
+                    let mut resp =
+                        json_response(StatusCode::OK, &Message::response(req.id.clone(), result));
                     if let Ok(v) = HeaderValue::from_str(&session.id) {
                         resp.headers_mut().insert(SESSION_HEADER, v);
                     }
@@ -192,7 +221,14 @@ fn is_reply(m: &Message) -> bool {
     matches!(m, Message::Response(_) | Message::Error(_))
 }
 
-async fn answer_request(server: Arc<Server>, peer: Peer, req: mcp_tasks_protocol::jsonrpc::Request) -> Response {
+async fn answer_request(
+    server: Arc<Server>,
+    peer: Peer,
+    req: mcp_tasks_protocol::jsonrpc::Request,
+) -> Response {
+    // Only calls that can run long or send related messages may become streams; the rest (tasks/get
+    // above all: the client wants to poll) are always answered with plain JSON.
+    let may_stream = matches!(req.method.as_str(), "tools/call" | "tasks/result");
     let (tx, mut rx) = mpsc::channel::<Message>(256);
     let worker = server.clone();
     let out = tx.clone();
@@ -201,18 +237,31 @@ async fn answer_request(server: Arc<Server>, peer: Peer, req: mcp_tasks_protocol
             let _ = tx.send(reply).await;
         }
     });
+    if !may_stream {
+        return match rx.recv().await {
+            Some(m) => json_response(StatusCode::OK, &m),
+            None => sse(server.config().keep_alive, None, rx, true), // cancelled: a stream that ends
+        };
+    }
     let first = tokio::time::timeout(server.config().sse_after, rx.recv()).await;
     let first = match first {
         Ok(Some(m)) if is_reply(&m) => return json_response(StatusCode::OK, &m),
         Ok(Some(m)) => Some(m),
-        Ok(None) => return StatusCode::ACCEPTED.into_response(), // cancelled: no reply
+        // Cancelled by the client: a request is answered with JSON or a stream, so send a stream that
+        // ends without a reply.
+        Ok(None) => None,
         Err(_) => None,
     };
     sse(server.config().keep_alive, first, rx, true)
 }
 
 /// An SSE response from a channel; with `end_on_reply` it ends after the first reply.
-fn sse(keep_alive: std::time::Duration, first: Option<Message>, rx: mpsc::Receiver<Message>, end_on_reply: bool) -> Response {
+fn sse(
+    keep_alive: std::time::Duration,
+    first: Option<Message>,
+    rx: mpsc::Receiver<Message>,
+    end_on_reply: bool,
+) -> Response {
     let rest = stream::unfold((rx, false), move |(mut rx, done)| async move {
         if done {
             return None;
@@ -226,7 +275,9 @@ fn sse(keep_alive: std::time::Duration, first: Option<Message>, rx: mpsc::Receiv
             .chain(rest)
             .map(|m| Ok(Event::default().event("message").data(m.to_json()))),
     );
-    Sse::new(events).keep_alive(KeepAlive::new().interval(keep_alive)).into_response()
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(keep_alive))
+        .into_response()
 }
 
 async fn get_stream(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
@@ -238,36 +289,57 @@ async fn get_stream(State(server): State<Arc<Server>>, headers: HeaderMap) -> Re
         return error_response(
             StatusCode::NOT_ACCEPTABLE,
             None,
-            ErrorObject::invalid_request("GET /mcp opens an SSE stream: send Accept: text/event-stream"),
+            ErrorObject::invalid_request(
+                "GET /mcp opens an SSE stream: send Accept: text/event-stream",
+            ),
         );
     }
     let peer = match session_of(&server, &headers).await {
         Ok(p) => p,
         Err(resp) => return resp,
     };
-    let Some(session) = peer.session else { return StatusCode::BAD_REQUEST.into_response() };
+    let Some(session) = peer.session else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
     let (tx, rx) = mpsc::channel::<Message>(256);
     let guard = server.streams().register_standalone(&session.id, tx);
     // The guard lives as long as the stream: when the client disconnects, the stream is dropped and
     // the session's standalone stream is unregistered.
     let events = stream::unfold((rx, guard), |(mut rx, guard)| async move {
         let m = rx.recv().await?;
-        Some((Ok::<_, Infallible>(Event::default().event("message").data(m.to_json())), (rx, guard)))
+        Some((
+            Ok::<_, Infallible>(Event::default().event("message").data(m.to_json())),
+            (rx, guard),
+        ))
     });
-    Sse::new(events).keep_alive(KeepAlive::new().interval(server.config().keep_alive)).into_response()
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(server.config().keep_alive))
+        .into_response()
 }
 
 async fn delete(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
     let Some(id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
-        return error_response(StatusCode::BAD_REQUEST, None, ErrorObject::invalid_request("missing Mcp-Session-Id header"));
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            None,
+            ErrorObject::invalid_request("missing Mcp-Session-Id header"),
+        );
     };
-    match server.sessions().delete(id).await {
+    match server.end_session(id).await {
         Ok(true) => {
             tracing::info!(session = id, "session ended by client");
             StatusCode::NO_CONTENT.into_response()
         }
-        Ok(false) => error_response(StatusCode::NOT_FOUND, None, ErrorObject::invalid_request("session not found")),
-        Err(e) => error_response(StatusCode::INTERNAL_SERVER_ERROR, None, ErrorObject::internal(e.to_string())),
+        Ok(false) => error_response(
+            StatusCode::NOT_FOUND,
+            None,
+            ErrorObject::invalid_request("session not found"),
+        ),
+        Err(e) => error_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            None,
+            ErrorObject::internal(e.to_string()),
+        ),
     }
 }
 

@@ -67,7 +67,11 @@ pub struct ServerBuilder {
 impl ServerBuilder {
     /// Adds a tool.
     pub fn tool(mut self, tool: Tool) -> Result<Self, tool::ToolError> {
-        self.engine = self.engine.handler(tool.name.clone(), tool.handler.clone(), tool.retry_on_restart);
+        self.engine = self.engine.handler(
+            tool.name.clone(),
+            tool.handler.clone(),
+            tool.retry_on_restart,
+        );
         self.tools.add(tool)?;
         Ok(self)
     }
@@ -96,7 +100,11 @@ pub struct Server {
 
 impl Server {
     /// Starts building a server over `store`.
-    pub fn builder(store: Arc<dyn TaskStore>, engine: EngineConfig, config: ServerConfig) -> ServerBuilder {
+    pub fn builder(
+        store: Arc<dyn TaskStore>,
+        engine: EngineConfig,
+        config: ServerConfig,
+    ) -> ServerBuilder {
         ServerBuilder {
             engine: Engine::builder(store.clone(), engine),
             store,
@@ -110,6 +118,17 @@ impl Server {
     pub async fn start(self: &Arc<Self>) -> Result<usize, StoreError> {
         let recovered = self.engine.start().await?;
         let me = Arc::downgrade(self);
+        let sweep = self.engine.config().sweep_interval;
+        let idle = self.engine.config().session_idle_ms;
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(sweep);
+            loop {
+                tick.tick().await;
+                let Some(server) = weak.upgrade() else { break };
+                server.sessions.evict_idle(idle);
+            }
+        });
         let mut events = self.engine.notifier().subscribe_all();
         tokio::spawn(async move {
             loop {
@@ -161,8 +180,19 @@ impl Server {
     /// Handles one request and returns the reply, or `None` when the client cancelled the request with
     /// `notifications/cancelled` (no reply is sent then). Messages related to the request (progress,
     /// logs) go to `out` before the reply.
-    pub async fn handle_request(self: &Arc<Self>, peer: &Peer, req: Request, out: StreamSender) -> Option<Message> {
-        let key = (peer.session.as_ref().map(|s| s.id.clone()).unwrap_or_default(), req.id.clone());
+    pub async fn handle_request(
+        self: &Arc<Self>,
+        peer: &Peer,
+        req: Request,
+        out: StreamSender,
+    ) -> Option<Message> {
+        let key = (
+            peer.session
+                .as_ref()
+                .map(|s| s.id.clone())
+                .unwrap_or_default(),
+            req.id.clone(),
+        );
         let cancel = CancellationToken::new();
         self.inflight.insert(key.clone(), cancel.clone());
         let id = req.id.clone();
@@ -179,17 +209,27 @@ impl Server {
         match n.method.as_str() {
             "notifications/cancelled" => {
                 let Some(params) = n.params else { return };
-                let Some(id) = params.get("requestId").and_then(|v| serde_json::from_value::<RequestId>(v.clone()).ok())
+                let Some(id) = params
+                    .get("requestId")
+                    .and_then(|v| serde_json::from_value::<RequestId>(v.clone()).ok())
                 else {
                     return;
                 };
-                let key = (peer.session.as_ref().map(|s| s.id.clone()).unwrap_or_default(), id);
+                let key = (
+                    peer.session
+                        .as_ref()
+                        .map(|s| s.id.clone())
+                        .unwrap_or_default(),
+                    id,
+                );
                 if let Some((_, token)) = self.inflight.remove(&key) {
                     tracing::debug!(request = %key.1, "request cancelled by client");
                     token.cancel();
                 }
             }
-            "notifications/initialized" | "notifications/progress" | "notifications/roots/list_changed" => {}
+            "notifications/initialized"
+            | "notifications/progress"
+            | "notifications/roots/list_changed" => {}
             other => tracing::debug!(method = other, "ignored notification"),
         }
     }
@@ -201,13 +241,33 @@ impl Server {
 
     fn route_event(&self, event: &mcp_tasks_engine::TaskEvent) {
         let task = event.task();
-        let Some(session_id) = task.session.as_deref() else { return };
+        let Some(session_id) = task.session.as_deref() else {
+            return;
+        };
         if !self.streams.has_session(session_id) {
             return;
         }
         let session = self.sessions.cached(session_id);
-        for msg in era_2025::notifications_for(event, session.as_deref()) {
-            self.streams.deliver(session_id, Some(&task.id), msg);
+        let msgs = era_2025::notifications_for(event, session.as_deref());
+        let terminal =
+            matches!(event, mcp_tasks_engine::TaskEvent::Changed(t) if t.status.is_terminal());
+        if !msgs.is_empty() || terminal {
+            self.streams.deliver(session_id, &task.id, msgs, terminal);
         }
+    }
+
+    /// Ends a session: forgets it, closes its streams and stops its in-flight requests.
+    pub async fn end_session(&self, id: &str) -> Result<bool, StoreError> {
+        let existed = self.sessions.delete(id).await?;
+        self.streams.close_session(id);
+        self.inflight.retain(|(session, _), token| {
+            if session == id {
+                token.cancel();
+                false
+            } else {
+                true
+            }
+        });
+        Ok(existed)
     }
 }

@@ -3,11 +3,11 @@
 //! Invariant: a tool result with `isError: true` is stored as `completed` (era-agnostic) and shown here
 //! as `failed`, as SEP-1686 requires; `tasks/result` still returns that result as a success.
 
-use mcp_tasks_engine::{Outcome, TaskRecord, TaskStatus, format_rfc3339};
+use mcp_tasks_engine::{format_rfc3339, Outcome, TaskRecord, TaskStatus};
 use mcp_tasks_protocol::jsonrpc::ErrorObject;
 use mcp_tasks_protocol::mcp_2025::Task;
 use mcp_tasks_protocol::meta::RELATED_TASK;
-use serde_json::{Map, Value, json};
+use serde_json::{json, Map, Value};
 
 /// The status this era reports for a record.
 pub fn status(rec: &TaskRecord) -> &'static str {
@@ -58,11 +58,21 @@ pub fn payload(rec: &TaskRecord) -> Result<Value, ErrorObject> {
             }
             Ok(v)
         }
-        Some(Outcome::Error { code, message, data }) => {
-            Err(ErrorObject { code: *code, message: message.clone(), data: data.clone() })
-        }
-        None if rec.status == TaskStatus::Cancelled => Err(ErrorObject::internal("Task was cancelled")
-            .with_data(json!({"taskId": rec.id, "status": "cancelled", "statusMessage": rec.status_message}))),
+        Some(Outcome::Error {
+            code,
+            message,
+            data,
+        }) => Err(ErrorObject {
+            code: *code,
+            message: message.clone(),
+            data: data.clone(),
+        }),
+        None if rec.status == TaskStatus::Cancelled => Err(ErrorObject::internal(
+            "Task was cancelled",
+        )
+        .with_data(
+            json!({"taskId": rec.id, "status": "cancelled", "statusMessage": rec.status_message}),
+        )),
         None => Err(ErrorObject::internal("Task has no result")),
     }
 }

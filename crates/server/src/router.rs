@@ -10,15 +10,22 @@ use mcp_tasks_protocol::jsonrpc::Message;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
 /// A sender for messages to one client stream.
 pub type StreamSender = mpsc::Sender<Message>;
 
+/// A stream that belongs to one task, with a signal raised once the task's terminal event went out.
+struct TaskStream {
+    id: u64,
+    tx: StreamSender,
+    terminal_sent: Arc<Notify>,
+}
+
 #[derive(Default)]
 struct SessionStreams {
     standalone: Vec<(u64, StreamSender)>,
-    per_task: HashMap<String, Vec<(u64, StreamSender)>>,
+    per_task: HashMap<String, Vec<TaskStream>>,
 }
 
 /// Open client streams by session.
@@ -34,6 +41,14 @@ pub struct StreamGuard {
     session: String,
     task: Option<String>,
     id: u64,
+    terminal_sent: Arc<Notify>,
+}
+
+impl StreamGuard {
+    /// Resolves once the router has sent the task's terminal event on this stream (task streams only).
+    pub async fn terminal_sent(&self) {
+        self.terminal_sent.notified().await
+    }
 }
 
 impl Drop for StreamGuard {
@@ -45,7 +60,7 @@ impl Drop for StreamGuard {
                 None => s.standalone.retain(|(i, _)| *i != self.id),
                 Some(t) => {
                     if let Some(v) = s.per_task.get_mut(t) {
-                        v.retain(|(i, _)| *i != self.id);
+                        v.retain(|ts| ts.id != self.id);
                         if v.is_empty() {
                             s.per_task.remove(t);
                         }
@@ -76,33 +91,58 @@ impl Streams {
 
     fn register(&self, session: &str, task: Option<String>, tx: StreamSender) -> StreamGuard {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let terminal_sent = Arc::new(Notify::new());
         let entry = self.inner.entry(session.to_string()).or_default();
         {
             let mut s = entry.lock().unwrap_or_else(|p| p.into_inner());
             match &task {
                 None => s.standalone.push((id, tx)),
-                Some(t) => s.per_task.entry(t.clone()).or_default().push((id, tx)),
+                Some(t) => s.per_task.entry(t.clone()).or_default().push(TaskStream {
+                    id,
+                    tx,
+                    terminal_sent: terminal_sent.clone(),
+                }),
             }
         }
         drop(entry);
-        StreamGuard { streams: self.clone(), session: session.to_string(), task, id }
+        StreamGuard {
+            streams: self.clone(),
+            session: session.to_string(),
+            task,
+            id,
+            terminal_sent,
+        }
     }
 
-    /// Sends `msg` on the session's standalone stream, unless a stream that belongs to the task is open
-    /// (that stream forwards the task's messages itself, in order). Returns whether it was sent.
-    pub fn deliver(&self, session: &str, task: Option<&str>, msg: Message) -> bool {
-        let Some(entry) = self.inner.get(session) else { return false };
-        let s = entry.lock().unwrap_or_else(|p| p.into_inner());
-        if task.is_some_and(|t| s.per_task.contains_key(t)) {
+    /// Sends a task's messages on exactly one open stream of the session: the task's own stream (an
+    /// open `tasks/result`) if there is one, else the standalone stream. With `terminal`, the task
+    /// stream is told its last event went out. Returns whether the messages were sent.
+    pub fn deliver(&self, session: &str, task: &str, msgs: Vec<Message>, terminal: bool) -> bool {
+        let Some(entry) = self.inner.get(session) else {
             return false;
-        }
-        for (_, tx) in s.standalone.iter() {
-            if !tx.is_closed() {
-                // A full stream means a slow client; notifications are advisory, so drop rather than block.
-                return tx.try_send(msg).is_ok();
+        };
+        let s = entry.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ts) = s
+            .per_task
+            .get(task)
+            .and_then(|v| v.iter().find(|ts| !ts.tx.is_closed()))
+        {
+            // A full stream means a slow client; notifications are advisory, so drop rather than block.
+            let sent = msgs.into_iter().all(|m| ts.tx.try_send(m).is_ok());
+            if terminal {
+                ts.terminal_sent.notify_one();
             }
+            return sent;
         }
-        false
+        match s.standalone.iter().find(|(_, tx)| !tx.is_closed()) {
+            Some((_, tx)) => msgs.into_iter().all(|m| tx.try_send(m).is_ok()),
+            None => false,
+        }
+    }
+
+    /// Closes every stream of a session (it ended): their receivers see the end of the stream.
+    pub fn close_session(&self, session: &str) {
+        self.inner.remove(session);
     }
 
     /// Whether a session has any open stream here.

@@ -5,7 +5,7 @@
 
 use dashmap::DashMap;
 use mcp_tasks_engine::store::{SessionRecord, StoreError, TaskStore};
-use mcp_tasks_engine::{LogLevel, now_ms, random_id};
+use mcp_tasks_engine::{now_ms, random_id, LogLevel};
 use mcp_tasks_protocol::version;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -78,7 +78,10 @@ pub struct Sessions {
 impl Sessions {
     /// A cache over `store`.
     pub fn new(store: Arc<dyn TaskStore>) -> Sessions {
-        Sessions { store, cache: DashMap::new() }
+        Sessions {
+            store,
+            cache: DashMap::new(),
+        }
     }
 
     /// Creates and stores a session.
@@ -102,8 +105,12 @@ impl Sessions {
         let s = match cached {
             Some(s) => s,
             None => {
-                let Some(rec) = self.store.get_session(id).await? else { return Ok(None) };
-                let Ok(data) = serde_json::from_value::<SessionData>(rec.data) else { return Ok(None) };
+                let Some(rec) = self.store.get_session(id).await? else {
+                    return Ok(None);
+                };
+                let Ok(data) = serde_json::from_value::<SessionData>(rec.data) else {
+                    return Ok(None);
+                };
                 let s = Arc::new(Session {
                     id: rec.id,
                     owner: rec.owner,
@@ -125,8 +132,10 @@ impl Sessions {
                 false
             }
         };
-        if due {
-            self.store.put_session(&s.record()).await?;
+        if due && !self.store.touch_session(&s.id, now).await? {
+            // Purged from the store (idle too long) or deleted by another node: it is gone here too.
+            self.cache.remove(&s.id);
+            return Ok(None);
         }
         Ok(Some(s))
     }
@@ -141,6 +150,14 @@ impl Sessions {
     pub async fn delete(&self, id: &str) -> Result<bool, StoreError> {
         let cached = self.cache.remove(id).is_some();
         Ok(self.store.delete_session(id).await? || cached)
+    }
+
+    /// Drops cached sessions unused for `idle_ms` (the store purges them on its own schedule).
+    pub fn evict_idle(&self, idle_ms: u64) {
+        let now = now_ms();
+        self.cache.retain(|_, s| {
+            now.saturating_sub(*s.last_touch.lock().unwrap_or_else(|p| p.into_inner())) < idle_ms
+        });
     }
 
     /// A cached session without touching the store (for the notification router).

@@ -3,13 +3,13 @@
 //! The caller is the local user. Requests run concurrently, so a blocking `tasks/result` does not hold
 //! up other calls; everything the server sends goes through one writer, one message per line.
 
-use mcp_tasks_protocol::jsonrpc::{ErrorObject, Message, parse_message};
+use mcp_tasks_protocol::jsonrpc::{parse_message, ErrorObject, Message};
 use std::sync::Arc;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::{RwLock, mpsc};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, RwLock};
 
 use crate::router::StreamGuard;
-use crate::{LOCAL_USER, Peer, Server};
+use crate::{Peer, Server, LOCAL_USER};
 
 /// Serves one client on `input` / `output` until the input ends.
 pub async fn serve<R, W>(server: Arc<Server>, input: R, output: W) -> std::io::Result<()>
@@ -28,21 +28,32 @@ where
             }
         }
     });
-    let peer = Arc::new(RwLock::new(Peer { principal: LOCAL_USER.into(), session: None }));
+    let peer = Arc::new(RwLock::new(Peer {
+        principal: LOCAL_USER.into(),
+        session: None,
+    }));
     let mut _standalone: Option<StreamGuard> = None;
     let max = server.config().max_body_bytes;
-    let mut lines = BufReader::new(input).lines();
-    while let Some(line) = lines.next_line().await? {
-        if line.trim().is_empty() {
+    let mut reader = BufReader::new(input);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match read_line_bounded(&mut reader, &mut line, max).await? {
+            LineRead::Eof => break,
+            LineRead::TooLong => {
+                let e = ErrorObject::invalid_request(format!(
+                    "message larger than the limit of {max} bytes"
+                ));
+                let _ = tx.send(Message::error(None, e)).await;
+                continue;
+            }
+            LineRead::Line => {}
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        if line.len() > max {
-            let _ = tx
-                .send(Message::error(None, ErrorObject::invalid_request(format!("message larger than the limit of {max} bytes"))))
-                .await;
-            continue;
-        }
-        let msg = match parse_message(line.as_bytes()) {
+        // Bytes, not text: invalid UTF-8 is a parse error for that line, not the end of the session.
+        let msg = match parse_message(&line) {
             Ok(m) => m,
             Err(rejected) => {
                 let _ = tx.send(Message::error(rejected.id, rejected.error)).await;
@@ -59,7 +70,11 @@ where
                 let reply = match server.initialize(LOCAL_USER, req.params.as_ref()).await {
                     Ok((session, result)) => {
                         // stdout is this session's standalone stream for task notifications.
-                        _standalone = Some(server.streams().register_standalone(&session.id, tx.clone()));
+                        _standalone = Some(
+                            server
+                                .streams()
+                                .register_standalone(&session.id, tx.clone()),
+                        );
                         peer.write().await.session = Some(session);
                         Message::response(req.id, result)
                     }
@@ -93,4 +108,52 @@ where
     // the writer a moment to flush what is queued and stop.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), writer).await;
     Ok(())
+}
+
+enum LineRead {
+    Line,
+    TooLong,
+    Eof,
+}
+
+/// Reads one newline-terminated line into `buf` without ever holding more than `max` bytes; a longer
+/// line is consumed and reported as too long.
+async fn read_line_bounded<R: AsyncBufRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<LineRead> {
+    let mut too_long = false;
+    loop {
+        let chunk = r.fill_buf().await?;
+        if chunk.is_empty() {
+            return Ok(if too_long {
+                LineRead::TooLong
+            } else if buf.is_empty() {
+                LineRead::Eof
+            } else {
+                LineRead::Line
+            });
+        }
+        let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        if !too_long {
+            if buf.len() + take > max + 1 {
+                too_long = true;
+                buf.clear();
+            } else {
+                buf.extend_from_slice(&chunk[..take]);
+            }
+        }
+        r.consume(take);
+        if done {
+            return Ok(if too_long {
+                LineRead::TooLong
+            } else {
+                LineRead::Line
+            });
+        }
+    }
 }

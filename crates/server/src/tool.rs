@@ -3,7 +3,7 @@
 
 use mcp_tasks_engine::{Outcome, TaskContext, TaskHandler};
 use mcp_tasks_protocol::mcp_2025::TaskSupport;
-use serde_json::{Map, Value, json};
+use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -159,10 +159,18 @@ impl RegisteredTool {
             .take(5)
             .map(|e| {
                 let path = e.instance_path().to_string();
-                if path.is_empty() { e.to_string() } else { format!("{path}: {e}") }
+                if path.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("{path}: {e}")
+                }
             })
             .collect();
-        if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
     }
 
     /// The tool as a `tools/list` entry; `with_execution` adds `execution.taskSupport` (2025-11-25 only).
@@ -184,7 +192,10 @@ impl RegisteredTool {
             m.insert("annotations".into(), v.clone());
         }
         if with_execution {
-            m.insert("execution".into(), json!({"taskSupport": t.task_support.as_str()}));
+            m.insert(
+                "execution".into(),
+                json!({"taskSupport": t.task_support.as_str()}),
+            );
         }
         Value::Object(m)
     }
@@ -204,10 +215,16 @@ impl ToolRegistry {
             return Err(ToolError::Duplicate(tool.name));
         }
         if tool.input_schema.get("type").and_then(Value::as_str) != Some("object") {
-            return Err(ToolError::BadSchema { name: tool.name, reason: "the root must have \"type\": \"object\"".into() });
+            return Err(ToolError::BadSchema {
+                name: tool.name,
+                reason: "the root must have \"type\": \"object\"".into(),
+            });
         }
-        let validator = jsonschema::validator_for(&tool.input_schema)
-            .map_err(|e| ToolError::BadSchema { name: tool.name.clone(), reason: e.to_string() })?;
+        let validator =
+            jsonschema::validator_for(&tool.input_schema).map_err(|e| ToolError::BadSchema {
+                name: tool.name.clone(),
+                reason: e.to_string(),
+            })?;
         self.by_name.insert(tool.name.clone(), self.tools.len());
         self.tools.push(RegisteredTool { tool, validator });
         Ok(())

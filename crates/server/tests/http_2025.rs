@@ -3,16 +3,19 @@
 
 mod support;
 
-use mcp_tasks_engine::EngineConfig;
 use mcp_tasks_engine::store::memory::MemoryStore;
+use mcp_tasks_engine::EngineConfig;
 use mcp_tasks_server::ServerConfig;
-use serde_json::{Value, json};
+use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{Client, start, start_with};
+use support::{start, start_with, Client};
 
 async fn raw_post(url: &str, headers: &[(&str, &str)], body: &str) -> support::Exchange {
-    let mut rb = reqwest::Client::new().post(url).header("accept", "application/json, text/event-stream").body(body.to_string());
+    let mut rb = reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_string());
     for (k, v) in headers {
         rb = rb.header(*k, *v);
     }
@@ -34,7 +37,12 @@ async fn malformed_json_is_a_parse_error_without_id() {
 #[tokio::test]
 async fn wrong_jsonrpc_version_is_invalid_request() {
     let s = start(vec![]).await;
-    let ex = raw_post(&s.url, &[("content-type", "application/json")], r#"{"jsonrpc":"1.0","id":5,"method":"ping"}"#).await;
+    let ex = raw_post(
+        &s.url,
+        &[("content-type", "application/json")],
+        r#"{"jsonrpc":"1.0","id":5,"method":"ping"}"#,
+    )
+    .await;
     assert_eq!(ex.status, 400);
     assert_eq!(ex.error_code(), -32600);
     assert_eq!(ex.reply.as_ref().unwrap()["id"], json!(5));
@@ -47,7 +55,10 @@ async fn unknown_method_is_method_not_found_naming_it() {
     let mut c = Client::connect(&s.url).await;
     let ex = c.request("tools/frobnicate", json!({})).await;
     assert_eq!(ex.error_code(), -32601);
-    assert!(ex.error()["message"].as_str().unwrap().contains("tools/frobnicate"));
+    assert!(ex.error()["message"]
+        .as_str()
+        .unwrap()
+        .contains("tools/frobnicate"));
 }
 
 #[tokio::test]
@@ -66,8 +77,14 @@ async fn initialize_declares_task_capabilities_for_2025_11_25() {
         .await;
     let r = ex.result();
     assert_eq!(r["protocolVersion"], "2025-11-25");
-    assert_eq!(r["capabilities"]["tasks"], json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}));
-    assert!(c.session.as_ref().is_some_and(|s| s.len() == 32 && s.bytes().all(|b| (0x21..=0x7e).contains(&b))));
+    assert_eq!(
+        r["capabilities"]["tasks"],
+        json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}})
+    );
+    assert!(c
+        .session
+        .as_ref()
+        .is_some_and(|s| s.len() == 32 && s.bytes().all(|b| (0x21..=0x7e).contains(&b))));
 }
 
 #[tokio::test]
@@ -77,11 +94,26 @@ async fn older_versions_are_served_without_tasks() {
         let mut c = Client::connect_version(&s.url, v).await;
         assert_eq!(c.version, v);
         let tools = c.request("tools/list", json!({})).await.result()["tools"].clone();
-        assert!(tools.as_array().unwrap().iter().all(|t| t.get("execution").is_none()));
+        assert!(tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t.get("execution").is_none()));
         // The task param is ignored: the call runs normally and returns its result.
-        let ex = c.request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 0}, "task": {}})).await;
-        assert!(ex.result()["content"][0]["text"].as_str().unwrap().contains("finished"));
-        assert_eq!(c.request("tasks/list", json!({})).await.error_code(), -32601);
+        let ex = c
+            .request(
+                "tools/call",
+                json!({"name": "slow_compute", "arguments": {"seconds": 0}, "task": {}}),
+            )
+            .await;
+        assert!(ex.result()["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("finished"));
+        assert_eq!(
+            c.request("tasks/list", json!({})).await.error_code(),
+            -32601
+        );
     }
 }
 
@@ -98,27 +130,53 @@ async fn initialize_without_protocol_version_is_invalid_params() {
     let mut c = Client::new(&s.url);
     let ex = c.request("initialize", json!({"capabilities": {}})).await;
     assert_eq!(ex.error_code(), -32602);
-    assert!(ex.error()["message"].as_str().unwrap().contains("protocolVersion"));
+    assert!(ex.error()["message"]
+        .as_str()
+        .unwrap()
+        .contains("protocolVersion"));
 }
 
 #[tokio::test]
 async fn request_without_session_header_is_400() {
     let s = start(vec![]).await;
-    let ex = raw_post(&s.url, &[("content-type", "application/json")], r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#).await;
+    let ex = raw_post(
+        &s.url,
+        &[("content-type", "application/json")],
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+    )
+    .await;
     assert_eq!(ex.status, 400);
-    assert!(ex.error()["message"].as_str().unwrap().contains("Mcp-Session-Id"));
+    assert!(ex.error()["message"]
+        .as_str()
+        .unwrap()
+        .contains("Mcp-Session-Id"));
 }
 
 #[tokio::test]
 async fn unknown_or_deleted_session_is_404() {
     let s = start(vec![]).await;
-    let ex = raw_post(&s.url, &[("mcp-session-id", "nope")], r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).await;
+    let ex = raw_post(
+        &s.url,
+        &[("mcp-session-id", "nope")],
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+    )
+    .await;
     assert_eq!(ex.status, 404);
     let c = Client::connect(&s.url).await;
     let sid = c.session.clone().unwrap();
-    let del = reqwest::Client::new().delete(&s.url).header("mcp-session-id", &sid).send().await.unwrap();
+    let del = reqwest::Client::new()
+        .delete(&s.url)
+        .header("mcp-session-id", &sid)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(del.status().as_u16(), 204);
-    let ex = raw_post(&s.url, &[("mcp-session-id", &sid)], r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).await;
+    let ex = raw_post(
+        &s.url,
+        &[("mcp-session-id", &sid)],
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+    )
+    .await;
     assert_eq!(ex.status, 404);
 }
 
@@ -128,7 +186,12 @@ async fn mismatched_or_unknown_protocol_version_header_is_400() {
     let c = Client::connect(&s.url).await;
     let sid = c.session.clone().unwrap();
     for v in ["2025-06-18", "banana"] {
-        let ex = raw_post(&s.url, &[("mcp-session-id", &sid), ("mcp-protocol-version", v)], r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).await;
+        let ex = raw_post(
+            &s.url,
+            &[("mcp-session-id", &sid), ("mcp-protocol-version", v)],
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+        )
+        .await;
         assert_eq!(ex.status, 400, "version header {v}");
     }
 }
@@ -137,17 +200,45 @@ async fn mismatched_or_unknown_protocol_version_header_is_400() {
 async fn disallowed_origin_is_403_and_localhost_is_fine() {
     let s = start(vec![]).await;
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
-    let ex = raw_post(&s.url, &[("origin", "http://evil.example"), ("content-type", "application/json")], init).await;
+    let ex = raw_post(
+        &s.url,
+        &[
+            ("origin", "http://evil.example"),
+            ("content-type", "application/json"),
+        ],
+        init,
+    )
+    .await;
     assert_eq!(ex.status, 403);
-    let ex = raw_post(&s.url, &[("origin", "http://localhost:3000"), ("content-type", "application/json")], init).await;
+    let ex = raw_post(
+        &s.url,
+        &[
+            ("origin", "http://localhost:3000"),
+            ("content-type", "application/json"),
+        ],
+        init,
+    )
+    .await;
     assert_eq!(ex.status, 200);
 }
 
 #[tokio::test]
 async fn oversized_body_is_413() {
-    let config = ServerConfig { max_body_bytes: 1024, ..ServerConfig::default() };
-    let s = start_with(Arc::new(MemoryStore::new()), support::fast_engine(), config, vec![]).await;
-    let big = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(4096));
+    let config = ServerConfig {
+        max_body_bytes: 1024,
+        ..ServerConfig::default()
+    };
+    let s = start_with(
+        Arc::new(MemoryStore::new()),
+        support::fast_engine(),
+        config,
+        vec![],
+    )
+    .await;
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(4096)
+    );
     let ex = raw_post(&s.url, &[("content-type", "application/json")], &big).await;
     assert_eq!(ex.status, 413);
     assert!(ex.error()["message"].as_str().unwrap().contains("1024"));
@@ -162,22 +253,48 @@ async fn notifications_are_accepted_with_202() {
 
 #[tokio::test]
 async fn tools_list_paginates_with_cursor() {
-    let config = ServerConfig { page_size: 3, ..ServerConfig::default() };
-    let s = start_with(Arc::new(MemoryStore::new()), support::fast_engine(), config, vec![]).await;
+    let config = ServerConfig {
+        page_size: 3,
+        ..ServerConfig::default()
+    };
+    let s = start_with(
+        Arc::new(MemoryStore::new()),
+        support::fast_engine(),
+        config,
+        vec![],
+    )
+    .await;
     let mut c = Client::connect(&s.url).await;
     let mut names = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
-        let params = match &cursor { Some(cur) => json!({"cursor": cur}), None => json!({}) };
+        let params = match &cursor {
+            Some(cur) => json!({"cursor": cur}),
+            None => json!({}),
+        };
         let r = c.request("tools/list", params).await.result().clone();
-        names.extend(r["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()));
+        names.extend(
+            r["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["name"].as_str().unwrap().to_string()),
+        );
         match r.get("nextCursor") {
             Some(n) => cursor = Some(n.as_str().unwrap().to_string()),
             None => break,
         }
     }
-    assert_eq!(names, ["greet", "slow_compute", "failing_job", "protocol_error_job"]);
-    assert_eq!(c.request("tools/list", json!({"cursor": "zzz"})).await.error_code(), -32602);
+    assert_eq!(
+        names,
+        ["greet", "slow_compute", "failing_job", "protocol_error_job"]
+    );
+    assert_eq!(
+        c.request("tools/list", json!({"cursor": "zzz"}))
+            .await
+            .error_code(),
+        -32602
+    );
 }
 
 #[tokio::test]
@@ -189,7 +306,12 @@ async fn tools_list_shows_task_support_per_tool() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|t| (t["name"].as_str().unwrap().into(), t["execution"]["taskSupport"].as_str().unwrap().into()))
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().into(),
+                t["execution"]["taskSupport"].as_str().unwrap().into(),
+            )
+        })
         .collect();
     assert!(support.contains(&("greet".into(), "forbidden".into())));
     assert!(support.contains(&("slow_compute".into(), "optional".into())));
@@ -200,19 +322,34 @@ async fn tools_list_shows_task_support_per_tool() {
 async fn invalid_arguments_are_a_tool_error_the_model_can_read() {
     let s = start(vec![]).await;
     let mut c = Client::connect(&s.url).await;
-    let ex = c.request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": "soon"}})).await;
+    let ex = c
+        .request(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": "soon"}}),
+        )
+        .await;
     assert_eq!(ex.result()["isError"], json!(true));
     let text = ex.result()["content"][0]["text"].as_str().unwrap();
-    assert!(text.contains("/seconds") && text.contains("number"), "{text}");
-    let ex = c.request("tools/call", json!({"name": "greet", "arguments": {}})).await;
-    assert!(ex.result()["content"][0]["text"].as_str().unwrap().contains("name"));
+    assert!(
+        text.contains("/seconds") && text.contains("number"),
+        "{text}"
+    );
+    let ex = c
+        .request("tools/call", json!({"name": "greet", "arguments": {}}))
+        .await;
+    assert!(ex.result()["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("name"));
 }
 
 #[tokio::test]
 async fn unknown_tool_is_invalid_params_listing_known_tools() {
     let s = start(vec![]).await;
     let mut c = Client::connect(&s.url).await;
-    let ex = c.request("tools/call", json!({"name": "gret", "arguments": {}})).await;
+    let ex = c
+        .request("tools/call", json!({"name": "gret", "arguments": {}}))
+        .await;
     assert_eq!(ex.error_code(), -32602);
     assert!(ex.error()["message"].as_str().unwrap().contains("greet"));
 }
@@ -221,7 +358,12 @@ async fn unknown_tool_is_invalid_params_listing_known_tools() {
 async fn forbidden_tool_called_as_task_is_method_not_found_r8() {
     let s = start(vec![]).await;
     let mut c = Client::connect(&s.url).await;
-    let ex = c.request("tools/call", json!({"name": "greet", "arguments": {"name": "x"}, "task": {}})).await;
+    let ex = c
+        .request(
+            "tools/call",
+            json!({"name": "greet", "arguments": {"name": "x"}, "task": {}}),
+        )
+        .await;
     assert_eq!(ex.error_code(), -32601);
 }
 
@@ -229,7 +371,12 @@ async fn forbidden_tool_called_as_task_is_method_not_found_r8() {
 async fn required_tool_called_without_task_is_method_not_found_r10() {
     let s = start(vec![]).await;
     let mut c = Client::connect(&s.url).await;
-    let ex = c.request("tools/call", json!({"name": "failing_job", "arguments": {}})).await;
+    let ex = c
+        .request(
+            "tools/call",
+            json!({"name": "failing_job", "arguments": {}}),
+        )
+        .await;
     assert_eq!(ex.error_code(), -32601);
 }
 
@@ -241,7 +388,10 @@ async fn optional_tool_without_task_runs_inline_with_progress() {
         .request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 1.2, "label": "inline"}, "_meta": {"progressToken": "inl"}}))
         .await;
     assert!(ex.content_type.starts_with("text/event-stream"));
-    assert!(ex.result()["content"][0]["text"].as_str().unwrap().contains("inline"));
+    assert!(ex.result()["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("inline"));
     let progress: Vec<f64> = ex
         .notifications
         .iter()
@@ -252,7 +402,10 @@ async fn optional_tool_without_task_runs_inline_with_progress() {
         })
         .collect();
     assert!(progress.len() >= 2, "{progress:?}");
-    assert!(progress.windows(2).all(|w| w[0] < w[1]), "progress increases: {progress:?}");
+    assert!(
+        progress.windows(2).all(|w| w[0] < w[1]),
+        "progress increases: {progress:?}"
+    );
 }
 
 #[tokio::test]
@@ -263,10 +416,22 @@ async fn notifications_cancelled_stops_an_inline_call() {
     let started = Instant::now();
     let call = tokio::spawn(c.post(body.to_string()).send());
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(c.notify("notifications/cancelled", json!({"requestId": 777, "reason": "user pressed stop"})).await, 202);
+    assert_eq!(
+        c.notify(
+            "notifications/cancelled",
+            json!({"requestId": 777, "reason": "user pressed stop"})
+        )
+        .await,
+        202
+    );
     let resp = call.await.unwrap().unwrap();
     let ex = support::read_exchange(resp).await;
     assert!(ex.reply.is_none(), "a cancelled request gets no reply");
+    assert_eq!(ex.status, 200);
+    assert!(
+        ex.content_type.starts_with("text/event-stream"),
+        "a request is answered with JSON or a stream, never 202"
+    );
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
@@ -274,8 +439,15 @@ async fn notifications_cancelled_stops_an_inline_call() {
 async fn set_level_accepts_rfc5424_levels_only() {
     let s = start(vec![]).await;
     let mut c = Client::connect(&s.url).await;
-    assert_eq!(c.request("logging/setLevel", json!({"level": "warning"})).await.result(), &json!({}));
-    let ex = c.request("logging/setLevel", json!({"level": "loud"})).await;
+    assert_eq!(
+        c.request("logging/setLevel", json!({"level": "warning"}))
+            .await
+            .result(),
+        &json!({})
+    );
+    let ex = c
+        .request("logging/setLevel", json!({"level": "loud"}))
+        .await;
     assert_eq!(ex.error_code(), -32602);
     assert!(ex.error()["message"].as_str().unwrap().contains("loud"));
 }
@@ -286,7 +458,12 @@ async fn set_level_accepts_rfc5424_levels_only() {
 async fn create_task_result_is_durable_working_task_with_granted_ttl() {
     let s = start(vec![]).await;
     let mut c = Client::connect(&s.url).await;
-    let ex = c.request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 5}, "task": {"ttl": 60000}})).await;
+    let ex = c
+        .request(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 5}, "task": {"ttl": 60000}}),
+        )
+        .await;
     let task = &ex.result()["task"];
     assert_eq!(task["status"], "working");
     assert_eq!(task["ttl"], 60000);
@@ -295,23 +472,51 @@ async fn create_task_result_is_durable_working_task_with_granted_ttl() {
     assert!(ex.result()["_meta"]["io.modelcontextprotocol/model-immediate-response"].is_string());
     // Durable before the reply: the store has it.
     let id = task["taskId"].as_str().unwrap();
-    assert!(matches!(s.server.engine().get(id).await.unwrap(), mcp_tasks_engine::store::Lookup::Found(_)));
+    assert!(matches!(
+        s.server.engine().get(id).await.unwrap(),
+        mcp_tasks_engine::store::Lookup::Found(_)
+    ));
 }
 
 #[tokio::test]
 async fn requested_ttl_is_clamped_and_the_real_value_reported_r37_r38() {
-    let engine = EngineConfig { min_ttl_ms: 5_000, max_ttl_ms: Some(120_000), default_ttl_ms: Some(60_000), ..support::fast_engine() };
-    let s = start_with(Arc::new(MemoryStore::new()), engine, ServerConfig::default(), vec![]).await;
+    let engine = EngineConfig {
+        min_ttl_ms: 5_000,
+        max_ttl_ms: Some(120_000),
+        default_ttl_ms: Some(60_000),
+        ..support::fast_engine()
+    };
+    let s = start_with(
+        Arc::new(MemoryStore::new()),
+        engine,
+        ServerConfig::default(),
+        vec![],
+    )
+    .await;
     let mut c = Client::connect(&s.url).await;
-    for (asked, granted) in [(json!(1), 5_000), (json!(999_999_999), 120_000), (Value::Null, 60_000)] {
+    for (asked, granted) in [
+        (json!(1), 5_000),
+        (json!(999_999_999), 120_000),
+        (Value::Null, 60_000),
+    ] {
         let mut task = json!({});
         if !asked.is_null() {
             task["ttl"] = asked;
         }
-        let ex = c.request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 0}, "task": task})).await;
+        let ex = c
+            .request(
+                "tools/call",
+                json!({"name": "slow_compute", "arguments": {"seconds": 0}, "task": task}),
+            )
+            .await;
         assert_eq!(ex.result()["task"]["ttl"], granted);
     }
-    let ex = c.request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 0}, "task": {"ttl": -5}})).await;
+    let ex = c
+        .request(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 0}, "task": {"ttl": -5}}),
+        )
+        .await;
     assert_eq!(ex.error_code(), -32602);
 }
 
@@ -319,9 +524,17 @@ async fn requested_ttl_is_clamped_and_the_real_value_reported_r37_r38() {
 async fn tasks_get_of_unknown_id_is_invalid_params_r60() {
     let s = start(vec![]).await;
     let mut c = Client::connect(&s.url).await;
-    let ex = c.request("tasks/get", json!({"taskId": "0123456789abcdef0123456789abcdef"})).await;
+    let ex = c
+        .request(
+            "tasks/get",
+            json!({"taskId": "0123456789abcdef0123456789abcdef"}),
+        )
+        .await;
     assert_eq!(ex.error_code(), -32602);
-    assert_eq!(ex.error()["message"], "Failed to retrieve task: Task not found");
+    assert_eq!(
+        ex.error()["message"],
+        "Failed to retrieve task: Task not found"
+    );
     assert_eq!(c.request("tasks/get", json!({})).await.error_code(), -32602);
 }
 
@@ -332,7 +545,12 @@ async fn tasks_get_ignores_stray_task_param_and_progress_token() {
     let mut c = Client::connect(&s.url).await;
     let task = c.create_task("slow_compute", json!({"seconds": 0})).await;
     let id = task["taskId"].as_str().unwrap();
-    let ex = c.request("tasks/get", json!({"taskId": id, "task": {"ttl": 1}, "_meta": {"progressToken": 9}})).await;
+    let ex = c
+        .request(
+            "tasks/get",
+            json!({"taskId": id, "task": {"ttl": 1}, "_meta": {"progressToken": 9}}),
+        )
+        .await;
     assert_eq!(ex.result()["taskId"], id);
 }
 
@@ -346,15 +564,35 @@ async fn tasks_result_blocks_until_terminal_and_returns_the_call_result_r26_r30(
     let id = ex.result()["task"]["taskId"].as_str().unwrap().to_string();
     let started = Instant::now();
     let ex = c.request("tasks/result", json!({"taskId": id})).await;
-    assert!(started.elapsed() >= Duration::from_millis(1200), "it blocked until the task finished");
+    assert!(
+        started.elapsed() >= Duration::from_millis(1200),
+        "it blocked until the task finished"
+    );
     let r = ex.result();
     assert!(r["content"][0]["text"].as_str().unwrap().contains("(L)"));
-    assert_eq!(r["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], id);
+    assert_eq!(
+        r["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        id
+    );
     // Progress came on the stream with the original request's token (R48), increasing.
-    let progress: Vec<&Value> = ex.notifications.iter().filter(|n| n["method"] == "notifications/progress").collect();
-    assert!(!progress.is_empty(), "progress on the tasks/result stream: {:?}", ex.notifications);
-    assert!(progress.iter().all(|n| n["params"]["progressToken"] == "tok-1"));
-    let status: Vec<&Value> = ex.notifications.iter().filter(|n| n["method"] == "notifications/tasks/status").collect();
+    let progress: Vec<&Value> = ex
+        .notifications
+        .iter()
+        .filter(|n| n["method"] == "notifications/progress")
+        .collect();
+    assert!(
+        !progress.is_empty(),
+        "progress on the tasks/result stream: {:?}",
+        ex.notifications
+    );
+    assert!(progress
+        .iter()
+        .all(|n| n["params"]["progressToken"] == "tok-1"));
+    let status: Vec<&Value> = ex
+        .notifications
+        .iter()
+        .filter(|n| n["method"] == "notifications/tasks/status")
+        .collect();
     assert_eq!(status.last().unwrap()["params"]["status"], "completed");
     // A second fetch of a terminal task answers at once with the same payload.
     let again = c.request("tasks/result", json!({"taskId": id})).await;
@@ -362,7 +600,10 @@ async fn tasks_result_blocks_until_terminal_and_returns_the_call_result_r26_r30(
     assert_eq!(again.result(), r);
     let t = c.get_task(&id).await;
     assert_eq!(t["status"], "completed");
-    assert_eq!((t["progress"].as_f64(), t["progressTotal"].as_f64()), (Some(2.0), Some(2.0)));
+    assert_eq!(
+        (t["progress"].as_f64(), t["progressTotal"].as_f64()),
+        (Some(2.0), Some(2.0))
+    );
 }
 
 #[tokio::test]
@@ -386,7 +627,10 @@ async fn jsonrpc_error_outcome_is_failed_and_result_returns_the_error_r29() {
     let id = task["taskId"].as_str().unwrap();
     let ex = c.request("tasks/result", json!({"taskId": id})).await;
     assert_eq!(ex.error_code(), -32603);
-    assert!(ex.error()["message"].as_str().unwrap().contains("on purpose"));
+    assert!(ex.error()["message"]
+        .as_str()
+        .unwrap()
+        .contains("on purpose"));
     assert_eq!(c.get_task(id).await["status"], "failed");
 }
 
@@ -401,7 +645,10 @@ async fn cancel_moves_to_cancelled_before_answering_and_terminal_cancel_is_inval
     assert_eq!(c.get_task(&id).await["status"], "cancelled");
     let ex = c.request("tasks/cancel", json!({"taskId": id})).await;
     assert_eq!(ex.error_code(), -32602);
-    assert_eq!(ex.error()["message"], "Cannot cancel task: already in terminal status 'cancelled'");
+    assert_eq!(
+        ex.error()["message"],
+        "Cannot cancel task: already in terminal status 'cancelled'"
+    );
     // Cancelled stays cancelled even though the handler would have completed (R56).
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(c.get_task(&id).await["status"], "cancelled");
@@ -415,11 +662,16 @@ async fn cancel_wakes_a_blocked_tasks_result() {
     let mut c = Client::connect(&s.url).await;
     let task = c.create_task("slow_compute", json!({"seconds": 60})).await;
     let id = task["taskId"].as_str().unwrap().to_string();
-    let body = json!({"jsonrpc": "2.0", "id": 900, "method": "tasks/result", "params": {"taskId": id}});
+    let body =
+        json!({"jsonrpc": "2.0", "id": 900, "method": "tasks/result", "params": {"taskId": id}});
     let waiting = tokio::spawn(c.post(body.to_string()).send());
     tokio::time::sleep(Duration::from_millis(500)).await;
     c.request("tasks/cancel", json!({"taskId": id})).await;
-    let resp = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("woken").unwrap().unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("woken")
+        .unwrap()
+        .unwrap();
     let ex = support::read_exchange(resp).await;
     assert_eq!(ex.error_code(), -32603);
     assert_eq!(ex.error()["data"]["status"], "cancelled");
@@ -433,35 +685,72 @@ async fn cancel_of_completed_task_reports_its_status_r54() {
     let id = task["taskId"].as_str().unwrap();
     c.wait_terminal(id).await;
     let ex = c.request("tasks/cancel", json!({"taskId": id})).await;
-    assert_eq!(ex.error()["message"], "Cannot cancel task: already in terminal status 'completed'");
+    assert_eq!(
+        ex.error()["message"],
+        "Cannot cancel task: already in terminal status 'completed'"
+    );
 }
 
 #[tokio::test]
 async fn tasks_list_shows_only_this_sessions_tasks_with_pagination_r49_r53() {
-    let config = ServerConfig { page_size: 2, ..ServerConfig::default() };
-    let s = start_with(Arc::new(MemoryStore::new()), support::fast_engine(), config, vec![]).await;
+    let config = ServerConfig {
+        page_size: 2,
+        ..ServerConfig::default()
+    };
+    let s = start_with(
+        Arc::new(MemoryStore::new()),
+        support::fast_engine(),
+        config,
+        vec![],
+    )
+    .await;
     let mut a = Client::connect(&s.url).await;
     let mut b = Client::connect(&s.url).await;
     let mut mine = Vec::new();
     for _ in 0..5 {
-        mine.push(a.create_task("slow_compute", json!({"seconds": 0})).await["taskId"].as_str().unwrap().to_string());
+        mine.push(
+            a.create_task("slow_compute", json!({"seconds": 0})).await["taskId"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
     }
-    let theirs = b.create_task("slow_compute", json!({"seconds": 0})).await["taskId"].as_str().unwrap().to_string();
+    let theirs = b.create_task("slow_compute", json!({"seconds": 0})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let mut seen = Vec::new();
     let mut cursor = None;
     loop {
-        let params = match &cursor { Some(cur) => json!({"cursor": cur}), None => json!({}) };
+        let params = match &cursor {
+            Some(cur) => json!({"cursor": cur}),
+            None => json!({}),
+        };
         let r = a.request("tasks/list", params).await.result().clone();
         assert!(r["tasks"].as_array().unwrap().len() <= 2);
-        seen.extend(r["tasks"].as_array().unwrap().iter().map(|t| t["taskId"].as_str().unwrap().to_string()));
+        seen.extend(
+            r["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["taskId"].as_str().unwrap().to_string()),
+        );
         match r.get("nextCursor") {
             Some(n) => cursor = Some(n.as_str().unwrap().to_string()),
             None => break,
         }
     }
+    // Ordered by creation time; tasks created in the same millisecond are ordered by id.
+    mine.sort();
+    seen.sort();
     assert_eq!(seen, mine);
     assert!(!seen.contains(&theirs));
-    assert_eq!(a.request("tasks/list", json!({"cursor": "bogus"})).await.error_code(), -32602);
+    assert_eq!(
+        a.request("tasks/list", json!({"cursor": "bogus"}))
+            .await
+            .error_code(),
+        -32602
+    );
 }
 
 #[tokio::test]
@@ -476,7 +765,10 @@ async fn status_and_progress_notifications_arrive_on_the_get_stream_r44_r48() {
     let mut progress = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let msg = tokio::time::timeout_at(deadline.into(), stream.recv()).await.expect("notifications").unwrap();
+        let msg = tokio::time::timeout_at(deadline.into(), stream.recv())
+            .await
+            .expect("notifications")
+            .unwrap();
         match msg["method"].as_str().unwrap() {
             "notifications/progress" => {
                 assert_eq!(msg["params"]["progressToken"], 42);
@@ -484,7 +776,10 @@ async fn status_and_progress_notifications_arrive_on_the_get_stream_r44_r48() {
             }
             "notifications/tasks/status" => {
                 assert_eq!(msg["params"]["taskId"], id.as_str());
-                assert!(msg["params"].get("_meta").is_none(), "status notifications carry no related-task (R46)");
+                assert!(
+                    msg["params"].get("_meta").is_none(),
+                    "status notifications carry no related-task (R46)"
+                );
                 if msg["params"]["status"] == "completed" {
                     break;
                 }
@@ -501,18 +796,42 @@ async fn idempotency_key_returns_the_same_task_and_rejects_other_work() {
     let s = start(vec![]).await;
     let mut c = Client::connect(&s.url).await;
     let call = |key: &str, secs: u64, form: &str| {
-        let meta = if form == "ours" { json!({"io.github.mcp-tasks/idempotency-key": key}) } else { json!({"taskId": key}) };
+        let meta = if form == "ours" {
+            json!({"io.github.mcp-tasks/idempotency-key": key})
+        } else {
+            json!({"taskId": key})
+        };
         json!({"name": "slow_compute", "arguments": {"seconds": secs}, "task": {}, "_meta": meta})
     };
-    let first = c.request("tools/call", call("k-1", 3, "ours")).await.result()["task"]["taskId"].clone();
-    let again = c.request("tools/call", call("k-1", 3, "ours")).await.result()["task"]["taskId"].clone();
+    let first = c
+        .request("tools/call", call("k-1", 3, "ours"))
+        .await
+        .result()["task"]["taskId"]
+        .clone();
+    let again = c
+        .request("tools/call", call("k-1", 3, "ours"))
+        .await
+        .result()["task"]["taskId"]
+        .clone();
     assert_eq!(first, again, "a retry returns the same task");
     let ex = c.request("tools/call", call("k-1", 4, "ours")).await;
     assert_eq!(ex.error_code(), -32602);
     assert!(ex.error()["message"].as_str().unwrap().contains("k-1"));
-    let legacy = c.request("tools/call", call("guide-id", 3, "legacy")).await.result()["task"]["taskId"].clone();
-    assert_ne!(legacy, json!("guide-id"), "_meta.taskId is a key, not the task id");
-    let legacy2 = c.request("tools/call", call("guide-id", 3, "legacy")).await.result()["task"]["taskId"].clone();
+    let legacy = c
+        .request("tools/call", call("guide-id", 3, "legacy"))
+        .await
+        .result()["task"]["taskId"]
+        .clone();
+    assert_ne!(
+        legacy,
+        json!("guide-id"),
+        "_meta.taskId is a key, not the task id"
+    );
+    let legacy2 = c
+        .request("tools/call", call("guide-id", 3, "legacy"))
+        .await
+        .result()["task"]["taskId"]
+        .clone();
     assert_eq!(legacy, legacy2);
 }
 
@@ -525,24 +844,57 @@ async fn expired_task_answers_expired_then_not_found() {
         sweep_interval: Duration::from_millis(100),
         ..support::fast_engine()
     };
-    let s = start_with(Arc::new(MemoryStore::new()), engine, ServerConfig::default(), vec![]).await;
+    let s = start_with(
+        Arc::new(MemoryStore::new()),
+        engine,
+        ServerConfig::default(),
+        vec![],
+    )
+    .await;
     let mut c = Client::connect(&s.url).await;
-    let ex = c.request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 0}, "task": {"ttl": 200}})).await;
+    let ex = c
+        .request(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 0}, "task": {"ttl": 200}}),
+        )
+        .await;
     let id = ex.result()["task"]["taskId"].as_str().unwrap().to_string();
     tokio::time::sleep(Duration::from_millis(800)).await;
     let ex = c.request("tasks/get", json!({"taskId": id})).await;
-    assert_eq!(ex.error()["message"], "Failed to retrieve task: Task has expired");
+    assert_eq!(
+        ex.error()["message"],
+        "Failed to retrieve task: Task has expired"
+    );
     tokio::time::sleep(Duration::from_millis(2_000)).await;
     let ex = c.request("tasks/get", json!({"taskId": id})).await;
-    assert_eq!(ex.error()["message"], "Failed to retrieve task: Task not found");
+    assert_eq!(
+        ex.error()["message"],
+        "Failed to retrieve task: Task not found"
+    );
 }
 
 #[tokio::test]
 async fn running_task_is_never_purged_even_past_ttl() {
-    let engine = EngineConfig { min_ttl_ms: 1, finished_grace_ms: 0, sweep_interval: Duration::from_millis(100), ..support::fast_engine() };
-    let s = start_with(Arc::new(MemoryStore::new()), engine, ServerConfig::default(), vec![]).await;
+    let engine = EngineConfig {
+        min_ttl_ms: 1,
+        finished_grace_ms: 0,
+        sweep_interval: Duration::from_millis(100),
+        ..support::fast_engine()
+    };
+    let s = start_with(
+        Arc::new(MemoryStore::new()),
+        engine,
+        ServerConfig::default(),
+        vec![],
+    )
+    .await;
     let mut c = Client::connect(&s.url).await;
-    let ex = c.request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 2}, "task": {"ttl": 100}})).await;
+    let ex = c
+        .request(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 2}, "task": {"ttl": 100}}),
+        )
+        .await;
     let id = ex.result()["task"]["taskId"].as_str().unwrap().to_string();
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(c.get_task(&id).await["status"], "working");
@@ -554,7 +906,10 @@ async fn tasks_methods_need_a_2025_11_25_session() {
     let mut c = Client::connect_version(&s.url, "2025-06-18").await;
     let ex = c.request("tasks/get", json!({"taskId": "x"})).await;
     assert_eq!(ex.error_code(), -32601);
-    assert!(ex.error()["message"].as_str().unwrap().contains("2025-11-25"));
+    assert!(ex.error()["message"]
+        .as_str()
+        .unwrap()
+        .contains("2025-11-25"));
 }
 
 #[tokio::test]
@@ -577,4 +932,95 @@ async fn many_concurrent_task_creations_all_succeed() {
         ids.insert(h.await.unwrap());
     }
     assert_eq!(ids.len(), 20);
+}
+
+#[tokio::test]
+async fn each_notification_goes_on_exactly_one_stream() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let mut stream = c.open_stream().await;
+    let ex = c
+        .request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 1}, "task": {}, "_meta": {"progressToken": "one"}}))
+        .await;
+    let id = ex.result()["task"]["taskId"].as_str().unwrap().to_string();
+    let result = c.request("tasks/result", json!({"taskId": id})).await;
+    let on_result: Vec<String> = result.notifications.iter().map(|n| n.to_string()).collect();
+    assert!(
+        on_result.iter().any(|n| n.contains("\"completed\"")),
+        "terminal status on the tasks/result stream: {on_result:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    while let Ok(n) = stream.try_recv() {
+        assert!(
+            !on_result.contains(&n.to_string()),
+            "sent on two streams: {n}"
+        );
+        assert_ne!(
+            n["params"]["status"], "completed",
+            "the terminal status went out twice: {n}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn task_call_with_invalid_arguments_still_gets_a_task_that_failed() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let ex = c.request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": "x"}, "task": {"ttl": 60000.0}})).await;
+    let task = &ex.result()["task"];
+    assert_eq!(task["status"], "failed");
+    assert!(task["statusMessage"].as_str().unwrap().contains("/seconds"));
+    let id = task["taskId"].as_str().unwrap();
+    let r = c.request("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(r.result()["isError"], json!(true));
+}
+
+#[tokio::test]
+async fn idempotency_keys_of_anonymous_sessions_do_not_meet() {
+    let s = start(vec![]).await;
+    let mut a = Client::connect(&s.url).await;
+    let mut b = Client::connect(&s.url).await;
+    let call = |secs: u64| json!({"name": "slow_compute", "arguments": {"seconds": secs}, "task": {}, "_meta": {"taskId": "job-1"}});
+    let ta = a.request("tools/call", call(1)).await.result()["task"]["taskId"].clone();
+    let tb = b.request("tools/call", call(1)).await.result()["task"]["taskId"].clone();
+    assert_ne!(ta, tb, "another session's key never returns its task");
+    let ex = b.request("tools/call", call(2)).await;
+    assert_eq!(ex.error_code(), -32602);
+    assert!(
+        !ex.error()["message"]
+            .as_str()
+            .unwrap()
+            .contains(ta.as_str().unwrap()),
+        "no task id leaks"
+    );
+}
+
+#[tokio::test]
+async fn delete_closes_the_sessions_streams() {
+    let s = start(vec![]).await;
+    let c = Client::connect(&s.url).await;
+    let mut stream = c.open_stream().await;
+    let del = reqwest::Client::new()
+        .delete(&s.url)
+        .header("mcp-session-id", c.session.as_ref().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(del.status().as_u16(), 204);
+    let end = tokio::time::timeout(Duration::from_secs(3), stream.recv())
+        .await
+        .expect("stream ended");
+    assert!(end.is_none());
+}
+
+#[tokio::test]
+async fn tasks_get_is_plain_json_never_a_stream_r24() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let id = c.create_task("slow_compute", json!({"seconds": 1})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ex = c.request("tasks/get", json!({"taskId": id})).await;
+    assert_eq!(ex.content_type, "application/json");
 }

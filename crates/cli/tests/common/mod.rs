@@ -11,7 +11,10 @@ pub fn bin() -> PathBuf {
 }
 
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 /// A running `mcp-tasks serve` over HTTP on an ephemeral loopback port. Killed (SIGKILL) on drop.
@@ -49,8 +52,14 @@ impl ServerProcess {
             }
             for _ in lines {}
         });
-        let line = rx.recv_timeout(Duration::from_secs(30)).expect("server printed its URL");
-        let url = line.strip_prefix("listening on ").expect("listening line").trim().to_string();
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("server printed its URL");
+        let url = line
+            .strip_prefix("listening on ")
+            .expect("listening line")
+            .trim()
+            .to_string();
         ServerProcess { child, url }
     }
 

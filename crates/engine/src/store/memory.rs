@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use super::{
-    Created, InvalidCursor, ListQuery, Lookup, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange,
-    TaskPage, TaskStore, UpdateError, apply_change, decode_cursor, encode_cursor,
+    apply_change, decode_cursor, encode_cursor, Created, InvalidCursor, ListQuery, Lookup,
+    PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
 };
 use crate::model::{TaskRecord, TaskStatus};
 
@@ -50,12 +50,19 @@ impl TaskStore for MemoryStore {
                     if existing.fingerprint == task.fingerprint {
                         return Ok(Created::Existing(existing.clone()));
                     }
-                    return Err(StoreError::IdempotencyConflict { key: key.clone(), task_id: existing.id.clone() });
+                    return Err(StoreError::IdempotencyConflict {
+                        key: key.clone(),
+                        task_id: existing.id.clone(),
+                    });
                 }
             }
-            inner.idempotency.insert((task.owner.clone(), key.clone()), task.id.clone());
+            inner
+                .idempotency
+                .insert((task.owner.clone(), key.clone()), task.id.clone());
         }
-        inner.by_owner.insert((task.owner.clone(), task.created_at, task.id.clone()), ());
+        inner
+            .by_owner
+            .insert((task.owner.clone(), task.created_at, task.id.clone()), ());
         inner.tasks.insert(task.id.clone(), task.clone());
         Ok(Created::New(task))
     }
@@ -66,7 +73,10 @@ impl TaskStore for MemoryStore {
             return Ok(Lookup::Found(t.clone()));
         }
         Ok(match inner.tombstones.get(id) {
-            Some((owner, session, _)) => Lookup::Expired { owner: owner.clone(), session: session.clone() },
+            Some((owner, session, _)) => Lookup::Expired {
+                owner: owner.clone(),
+                session: session.clone(),
+            },
             None => Lookup::Missing,
         })
     }
@@ -106,7 +116,9 @@ impl TaskStore for MemoryStore {
             if skip_start && (owner, id) == (&start.0, &start.2) {
                 continue;
             }
-            let Some(t) = inner.tasks.get(id) else { continue };
+            let Some(t) = inner.tasks.get(id) else {
+                continue;
+            };
             if q.session.is_some() && t.session != q.session {
                 continue;
             }
@@ -116,7 +128,11 @@ impl TaskStore for MemoryStore {
             }
             tasks.push(t.clone());
         }
-        let next_cursor = if more { tasks.last().map(|t| encode_cursor(t.created_at, &t.id)) } else { None };
+        let next_cursor = if more {
+            tasks.last().map(|t| encode_cursor(t.created_at, &t.id))
+        } else {
+            None
+        };
         Ok(Ok(TaskPage { tasks, next_cursor }))
     }
 
@@ -163,35 +179,56 @@ impl TaskStore for MemoryStore {
             .filter(|t| {
                 t.status.is_terminal()
                     && t.expires_at().is_some_and(|e| e <= p.now)
-                    && t.finished_at.is_some_and(|f| f.saturating_add(p.finished_grace_ms) <= p.now)
+                    && t.finished_at
+                        .is_some_and(|f| f.saturating_add(p.finished_grace_ms) <= p.now)
             })
             .cloned()
             .collect();
         for t in expired {
             inner.tasks.remove(&t.id);
-            inner.by_owner.remove(&(t.owner.clone(), t.created_at, t.id.clone()));
+            inner
+                .by_owner
+                .remove(&(t.owner.clone(), t.created_at, t.id.clone()));
             if let Some(k) = &t.idempotency_key {
                 inner.idempotency.remove(&(t.owner.clone(), k.clone()));
             }
-            inner.tombstones.insert(t.id.clone(), (t.owner.clone(), t.session.clone(), p.now));
+            inner
+                .tombstones
+                .insert(t.id.clone(), (t.owner.clone(), t.session.clone(), p.now));
             purged.tasks += 1;
         }
         let before = inner.tombstones.len();
-        inner.tombstones.retain(|_, (_, _, at)| at.saturating_add(p.tombstone_ms) > p.now);
+        inner
+            .tombstones
+            .retain(|_, (_, _, at)| at.saturating_add(p.tombstone_ms) > p.now);
         purged.tombstones = before - inner.tombstones.len();
         let before = inner.sessions.len();
-        inner.sessions.retain(|_, s| s.last_seen.saturating_add(p.session_idle_ms) > p.now);
+        inner
+            .sessions
+            .retain(|_, s| s.last_seen.saturating_add(p.session_idle_ms) > p.now);
         purged.sessions = before - inner.sessions.len();
         Ok(purged)
     }
 
     async fn put_session(&self, session: &SessionRecord) -> Result<(), StoreError> {
-        self.lock().sessions.insert(session.id.clone(), session.clone());
+        self.lock()
+            .sessions
+            .insert(session.id.clone(), session.clone());
         Ok(())
     }
 
     async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
         Ok(self.lock().sessions.get(id).cloned())
+    }
+
+    async fn touch_session(&self, id: &str, now: u64) -> Result<bool, StoreError> {
+        Ok(match self.lock().sessions.get_mut(id) {
+            Some(s) => {
+                s.last_seen = s.last_seen.max(now);
+                true
+            }
+            None => false,
+        })
     }
 
     async fn delete_session(&self, id: &str) -> Result<bool, StoreError> {

@@ -57,6 +57,8 @@ pub enum Created {
 }
 
 /// Result of looking a task up by id.
+// Almost every lookup finds the task, so boxing the large variant would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Lookup {
     /// The task exists.
@@ -196,6 +198,8 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn put_session(&self, session: &SessionRecord) -> Result<(), StoreError>;
     /// Reads a session.
     async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError>;
+    /// Marks a session as used at `now`; returns `false` when it no longer exists (purged or deleted).
+    async fn touch_session(&self, id: &str, now: u64) -> Result<bool, StoreError>;
     /// Deletes a session; returns whether it existed.
     async fn delete_session(&self, id: &str) -> Result<bool, StoreError>;
 

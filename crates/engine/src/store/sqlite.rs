@@ -7,14 +7,14 @@
 //! small pool of read connections and never wait for the writer (WAL).
 
 use async_trait::async_trait;
-use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    Created, InvalidCursor, ListQuery, Lookup, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange,
-    TaskPage, TaskStore, UpdateError, apply_change, decode_cursor, encode_cursor,
+    apply_change, decode_cursor, encode_cursor, Created, InvalidCursor, ListQuery, Lookup,
+    PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
 };
 use crate::model::{Outcome, TaskRecord, TaskStatus};
 
@@ -89,9 +89,14 @@ fn backend(e: impl std::fmt::Display) -> StoreError {
 }
 
 fn open(path: &Path, flags: OpenFlags) -> Result<Connection, StoreError> {
-    let conn = Connection::open_with_flags(path, flags)
-        .map_err(|e| StoreError::Backend(format!("cannot open SQLite database {}: {e}", path.display())))?;
-    conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(backend)?;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| {
+        StoreError::Backend(format!(
+            "cannot open SQLite database {}: {e}",
+            path.display()
+        ))
+    })?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))
+        .map_err(backend)?;
     Ok(conn)
 }
 
@@ -101,20 +106,29 @@ impl SqliteStore {
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
         let path = path.as_ref().to_path_buf();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| StoreError::Backend(format!("cannot create folder {}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir).map_err(|e| {
+                StoreError::Backend(format!("cannot create folder {}: {e}", dir.display()))
+            })?;
         }
         let writer = open(&path, OpenFlags::default())?;
         writer
-            .execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")
+            .execute_batch(
+                "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
+            )
             .map_err(backend)?;
         writer.execute_batch(SCHEMA).map_err(backend)?;
         let (tx, rx) = mpsc::channel::<Job>(8192);
         std::thread::Builder::new()
             .name("mcp-tasks-sqlite-writer".into())
             .spawn(move || writer_loop(writer, rx))
-            .map_err(|e| StoreError::Backend(format!("cannot start the SQLite writer thread: {e}")))?;
-        Ok(SqliteStore { path, jobs: tx, readers: Arc::new(Mutex::new(Vec::new())) })
+            .map_err(|e| {
+                StoreError::Backend(format!("cannot start the SQLite writer thread: {e}"))
+            })?;
+        Ok(SqliteStore {
+            path,
+            jobs: tx,
+            readers: Arc::new(Mutex::new(Vec::new())),
+        })
     }
 
     /// The database file.
@@ -142,12 +156,16 @@ impl SqliteStore {
             });
             (ok, done)
         });
-        self.jobs
-            .send(job)
-            .await
-            .map_err(|_| E::from(StoreError::Backend("the SQLite writer thread has stopped".into())))?;
-        rx.await
-            .map_err(|_| E::from(StoreError::Backend("the SQLite writer thread dropped a write".into())))?
+        self.jobs.send(job).await.map_err(|_| {
+            E::from(StoreError::Backend(
+                "the SQLite writer thread has stopped".into(),
+            ))
+        })?;
+        rx.await.map_err(|_| {
+            E::from(StoreError::Backend(
+                "the SQLite writer thread dropped a write".into(),
+            ))
+        })?
     }
 
     /// Runs `f` on a read connection on the blocking pool.
@@ -162,7 +180,10 @@ impl SqliteStore {
             let conn = readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
             let conn = match conn {
                 Some(c) => c,
-                None => open(&path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)?,
+                None => open(
+                    &path,
+                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )?,
             };
             let out = f(&conn);
             let mut pool = readers.lock().unwrap_or_else(|p| p.into_inner());
@@ -203,7 +224,11 @@ fn writer_loop(conn: Connection, mut rx: mpsc::Receiver<Job>) {
                 continue;
             }
             let (ok, complete) = job(&conn);
-            let end = if ok { "RELEASE job" } else { "ROLLBACK TO job; RELEASE job" };
+            let end = if ok {
+                "RELEASE job"
+            } else {
+                "ROLLBACK TO job; RELEASE job"
+            };
             if let Err(e) = conn.execute_batch(end) {
                 tracing::error!(error = %e, "SQLite savepoint release failed");
             }
@@ -234,13 +259,18 @@ fn job_without_db(job: Job) -> (bool, Completion) {
 
 fn status_from_sql(s: String) -> rusqlite::Result<TaskStatus> {
     TaskStatus::parse(&s).ok_or_else(|| {
-        rusqlite::Error::FromSqlConversionFailure(7, rusqlite::types::Type::Text, format!("bad status {s:?}").into())
+        rusqlite::Error::FromSqlConversionFailure(
+            7,
+            rusqlite::types::Type::Text,
+            format!("bad status {s:?}").into(),
+        )
     })
 }
 
 fn json_from_sql(idx: usize, s: String) -> rusqlite::Result<serde_json::Value> {
-    serde_json::from_str(&s)
-        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, Box::new(e)))
+    serde_json::from_str(&s).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, Box::new(e))
+    })
 }
 
 fn task_from_row(row: &Row<'_>) -> rusqlite::Result<TaskRecord> {
@@ -288,7 +318,10 @@ fn opt_i64(v: Option<u64>) -> Option<i64> {
 }
 
 fn outcome_json(t: &TaskRecord) -> Result<Option<String>, StoreError> {
-    t.outcome.as_ref().map(|o| serde_json::to_string(o).map_err(backend)).transpose()
+    t.outcome
+        .as_ref()
+        .map(|o| serde_json::to_string(o).map_err(backend))
+        .transpose()
 }
 
 fn insert_task(conn: &Connection, t: &TaskRecord) -> Result<(), StoreError> {
@@ -362,13 +395,19 @@ impl TaskStore for SqliteStore {
                     .prepare_cached(&format!(
                         "SELECT {TASK_COLUMNS} FROM tasks WHERE owner = ?1 AND idempotency_key = ?2"
                     ))
-                    .and_then(|mut s| s.query_row(params![task.owner, key], task_from_row).optional())
+                    .and_then(|mut s| {
+                        s.query_row(params![task.owner, key], task_from_row)
+                            .optional()
+                    })
                     .map_err(backend)?;
                 if let Some(existing) = existing {
                     if existing.fingerprint == task.fingerprint {
                         return Ok(Created::Existing(existing));
                     }
-                    return Err(StoreError::IdempotencyConflict { key: key.clone(), task_id: existing.id });
+                    return Err(StoreError::IdempotencyConflict {
+                        key: key.clone(),
+                        task_id: existing.id,
+                    });
                 }
             }
             insert_task(conn, &task)?;
@@ -386,8 +425,10 @@ impl TaskStore for SqliteStore {
             let tomb = conn
                 .prepare_cached("SELECT owner, session FROM tombstones WHERE id = ?1")
                 .and_then(|mut s| {
-                    s.query_row([&id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?)))
-                        .optional()
+                    s.query_row([&id], |r| {
+                        Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+                    })
+                    .optional()
                 })
                 .map_err(backend)?;
             Ok(match tomb {
@@ -459,7 +500,8 @@ impl TaskStore for SqliteStore {
                 )
                 .map_err(backend)?;
             for id in &ids {
-                stmt.execute(params![until as i64, id, node]).map_err(backend)?;
+                stmt.execute(params![until as i64, id, node])
+                    .map_err(backend)?;
             }
             Ok(())
         })
@@ -489,7 +531,9 @@ impl TaskStore for SqliteStore {
                 .prepare_cached("UPDATE tasks SET lease_owner = ?1, lease_until = ?2 WHERE id = ?3")
                 .map_err(backend)?;
             for t in &mut found {
-                claim.execute(params![node, lease_until as i64, t.id]).map_err(backend)?;
+                claim
+                    .execute(params![node, lease_until as i64, t.id])
+                    .map_err(backend)?;
                 t.lease_owner = Some(node.clone());
                 t.lease_until = Some(lease_until);
             }
@@ -513,16 +557,24 @@ impl TaskStore for SqliteStore {
             )
             .map_err(backend)?;
             let tasks = conn
-                .execute(&format!("DELETE FROM tasks WHERE {cond}"), params![now, grace_edge])
+                .execute(
+                    &format!("DELETE FROM tasks WHERE {cond}"),
+                    params![now, grace_edge],
+                )
                 .map_err(backend)?;
             let tomb_edge = p.now.saturating_sub(p.tombstone_ms) as i64;
             let tombstones = conn
                 .execute("DELETE FROM tombstones WHERE expired_at < ?1", [tomb_edge])
                 .map_err(backend)?;
             let idle_edge = p.now.saturating_sub(p.session_idle_ms) as i64;
-            let sessions =
-                conn.execute("DELETE FROM sessions WHERE last_seen < ?1", [idle_edge]).map_err(backend)?;
-            Ok(Purged { tasks, tombstones, sessions })
+            let sessions = conn
+                .execute("DELETE FROM sessions WHERE last_seen < ?1", [idle_edge])
+                .map_err(backend)?;
+            Ok(Purged {
+                tasks,
+                tombstones,
+                sessions,
+            })
         })
         .await
     }
@@ -546,7 +598,9 @@ impl TaskStore for SqliteStore {
         let id = id.to_string();
         self.read(move |conn| {
             let row = conn
-                .prepare_cached("SELECT id, owner, data, created_at, last_seen FROM sessions WHERE id = ?1")
+                .prepare_cached(
+                    "SELECT id, owner, data, created_at, last_seen FROM sessions WHERE id = ?1",
+                )
                 .and_then(|mut s| {
                     s.query_row([&id], |r| {
                         Ok(SessionRecord {
@@ -565,10 +619,26 @@ impl TaskStore for SqliteStore {
         .await
     }
 
+    async fn touch_session(&self, id: &str, now: u64) -> Result<bool, StoreError> {
+        let id = id.to_string();
+        self.write(move |conn| {
+            let n = conn
+                .execute(
+                    "UPDATE sessions SET last_seen = MAX(last_seen, ?2) WHERE id = ?1",
+                    params![id, now as i64],
+                )
+                .map_err(backend)?;
+            Ok(n > 0)
+        })
+        .await
+    }
+
     async fn delete_session(&self, id: &str) -> Result<bool, StoreError> {
         let id = id.to_string();
         self.write(move |conn| {
-            let n = conn.execute("DELETE FROM sessions WHERE id = ?1", [&id]).map_err(backend)?;
+            let n = conn
+                .execute("DELETE FROM sessions WHERE id = ?1", [&id])
+                .map_err(backend)?;
             Ok(n > 0)
         })
         .await

@@ -6,7 +6,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::{
-    Created, ListQuery, Lookup, PurgePolicy, SessionRecord, StoreError, TaskChange, TaskStore, UpdateError,
+    Created, ListQuery, Lookup, PurgePolicy, SessionRecord, StoreError, TaskChange, TaskStore,
+    UpdateError,
 };
 use crate::model::{Outcome, TaskRecord, TaskStatus};
 
@@ -69,7 +70,10 @@ async fn idempotency_key_returns_existing_or_conflicts(s: impl TaskStore) {
     s.create(t.clone()).await.unwrap();
     let mut retry = record("k2", "alice", 2_000);
     retry.idempotency_key = Some("key".into());
-    assert_eq!(s.create(retry.clone()).await.unwrap(), Created::Existing(t.clone()));
+    assert_eq!(
+        s.create(retry.clone()).await.unwrap(),
+        Created::Existing(t.clone())
+    );
     retry.fingerprint = "other work".into();
     match s.create(retry.clone()).await {
         Err(StoreError::IdempotencyConflict { task_id, .. }) => assert_eq!(task_id, "k1"),
@@ -77,7 +81,10 @@ async fn idempotency_key_returns_existing_or_conflicts(s: impl TaskStore) {
     }
     let mut bob = record("k3", "bob", 3_000);
     bob.idempotency_key = Some("key".into());
-    assert!(matches!(s.create(bob).await.unwrap(), Created::New(_)), "keys are per owner");
+    assert!(
+        matches!(s.create(bob).await.unwrap(), Created::New(_)),
+        "keys are per owner"
+    );
     assert_eq!(s.get("k2").await.unwrap(), Lookup::Missing);
 }
 
@@ -85,20 +92,35 @@ async fn update_is_compare_and_set(s: impl TaskStore) {
     s.create(record("u1", "alice", 1_000)).await.unwrap();
     let change = TaskChange {
         status: Some(TaskStatus::Completed),
-        outcome: Some(Outcome::Result { value: json!({"content": []}), is_error: false }),
+        outcome: Some(Outcome::Result {
+            value: json!({"content": []}),
+            is_error: false,
+        }),
         ..Default::default()
     };
-    let done = s.update("u1", &TaskStatus::ACTIVE, change, 5_000).await.unwrap();
+    let done = s
+        .update("u1", &TaskStatus::ACTIVE, change, 5_000)
+        .await
+        .unwrap();
     assert_eq!(done.status, TaskStatus::Completed);
     assert_eq!(done.updated_at, 5_000);
     assert_eq!(done.finished_at, Some(5_000));
     assert_eq!(done.lease_owner, None);
-    let cancel = TaskChange { status: Some(TaskStatus::Cancelled), ..Default::default() };
-    match s.update("u1", &TaskStatus::ACTIVE, cancel.clone(), 6_000).await {
+    let cancel = TaskChange {
+        status: Some(TaskStatus::Cancelled),
+        ..Default::default()
+    };
+    match s
+        .update("u1", &TaskStatus::ACTIVE, cancel.clone(), 6_000)
+        .await
+    {
         Err(UpdateError::Conflict(cur)) => assert_eq!(cur.status, TaskStatus::Completed),
         other => panic!("expected a conflict, got {other:?}"),
     }
-    assert!(matches!(s.update("zz", &TaskStatus::ACTIVE, cancel, 6_000).await, Err(UpdateError::NotFound)));
+    assert!(matches!(
+        s.update("zz", &TaskStatus::ACTIVE, cancel, 6_000).await,
+        Err(UpdateError::NotFound)
+    ));
     match s.get("u1").await.unwrap() {
         Lookup::Found(t) => assert_eq!(t, done, "a rejected update changes nothing"),
         other => panic!("{other:?}"),
@@ -110,12 +132,21 @@ async fn racing_terminal_updates_have_one_winner<S: TaskStore>(s: Arc<S>) {
         let id = format!("race{i}");
         s.create(record(&id, "alice", 1_000 + i)).await.unwrap();
         let mut handles = Vec::new();
-        for status in [TaskStatus::Completed, TaskStatus::Cancelled, TaskStatus::Failed] {
+        for status in [
+            TaskStatus::Completed,
+            TaskStatus::Cancelled,
+            TaskStatus::Failed,
+        ] {
             let s = s.clone();
             let id = id.clone();
             handles.push(tokio::spawn(async move {
-                let change = TaskChange { status: Some(status), ..Default::default() };
-                s.update(&id, &TaskStatus::ACTIVE, change, 2_000).await.map(|t| t.status)
+                let change = TaskChange {
+                    status: Some(status),
+                    ..Default::default()
+                };
+                s.update(&id, &TaskStatus::ACTIVE, change, 2_000)
+                    .await
+                    .map(|t| t.status)
             }));
         }
         let mut winners = Vec::new();
@@ -128,17 +159,31 @@ async fn racing_terminal_updates_have_one_winner<S: TaskStore>(s: Arc<S>) {
             }
         }
         assert_eq!(winners.len(), 1, "exactly one terminal transition wins");
-        assert!(losers_saw.iter().all(|st| *st == winners[0]), "losers are told the winner");
+        assert!(
+            losers_saw.iter().all(|st| *st == winners[0]),
+            "losers are told the winner"
+        );
     }
 }
 
 async fn progress_never_decreases(s: impl TaskStore) {
     s.create(record("p1", "alice", 1_000)).await.unwrap();
-    let step = |p: f64| TaskChange { progress: Some((p, Some(10.0))), ..Default::default() };
-    s.update("p1", &TaskStatus::ACTIVE, step(5.0), 2_000).await.unwrap();
-    let t = s.update("p1", &TaskStatus::ACTIVE, step(3.0), 3_000).await.unwrap();
+    let step = |p: f64| TaskChange {
+        progress: Some((p, Some(10.0))),
+        ..Default::default()
+    };
+    s.update("p1", &TaskStatus::ACTIVE, step(5.0), 2_000)
+        .await
+        .unwrap();
+    let t = s
+        .update("p1", &TaskStatus::ACTIVE, step(3.0), 3_000)
+        .await
+        .unwrap();
     assert_eq!(t.progress, Some(5.0));
-    let t = s.update("p1", &TaskStatus::ACTIVE, step(7.0), 4_000).await.unwrap();
+    let t = s
+        .update("p1", &TaskStatus::ACTIVE, step(7.0), 4_000)
+        .await
+        .unwrap();
     assert_eq!((t.progress, t.progress_total), (Some(7.0), Some(10.0)));
 }
 
@@ -149,7 +194,12 @@ async fn list_pages_by_owner_and_session(s: impl TaskStore) {
         s.create(t).await.unwrap();
     }
     s.create(record("other", "bob", 1_003)).await.unwrap();
-    let mut q = ListQuery { owner: "alice".into(), session: None, cursor: None, limit: 3 };
+    let mut q = ListQuery {
+        owner: "alice".into(),
+        session: None,
+        cursor: None,
+        limit: 3,
+    };
     let mut seen = Vec::new();
     loop {
         let page = s.list(&q).await.unwrap().unwrap();
@@ -161,11 +211,22 @@ async fn list_pages_by_owner_and_session(s: impl TaskStore) {
         }
     }
     assert_eq!(seen, ["l0", "l1", "l2", "l3", "l4", "l5", "l6"]);
-    let odd = ListQuery { owner: "alice".into(), session: Some("odd".into()), cursor: None, limit: 10 };
+    let odd = ListQuery {
+        owner: "alice".into(),
+        session: Some("odd".into()),
+        cursor: None,
+        limit: 10,
+    };
     let page = s.list(&odd).await.unwrap().unwrap();
-    assert_eq!(page.tasks.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["l1", "l3", "l5"]);
+    assert_eq!(
+        page.tasks.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+        ["l1", "l3", "l5"]
+    );
     assert_eq!(page.next_cursor, None);
-    let bad = ListQuery { cursor: Some("not a cursor".into()), ..odd };
+    let bad = ListQuery {
+        cursor: Some("not a cursor".into()),
+        ..odd
+    };
     assert!(s.list(&bad).await.unwrap().is_err());
 }
 
@@ -179,13 +240,27 @@ async fn orphans_are_claimed_by_lease(s: impl TaskStore) {
     for t in [fresh, stale, done] {
         s.create(t).await.unwrap();
     }
-    let claimed = s.claim_orphans("node-b", 10_000, false, 40_000).await.unwrap();
-    assert_eq!(claimed.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["o2"]);
+    let claimed = s
+        .claim_orphans("node-b", 10_000, false, 40_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+        ["o2"]
+    );
     assert_eq!(claimed[0].lease_owner.as_deref(), Some("node-b"));
-    s.renew_leases("node-a", &["o1".into()], 90_000).await.unwrap();
-    let mut all = s.claim_orphans("node-c", 10_000, true, 40_000).await.unwrap();
+    s.renew_leases("node-a", &["o1".into()], 90_000)
+        .await
+        .unwrap();
+    let mut all = s
+        .claim_orphans("node-c", 10_000, true, 40_000)
+        .await
+        .unwrap();
     all.sort_by(|a, b| a.id.cmp(&b.id));
-    assert_eq!(all.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["o1", "o2"]);
+    assert_eq!(
+        all.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+        ["o1", "o2"]
+    );
 }
 
 async fn purge_keeps_running_tasks_and_leaves_tombstones(s: impl TaskStore) {
@@ -200,16 +275,30 @@ async fn purge_keeps_running_tasks_and_leaves_tombstones(s: impl TaskStore) {
     for t in [running, finished, unlimited] {
         s.create(t).await.unwrap();
     }
-    let policy = |now| PurgePolicy { now, finished_grace_ms: 5_000, tombstone_ms: 10_000, session_idle_ms: 1 << 40 };
+    let policy = |now| PurgePolicy {
+        now,
+        finished_grace_ms: 5_000,
+        tombstone_ms: 10_000,
+        session_idle_ms: 1 << 40,
+    };
     // ttl (60 s) not reached: nothing goes.
     assert_eq!(s.purge(policy(30_000)).await.unwrap().tasks, 0);
     let p = s.purge(policy(70_000)).await.unwrap();
     assert_eq!(p.tasks, 1);
-    assert!(matches!(s.get("r1").await.unwrap(), Lookup::Found(_)), "running tasks are never purged");
-    assert!(matches!(s.get("n1").await.unwrap(), Lookup::Found(_)), "unlimited ttl is kept");
+    assert!(
+        matches!(s.get("r1").await.unwrap(), Lookup::Found(_)),
+        "running tasks are never purged"
+    );
+    assert!(
+        matches!(s.get("n1").await.unwrap(), Lookup::Found(_)),
+        "unlimited ttl is kept"
+    );
     assert_eq!(
         s.get("f1").await.unwrap(),
-        Lookup::Expired { owner: "alice".into(), session: Some("s1".into()) }
+        Lookup::Expired {
+            owner: "alice".into(),
+            session: Some("s1".into())
+        }
     );
     let p = s.purge(policy(90_000)).await.unwrap();
     assert_eq!(p.tombstones, 1);
@@ -226,7 +315,19 @@ async fn sessions_round_trip_and_expire(s: impl TaskStore) {
     };
     s.put_session(&sess).await.unwrap();
     assert_eq!(s.get_session("sess").await.unwrap(), Some(sess.clone()));
-    let idle = PurgePolicy { now: 100_000, finished_grace_ms: 0, tombstone_ms: 0, session_idle_ms: 50_000 };
+    assert!(s.touch_session("sess", 60_000).await.unwrap());
+    assert_eq!(
+        s.get_session("sess").await.unwrap().unwrap().last_seen,
+        60_000
+    );
+    assert!(!s.touch_session("gone", 60_000).await.unwrap());
+    s.put_session(&sess).await.unwrap();
+    let idle = PurgePolicy {
+        now: 100_000,
+        finished_grace_ms: 0,
+        tombstone_ms: 0,
+        session_idle_ms: 50_000,
+    };
     assert_eq!(s.purge(idle).await.unwrap().sessions, 1);
     assert_eq!(s.get_session("sess").await.unwrap(), None);
     s.put_session(&sess).await.unwrap();

@@ -16,10 +16,10 @@
 use async_trait::async_trait;
 use mcp_tasks_engine::{LogLevel, Outcome, TaskContext, TaskHandler};
 use mcp_tasks_protocol::mcp_2025::TaskSupport;
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -76,12 +76,22 @@ pub struct CommandToolSpec {
 impl CommandToolSpec {
     /// Builds the tool.
     pub fn into_tool(self) -> Tool {
-        let mut tool = Tool::new(self.name.clone(), Arc::new(CommandHandler { spec: self.clone() }))
-            .input_schema(self.input_schema.clone().unwrap_or_else(|| json!({"type": "object"})))
-            .task_support(self.task_support.unwrap_or(TaskSupport::Optional))
-            .retry_on_restart(self.retry_on_restart);
+        let mut tool = Tool::new(
+            self.name.clone(),
+            Arc::new(CommandHandler { spec: self.clone() }),
+        )
+        .input_schema(
+            self.input_schema
+                .clone()
+                .unwrap_or_else(|| json!({"type": "object"})),
+        )
+        .task_support(self.task_support.unwrap_or(TaskSupport::Optional))
+        .retry_on_restart(self.retry_on_restart);
         tool.title = self.title;
-        tool.description = Some(self.description.unwrap_or_else(|| format!("Runs {}", self.command.join(" "))));
+        tool.description = Some(
+            self.description
+                .unwrap_or_else(|| format!("Runs {}", self.command.join(" "))),
+        );
         tool
     }
 }
@@ -202,7 +212,11 @@ fn parse_directive(line: &str) -> Option<Directive> {
 }
 
 /// Reads a stream in chunks and sends complete lines (newline stripped), splitting over-long lines.
-async fn read_lines(mut r: impl AsyncRead + Unpin, tx: mpsc::Sender<(bool, Vec<u8>)>, is_stdout: bool) {
+async fn read_lines(
+    mut r: impl AsyncRead + Unpin,
+    tx: mpsc::Sender<(bool, Vec<u8>)>,
+    is_stdout: bool,
+) {
     const MAX_LINE: usize = 64 * 1024;
     let mut buf = vec![0u8; 8192];
     let mut line = Vec::new();
@@ -213,10 +227,13 @@ async fn read_lines(mut r: impl AsyncRead + Unpin, tx: mpsc::Sender<(bool, Vec<u
         };
         for &b in &buf[..n] {
             line.push(b);
-            if b == b'\n' || line.len() >= MAX_LINE {
-                if tx.send((is_stdout, std::mem::take(&mut line))).await.is_err() {
-                    return;
-                }
+            if (b == b'\n' || line.len() >= MAX_LINE)
+                && tx
+                    .send((is_stdout, std::mem::take(&mut line)))
+                    .await
+                    .is_err()
+            {
+                return;
             }
         }
     }
@@ -238,7 +255,12 @@ impl TaskHandler for CommandHandler {
         let spec = &self.spec;
         let argv = match expand_argv(&spec.command, &arguments) {
             Ok(a) => a,
-            Err(e) => return crate::tool::text_result(format!("{}: cannot build the command line: {e}", spec.name), true),
+            Err(e) => {
+                return crate::tool::text_result(
+                    format!("{}: cannot build the command line: {e}", spec.name),
+                    true,
+                )
+            }
         };
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..])
@@ -255,7 +277,12 @@ impl TaskHandler for CommandHandler {
         }
         let mut child = match cmd.spawn() {
             Ok(c) => c,
-            Err(e) => return crate::tool::text_result(format!("{}: cannot start {:?}: {e}", spec.name, argv[0]), true),
+            Err(e) => {
+                return crate::tool::text_result(
+                    format!("{}: cannot start {:?}: {e}", spec.name, argv[0]),
+                    true,
+                )
+            }
         };
         let pid = child.id();
         let cap = spec.max_output_bytes.unwrap_or(1024 * 1024);
@@ -315,7 +342,9 @@ impl TaskHandler for CommandHandler {
             }
         };
         // The program is gone; take what is left in the pipes (bounded by the readers' end of input).
-        while let Ok(Some((is_out, bytes))) = tokio::time::timeout(Duration::from_millis(200), rx.recv()).await {
+        while let Ok(Some((is_out, bytes))) =
+            tokio::time::timeout(Duration::from_millis(200), rx.recv()).await
+        {
             if is_out {
                 let text = String::from_utf8_lossy(&bytes);
                 if parse_directive(text.trim_end_matches(['\n', '\r'])).is_none() {
@@ -329,10 +358,16 @@ impl TaskHandler for CommandHandler {
         stop_group(pid, Signal::SIGKILL);
         let code = status.as_ref().ok().and_then(|s| s.code());
         let (is_error, headline) = match (stopped, &status) {
-            (Some(why), _) => (true, format!("{} {why} after {} s", spec.name, timeout.as_secs().min(u64::MAX))),
+            (Some(why), _) => (
+                true,
+                format!("{} {why} after {} s", spec.name, timeout.as_secs()),
+            ),
             (None, Ok(s)) if s.success() => (false, String::new()),
             (None, Ok(s)) => (true, format!("{} exited with {}", spec.name, s)),
-            (None, Err(e)) => (true, format!("{}: waiting for the program failed: {e}", spec.name)),
+            (None, Err(e)) => (
+                true,
+                format!("{}: waiting for the program failed: {e}", spec.name),
+            ),
         };
         let headline = match stopped {
             Some("cancelled") => format!("{} was cancelled", spec.name),
@@ -367,17 +402,29 @@ mod tests {
 
     #[test]
     fn argv_expands_whole_and_embedded_placeholders() {
-        let t: Vec<String> = ["echo", "{msg}", "--n={n}", "{files}", "{absent}", "{{lit}}"].map(String::from).to_vec();
-        let argv = expand_argv(&t, &json!({"msg": "hi there", "n": 3, "files": ["a", "b"]})).unwrap();
+        let t: Vec<String> = ["echo", "{msg}", "--n={n}", "{files}", "{absent}", "{{lit}}"]
+            .map(String::from)
+            .to_vec();
+        let argv =
+            expand_argv(&t, &json!({"msg": "hi there", "n": 3, "files": ["a", "b"]})).unwrap();
         assert_eq!(argv, ["echo", "hi there", "--n=3", "a", "b", "{lit}"]);
     }
 
     #[test]
     fn directives_parse() {
-        assert!(matches!(parse_directive("::progress 3/10 copying"), Some(Directive::Progress(d, Some(t), Some(ref m))) if d == 3.0 && t == 10.0 && m == "copying"));
-        assert!(matches!(parse_directive("::progress 4"), Some(Directive::Progress(d, None, None)) if d == 4.0));
-        assert!(matches!(parse_directive("::status packing"), Some(Directive::Status(ref s)) if s == "packing"));
-        assert!(matches!(parse_directive("::log warning low disk"), Some(Directive::Log(LogLevel::Warning, _))));
+        assert!(
+            matches!(parse_directive("::progress 3/10 copying"), Some(Directive::Progress(d, Some(t), Some(ref m))) if d == 3.0 && t == 10.0 && m == "copying")
+        );
+        assert!(
+            matches!(parse_directive("::progress 4"), Some(Directive::Progress(d, None, None)) if d == 4.0)
+        );
+        assert!(
+            matches!(parse_directive("::status packing"), Some(Directive::Status(ref s)) if s == "packing")
+        );
+        assert!(matches!(
+            parse_directive("::log warning low disk"),
+            Some(Directive::Log(LogLevel::Warning, _))
+        ));
         assert!(parse_directive("::progress x/y").is_none());
         assert!(parse_directive("plain output").is_none());
     }

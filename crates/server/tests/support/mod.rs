@@ -5,14 +5,14 @@
 pub mod schema;
 
 use futures::StreamExt;
-use mcp_tasks_engine::EngineConfig;
-use mcp_tasks_engine::store::TaskStore;
 use mcp_tasks_engine::store::memory::MemoryStore;
-use mcp_tasks_protocol::jsonrpc::{Message, parse_message};
-use mcp_tasks_server::{Server, ServerConfig, demo};
-use serde_json::{Value, json};
-use std::sync::Arc;
+use mcp_tasks_engine::store::TaskStore;
+use mcp_tasks_engine::EngineConfig;
+use mcp_tasks_protocol::jsonrpc::{parse_message, Message};
+use mcp_tasks_server::{demo, Server, ServerConfig};
+use serde_json::{json, Value};
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A server running in this process on an ephemeral loopback port.
@@ -43,7 +43,13 @@ pub fn fast_engine() -> EngineConfig {
 
 /// Starts a server with the demo tools (plus `extra`) on a memory store.
 pub async fn start(extra: Vec<mcp_tasks_server::Tool>) -> TestServer {
-    start_with(Arc::new(MemoryStore::new()), fast_engine(), ServerConfig::default(), extra).await
+    start_with(
+        Arc::new(MemoryStore::new()),
+        fast_engine(),
+        ServerConfig::default(),
+        extra,
+    )
+    .await
 }
 
 /// Starts a server with the demo tools (plus `extra`).
@@ -69,7 +75,11 @@ pub async fn start_with(
         })
         .await;
     });
-    TestServer { server, url, shutdown: Some(tx) }
+    TestServer {
+        server,
+        url,
+        shutdown: Some(tx),
+    }
 }
 
 /// What one POST produced.
@@ -86,11 +96,13 @@ pub struct Exchange {
 impl Exchange {
     pub fn result(&self) -> &Value {
         let r = self.reply.as_ref().expect("no reply");
-        r.get("result").unwrap_or_else(|| panic!("expected a result, got {r}"))
+        r.get("result")
+            .unwrap_or_else(|| panic!("expected a result, got {r}"))
     }
     pub fn error(&self) -> &Value {
         let r = self.reply.as_ref().expect("no reply");
-        r.get("error").unwrap_or_else(|| panic!("expected an error, got {r}"))
+        r.get("error")
+            .unwrap_or_else(|| panic!("expected an error, got {r}"))
     }
     pub fn error_code(&self) -> i64 {
         self.error()["code"].as_i64().unwrap()
@@ -110,7 +122,10 @@ impl Client {
     pub fn new(url: &str) -> Client {
         Client {
             url: url.to_string(),
-            http: reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()
+                .unwrap(),
             session: None,
             version: "2025-11-25".into(),
             next_id: AtomicI64::new(1),
@@ -147,7 +162,9 @@ impl Client {
             .header("accept", "application/json, text/event-stream")
             .body(body);
         if let Some(s) = &self.session {
-            rb = rb.header("mcp-session-id", s).header("mcp-protocol-version", &self.version);
+            rb = rb
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", &self.version);
         }
         rb
     }
@@ -173,17 +190,30 @@ impl Client {
 
     pub async fn notify(&self, method: &str, params: Value) -> u16 {
         let body = json!({"jsonrpc": "2.0", "method": method, "params": params});
-        self.post(body.to_string()).send().await.unwrap().status().as_u16()
+        self.post(body.to_string())
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
     }
 
     /// Calls a tool as a task and returns the task object.
     pub async fn create_task(&mut self, tool: &str, args: Value) -> Value {
-        let ex = self.request("tools/call", json!({"name": tool, "arguments": args, "task": {"ttl": 60_000}})).await;
+        let ex = self
+            .request(
+                "tools/call",
+                json!({"name": tool, "arguments": args, "task": {"ttl": 60_000}}),
+            )
+            .await;
         ex.result()["task"].clone()
     }
 
     pub async fn get_task(&mut self, id: &str) -> Value {
-        self.request("tasks/get", json!({"taskId": id})).await.result().clone()
+        self.request("tasks/get", json!({"taskId": id}))
+            .await
+            .result()
+            .clone()
     }
 
     /// Polls tasks/get until the task is terminal (bounded).
@@ -237,7 +267,10 @@ impl Client {
 pub fn sse_data(event: &str) -> Option<Value> {
     let data: Vec<&str> = event
         .lines()
-        .filter_map(|l| l.strip_prefix("data:").map(|d| d.strip_prefix(' ').unwrap_or(d)))
+        .filter_map(|l| {
+            l.strip_prefix("data:")
+                .map(|d| d.strip_prefix(' ').unwrap_or(d))
+        })
         .collect();
     if data.is_empty() || data.iter().all(|d| d.is_empty()) {
         return None;
@@ -258,8 +291,12 @@ pub async fn read_exchange(resp: reqwest::Response) -> Exchange {
     if content_type.starts_with("text/event-stream") {
         for event in text.split("\n\n") {
             if let Some(v) = sse_data(event) {
-                assert!(reply.is_none(), "nothing may follow the reply on a POST stream: {v}");
-                if v.get("id").is_some() && (v.get("result").is_some() || v.get("error").is_some()) {
+                assert!(
+                    reply.is_none(),
+                    "nothing may follow the reply on a POST stream: {v}"
+                );
+                if v.get("id").is_some() && (v.get("result").is_some() || v.get("error").is_some())
+                {
                     reply = Some(v);
                 } else {
                     notifications.push(v);
@@ -267,12 +304,18 @@ pub async fn read_exchange(resp: reqwest::Response) -> Exchange {
             }
         }
     } else if !text.is_empty() {
-        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("body is not JSON ({e}): {text}"));
+        let v: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {text}"));
         // Parsing it back as a JSON-RPC message checks the framing too.
         parse_message(text.as_bytes()).unwrap_or_else(|e| panic!("not JSON-RPC: {e:?}"));
         reply = Some(v);
     }
-    Exchange { status, content_type, notifications, reply }
+    Exchange {
+        status,
+        content_type,
+        notifications,
+        reply,
+    }
 }
 
 /// Keeps a `Message` import used for tests that build raw messages.

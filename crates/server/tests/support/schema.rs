@@ -1,7 +1,7 @@
 //! Validation of server messages against the official MCP JSON schemas copied into
 //! `crates/protocol/schemas/` (see the README there for their origin).
 
-use serde_json::{Value, json};
+use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
@@ -19,7 +19,8 @@ fn schema_doc(version: &str) -> &'static Value {
 }
 
 fn validator(def: &str) -> &'static jsonschema::Validator {
-    static CACHE: OnceLock<Mutex<HashMap<String, &'static jsonschema::Validator>>> = OnceLock::new();
+    static CACHE: OnceLock<Mutex<HashMap<String, &'static jsonschema::Validator>>> =
+        OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let mut map = cache.lock().unwrap();
     if let Some(v) = map.get(def) {
@@ -28,7 +29,8 @@ fn validator(def: &str) -> &'static jsonschema::Validator {
     let mut doc = schema_doc("2025-11-25").clone();
     assert!(doc["$defs"].get(def).is_some(), "schema has no $defs/{def}");
     doc["$ref"] = json!(format!("#/$defs/{def}"));
-    let v: &'static jsonschema::Validator = Box::leak(Box::new(jsonschema::validator_for(&doc).unwrap()));
+    let v: &'static jsonschema::Validator =
+        Box::leak(Box::new(jsonschema::validator_for(&doc).unwrap()));
     map.insert(def.to_string(), v);
     v
 }
@@ -36,8 +38,15 @@ fn validator(def: &str) -> &'static jsonschema::Validator {
 /// Asserts `value` is valid against `$defs/def`.
 pub fn assert_valid(def: &str, value: &Value) {
     let v = validator(def);
-    let errors: Vec<String> = v.iter_errors(value).map(|e| format!("{}: {e}", e.instance_path())).collect();
-    assert!(errors.is_empty(), "message does not match schema $defs/{def}:\n{}\nmessage: {value}", errors.join("\n"));
+    let errors: Vec<String> = v
+        .iter_errors(value)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "message does not match schema $defs/{def}:\n{}\nmessage: {value}",
+        errors.join("\n")
+    );
 }
 
 /// Checks a reply (result or error) to `method`.
@@ -53,7 +62,9 @@ pub fn check_reply(version: &str, method: &str, params: &Value, reply: &Value) {
     let def = match method {
         "initialize" => "InitializeResult",
         "tools/list" => "ListToolsResult",
-        "tools/call" if params.get("task").is_some() && result.get("task").is_some() => "CreateTaskResult",
+        "tools/call" if params.get("task").is_some() && result.get("task").is_some() => {
+            "CreateTaskResult"
+        }
         "tools/call" => "CallToolResult",
         "tasks/get" => "GetTaskResult",
         "tasks/cancel" => "CancelTaskResult",
@@ -64,7 +75,10 @@ pub fn check_reply(version: &str, method: &str, params: &Value, reply: &Value) {
     };
     assert_valid(def, result);
     if method == "tasks/result" {
-        assert!(result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"].is_string(), "tasks/result must carry related-task _meta: {result}");
+        assert!(
+            result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"].is_string(),
+            "tasks/result must carry related-task _meta: {result}"
+        );
     }
 }
 
