@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs every test of mcp-tasks. Installs what the interop tests need first (pinned versions):
+#   - interop/ts: the official TypeScript SDK v1 client (npm ci from package-lock.json)
+#   - interop/python: the official Python SDK v1 client (a venv from requirements.txt)
+# then runs the Rust test suites (unit, property, HTTP/stdio integration, crash, interop) and doc tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+stamp() { sha256sum "$@" | sha256sum | cut -d' ' -f1; }
+
+echo "==> interop/ts: npm ci (TypeScript SDK v1 client)"
+ts_stamp=$(stamp interop/ts/package-lock.json)
+if [ "$(cat interop/ts/node_modules/.mcp-tasks-stamp 2>/dev/null)" != "$ts_stamp" ]; then
+  npm ci --prefix interop/ts --no-audit --no-fund --loglevel=error
+  echo "$ts_stamp" > interop/ts/node_modules/.mcp-tasks-stamp
+else
+  echo "    up to date"
+fi
+
+echo "==> interop/python: venv (Python SDK v1 client)"
+py_stamp=$(stamp interop/python/requirements.txt)
+if [ "$(cat interop/python/.venv/.mcp-tasks-stamp 2>/dev/null)" != "$py_stamp" ]; then
+  rm -rf interop/python/.venv
+  python3 -m venv interop/python/.venv
+  interop/python/.venv/bin/pip install --quiet --disable-pip-version-check -r interop/python/requirements.txt
+  echo "$py_stamp" > interop/python/.venv/.mcp-tasks-stamp
+else
+  echo "    up to date"
+fi
+
+echo "==> cargo tests"
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast
+  cargo test --workspace --doc
+else
+  cargo test --workspace --no-fail-fast
+fi
