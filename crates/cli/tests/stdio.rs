@@ -18,6 +18,8 @@ struct StdioClient {
     next_id: i64,
     /// Notifications seen while waiting for replies.
     notes: Vec<Value>,
+    /// Replies to other requests seen while waiting for one.
+    other_replies: Vec<Value>,
 }
 
 impl StdioClient {
@@ -39,6 +41,7 @@ impl StdioClient {
             lines,
             next_id: 1,
             notes: Vec::new(),
+            other_replies: Vec::new(),
         }
     }
 
@@ -76,6 +79,10 @@ impl StdioClient {
             if m.get("id") == Some(&json!(id)) {
                 support::schema::check_reply("2025-11-25", method, &params, &m);
                 return m;
+            }
+            if m.get("id").is_some() {
+                self.other_replies.push(m);
+                continue;
             }
             support::schema::check_notification("2025-11-25", &m);
             self.notes.push(m);
@@ -194,12 +201,16 @@ async fn blocked_tasks_result_does_not_hold_up_other_requests() {
     assert_eq!(ping["result"], json!({}));
     assert!(started.elapsed() < Duration::from_secs(2));
     c.request("tasks/cancel", json!({"taskId": id})).await;
-    // The blocked tasks/result is woken by the cancel.
-    loop {
-        let m = c.next_message().await;
-        if m["id"] == json!(999) {
-            assert_eq!(m["error"]["code"], -32603);
-            break;
+    // The blocked tasks/result is woken by the cancel (its reply may come before the cancel's own).
+    let woken = loop {
+        if let Some(m) = c.other_replies.iter().find(|m| m["id"] == json!(999)) {
+            break m.clone();
         }
-    }
+        let m = c.next_message().await;
+        if m.get("id").is_some() {
+            c.other_replies.push(m);
+        }
+    };
+    support::schema::check_reply("2025-11-25", "tasks/result", &json!({}), &woken);
+    assert_eq!(woken["error"]["code"], -32603);
 }
