@@ -614,7 +614,8 @@ impl Engine {
                 value,
                 is_error: true,
             } => Some(Some(error_summary(value))),
-            Outcome::Result { .. } => None,
+            // A progress note such as "scanning files" is stale once the work is done.
+            Outcome::Result { .. } => Some(None),
         };
         let change = TaskChange {
             status: Some(status),
