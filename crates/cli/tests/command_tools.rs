@@ -13,6 +13,16 @@ use support::Client;
 fn config(dir: &std::path::Path) -> std::path::PathBuf {
     let path = dir.join("tools.toml");
     let pidfile = dir.join("child.pid");
+    let ask = dir.join("ask.sh");
+    std::fs::write(
+        &ask,
+        r#"echo before
+echo '::ask {"message": "Go on?", "schema": {"type": "object", "properties": {"go": {"type": "boolean"}}}}'
+read answer
+echo "answer: $answer"
+"#,
+    )
+    .unwrap();
     std::fs::write(
         &path,
         format!(
@@ -47,11 +57,17 @@ task_support = "required"
 kill_grace_secs = 1
 
 [[tools]]
+name = "confirm_step"
+command = ["sh", "{ask}"]
+task_support = "required"
+
+[[tools]]
 name = "missing_program"
 command = ["/nonexistent/program"]
 task_support = "optional"
 "#,
-            pid = pidfile.display()
+            pid = pidfile.display(),
+            ask = ask.display()
         ),
     )
     .unwrap();
@@ -77,6 +93,7 @@ async fn command_tools_behave_as_documented() {
     assert_eq!(ex.result()["structuredContent"]["exitCode"], 0);
 
     // Progress and status lines drive the task; they are not part of the output.
+    let mut get = c.open_stream().await;
     let ex = c
         .request(
             "tools/call",
@@ -95,12 +112,15 @@ async fn command_tools_behave_as_documented() {
         !progress.is_empty() && progress.windows(2).all(|w| w[0] < w[1]),
         "{progress:?}"
     );
+    // The status may go out before tasks/result is open (then on the GET stream): look at both.
+    let mut seen = r.notifications.clone();
+    while let Ok(n) = get.try_recv() {
+        seen.push(n);
+    }
     assert!(
-        r.notifications
-            .iter()
+        seen.iter()
             .any(|n| n["params"]["statusMessage"] == "warming up"),
-        "{:?}",
-        r.notifications
+        "{seen:?}"
     );
     let res = r.result();
     assert_eq!(
@@ -178,4 +198,48 @@ async fn cancel_kills_the_whole_process_group_even_when_it_ignores_sigterm() {
         "grandchild {pid} still alive"
     );
     drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_tool_can_ask_and_read_the_answer_on_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let server = ServerProcess::start(&["--store", "memory:", "--config", cfg.to_str().unwrap()]);
+    let mut c = Client::connect_caps(&server.url, json!({"elicitation": {}})).await;
+    let id = c.create_task("confirm_step", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut stream = c
+        .stream_request("tasks/result", json!({"taskId": id}))
+        .await;
+    let req = loop {
+        let m = support::next_msg(&mut stream).await;
+        if m["method"] == "elicitation/create" {
+            break m;
+        }
+    };
+    assert_eq!(req["params"]["message"], "Go on?");
+    assert_eq!(
+        c.respond(
+            &req["id"],
+            json!({"action": "accept", "content": {"go": true}})
+        )
+        .await
+        .0,
+        202
+    );
+    let done = loop {
+        let m = support::next_msg(&mut stream).await;
+        if m.get("method").is_none() {
+            break m;
+        }
+    };
+    let out = done["result"]["structuredContent"]["stdout"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        out,
+        "before\nanswer: {\"action\":\"accept\",\"content\":{\"go\":true}}\n"
+    );
 }

@@ -100,7 +100,7 @@ async fn stdio_runs_the_whole_task_lifecycle() {
     c.send_raw(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
         .await;
     let tools = c.request("tools/list", json!({})).await;
-    assert_eq!(tools["result"]["tools"].as_array().unwrap().len(), 4);
+    assert_eq!(tools["result"]["tools"].as_array().unwrap().len(), 7);
 
     let created = c
         .request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 1.5}, "task": {}, "_meta": {"progressToken": "sp"}}))
@@ -213,4 +213,56 @@ async fn blocked_tasks_result_does_not_hold_up_other_requests() {
     };
     support::schema::check_reply("2025-11-25", "tasks/result", &json!({}), &woken);
     assert_eq!(woken["error"]["code"], -32603);
+}
+
+#[tokio::test]
+async fn stdio_elicitation_round_trip() {
+    let mut c = StdioClient::spawn().await;
+    let caps = json!({"elicitation": {"form": {}}, "sampling": {}});
+    c.request("initialize", json!({"protocolVersion": "2025-11-25", "capabilities": caps, "clientInfo": {"name": "t", "version": "1"}}))
+        .await;
+    let created = c
+        .request(
+            "tools/call",
+            json!({"name": "confirm_delete", "arguments": {"filename": "x.log"}, "task": {}}),
+        )
+        .await;
+    let id = created["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.send_raw(
+        &json!({"jsonrpc": "2.0", "id": 500, "method": "tasks/result", "params": {"taskId": id}})
+            .to_string(),
+    )
+    .await;
+    // On stdio everything shares one stream: the request arrives once, tagged with the task.
+    let req = loop {
+        let m = c.next_message().await;
+        if m["method"] == "elicitation/create" {
+            support::schema::check_notification("2025-11-25", &m);
+            break m;
+        }
+    };
+    assert_eq!(
+        req["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        id.as_str()
+    );
+    let answer = json!({"jsonrpc": "2.0", "id": req["id"], "result": {"action": "accept", "content": {"confirm": true}}});
+    c.send_raw(&answer.to_string()).await;
+    let done = loop {
+        let m = c.next_message().await;
+        if m["id"] == json!(500) {
+            break m;
+        }
+        assert_ne!(
+            m["method"], "elicitation/create",
+            "the request is not sent twice"
+        );
+    };
+    support::schema::check_reply("2025-11-25", "tasks/result", &json!({}), &done);
+    assert!(done["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("Deleted x.log"));
 }

@@ -6,6 +6,8 @@ use serde_json::Value;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
+use crate::model::InputResponse;
+
 /// Log severities (RFC 5424), lowest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -58,6 +60,45 @@ pub trait ContextSink: Send + Sync {
     async fn status(&self, message: String);
     /// A log message for the client.
     async fn log(&self, level: LogLevel, logger: Option<String>, data: Value);
+    /// Sends a request for input to the client and waits for the answer.
+    async fn request_input(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> Result<InputResponse, InputError> {
+        let _ = (method, params);
+        Err(InputError::Unsupported(
+            "this context cannot ask the client for input".into(),
+        ))
+    }
+}
+
+/// Why a request for input got no answer.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum InputError {
+    /// The client cannot take this kind of request (it did not declare the capability).
+    #[error("the client cannot answer this request: {0}")]
+    Unsupported(String),
+    /// The task ended (cancelled, failed, expired) while it waited.
+    #[error("the task ended ({0}) while waiting for input")]
+    TaskEnded(crate::model::TaskStatus),
+    /// The handler was told to stop while it waited.
+    #[error("cancelled while waiting for input")]
+    Cancelled,
+    /// The client answered with a JSON-RPC error (e.g. -1: the user rejected a sampling request).
+    #[error("the client refused: {message} ({code})")]
+    Client {
+        /// Error code.
+        code: i64,
+        /// Error message.
+        message: String,
+    },
+    /// The client's answer was not what the request asks for.
+    #[error("the client's answer is malformed: {0}")]
+    Malformed(String),
+    /// The request could not be stored or read.
+    #[error("input request failed: {0}")]
+    Store(String),
 }
 
 /// Handed to every handler run: report progress and status, log, and observe cancellation.
@@ -97,6 +138,20 @@ impl TaskContext {
     pub async fn log(&self, level: LogLevel, data: impl Into<Value>) {
         self.sink.log(level, None, data.into()).await
     }
+    /// Sends a request (`method`, `params`) to the client and waits for its answer. The task is
+    /// `input_required` while any request is unanswered. Fails at once when the client lacks the
+    /// capability, and wakes with an error when the task is cancelled or expires meanwhile.
+    pub async fn request_input(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> Result<InputResponse, InputError> {
+        tokio::select! {
+            r = self.sink.request_input(method, params) => r,
+            _ = self.cancel.cancelled() => Err(InputError::Cancelled),
+        }
+    }
+
     /// Whether cancellation was requested.
     pub fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()

@@ -13,11 +13,13 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_ms;
-use crate::context::{ContextSink, LogLevel, TaskContext};
+use crate::context::{ContextSink, InputError, LogLevel, TaskContext};
 use crate::ids::random_id;
-use crate::model::{NewTask, Outcome, TaskRecord, TaskStatus};
+use crate::model::{InputRecord, InputResponse, NewTask, Outcome, TaskRecord, TaskStatus};
 use crate::notifier::{Notifier, TaskEvent};
-use crate::store::{Created, Lookup, PurgePolicy, StoreError, TaskChange, TaskStore, UpdateError};
+use crate::store::{
+    AnswerError, Created, Lookup, PurgePolicy, StoreError, TaskChange, TaskStore, UpdateError,
+};
 
 /// The work behind a tool: an async function from arguments to an [`Outcome`].
 ///
@@ -115,6 +117,10 @@ pub struct Submitted {
     pub created: bool,
 }
 
+/// Decides whether a task may send an input request to its client (e.g. only when the client declared
+/// the capability). Gets the task, the request method and params; `Err` explains why not.
+pub type InputGuard = Arc<dyn Fn(&TaskRecord, &str, &Value) -> Result<(), String> + Send + Sync>;
+
 struct Registered {
     handler: Arc<dyn TaskHandler>,
     retry_on_restart: bool,
@@ -126,9 +132,15 @@ pub struct EngineBuilder {
     notifier: Notifier,
     config: EngineConfig,
     handlers: HashMap<String, Registered>,
+    input_guard: Option<InputGuard>,
 }
 
 impl EngineBuilder {
+    /// Sets the check run before a task's input request is stored and sent.
+    pub fn input_guard(mut self, guard: InputGuard) -> Self {
+        self.input_guard = Some(guard);
+        self
+    }
     /// Registers `handler` under `name`. With `retry_on_restart`, a run interrupted by a crash is
     /// started again on recovery instead of failing.
     pub fn handler(
@@ -161,6 +173,7 @@ impl EngineBuilder {
             shutdown: CancellationToken::new(),
             running: DashMap::new(),
             order: DashMap::new(),
+            input_guard: self.input_guard,
         })
     }
 }
@@ -178,6 +191,7 @@ pub struct Engine {
     /// order their changes were committed (a progress report can never be published after the
     /// cancel that followed it).
     order: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
+    input_guard: Option<InputGuard>,
 }
 
 /// Digest of a tool call, to tell a retry from different work under the same idempotency key.
@@ -224,6 +238,7 @@ impl Engine {
             notifier: Notifier::new(),
             config,
             handlers: HashMap::new(),
+            input_guard: None,
         }
     }
 
@@ -287,7 +302,72 @@ impl Engine {
             );
         }
         self.recover(false).await?;
+        self.expire_waiting().await?;
         Ok(())
+    }
+
+    /// Fails tasks whose retention ran out while they waited for input: their handler is woken with
+    /// [`InputError::TaskEnded`] and a blocked result fetch gets the final answer.
+    async fn expire_waiting(&self) -> Result<(), StoreError> {
+        for task in self.store.overdue_waiting(now_ms()).await? {
+            let message = format!(
+                "expired: no answer to the task's input request within its ttl of {} ms",
+                task.ttl_ms.unwrap_or(0)
+            );
+            let change = TaskChange {
+                status: Some(TaskStatus::Failed),
+                status_message: Some(Some(message.clone())),
+                outcome: Some(Outcome::internal_error(message)),
+                ..Default::default()
+            };
+            match self
+                .apply(&task.id, &[TaskStatus::InputRequired], change)
+                .await
+            {
+                Ok(rec) => {
+                    tracing::info!(target: "mcp_tasks::audit", task = %rec.id, owner = %rec.owner, "task expired waiting for input")
+                }
+                Err(UpdateError::Conflict(_)) | Err(UpdateError::NotFound) => {}
+                Err(UpdateError::Store(e)) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a client's answer to input request `key` and wakes the handler waiting for it.
+    pub async fn answer_input(
+        &self,
+        key: &str,
+        response: InputResponse,
+    ) -> Result<(TaskRecord, InputRecord), AnswerError> {
+        let input = self
+            .store
+            .get_input(key)
+            .await?
+            .ok_or(AnswerError::Unknown)?;
+        let lock = self.order.entry(input.task_id.clone()).or_default().clone();
+        let _held = lock.lock().await;
+        let (rec, answered) = self.store.answer_input(key, response, now_ms()).await?;
+        let task = Arc::new(rec.clone());
+        if rec.status == TaskStatus::Working {
+            self.notifier.publish(TaskEvent::Changed(task.clone()));
+        }
+        self.notifier.publish(TaskEvent::InputAnswered {
+            task,
+            input: Arc::new(answered.clone()),
+        });
+        Ok((rec, answered))
+    }
+
+    /// A task's input requests still waiting for an answer.
+    pub async fn pending_inputs(&self, task_id: &str) -> Result<Vec<InputRecord>, StoreError> {
+        Ok(self
+            .store
+            .inputs(task_id)
+            .await?
+            .into_iter()
+            .filter(|i| i.response.is_none())
+            .collect())
     }
 
     async fn recover(self: &Arc<Self>, all: bool) -> Result<usize, StoreError> {
@@ -710,6 +790,84 @@ impl ContextSink for TaskSink {
         {
             Ok(_) | Err(UpdateError::Conflict(_)) | Err(UpdateError::NotFound) => {}
             Err(e) => tracing::warn!(task = %self.id, error = %e, "status update failed"),
+        }
+    }
+
+    async fn request_input(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> Result<InputResponse, InputError> {
+        let engine = &self.engine;
+        let store_err = |e: &dyn std::fmt::Display| InputError::Store(e.to_string());
+        let rec = match engine
+            .store
+            .get(&self.id)
+            .await
+            .map_err(|e| store_err(&e))?
+        {
+            Lookup::Found(rec) => rec,
+            _ => return Err(InputError::Store("the task is gone".into())),
+        };
+        if rec.status.is_terminal() {
+            return Err(InputError::TaskEnded(rec.status));
+        }
+        if let Some(guard) = &engine.input_guard {
+            guard(&rec, method, &params).map_err(InputError::Unsupported)?;
+        }
+        let input = InputRecord {
+            key: random_id(),
+            task_id: self.id.clone(),
+            method: method.to_string(),
+            params,
+            created_at: now_ms(),
+            response: None,
+            answered_at: None,
+        };
+        let key = input.key.clone();
+        // Subscribe first: the answer can come as soon as the request is published.
+        let mut events = engine.notifier.subscribe_task(&self.id);
+        {
+            let lock = engine.order.entry(self.id.clone()).or_default().clone();
+            let _held = lock.lock().await;
+            let rec = match engine.store.add_input(input.clone(), now_ms()).await {
+                Ok(rec) => rec,
+                Err(UpdateError::Conflict(cur)) => return Err(InputError::TaskEnded(cur.status)),
+                Err(e) => return Err(store_err(&e)),
+            };
+            let task = Arc::new(rec);
+            engine.notifier.publish(TaskEvent::Changed(task.clone()));
+            engine.notifier.publish(TaskEvent::InputRequested {
+                task,
+                input: Arc::new(input),
+            });
+        }
+        tracing::info!(target: "mcp_tasks::audit", task = %self.id, method, request = %key, "task asked for input");
+        loop {
+            match events.recv().await {
+                Ok(TaskEvent::InputAnswered { input, .. }) if input.key == key => {
+                    if let Some(r) = &input.response {
+                        return Ok(r.clone());
+                    }
+                }
+                Ok(TaskEvent::Changed(t)) if t.status.is_terminal() => {
+                    return Err(InputError::TaskEnded(t.status))
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    // Missed events: the store knows.
+                    if let Ok(Some(i)) = engine.store.get_input(&key).await {
+                        if let Some(r) = i.response {
+                            return Ok(r);
+                        }
+                    }
+                    if let Ok(Lookup::Found(t)) = engine.store.get(&self.id).await {
+                        if t.status.is_terminal() {
+                            return Err(InputError::TaskEnded(t.status));
+                        }
+                    }
+                }
+            }
         }
     }
 

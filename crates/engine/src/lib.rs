@@ -37,8 +37,10 @@ mod notifier;
 pub mod store;
 
 pub use clock::{format_rfc3339, now_ms};
-pub use context::{ContextSink, LogLevel, TaskContext};
-pub use engine::{Engine, EngineBuilder, EngineConfig, EngineError, Submitted, TaskHandler};
+pub use context::{ContextSink, InputError, LogLevel, TaskContext};
+pub use engine::{
+    Engine, EngineBuilder, EngineConfig, EngineError, InputGuard, Submitted, TaskHandler,
+};
 pub use ids::random_id;
-pub use model::{NewTask, Outcome, TaskRecord, TaskStatus};
+pub use model::{InputRecord, InputResponse, NewTask, Outcome, TaskRecord, TaskStatus};
 pub use notifier::{Notifier, TaskEvent, TaskSubscription};

@@ -231,3 +231,44 @@ mod tests {
         assert!(!TaskStatus::Working.can_become(TaskStatus::Working));
     }
 }
+
+/// A request for input a task sent to its client (an elicitation, a sampling request, …), stored with
+/// the task so any node can deliver it and route the answer back.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InputRecord {
+    /// Random key; also the id of the request on the wire.
+    pub key: String,
+    /// The task that asked.
+    pub task_id: String,
+    /// The request's method (e.g. `elicitation/create`).
+    pub method: String,
+    /// The request's params.
+    pub params: Value,
+    /// When it was asked, Unix ms.
+    pub created_at: u64,
+    /// The answer, once there is one.
+    pub response: Option<InputResponse>,
+    /// When it was answered, Unix ms.
+    pub answered_at: Option<u64>,
+}
+
+/// The client's answer to an input request: a result object or a JSON-RPC error.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum InputResponse {
+    /// The result object (e.g. an `ElicitResult`).
+    Result {
+        /// The result.
+        value: Value,
+    },
+    /// The client answered with an error.
+    Error {
+        /// Error code.
+        code: i64,
+        /// Error message.
+        message: String,
+        /// Error details.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        data: Option<Value>,
+    },
+}

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use tokio::sync::broadcast;
 
 use crate::context::LogLevel;
-use crate::model::TaskRecord;
+use crate::model::{InputRecord, TaskRecord};
 
 /// Something that happened to a task.
 #[derive(Clone, Debug)]
@@ -26,6 +26,20 @@ pub enum TaskEvent {
         task: Arc<TaskRecord>,
         /// An optional progress message.
         message: Option<String>,
+    },
+    /// The task asked the client for input. Carries the record (now `input_required`) and the request.
+    InputRequested {
+        /// The record after the change.
+        task: Arc<TaskRecord>,
+        /// The request.
+        input: Arc<InputRecord>,
+    },
+    /// An input request was answered. Carries the record after the change and the answered request.
+    InputAnswered {
+        /// The record after the change.
+        task: Arc<TaskRecord>,
+        /// The request with its answer.
+        input: Arc<InputRecord>,
     },
     /// The handler wrote a log message for the client.
     Log {
@@ -45,7 +59,10 @@ impl TaskEvent {
     pub fn task(&self) -> &Arc<TaskRecord> {
         match self {
             TaskEvent::Created(t) | TaskEvent::Changed(t) => t,
-            TaskEvent::Progress { task, .. } | TaskEvent::Log { task, .. } => task,
+            TaskEvent::Progress { task, .. }
+            | TaskEvent::Log { task, .. }
+            | TaskEvent::InputRequested { task, .. }
+            | TaskEvent::InputAnswered { task, .. } => task,
         }
     }
 }

@@ -5,11 +5,19 @@ use mcp_tasks_protocol::mcp_2025::TaskSupport;
 use serde_json::json;
 use std::time::Duration;
 
-use crate::tool::{handler_fn, text_result, Tool};
+use crate::tool::{handler_fn, text_result, Ask, Elicitation, Tool};
 
 /// All demo tools.
 pub fn tools() -> Vec<Tool> {
-    vec![greet(), slow_compute(), failing_job(), protocol_error_job()]
+    vec![
+        greet(),
+        slow_compute(),
+        failing_job(),
+        protocol_error_job(),
+        confirm_delete(),
+        write_haiku(),
+        multi_input(),
+    ]
 }
 
 /// `greet {name}`: answers at once, never as a task.
@@ -104,4 +112,100 @@ pub fn protocol_error_job() -> Tool {
     .description("Ends in a JSON-RPC internal error (-32603) after half a second.")
     .input_schema(json!({"type": "object", "properties": {}}))
     .task_support(TaskSupport::Optional)
+}
+
+/// `confirm_delete {filename}`: asks the user to confirm (one form elicitation), then reports what it
+/// would have done. A demo: no file is touched.
+pub fn confirm_delete() -> Tool {
+    Tool::new(
+        "confirm_delete",
+        handler_fn(|ctx, args| async move {
+            let filename = args.get("filename").and_then(|v| v.as_str()).unwrap_or("").to_string();
+            let schema = json!({
+                "type": "object",
+                "properties": {"confirm": {"type": "boolean", "title": "Delete it?", "description": format!("Delete {filename}")}},
+                "required": ["confirm"]
+            });
+            match ctx.elicit(&format!("Delete {filename}? This cannot be undone."), schema).await {
+                Ok(Elicitation::Accept(c)) if c.get("confirm").and_then(|v| v.as_bool()) == Some(true) => {
+                    text_result(format!("Deleted {filename} (demo: no file was touched)"), false)
+                }
+                Ok(Elicitation::Accept(_)) | Ok(Elicitation::Decline) => {
+                    text_result(format!("Kept {filename}: deletion was not confirmed"), false)
+                }
+                Ok(Elicitation::Cancel) => text_result(format!("Kept {filename}: the user dismissed the question"), false),
+                Err(e) => text_result(format!("Kept {filename}: could not ask for confirmation: {e}"), true),
+            }
+        }),
+    )
+    .description("Asks the user to confirm deleting a file (one elicitation), then reports the decision. Task only; touches nothing.")
+    .input_schema(json!({
+        "type": "object",
+        "properties": {"filename": {"type": "string", "description": "The file to delete"}},
+        "required": ["filename"]
+    }))
+    .task_support(TaskSupport::Required)
+}
+
+/// `write_haiku {topic}`: asks the client's model for a haiku (one sampling request) and returns it.
+pub fn write_haiku() -> Tool {
+    Tool::new(
+        "write_haiku",
+        handler_fn(|ctx, args| async move {
+            let topic = args.get("topic").and_then(|v| v.as_str()).unwrap_or("the sea").to_string();
+            let params = json!({
+                "messages": [{"role": "user", "content": {"type": "text", "text": format!("Write a haiku about {topic}.")}}],
+                "systemPrompt": "You are a poet. Answer with the haiku only.",
+                "maxTokens": 100
+            });
+            match ctx.sample(params).await {
+                Ok(result) => {
+                    let content = &result["content"];
+                    let block = if content.is_array() { &content[0] } else { content };
+                    match block.get("text").and_then(|t| t.as_str()) {
+                        Some(text) => text_result(text, false),
+                        None => text_result(format!("the model answered without text: {result}"), true),
+                    }
+                }
+                Err(e) => text_result(format!("could not get a haiku about {topic}: {e}"), true),
+            }
+        }),
+    )
+    .description("Asks the client's model (sampling) for a haiku about a topic and returns it. Task only.")
+    .input_schema(json!({
+        "type": "object",
+        "properties": {"topic": {"type": "string"}},
+        "required": ["topic"]
+    }))
+    .task_support(TaskSupport::Required)
+}
+
+/// `multi_input {}`: asks two questions at once (two elicitations outstanding together).
+pub fn multi_input() -> Tool {
+    Tool::new(
+        "multi_input",
+        handler_fn(|ctx, _args| async move {
+            let name = ctx.elicit(
+                "What is your name?",
+                json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}),
+            );
+            let color = ctx.elicit(
+                "What is your favourite colour?",
+                json!({"type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]}),
+            );
+            let (name, color) = tokio::join!(name, color);
+            let field = |r: Result<Elicitation, _>, key: &str| match r {
+                Ok(Elicitation::Accept(c)) => Ok(c.get(key).and_then(|v| v.as_str()).unwrap_or("").to_string()),
+                Ok(other) => Err(format!("{key}: {other:?}")),
+                Err(e) => Err(format!("{key}: {e}")),
+            };
+            match (field(name, "name"), field(color, "color")) {
+                (Ok(n), Ok(c)) => text_result(format!("Hello {n}, you like {c}."), false),
+                (a, b) => text_result(format!("not answered: {:?} {:?}", a.err(), b.err()), true),
+            }
+        }),
+    )
+    .description("Asks two questions at once (name and colour) and greets you. Task only.")
+    .input_schema(json!({"type": "object", "properties": {}}))
+    .task_support(TaskSupport::Required)
 }

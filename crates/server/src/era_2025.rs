@@ -2,12 +2,12 @@
 //! and the notifications this era sends for task events.
 
 use async_trait::async_trait;
-use mcp_tasks_engine::store::{ListQuery, Lookup, StoreError};
+use mcp_tasks_engine::store::{AnswerError, ListQuery, Lookup, StoreError};
 use mcp_tasks_engine::{
-    ContextSink, EngineError, LogLevel, NewTask, Outcome, TaskContext, TaskEvent, TaskRecord,
-    TaskStatus,
+    ContextSink, EngineError, InputError, InputRecord, InputResponse, LogLevel, NewTask, Outcome,
+    TaskContext, TaskEvent, TaskRecord, TaskStatus,
 };
-use mcp_tasks_protocol::jsonrpc::{ErrorObject, Message, Request};
+use mcp_tasks_protocol::jsonrpc::{ErrorObject, Message, Request, RequestId};
 use mcp_tasks_protocol::mcp_2025::TaskSupport;
 use mcp_tasks_protocol::{error_codes, meta, version};
 use serde_json::{json, Map, Value};
@@ -305,6 +305,11 @@ async fn tools_call(
         }
     });
     let mut stored_meta = Map::new();
+    // The task may ask for input long after this request: keep what the client said it can answer.
+    stored_meta.insert(
+        "clientCapabilities".into(),
+        session.data().client_capabilities,
+    );
     if let Some(token) = req_meta.as_ref().and_then(|m| m.get(meta::PROGRESS_TOKEN)) {
         if token.is_string() || token.is_i64() || token.is_u64() {
             stored_meta.insert(meta::PROGRESS_TOKEN.into(), token.clone());
@@ -372,6 +377,7 @@ async fn run_inline(
         .and_then(|m| m.get(meta::PROGRESS_TOKEN))
         .cloned();
     let sink = Arc::new(InlineSink {
+        server: server.clone(),
         out,
         token,
         session: session.clone(),
@@ -397,6 +403,7 @@ async fn run_inline(
 }
 
 struct InlineSink {
+    server: Arc<Server>,
     out: StreamSender,
     token: Option<Value>,
     session: Arc<Session>,
@@ -425,6 +432,34 @@ impl ContextSink for InlineSink {
             .out
             .send(Message::notification("notifications/progress", p))
             .await;
+    }
+    async fn request_input(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> Result<InputResponse, InputError> {
+        check_capability(&self.session.data().client_capabilities, method, &params)
+            .map_err(InputError::Unsupported)?;
+        let key = mcp_tasks_engine::random_id();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.server.inline_inputs.insert(key.clone(), tx);
+        // Removes the pending entry however this ends (answered, cancelled, stream closed).
+        struct Forget<'a>(&'a Server, String);
+        impl Drop for Forget<'_> {
+            fn drop(&mut self) {
+                self.0.inline_inputs.remove(&self.1);
+            }
+        }
+        let _forget = Forget(&self.server, key.clone());
+        let request = Message::Request(Request {
+            id: RequestId::String(key),
+            method: method.to_string(),
+            params: Some(params),
+        });
+        if self.out.send(request).await.is_err() {
+            return Err(InputError::Cancelled);
+        }
+        rx.await.map_err(|_| InputError::Cancelled)
     }
     async fn status(&self, _message: String) {}
     async fn log(&self, level: LogLevel, logger: Option<String>, data: Value) {
@@ -514,6 +549,26 @@ async fn wait_streaming(
     out: &StreamSender,
 ) -> Result<TaskRecord, ErrorObject> {
     let owner = server.streams.register_task(&session.id, id, out.clone());
+    // Input requests the task is waiting on go out on this stream, unless they already went out on a
+    // stream that is still open (the client would answer them twice).
+    for input in server.engine.pending_inputs(id).await.map_err(internal)? {
+        let live = server
+            .sent_inputs
+            .get(&input.key)
+            .is_some_and(|s| server.streams.is_live(&s.session, s.stream));
+        if live {
+            continue;
+        }
+        if out.send(input_request_message(id, &input)).await.is_err() {
+            return Err(ErrorObject::internal("client went away"));
+        }
+        let sent = crate::SentInput {
+            session: session.id.clone(),
+            stream: owner.id(),
+            task: id.to_string(),
+        };
+        server.sent_inputs.insert(input.key.clone(), sent);
+    }
     let done = tokio::select! {
         r = server.engine.wait_terminal(id) => r,
         _ = out.closed() => return Err(ErrorObject::internal("client went away")),
@@ -632,6 +687,8 @@ pub(crate) fn notifications_for(event: &TaskEvent, session: Option<&Session>) ->
             }
             vec![Message::notification("notifications/progress", p)]
         }
+        TaskEvent::InputRequested { task, input } => vec![input_request_message(&task.id, input)],
+        TaskEvent::InputAnswered { .. } => Vec::new(),
         TaskEvent::Log {
             task,
             level,
@@ -648,4 +705,145 @@ pub(crate) fn notifications_for(event: &TaskEvent, session: Option<&Session>) ->
             vec![Message::notification("notifications/message", p)]
         }
     }
+}
+
+/// The JSON-RPC request that carries a task's input request to the client: its id is the request's key,
+/// and it is tagged with the related task.
+pub(crate) fn input_request_message(task_id: &str, input: &InputRecord) -> Message {
+    let mut params = input.params.clone();
+    if let Value::Object(p) = &mut params {
+        let meta = p.entry("_meta").or_insert_with(|| json!({}));
+        if let Value::Object(meta) = meta {
+            meta.extend(render_2025::related_meta(task_id));
+        }
+    }
+    Message::Request(Request {
+        id: RequestId::String(input.key.clone()),
+        method: input.method.clone(),
+        params: Some(params),
+    })
+}
+
+/// Whether a client with `caps` can take request `method` with `params`.
+pub(crate) fn check_capability(caps: &Value, method: &str, params: &Value) -> Result<(), String> {
+    let present = |v: Option<&Value>| v.is_some_and(|v| !v.is_null() && v != &Value::Bool(false));
+    match method {
+        "elicitation/create" => {
+            let e = caps.get("elicitation");
+            if !present(e) {
+                return Err("the client did not declare the elicitation capability".into());
+            }
+            let e = e.unwrap_or(&Value::Null);
+            let mode = params.get("mode").and_then(Value::as_str).unwrap_or("form");
+            // `elicitation: {}` (no modes listed) means form support, as before modes existed.
+            let modes_listed = present(e.get("form")) || present(e.get("url"));
+            match mode {
+                "url" if !present(e.get("url")) => {
+                    Err("the client did not declare URL-mode elicitation".into())
+                }
+                "form" if modes_listed && !present(e.get("form")) => {
+                    Err("the client did not declare form-mode elicitation".into())
+                }
+                _ => Ok(()),
+            }
+        }
+        "sampling/createMessage" => {
+            let s = caps.get("sampling");
+            if !present(s) {
+                return Err("the client did not declare the sampling capability".into());
+            }
+            if params.get("tools").is_some() && !present(s.and_then(|s| s.get("tools"))) {
+                return Err("the client did not declare sampling with tools".into());
+            }
+            Ok(())
+        }
+        "roots/list" if !present(caps.get("roots")) => {
+            Err("the client did not declare the roots capability".into())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The engine's check before a task sends an input request: the capabilities its client declared.
+pub(crate) fn input_guard() -> mcp_tasks_engine::InputGuard {
+    Arc::new(|task: &TaskRecord, method: &str, params: &Value| {
+        let caps = task
+            .request_meta
+            .get("clientCapabilities")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        check_capability(&caps, method, params)
+    })
+}
+
+/// A response from the client to one of our requests: route it to the task (or plain call) that asked.
+pub(crate) async fn client_response(
+    server: &Server,
+    peer: &Peer,
+    msg: Message,
+) -> Result<(), ErrorObject> {
+    let (id, response) = match msg {
+        Message::Response(r) => (r.id, InputResponse::Result { value: r.result }),
+        Message::Error(e) => match e.id {
+            Some(id) => (
+                id,
+                InputResponse::Error {
+                    code: e.error.code,
+                    message: e.error.message,
+                    data: e.error.data,
+                },
+            ),
+            None => {
+                return Err(ErrorObject::invalid_request(
+                    "an error response needs the id of the request it answers",
+                ))
+            }
+        },
+        _ => return Ok(()),
+    };
+    let RequestId::String(key) = id else {
+        return Err(unknown_request(&id));
+    };
+    if let Some((_, tx)) = server.inline_inputs.remove(&key) {
+        let _ = tx.send(response);
+        return Ok(());
+    }
+    // The answer must come from the task's owner; anything else is indistinguishable from unknown.
+    let input = server
+        .engine
+        .store()
+        .get_input(&key)
+        .await
+        .map_err(internal)?;
+    let Some(input) = input else {
+        return Err(unknown_request(&RequestId::String(key)));
+    };
+    match server.engine.get(&input.task_id).await.map_err(internal)? {
+        Lookup::Found(t) if visible(peer, &t.owner) => {}
+        _ => return Err(unknown_request(&RequestId::String(key))),
+    }
+    if let (InputResponse::Result { value }, "elicitation/create") =
+        (&response, input.method.as_str())
+    {
+        crate::tool::parse_elicit_result(value)
+            .map_err(|e| ErrorObject::invalid_params(format!("answer to {key:?} rejected: {e}")))?;
+    }
+    match server.engine.answer_input(&key, response).await {
+        Ok((task, _)) => {
+            tracing::info!(target: "mcp_tasks::audit", task = %task.id, principal = %peer.principal, request = %key, "input answered");
+            Ok(())
+        }
+        Err(AnswerError::Unknown) => Err(unknown_request(&RequestId::String(key))),
+        Err(AnswerError::AlreadyAnswered) => Err(ErrorObject::invalid_params(format!(
+            "request {key:?} was already answered; the first answer stands"
+        ))),
+        Err(AnswerError::TaskEnded(status)) => Err(ErrorObject::invalid_params(format!(
+            "request {key:?} belongs to a task that is already {status}; the answer was not used"
+        ))),
+        Err(AnswerError::Store(e)) => Err(internal(e)),
+    }
+}
+
+fn unknown_request(id: &RequestId) -> ErrorObject {
+    ErrorObject::invalid_params(format!("no pending request of this server has id {id}"))
 }

@@ -210,8 +210,10 @@ async fn post(State(server): State<Arc<Server>>, headers: HeaderMap, body: Body)
             StatusCode::ACCEPTED.into_response()
         }
         m @ (Message::Response(_) | Message::Error(_)) => {
-            server.handle_client_response(&peer, m).await;
-            StatusCode::ACCEPTED.into_response()
+            match server.handle_client_response(&peer, m).await {
+                Ok(()) => StatusCode::ACCEPTED.into_response(),
+                Err(e) => error_response(StatusCode::BAD_REQUEST, None, e),
+            }
         }
         Message::Request(req) => answer_request(server, peer, req).await,
     }

@@ -32,7 +32,7 @@ pub mod tools;
 use dashmap::DashMap;
 use mcp_tasks_engine::store::{StoreError, TaskStore};
 use mcp_tasks_engine::{Engine, EngineConfig};
-use mcp_tasks_protocol::jsonrpc::{Message, Notification, Request, RequestId};
+use mcp_tasks_protocol::jsonrpc::{ErrorObject, Message, Notification, Request, RequestId};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -54,6 +54,14 @@ pub struct Peer {
     pub principal: String,
     /// The session, once initialized.
     pub session: Option<Arc<Session>>,
+}
+
+/// Where an input request went: session, stream id, and the task that asked.
+#[derive(Clone, Debug)]
+pub(crate) struct SentInput {
+    pub(crate) session: String,
+    pub(crate) stream: u64,
+    pub(crate) task: String,
 }
 
 /// Builds a [`Server`].
@@ -78,12 +86,14 @@ impl ServerBuilder {
     /// Finishes the server. Call [`Server::start`] before serving.
     pub fn build(self) -> Arc<Server> {
         Arc::new(Server {
-            engine: self.engine.build(),
+            engine: self.engine.input_guard(era_2025::input_guard()).build(),
             sessions: Sessions::new(self.store),
             tools: self.tools,
             config: self.config,
             streams: Streams::default(),
             inflight: DashMap::new(),
+            sent_inputs: DashMap::new(),
+            inline_inputs: DashMap::new(),
         })
     }
 }
@@ -96,6 +106,12 @@ pub struct Server {
     config: ServerConfig,
     streams: Streams,
     inflight: DashMap<(String, RequestId), CancellationToken>,
+    /// Input requests sent on a stream of this node: key → (session, stream id). A `tasks/result` that
+    /// opens later re-sends only those whose stream is gone.
+    pub(crate) sent_inputs: DashMap<String, SentInput>,
+    /// Input requests of plain (non-task) calls waiting for the client's answer.
+    pub(crate) inline_inputs:
+        DashMap<String, tokio::sync::oneshot::Sender<mcp_tasks_engine::InputResponse>>,
 }
 
 impl Server {
@@ -234,13 +250,29 @@ impl Server {
         }
     }
 
-    /// Handles a response the client sent to a server-initiated request.
-    pub async fn handle_client_response(&self, _peer: &Peer, msg: Message) {
-        tracing::debug!(message = %msg.to_json(), "response from client to a request this server did not send; ignored");
+    /// Handles a response the client sent to a request of this server (an input request of a task, or
+    /// of a plain call). An answer to an unknown or already answered request changes nothing and is
+    /// reported as an error.
+    pub async fn handle_client_response(
+        &self,
+        peer: &Peer,
+        msg: Message,
+    ) -> Result<(), ErrorObject> {
+        era_2025::client_response(self, peer, msg).await
     }
 
     fn route_event(&self, event: &mcp_tasks_engine::TaskEvent) {
+        use mcp_tasks_engine::TaskEvent;
         let task = event.task();
+        match event {
+            TaskEvent::InputAnswered { input, .. } => {
+                self.sent_inputs.remove(&input.key);
+            }
+            TaskEvent::Changed(t) if t.status.is_terminal() => {
+                self.sent_inputs.retain(|_, sent| sent.task != t.id);
+            }
+            _ => {}
+        }
         let Some(session_id) = task.session.as_deref() else {
             return;
         };
@@ -249,10 +281,18 @@ impl Server {
         }
         let session = self.sessions.cached(session_id);
         let msgs = era_2025::notifications_for(event, session.as_deref());
-        let terminal =
-            matches!(event, mcp_tasks_engine::TaskEvent::Changed(t) if t.status.is_terminal());
-        if !msgs.is_empty() || terminal {
-            self.streams.deliver(session_id, &task.id, msgs, terminal);
+        let terminal = matches!(event, TaskEvent::Changed(t) if t.status.is_terminal());
+        if msgs.is_empty() && !terminal {
+            return;
+        }
+        let used = self.streams.deliver(session_id, &task.id, msgs, terminal);
+        if let (TaskEvent::InputRequested { input, .. }, Some(stream)) = (event, used) {
+            let sent = SentInput {
+                session: session_id.to_string(),
+                stream,
+                task: task.id.clone(),
+            };
+            self.sent_inputs.insert(input.key.clone(), sent);
         }
     }
 

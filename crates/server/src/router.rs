@@ -45,6 +45,11 @@ pub struct StreamGuard {
 }
 
 impl StreamGuard {
+    /// This stream's id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     /// Resolves once the router has sent the task's terminal event on this stream (task streams only).
     pub async fn terminal_sent(&self) {
         self.terminal_sent.notified().await
@@ -116,11 +121,15 @@ impl Streams {
 
     /// Sends a task's messages on exactly one open stream of the session: the task's own stream (an
     /// open `tasks/result`) if there is one, else the standalone stream. With `terminal`, the task
-    /// stream is told its last event went out. Returns whether the messages were sent.
-    pub fn deliver(&self, session: &str, task: &str, msgs: Vec<Message>, terminal: bool) -> bool {
-        let Some(entry) = self.inner.get(session) else {
-            return false;
-        };
+    /// stream is told its last event went out. Returns the id of the stream used, if any.
+    pub fn deliver(
+        &self,
+        session: &str,
+        task: &str,
+        msgs: Vec<Message>,
+        terminal: bool,
+    ) -> Option<u64> {
+        let entry = self.inner.get(session)?;
         let s = entry.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(ts) = s
             .per_task
@@ -132,12 +141,27 @@ impl Streams {
             if terminal {
                 ts.terminal_sent.notify_one();
             }
-            return sent;
+            return sent.then_some(ts.id);
         }
-        match s.standalone.iter().find(|(_, tx)| !tx.is_closed()) {
-            Some((_, tx)) => msgs.into_iter().all(|m| tx.try_send(m).is_ok()),
-            None => false,
-        }
+        let (id, tx) = s.standalone.iter().find(|(_, tx)| !tx.is_closed())?;
+        msgs.into_iter()
+            .all(|m| tx.try_send(m).is_ok())
+            .then_some(*id)
+    }
+
+    /// Whether stream `id` of `session` is still registered and open.
+    pub fn is_live(&self, session: &str, id: u64) -> bool {
+        let Some(entry) = self.inner.get(session) else {
+            return false;
+        };
+        let s = entry.lock().unwrap_or_else(|p| p.into_inner());
+        s.standalone
+            .iter()
+            .any(|(i, tx)| *i == id && !tx.is_closed())
+            || s.per_task
+                .values()
+                .flatten()
+                .any(|ts| ts.id == id && !ts.tx.is_closed())
     }
 
     /// Closes every stream of a session (it ended): their receivers see the end of the stream.

@@ -98,7 +98,10 @@ where
             }
             m @ (Message::Response(_) | Message::Error(_)) => {
                 let p = peer.read().await.clone();
-                server.handle_client_response(&p, m).await;
+                if let Err(e) = server.handle_client_response(&p, m).await {
+                    // A response gets no reply on the wire; say what was wrong where the user looks.
+                    tracing::warn!(error = %e.message, "rejected a response from the client");
+                }
             }
         }
     }

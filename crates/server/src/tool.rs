@@ -1,7 +1,7 @@
 //! Tools as the server offers them: metadata for `tools/list`, a JSON-schema validator for arguments,
 //! the task policy, and the handler that does the work.
 
-use mcp_tasks_engine::{Outcome, TaskContext, TaskHandler};
+use mcp_tasks_engine::{InputError, InputResponse, Outcome, TaskContext, TaskHandler};
 use mcp_tasks_protocol::mcp_2025::TaskSupport;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
@@ -240,5 +240,80 @@ impl ToolRegistry {
     /// Names, for error messages.
     pub fn names(&self) -> Vec<&str> {
         self.tools.iter().map(|t| t.tool.name.as_str()).collect()
+    }
+}
+
+/// The user's answer to a form elicitation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Elicitation {
+    /// Accepted, with the form's content.
+    Accept(Map<String, Value>),
+    /// Explicitly declined.
+    Decline,
+    /// Dismissed without a choice.
+    Cancel,
+}
+
+/// Asking the client for input from a handler: `elicitation/create` and `sampling/createMessage`.
+/// The task is `input_required` while a request is unanswered; works the same whether the request
+/// travels on a `tasks/result` stream, the GET stream or stdio.
+#[async_trait::async_trait]
+pub trait Ask {
+    /// Asks the user to fill in a form (`requested_schema`: an object schema of primitive fields).
+    async fn elicit(
+        &self,
+        message: &str,
+        requested_schema: Value,
+    ) -> Result<Elicitation, InputError>;
+    /// Asks the client's model for a completion (`params` as `sampling/createMessage` takes them);
+    /// returns the `CreateMessageResult`.
+    async fn sample(&self, params: Value) -> Result<Value, InputError>;
+}
+
+fn client_answer(r: InputResponse) -> Result<Value, InputError> {
+    match r {
+        InputResponse::Result { value } => Ok(value),
+        InputResponse::Error { code, message, .. } => Err(InputError::Client { code, message }),
+    }
+}
+
+/// Reads an `ElicitResult`.
+pub fn parse_elicit_result(v: &Value) -> Result<Elicitation, InputError> {
+    match v.get("action").and_then(Value::as_str) {
+        Some("accept") => Ok(Elicitation::Accept(
+            v.get("content")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default(),
+        )),
+        Some("decline") => Ok(Elicitation::Decline),
+        Some("cancel") => Ok(Elicitation::Cancel),
+        _ => Err(InputError::Malformed(format!(
+            "expected an ElicitResult with action accept, decline or cancel, got {v}"
+        ))),
+    }
+}
+
+#[async_trait::async_trait]
+impl Ask for TaskContext {
+    async fn elicit(
+        &self,
+        message: &str,
+        requested_schema: Value,
+    ) -> Result<Elicitation, InputError> {
+        let params =
+            json!({"mode": "form", "message": message, "requestedSchema": requested_schema});
+        let answer = client_answer(self.request_input("elicitation/create", params).await?)?;
+        parse_elicit_result(&answer)
+    }
+
+    async fn sample(&self, params: Value) -> Result<Value, InputError> {
+        let answer = client_answer(self.request_input("sampling/createMessage", params).await?)?;
+        if answer.get("content").is_none() {
+            return Err(InputError::Malformed(format!(
+                "expected a CreateMessageResult with content, got {answer}"
+            )));
+        }
+        Ok(answer)
     }
 }

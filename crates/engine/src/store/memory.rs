@@ -6,10 +6,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use super::{
-    apply_change, decode_cursor, encode_cursor, Created, InvalidCursor, ListQuery, Lookup,
-    PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
+    apply_change, decode_cursor, encode_cursor, AnswerError, Created, InvalidCursor, ListQuery,
+    Lookup, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore,
+    UpdateError,
 };
-use crate::model::{TaskRecord, TaskStatus};
+use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
 
 #[derive(Default)]
 struct Inner {
@@ -19,6 +20,7 @@ struct Inner {
     idempotency: HashMap<(String, String), String>,
     tombstones: HashMap<String, (String, Option<String>, u64)>,
     sessions: HashMap<String, SessionRecord>,
+    inputs: HashMap<String, InputRecord>,
 }
 
 /// Tasks, tombstones and sessions in a mutex-guarded map.
@@ -134,6 +136,95 @@ impl TaskStore for MemoryStore {
             None
         };
         Ok(Ok(TaskPage { tasks, next_cursor }))
+    }
+
+    async fn add_input(&self, input: InputRecord, now: u64) -> Result<TaskRecord, UpdateError> {
+        let mut inner = self.lock();
+        let rec = inner
+            .tasks
+            .get_mut(&input.task_id)
+            .ok_or(UpdateError::NotFound)?;
+        if rec.status.is_terminal() {
+            return Err(UpdateError::Conflict(Box::new(rec.clone())));
+        }
+        let change = TaskChange {
+            status: Some(TaskStatus::InputRequired),
+            ..Default::default()
+        };
+        apply_change(rec, change, now);
+        let rec = rec.clone();
+        inner.inputs.insert(input.key.clone(), input);
+        Ok(rec)
+    }
+
+    async fn answer_input(
+        &self,
+        key: &str,
+        response: InputResponse,
+        now: u64,
+    ) -> Result<(TaskRecord, InputRecord), AnswerError> {
+        let mut inner = self.lock();
+        let input = inner.inputs.get(key).ok_or(AnswerError::Unknown)?.clone();
+        if input.response.is_some() {
+            return Err(AnswerError::AlreadyAnswered);
+        }
+        let status = inner
+            .tasks
+            .get(&input.task_id)
+            .map(|t| t.status)
+            .ok_or(AnswerError::Unknown)?;
+        if status.is_terminal() {
+            return Err(AnswerError::TaskEnded(status));
+        }
+        let answered = InputRecord {
+            response: Some(response),
+            answered_at: Some(now),
+            ..input
+        };
+        inner.inputs.insert(key.to_string(), answered.clone());
+        let still_pending = inner
+            .inputs
+            .values()
+            .any(|i| i.task_id == answered.task_id && i.response.is_none());
+        let rec = inner
+            .tasks
+            .get_mut(&answered.task_id)
+            .ok_or(AnswerError::Unknown)?;
+        let change = TaskChange {
+            status: (!still_pending && rec.status == TaskStatus::InputRequired)
+                .then_some(TaskStatus::Working),
+            ..Default::default()
+        };
+        apply_change(rec, change, now);
+        Ok((rec.clone(), answered))
+    }
+
+    async fn get_input(&self, key: &str) -> Result<Option<InputRecord>, StoreError> {
+        Ok(self.lock().inputs.get(key).cloned())
+    }
+
+    async fn inputs(&self, task_id: &str) -> Result<Vec<InputRecord>, StoreError> {
+        let mut v: Vec<InputRecord> = self
+            .lock()
+            .inputs
+            .values()
+            .filter(|i| i.task_id == task_id)
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| (a.created_at, &a.key).cmp(&(b.created_at, &b.key)));
+        Ok(v)
+    }
+
+    async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError> {
+        Ok(self
+            .lock()
+            .tasks
+            .values()
+            .filter(|t| {
+                t.status == TaskStatus::InputRequired && t.expires_at().is_some_and(|e| e <= now)
+            })
+            .cloned()
+            .collect())
     }
 
     async fn renew_leases(&self, node: &str, ids: &[String], until: u64) -> Result<(), StoreError> {

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use thiserror::Error;
 
-use crate::model::{Outcome, TaskRecord, TaskStatus};
+use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
 
 /// A failure of the storage backend itself.
 #[derive(Debug, Error)]
@@ -42,6 +42,23 @@ pub enum UpdateError {
     /// The task's status was not one of the expected ones; carries the current record.
     #[error("task is {}", .0.status)]
     Conflict(Box<TaskRecord>),
+    /// The backend failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Why an answer to an input request was not taken.
+#[derive(Debug, Error)]
+pub enum AnswerError {
+    /// No input request has this key.
+    #[error("no pending input request has this id")]
+    Unknown,
+    /// The request was answered before; the earlier answer stands.
+    #[error("this input request was already answered")]
+    AlreadyAnswered,
+    /// The task is terminal; it no longer takes input.
+    #[error("the task is already {0}")]
+    TaskEnded(TaskStatus),
     /// The backend failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -176,6 +193,28 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Lists one owner's tasks (optionally one session's), oldest first, a page at a time.
     /// An unknown or malformed cursor is an error the caller reports as invalid params.
     async fn list(&self, query: &ListQuery) -> Result<Result<TaskPage, InvalidCursor>, StoreError>;
+
+    /// Stores a new input request of an active task and moves the task to `input_required` (one atomic
+    /// step). Returns the task after the change.
+    async fn add_input(&self, input: InputRecord, now: u64) -> Result<TaskRecord, UpdateError>;
+
+    /// Records the answer to the input request `key`, and moves its task back to `working` when no
+    /// other request is pending (one atomic step). The first answer wins; later ones are rejected.
+    async fn answer_input(
+        &self,
+        key: &str,
+        response: InputResponse,
+        now: u64,
+    ) -> Result<(TaskRecord, InputRecord), AnswerError>;
+
+    /// One input request by key.
+    async fn get_input(&self, key: &str) -> Result<Option<InputRecord>, StoreError>;
+
+    /// A task's input requests, oldest first (answered ones included).
+    async fn inputs(&self, task_id: &str) -> Result<Vec<InputRecord>, StoreError>;
+
+    /// Tasks waiting for input whose retention ended before `now` (they are failed, not purged).
+    async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError>;
 
     /// Extends the leases `node` holds on `ids` to `until`.
     async fn renew_leases(&self, node: &str, ids: &[String], until: u64) -> Result<(), StoreError>;

@@ -13,10 +13,11 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    apply_change, decode_cursor, encode_cursor, Created, InvalidCursor, ListQuery, Lookup,
-    PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
+    apply_change, decode_cursor, encode_cursor, AnswerError, Created, InvalidCursor, ListQuery,
+    Lookup, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore,
+    UpdateError,
 };
-use crate::model::{Outcome, TaskRecord, TaskStatus};
+use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS tasks (
@@ -56,6 +57,16 @@ CREATE TABLE IF NOT EXISTS tombstones (
     session TEXT,
     expired_at INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS input_requests (
+    key TEXT PRIMARY KEY,
+    task_id TEXT NOT NULL,
+    method TEXT NOT NULL,
+    params TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    response TEXT,
+    answered_at INTEGER
+);
+CREATE INDEX IF NOT EXISTS input_requests_task ON input_requests(task_id, created_at);
 CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY,
     owner TEXT NOT NULL,
@@ -307,6 +318,35 @@ fn task_from_row(row: &Row<'_>) -> rusqlite::Result<TaskRecord> {
     })
 }
 
+const INPUT_COLUMNS: &str = "key, task_id, method, params, created_at, response, answered_at";
+
+fn input_from_row(row: &Row<'_>) -> rusqlite::Result<InputRecord> {
+    let response: Option<String> = row.get(5)?;
+    let response = match response {
+        None => None,
+        Some(s) => Some(serde_json::from_str::<InputResponse>(&s).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(5, rusqlite::types::Type::Text, Box::new(e))
+        })?),
+    };
+    Ok(InputRecord {
+        key: row.get(0)?,
+        task_id: row.get(1)?,
+        method: row.get(2)?,
+        params: json_from_sql(3, row.get(3)?)?,
+        created_at: row.get::<_, i64>(4)? as u64,
+        response,
+        answered_at: row.get::<_, Option<i64>>(6)?.map(|v| v as u64),
+    })
+}
+
+fn select_input(conn: &Connection, key: &str) -> Result<Option<InputRecord>, StoreError> {
+    conn.prepare_cached(&format!(
+        "SELECT {INPUT_COLUMNS} FROM input_requests WHERE key = ?1"
+    ))
+    .and_then(|mut s| s.query_row([key], input_from_row).optional())
+    .map_err(backend)
+}
+
 fn select_task(conn: &Connection, id: &str) -> Result<Option<TaskRecord>, StoreError> {
     conn.prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1"))
         .and_then(|mut s| s.query_row([id], task_from_row).optional())
@@ -485,6 +525,109 @@ impl TaskStore for SqliteStore {
             tasks.truncate(q.limit);
             let next_cursor = if more { tasks.last().map(|t| encode_cursor(t.created_at, &t.id)) } else { None };
             Ok(Ok(TaskPage { tasks, next_cursor }))
+        })
+        .await
+    }
+
+    async fn add_input(&self, input: InputRecord, now: u64) -> Result<TaskRecord, UpdateError> {
+        self.write(move |conn| {
+            let mut rec = select_task(conn, &input.task_id)?.ok_or(UpdateError::NotFound)?;
+            if rec.status.is_terminal() {
+                return Err(UpdateError::Conflict(Box::new(rec)));
+            }
+            apply_change(&mut rec, TaskChange { status: Some(TaskStatus::InputRequired), ..Default::default() }, now);
+            update_task(conn, &rec)?;
+            conn.prepare_cached(&format!(
+                "INSERT INTO input_requests ({INPUT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, NULL, NULL)"
+            ))
+            .and_then(|mut st| {
+                st.execute(params![input.key, input.task_id, input.method, input.params.to_string(), input.created_at as i64])
+            })
+            .map_err(backend)?;
+            Ok(rec)
+        })
+        .await
+    }
+
+    async fn answer_input(
+        &self,
+        key: &str,
+        response: InputResponse,
+        now: u64,
+    ) -> Result<(TaskRecord, InputRecord), AnswerError> {
+        let key = key.to_string();
+        self.write(move |conn| {
+            let input = select_input(conn, &key)?.ok_or(AnswerError::Unknown)?;
+            if input.response.is_some() {
+                return Err(AnswerError::AlreadyAnswered);
+            }
+            let mut rec = select_task(conn, &input.task_id)?.ok_or(AnswerError::Unknown)?;
+            if rec.status.is_terminal() {
+                return Err(AnswerError::TaskEnded(rec.status));
+            }
+            let text = serde_json::to_string(&response).map_err(backend)?;
+            conn.execute(
+                "UPDATE input_requests SET response = ?2, answered_at = ?3 WHERE key = ?1",
+                params![key, text, now as i64],
+            )
+            .map_err(backend)?;
+            let pending: i64 = conn
+                .query_row(
+                    "SELECT COUNT(*) FROM input_requests WHERE task_id = ?1 AND response IS NULL",
+                    [&input.task_id],
+                    |r| r.get(0),
+                )
+                .map_err(backend)?;
+            let back_to_work = pending == 0 && rec.status == TaskStatus::InputRequired;
+            let change = TaskChange {
+                status: back_to_work.then_some(TaskStatus::Working),
+                ..Default::default()
+            };
+            apply_change(&mut rec, change, now);
+            update_task(conn, &rec)?;
+            Ok((
+                rec,
+                InputRecord {
+                    response: Some(response),
+                    answered_at: Some(now),
+                    ..input
+                },
+            ))
+        })
+        .await
+    }
+
+    async fn get_input(&self, key: &str) -> Result<Option<InputRecord>, StoreError> {
+        let key = key.to_string();
+        self.read(move |conn| select_input(conn, &key)).await
+    }
+
+    async fn inputs(&self, task_id: &str) -> Result<Vec<InputRecord>, StoreError> {
+        let task_id = task_id.to_string();
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(&format!(
+                    "SELECT {INPUT_COLUMNS} FROM input_requests WHERE task_id = ?1 ORDER BY created_at, key"
+                ))
+                .map_err(backend)?;
+            let rows = stmt.query_map([&task_id], input_from_row).map_err(backend)?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(backend)
+        })
+        .await
+    }
+
+    async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError> {
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(&format!(
+                    "SELECT {TASK_COLUMNS} FROM tasks WHERE status = 'input_required' \
+                     AND expires_at IS NOT NULL AND expires_at <= ?1"
+                ))
+                .map_err(backend)?;
+            let rows = stmt
+                .query_map([now as i64], task_from_row)
+                .map_err(backend)?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(backend)
         })
         .await
     }

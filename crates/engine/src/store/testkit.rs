@@ -6,10 +6,10 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::{
-    Created, ListQuery, Lookup, PurgePolicy, SessionRecord, StoreError, TaskChange, TaskStore,
-    UpdateError,
+    AnswerError, Created, ListQuery, Lookup, PurgePolicy, SessionRecord, StoreError, TaskChange,
+    TaskStore, UpdateError,
 };
-use crate::model::{Outcome, TaskRecord, TaskStatus};
+use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
 
 /// A working task record with fixed fields, for tests.
 pub fn record(id: &str, owner: &str, created_at: u64) -> TaskRecord {
@@ -55,6 +55,77 @@ where
     orphans_are_claimed_by_lease(make().await).await;
     purge_keeps_running_tasks_and_leaves_tombstones(make().await).await;
     sessions_round_trip_and_expire(make().await).await;
+    input_requests_move_the_task_and_take_one_answer(make().await).await;
+}
+
+fn input(key: &str, task: &str, at: u64) -> InputRecord {
+    InputRecord {
+        key: key.into(),
+        task_id: task.into(),
+        method: "elicitation/create".into(),
+        params: json!({"message": "ok?"}),
+        created_at: at,
+        response: None,
+        answered_at: None,
+    }
+}
+
+async fn input_requests_move_the_task_and_take_one_answer(s: impl TaskStore) {
+    s.create(record("i1", "alice", 1_000)).await.unwrap();
+    let t = s.add_input(input("q1", "i1", 2_000), 2_000).await.unwrap();
+    assert_eq!(t.status, TaskStatus::InputRequired);
+    let t = s.add_input(input("q2", "i1", 2_001), 2_001).await.unwrap();
+    assert_eq!(t.status, TaskStatus::InputRequired);
+    assert!(matches!(
+        s.add_input(input("q9", "nope", 1), 1).await,
+        Err(UpdateError::NotFound)
+    ));
+    let yes = InputResponse::Result {
+        value: json!({"action": "accept"}),
+    };
+    let (t, answered) = s.answer_input("q1", yes.clone(), 3_000).await.unwrap();
+    assert_eq!(t.status, TaskStatus::InputRequired, "q2 is still pending");
+    assert_eq!(answered.response, Some(yes.clone()));
+    assert!(matches!(
+        s.answer_input("q1", yes.clone(), 3_001).await,
+        Err(AnswerError::AlreadyAnswered)
+    ));
+    assert!(matches!(
+        s.answer_input("zz", yes.clone(), 3_001).await,
+        Err(AnswerError::Unknown)
+    ));
+    let (t, _) = s.answer_input("q2", yes.clone(), 3_002).await.unwrap();
+    assert_eq!(t.status, TaskStatus::Working, "all answered: back to work");
+    let all = s.inputs("i1").await.unwrap();
+    assert_eq!(
+        all.iter().map(|i| i.key.as_str()).collect::<Vec<_>>(),
+        ["q1", "q2"]
+    );
+    assert_eq!(
+        s.get_input("q2").await.unwrap().unwrap().answered_at,
+        Some(3_002)
+    );
+    // A task that ends takes no more answers, and one waiting past its ttl is reported overdue.
+    let mut waiting = record("i2", "alice", 1_000);
+    waiting.ttl_ms = Some(500);
+    s.create(waiting).await.unwrap();
+    s.add_input(input("q3", "i2", 1_100), 1_100).await.unwrap();
+    let overdue = s.overdue_waiting(1_600).await.unwrap();
+    assert_eq!(
+        overdue.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+        ["i2"]
+    );
+    let cancel = TaskChange {
+        status: Some(TaskStatus::Cancelled),
+        ..Default::default()
+    };
+    s.update("i2", &TaskStatus::ACTIVE, cancel, 1_700)
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.answer_input("q3", yes, 1_800).await,
+        Err(AnswerError::TaskEnded(TaskStatus::Cancelled))
+    ));
 }
 
 async fn create_then_get_returns_the_same_record(s: impl TaskStore) {

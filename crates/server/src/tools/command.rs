@@ -8,7 +8,11 @@
 //! | `::progress 3/10 copying files` | progress 3 of 10, with an optional message (`::progress 3` without a total) |
 //! | `::status compressing` | sets the task's status message |
 //! | `::log warning disk almost full` | a log message at that level (debug … emergency) |
+//! | `::ask {"message": "Proceed?", "schema": {…}}` | asks the user (a form elicitation); the answer comes back as one JSON line on the program's stdin |
 //!
+//! The answer line is the `ElicitResult`: `{"action":"accept","content":{…}}`, `{"action":"decline"}` or
+//! `{"action":"cancel"}`; when the question cannot be asked (the client has no elicitation capability,
+//! the task was cancelled) it is `{"action":"cancel","error":"why"}`.
 //! Exit code 0 gives a normal result; any other exit code, a timeout or a failure to start gives a
 //! result with `isError: true`. Cancellation sends SIGTERM to the program's process group and SIGKILL
 //! after the grace period.
@@ -29,7 +33,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::sync::mpsc;
 
-use crate::tool::Tool;
+use crate::tool::{Ask, Elicitation, Tool};
 
 /// A command tool as written in the config file (`[[tools]]`).
 #[derive(Clone, Debug, Deserialize)]
@@ -186,6 +190,7 @@ enum Directive {
     Progress(f64, Option<f64>, Option<String>),
     Status(String),
     Log(LogLevel, String),
+    Ask(String, Value),
 }
 
 fn parse_directive(line: &str) -> Option<Directive> {
@@ -206,6 +211,15 @@ fn parse_directive(line: &str) -> Option<Directive> {
         "log" => {
             let (level, msg) = tail.split_once(' ').unwrap_or((tail, ""));
             Some(Directive::Log(LogLevel::parse(level)?, msg.to_string()))
+        }
+        "ask" => {
+            let v: Value = serde_json::from_str(tail).ok()?;
+            let message = v.get("message")?.as_str()?.to_string();
+            let schema = v
+                .get("schema")
+                .cloned()
+                .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+            Some(Directive::Ask(message, schema))
         }
         _ => None,
     }
@@ -264,7 +278,7 @@ impl TaskHandler for CommandHandler {
         };
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..])
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
@@ -285,6 +299,9 @@ impl TaskHandler for CommandHandler {
             }
         };
         let pid = child.id();
+        let mut stdin = child.stdin.take();
+        // Answers to `::ask` questions, written back on stdin as they arrive (questions may overlap).
+        let (answer_tx, mut answers) = mpsc::channel::<String>(16);
         let cap = spec.max_output_bytes.unwrap_or(1024 * 1024);
         let (tx, mut rx) = mpsc::channel(256);
         if let Some(out) = child.stdout.take() {
@@ -318,12 +335,34 @@ impl TaskHandler for CommandHandler {
                             Some(Directive::Progress(d, t, m)) => ctx.progress(d, t, m).await,
                             Some(Directive::Status(s)) => ctx.status(s).await,
                             Some(Directive::Log(level, m)) => ctx.log(level, json!(m)).await,
+                            Some(Directive::Ask(message, schema)) => {
+                                let ctx = ctx.clone();
+                                let tx = answer_tx.clone();
+                                tokio::spawn(async move {
+                                    let line = match ctx.elicit(&message, schema).await {
+                                        Ok(Elicitation::Accept(c)) => json!({"action": "accept", "content": c}),
+                                        Ok(Elicitation::Decline) => json!({"action": "decline"}),
+                                        Ok(Elicitation::Cancel) => json!({"action": "cancel"}),
+                                        Err(e) => json!({"action": "cancel", "error": e.to_string()}),
+                                    };
+                                    let _ = tx.send(line.to_string()).await;
+                                });
+                            }
                             None => stdout.push(&bytes, cap),
                         }
                     }
                     Some((false, bytes)) => stderr.push(&bytes, cap),
                     None => streams_open = false,
                 },
+                Some(answer) = answers.recv() => {
+                    if let Some(pipe) = stdin.as_mut() {
+                        use tokio::io::AsyncWriteExt;
+                        let line = format!("{answer}\n");
+                        if pipe.write_all(line.as_bytes()).await.is_err() || pipe.flush().await.is_err() {
+                            stdin = None; // the program closed its stdin
+                        }
+                    }
+                }
                 status = child.wait() => break status,
                 _ = &mut deadline, if stopped.is_none() => {
                     stopped = Some("timed out");

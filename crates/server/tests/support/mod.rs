@@ -115,6 +115,7 @@ pub struct Client {
     pub http: reqwest::Client,
     pub session: Option<String>,
     pub version: String,
+    pub token: Option<String>,
     next_id: AtomicI64,
 }
 
@@ -128,6 +129,7 @@ impl Client {
                 .unwrap(),
             session: None,
             version: "2025-11-25".into(),
+            token: None,
             next_id: AtomicI64::new(1),
         }
     }
@@ -138,11 +140,31 @@ impl Client {
     }
 
     pub async fn connect_version(url: &str, version: &str) -> Client {
+        Self::connect_with(url, version, json!({}), None).await
+    }
+
+    /// A 2025-11-25 client declaring `capabilities` (e.g. elicitation and sampling).
+    pub async fn connect_caps(url: &str, capabilities: Value) -> Client {
+        Self::connect_with(url, "2025-11-25", capabilities, None).await
+    }
+
+    /// A client with a bearer token.
+    pub async fn connect_token(url: &str, token: &str, capabilities: Value) -> Client {
+        Self::connect_with(url, "2025-11-25", capabilities, Some(token.to_string())).await
+    }
+
+    pub async fn connect_with(
+        url: &str,
+        version: &str,
+        capabilities: Value,
+        token: Option<String>,
+    ) -> Client {
         let mut c = Client::new(url);
+        c.token = token;
         let ex = c
             .request(
                 "initialize",
-                json!({"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}),
+                json!({"protocolVersion": version, "capabilities": capabilities, "clientInfo": {"name": "test", "version": "0"}}),
             )
             .await;
         c.version = ex.result()["protocolVersion"].as_str().unwrap().to_string();
@@ -230,9 +252,11 @@ impl Client {
 
     /// Opens the GET stream; messages arrive on the returned channel (validated).
     pub async fn open_stream(&self) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
-        let resp = self
-            .http
-            .get(&self.url)
+        let mut get = self.http.get(&self.url);
+        if let Some(t) = &self.token {
+            get = get.header("authorization", format!("Bearer {t}"));
+        }
+        let resp = get
             .header("accept", "text/event-stream")
             .header("mcp-session-id", self.session.as_ref().unwrap())
             .header("mcp-protocol-version", &self.version)
@@ -240,27 +264,101 @@ impl Client {
             .await
             .unwrap();
         assert_eq!(resp.status().as_u16(), 200, "GET stream");
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let version = self.version.clone();
-        tokio::spawn(async move {
-            let mut body = resp.bytes_stream();
-            let mut buf = String::new();
-            while let Some(Ok(chunk)) = body.next().await {
-                buf.push_str(&String::from_utf8_lossy(&chunk));
-                while let Some(end) = buf.find("\n\n") {
-                    let event = buf[..end].to_string();
-                    buf.drain(..end + 2);
-                    if let Some(v) = sse_data(&event) {
-                        schema::check_notification(&version, &v);
-                        if tx.send(v).is_err() {
-                            return;
-                        }
+        sse_reader(resp, self.version.clone(), None)
+    }
+
+    /// Sends a request whose reply will come on a stream, and returns everything the server sends on it
+    /// as it arrives (validated; the reply is validated against `method`'s result type).
+    pub async fn stream_request(
+        &mut self,
+        method: &str,
+        params: Value,
+    ) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
+        let id = self.id();
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let resp = self.post(body.to_string()).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        let ct = resp
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        if ct.starts_with("application/json") {
+            let v: Value = resp.json().await.unwrap();
+            schema::check_reply(&self.version, method, &params, &v);
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            tx.send(v).unwrap();
+            return rx;
+        }
+        sse_reader(
+            resp,
+            self.version.clone(),
+            Some((method.to_string(), params)),
+        )
+    }
+
+    /// Answers a request the server sent (POSTs a JSON-RPC response); returns the HTTP status and body.
+    pub async fn respond(&self, id: &Value, result: Value) -> (u16, String) {
+        let body = json!({"jsonrpc": "2.0", "id": id, "result": result});
+        let resp = self.post(body.to_string()).send().await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.text().await.unwrap())
+    }
+
+    /// Answers a request the server sent with a JSON-RPC error.
+    pub async fn respond_error(&self, id: &Value, code: i64, message: &str) -> (u16, String) {
+        let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+        let resp = self.post(body.to_string()).send().await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.text().await.unwrap())
+    }
+}
+
+/// Reads an SSE response incrementally, validating each message; `reply_of` names the request whose
+/// reply may come on it.
+pub fn sse_reader(
+    resp: reqwest::Response,
+    version: String,
+    reply_of: Option<(String, Value)>,
+) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut body = resp.bytes_stream();
+        let mut buf = String::new();
+        loop {
+            // Dropping the receiver closes the connection, as a client that goes away would.
+            let chunk = tokio::select! {
+                c = body.next() => c,
+                _ = tx.closed() => return,
+            };
+            let Some(Ok(chunk)) = chunk else { return };
+            buf.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = buf.find("\n\n") {
+                let event = buf[..end].to_string();
+                buf.drain(..end + 2);
+                if let Some(v) = sse_data(&event) {
+                    let is_reply = v.get("method").is_none();
+                    match (&reply_of, is_reply) {
+                        (Some((m, p)), true) => schema::check_reply(&version, m, p, &v),
+                        (None, true) => panic!("a reply on a stream without a request: {v}"),
+                        (_, false) => schema::check_notification(&version, &v),
+                    }
+                    if tx.send(v).is_err() {
+                        return;
                     }
                 }
             }
-        });
-        rx
-    }
+        }
+    });
+    rx
+}
+
+/// Waits for the next message on a stream (bounded).
+pub async fn next_msg(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Value>) -> Value {
+    tokio::time::timeout(Duration::from_secs(15), rx.recv())
+        .await
+        .expect("a message in time")
+        .expect("stream open")
 }
 
 /// The JSON in an SSE event's data lines, if any.

@@ -90,8 +90,19 @@ pub fn check_notification(version: &str, msg: &Value) {
         "notifications/progress" => "ProgressNotification",
         "notifications/tasks/status" => "TaskStatusNotification",
         "notifications/message" => "LoggingMessageNotification",
+        "elicitation/create" => "ElicitRequest",
+        "sampling/createMessage" => "CreateMessageRequest",
         other => panic!("unexpected server message {other}: {msg}"),
     };
     assert_valid(def, msg);
-    assert_valid("ServerNotification", msg);
+    if msg.get("id").is_some() {
+        assert_valid("ServerRequest", msg);
+        assert!(
+            msg["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"].is_string()
+                || msg["params"]["_meta"].is_null(),
+            "a task's request carries related-task _meta (R32): {msg}"
+        );
+    } else {
+        assert_valid("ServerNotification", msg);
+    }
 }
