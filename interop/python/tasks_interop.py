@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Interop checks: the official MCP Python SDK (v1, `mcp==1.29.x`) as a client
 of the mcp-tasks server's demo tools, exercising MCP Tasks (spec 2025-11-25,
-SEP-1686) through the SDK's experimental client tasks API.
+SEP-1686) through the SDK's experimental client tasks API, including input
+requests inside tasks (status `input_required`: elicitation/create and
+sampling/createMessage answered by the SDK's callbacks while the client waits
+on tasks/result).
 
 Usage:
     python tasks_interop.py http  http://127.0.0.1:PORT/mcp
@@ -17,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
+import math
 import os
 import sys
 import time
@@ -37,10 +42,15 @@ import mcp.types as types  # noqa: E402
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream  # noqa: E402
 from mcp import ClientSession, McpError, StdioServerParameters, stdio_client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+from mcp.shared.context import RequestContext  # noqa: E402
 from mcp.shared.message import SessionMessage  # noqa: E402
 
-OVERALL_TIMEOUT_S = 55.0  # the whole run, connection set-up and teardown included
+OVERALL_TIMEOUT_S = 100.0  # the main session, connection set-up and teardown included
+NOCAP_TIMEOUT_S = 20.0  # the second session (no elicitation/sampling capability)
 DEFAULT_CHECK_TIMEOUT_S = 10.0
+INPUT_CHECK_TIMEOUT_S = 20.0
+INPUT_WAIT_S = 5.0  # how long to wait for an input_required status or a server request
+STALL_S = 10.0  # a pending tasks/result with nothing happening counts as stuck after this
 PROGRESS_TOKEN = f"interop-progress-{uuid.uuid4().hex[:8]}"
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
@@ -67,10 +77,27 @@ CHECKS = [
     "failing_job get_task_result isError",
     "protocol_error_job ends failed",
     "protocol_error_job get_task_result -> -32603",
+    # input requests inside tasks (status input_required)
+    "input tools listed, taskSupport=required",
+    "confirm_delete accept -> Deleted",
+    "confirm_delete input_required while unanswered",
+    "confirm_delete elicitation/create request",
+    "confirm_delete accept confirm=false -> Kept",
+    "confirm_delete decline -> Kept",
+    "write_haiku sampling/createMessage request",
+    "write_haiku result = sampled text",
+    "multi_input two elicitations outstanding at once",
+    "multi_input both answers in result",
     "list_tasks contains created ids",
     "get_task unknown id -> -32602",
     "all inbound messages valid for the SDK",
+    # a second session, without elicitation/sampling callbacks
+    "no elicitation capability: confirm_delete isError",
 ]
+NOCAP_CHECK = "no elicitation capability: confirm_delete isError"
+MAIN_CHECKS = [c for c in CHECKS if c != NOCAP_CHECK]
+ELICIT = "elicitation/create"
+SAMPLE = "sampling/createMessage"
 
 
 class CheckFailed(Exception):
@@ -126,6 +153,7 @@ class Runner:
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.results: dict[str, tuple[bool, str]] = {}
+        self.abandoned = 0  # requests given up on (timeouts): their late replies are expected noise
 
     def emit(self, line: str) -> None:
         print(line, file=self.out, flush=True)
@@ -163,13 +191,18 @@ class Runner:
             with anyio.fail_after(timeout):
                 detail = await fn()
         except TimeoutError:
+            self.abandoned += 1
             self.record(name, False, f"timed out after {timeout:.0f} s")
             return False
         except CheckFailed as e:
             self.record(name, False, str(e))
             return False
         except Exception as e:  # noqa: BLE001 - any crash is a failed check
-            self.record(name, False, describe_exc(e))
+            leaves = leaf_exceptions(e)
+            if leaves and all(isinstance(x, CheckFailed) for x in leaves):  # from inside a task group
+                self.record(name, False, "; ".join(str(x) for x in leaves))
+            else:
+                self.record(name, False, describe_exc(e))
             return False
         took = time.monotonic() - started
         self.record(name, True, f"{detail} ({took:.1f} s)" if detail else f"{took:.1f} s")
@@ -245,52 +278,229 @@ def condense_validation(msg: str) -> str:
     return out + (f". Message was: {tail}" if sep else "")
 
 
-@contextlib.asynccontextmanager
-async def traced(
-    read: MemoryObjectReceiveStream[SessionMessage | Exception],
-    write: MemoryObjectSendStream[SessionMessage],
-    sink: TextIO | None,
-) -> AsyncIterator[tuple[Any, Any]]:
-    """Optionally tap both message streams, writing each JSON-RPC message (as
-    the SDK parsed it) to `sink`."""
-    if sink is None:
-        yield read, write
-        return
-    t0 = time.monotonic()
+class Wire:
+    """Sits between the transport and the ClientSession, on both message streams.
 
-    def log(direction: str, m: SessionMessage | Exception) -> None:
+    - records every server->client JSON-RPC request as it came off the wire
+      (before the SDK validates it) and every response the SDK sent back;
+    - can hold server requests of given methods back from the SDK for a while:
+      the SDK runs its elicitation/sampling callbacks inline in its receive loop,
+      so a callback cannot wait without stalling every other reply; holding the
+      request here plays a user who has not answered yet, while tasks/get still
+      works;
+    - optionally writes every message, both directions, to a trace sink.
+    """
+
+    def __init__(self, sink: TextIO | None, tag: str = "") -> None:
+        self.sink = sink
+        self.tag = tag
+        self.t0 = time.monotonic()
+        self.requests: list[dict[str, Any]] = []  # {"t", "id", "method", "params"} (params: the raw dict)
+        self.answers: dict[Any, dict[str, Any]] = {}  # request id -> {"t", "result"} | {"t", "error"}
+        self.hold_methods: frozenset[str] = frozenset()
+        self.held: list[SessionMessage] = []
+        self._changed = anyio.Event()
+        self._to_session: MemoryObjectSendStream[SessionMessage | Exception] | None = None
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def log(self, direction: str, m: SessionMessage | Exception, note: str = "") -> None:
+        if self.sink is None:
+            return
         body = (
             m.message.model_dump_json(by_alias=True, exclude_none=True)
             if isinstance(m, SessionMessage)
             else f"<exception {describe_exc(m)}>"
         )
-        print(f"[{time.monotonic() - t0:7.3f}] {direction} {body}", file=sink, flush=True)
+        print(f"[{self.now():7.3f}] {self.tag}{direction} {body}{note}", file=self.sink, flush=True)
 
-    in_send, in_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    out_send, out_recv = anyio.create_memory_object_stream[SessionMessage](0)
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
 
-    # Either side may close first at teardown; a message in flight then is dropped.
-    async def pump_in() -> None:
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-            async with in_send:
-                async for m in read:
-                    log("<-", m)
-                    await in_send.send(m)
+    poke = _notify  # wake wait_until() for a condition that is not about the wire
 
-    async def pump_out() -> None:
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-            async with out_recv:
-                async for m in out_recv:
-                    log("->", m)
-                    await write.send(m)
+    async def wait_until(self, cond: Callable[[], bool], timeout: float) -> bool:
+        with anyio.move_on_after(timeout):
+            while not cond():
+                await self._changed.wait()
+        return cond()
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(pump_in)
-        tg.start_soon(pump_out)
-        try:
-            yield in_recv, out_send
-        finally:
-            tg.cancel_scope.cancel()
+    def since(self, mark: int, *methods: str) -> list[dict[str, Any]]:
+        return [q for q in self.requests[mark:] if not methods or q["method"] in methods]
+
+    def hold(self, *methods: str) -> None:
+        self.hold_methods = frozenset(methods)
+
+    def release(self) -> int:
+        """Stop holding; hand every held request to the SDK, in arrival order."""
+        self.hold_methods = frozenset()
+        held, self.held = self.held, []
+        for m in held:
+            if self.sink is not None:
+                print(f"[{self.now():7.3f}] {self.tag}.. released id={m.message.root.id!r} to the SDK",
+                      file=self.sink, flush=True)
+            if self._to_session is not None:
+                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    self._to_session.send_nowait(m)
+        return len(held)
+
+    def _inbound(self, m: SessionMessage | Exception) -> bool:
+        """Record an inbound message; True if it is held back."""
+        if isinstance(m, SessionMessage) and isinstance(m.message.root, types.JSONRPCRequest):
+            root = m.message.root
+            self.requests.append({"t": self.now(), "id": root.id, "method": root.method, "params": root.params or {}})
+            held = root.method in self.hold_methods
+            if held:
+                self.held.append(m)
+            self.log("<-", m, "   (held back from the SDK)" if held else "")
+            self._notify()
+            return held
+        self.log("<-", m)
+        return False
+
+    def _outbound(self, m: SessionMessage) -> None:
+        self.log("->", m)
+        root = m.message.root
+        if isinstance(root, types.JSONRPCResponse):
+            self.answers[root.id] = {"t": self.now(), "result": root.result}
+            self._notify()
+        elif isinstance(root, types.JSONRPCError):
+            self.answers[root.id] = {"t": self.now(), "error": root.error.model_dump(exclude_none=True)}
+            self._notify()
+
+    @contextlib.asynccontextmanager
+    async def attach(
+        self,
+        read: MemoryObjectReceiveStream[SessionMessage | Exception],
+        write: MemoryObjectSendStream[SessionMessage],
+    ) -> AsyncIterator[tuple[Any, Any]]:
+        # Unbounded towards the session, so reading off the transport never waits on
+        # the SDK (held requests are re-injected later with send_nowait).
+        to_session, session_read = anyio.create_memory_object_stream[SessionMessage | Exception](math.inf)
+        session_write, from_session = anyio.create_memory_object_stream[SessionMessage](0)
+        self._to_session = to_session
+
+        # Either side may close first at teardown; a message in flight then is dropped.
+        async def pump_in() -> None:
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                async with to_session:
+                    async for m in read:
+                        if not self._inbound(m):
+                            to_session.send_nowait(m)
+
+        async def pump_out() -> None:
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                async with from_session:
+                    async for m in from_session:
+                        self._outbound(m)
+                        await write.send(m)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pump_in)
+            tg.start_soon(pump_out)
+            try:
+                yield session_read, session_write
+            finally:
+                tg.cancel_scope.cancel()
+
+
+def related_task_of(meta: Any) -> Any:
+    """The `io.modelcontextprotocol/related-task` value of a `_meta` (model or dict)."""
+    if meta is None:
+        return None
+    d = meta if isinstance(meta, dict) else meta.model_dump(by_alias=True, exclude_none=True)
+    return d.get(RELATED_TASK_KEY)
+
+
+class Answerer:
+    """The main session's elicitation and sampling callbacks. Each input check
+    sets what to answer (`elicit` / `sample`); every call is recorded. With no
+    answer set, the callback answers with an error (unexpected request)."""
+
+    def __init__(self) -> None:
+        self.elicit: Callable[[types.ElicitRequestParams], types.ElicitResult] | None = None
+        self.sample: Callable[[types.CreateMessageRequestParams], types.CreateMessageResult] | None = None
+        self.calls: list[dict[str, Any]] = []  # {"method", "request_id", "related"}
+
+    async def elicitation_callback(
+        self, context: RequestContext[ClientSession, Any], params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        self.calls.append({"method": ELICIT, "request_id": context.request_id, "related": related_task_of(params.meta)})
+        if self.elicit is None:
+            return types.ErrorData(code=types.INVALID_REQUEST, message="interop client: no elicitation expected now")
+        return self.elicit(params)
+
+    async def sampling_callback(
+        self, context: RequestContext[ClientSession, Any], params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.ErrorData:
+        self.calls.append({"method": SAMPLE, "request_id": context.request_id, "related": related_task_of(params.meta)})
+        if self.sample is None:
+            return types.ErrorData(code=types.INVALID_REQUEST, message="interop client: no sampling expected now")
+        return self.sample(params)
+
+
+def form_elicitation_problems(p: dict[str, Any], task_id: str, want: dict[str, str] | None) -> list[str]:
+    """What is wrong with the params of a form-mode elicitation/create sent for
+    `task_id`; `want` maps property name -> JSON type that must be requested
+    (and required)."""
+    problems: list[str] = []
+    if p.get("mode", "form") != "form":
+        problems.append(f"mode {p.get('mode')!r}, want 'form' (or absent)")
+    if not isinstance(p.get("message"), str) or not p.get("message"):
+        problems.append("message missing or empty")
+    schema = p.get("requestedSchema")
+    if not isinstance(schema, dict):
+        problems.append(f"requestedSchema is {schema!r}")
+    else:
+        if schema.get("type") != "object":
+            problems.append(f"requestedSchema.type {schema.get('type')!r}, want 'object'")
+        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        required = schema.get("required") if isinstance(schema.get("required"), list) else []
+        for name, typ in (want or {}).items():
+            got = (props.get(name) or {}).get("type") if isinstance(props.get(name), dict) else None
+            if got != typ:
+                problems.append(f"requestedSchema.properties.{name}.type {got!r}, want {typ!r}")
+            if name not in required:
+                problems.append(f"requestedSchema.required {required!r} lacks {name!r}")
+    problems.extend(task_request_problems(p, task_id))
+    return problems
+
+
+def task_request_problems(p: dict[str, Any], task_id: str) -> list[str]:
+    problems: list[str] = []
+    rel = related_task_of(p.get("_meta"))
+    if not (isinstance(rel, dict) and rel.get("taskId") == task_id):
+        problems.append(f"_meta[{RELATED_TASK_KEY!r}] = {rel!r}, want {{'taskId': {task_id!r}}}")
+    if "task" in p:
+        problems.append(
+            f"params carry 'task' ({p['task']!r}): the SDK then treats it as a task-augmented request"
+            " and answers with an error"
+        )
+    return problems
+
+
+def sdk_handling_problems(req: dict[str, Any], ans: Answerer, wire: Wire, logs: SdkLogCapture) -> list[str]:
+    """Did the SDK hand this wire request to our callback and send a result back?"""
+    rid = req["id"]
+    problems: list[str] = []
+    if not any(c["request_id"] == rid and c["method"] == req["method"] for c in ans.calls):
+        rejected = [ln for ln in logs.lines if "Failed to validate request" in ln]
+        problems.append(
+            f"the SDK never called the {req['method']} callback for id={rid!r}"
+            + (f" (it rejected a request: {rejected[-1]})" if rejected else "")
+        )
+    answer = wire.answers.get(rid)
+    if answer is None:
+        problems.append(f"the SDK sent no response to id={rid!r}")
+    elif "error" in answer:
+        problems.append(f"the SDK answered id={rid!r} with a JSON-RPC error {answer['error']}")
+    return problems
+
+
+def show_request(req: dict[str, Any]) -> str:
+    return f"{req['method']} id={req['id']!r} params={json.dumps(req['params'], sort_keys=True)}"
 
 
 @contextlib.asynccontextmanager
@@ -318,10 +528,25 @@ async def open_transport(kind: str, target: str) -> AsyncIterator[tuple[Any, Any
             yield read, write
 
 
-async def run_checks(session: ClientSession, r: Runner, obs: Observed, logs: SdkLogCapture) -> None:
+async def run_checks(
+    session: ClientSession, r: Runner, obs: Observed, logs: SdkLogCapture, wire: Wire, ans: Answerer
+) -> None:
     xp = session.experimental  # ExperimentalClientFeatures
     state: dict[str, Any] = {"created": []}
     label = f"interop-{uuid.uuid4().hex[:8]}"
+
+    async def list_all_tools() -> dict[str, str | None]:
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        for _ in range(20):
+            page = await session.list_tools(
+                params=types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            )
+            tools.extend(page.tools)
+            cursor = page.nextCursor
+            if not cursor:
+                break
+        return {t.name: (t.execution.taskSupport if t.execution else None) for t in tools}
 
     # --- lifecycle ------------------------------------------------------------
     async def c_initialize() -> str:
@@ -353,17 +578,7 @@ async def run_checks(session: ClientSession, r: Runner, obs: Observed, logs: Sdk
     await r.check("capabilities.tasks", c_caps, needs=("initialize",))
 
     async def c_tools() -> str:
-        tools: list[types.Tool] = []
-        cursor: str | None = None
-        for _ in range(20):
-            page = await session.list_tools(
-                params=types.PaginatedRequestParams(cursor=cursor) if cursor else None
-            )
-            tools.extend(page.tools)
-            cursor = page.nextCursor
-            if not cursor:
-                break
-        got = {t.name: (t.execution.taskSupport if t.execution else None) for t in tools}
+        got = await list_all_tools()
         want = {
             "greet": "forbidden",
             "slow_compute": "optional",
@@ -584,6 +799,8 @@ async def run_checks(session: ClientSession, r: Runner, obs: Observed, logs: Sdk
         "protocol_error_job get_task_result -> -32603", c_proto_result, needs=("initialize",)
     )
 
+    await run_input_checks(session, r, logs, wire, ans, state, list_all_tools)
+
     # --- listing and unknown ids ------------------------------------------------
     async def c_list() -> str:
         listed: list[types.Task] = []
@@ -624,10 +841,14 @@ async def run_checks(session: ClientSession, r: Runner, obs: Observed, logs: Sdk
         await anyio.sleep(0.2)
         bad = [ln for ln in logs.lines if "Failed to validate" in ln or "Failed to parse" in ln]
         bad += [o for o in obs.other if o.startswith("transport/parse error")]
+        late = [b for b in bad if "unknown request ID" in b]
+        if r.abandoned and late:  # replies to requests a failed check gave up on
+            bad = [b for b in bad if b not in late]
         expect(not bad, f"{len(bad)} rejected inbound message(s), first: {bad[0] if bad else ''}")
         return (
             f"{len(obs.progress)} progress, {len(obs.task_status)} tasks/status, "
             f"{len(obs.other)} other notification(s)/request(s)"
+            + (f"; {len(late)} late repl(y/ies) to abandoned requests ignored" if r.abandoned and late else "")
         )
 
     await r.check("all inbound messages valid for the SDK", c_inbound, needs=("initialize",))
@@ -650,7 +871,395 @@ async def run_checks(session: ClientSession, r: Runner, obs: Observed, logs: Sdk
     )
 
 
-def print_observations(r: Runner, obs: Observed, logs: SdkLogCapture) -> None:
+async def run_input_checks(
+    session: ClientSession,
+    r: Runner,
+    logs: SdkLogCapture,
+    wire: Wire,
+    ans: Answerer,
+    state: dict[str, Any],
+    list_all_tools: Callable[[], Awaitable[dict[str, str | None]]],
+) -> None:
+    """Input requests inside tasks (2025-11-25 tasks, status input_required): the
+    server's tool sends elicitation/create or sampling/createMessage with
+    related-task _meta; the SDK's callbacks answer; the task then completes."""
+    xp = session.experimental
+    tag = uuid.uuid4().hex[:8]
+
+    async def c_input_tools() -> str:
+        got = await list_all_tools()
+        want = ("confirm_delete", "write_haiku", "multi_input")
+        bad = [f"{n}: got {got.get(n, '<tool missing>')!r}, want 'required'" for n in want if got.get(n) != "required"]
+        expect(not bad, "; ".join(bad))
+        return ", ".join(f"{n}={got[n]}" for n in want)
+
+    await r.check("input tools listed, taskSupport=required", c_input_tools, needs=("initialize",))
+
+    async def create(tool: str, args: dict[str, Any]) -> str:
+        ctr = await xp.call_tool_as_task(tool, args, ttl=60_000)
+        state["created"].append(ctr.task.taskId)
+        return ctr.task.taskId
+
+    def requests_seen(mark: int) -> str:
+        reqs = wire.since(mark, ELICIT, SAMPLE)
+        return "; ".join(show_request(q) for q in reqs) if reqs else "none"
+
+    async def pending_result(
+        tid: str, mark: int, methods: tuple[str, ...], between: Callable[[], Awaitable[None]] | None = None
+    ) -> types.CallToolResult:
+        """tasks/result for `tid` (it blocks until the task is terminal; the server may
+        send its requests on this call's stream). `between` runs while it is pending.
+        Fails with a description, not a bare timeout, when no request of `methods`
+        arrives within STALL_S, or the result still has not come STALL_S later."""
+        box: dict[str, Any] = {}
+
+        def done() -> bool:
+            return "res" in box or "exc" in box
+
+        async def fetch() -> None:
+            try:
+                box["res"] = await xp.get_task_result(tid, types.CallToolResult)
+            except Exception as e:  # noqa: BLE001 - re-raised below
+                box["exc"] = e
+            wire.poke()
+
+        problem: str | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(fetch)
+            if between is not None:
+                await between()
+            if not await wire.wait_until(lambda: done() or bool(wire.since(mark, *methods)), STALL_S):
+                problem = f"tasks/result pending and no {' or '.join(methods)} reached the client within {STALL_S:g} s"
+            elif not await wire.wait_until(done, STALL_S):
+                problem = f"tasks/result still pending {STALL_S:g} s after the server's request(s) arrived"
+            if problem:
+                r.abandoned += 1
+                tg.cancel_scope.cancel()
+        if problem:
+            st = await xp.get_task(tid)
+            answered = {q["id"]: wire.answers.get(q["id"]) for q in wire.since(mark, *methods)}
+            raise CheckFailed(
+                f"{problem}; tasks/get says {st.status!r}; server requests: {requests_seen(mark)};"
+                f" client answers: {json.dumps(answered, default=str)}"
+            )
+        if "exc" in box:
+            raise box["exc"]
+        return box["res"]
+
+    def one_answered(mark: int, method: str, txt: str) -> dict[str, Any]:
+        """Exactly one `method` request since `mark`, handed to our callback and answered."""
+        mine = wire.since(mark, method)
+        expect(bool(mine), f"no {method} request reached the client (result text {txt!r})")
+        expect(len(mine) == 1, f"{len(mine)} {method} requests, want exactly one: {requests_seen(mark)}")
+        problems = sdk_handling_problems(mine[0], ans, wire, logs)
+        expect(not problems, "; ".join(problems) + f" -- {show_request(mine[0])}")
+        return mine[0]
+
+    # --- confirm_delete, accepted: held back so tasks/get can see input_required ----
+    cd: dict[str, Any] = {}
+    fn_yes = f"interop-{tag}-yes.txt"
+
+    async def c_confirm_accept() -> str:
+        cd["mark"] = mark = len(wire.requests)
+        # Spec: responses related to a task MUST carry related-task _meta. The SDK never adds
+        # it by itself; this answer does, the other checks answer the way the SDK does by default.
+        ans.elicit = lambda p: types.ElicitResult(
+            action="accept", content={"confirm": True}, _meta={RELATED_TASK_KEY: {"taskId": cd.get("tid")}}
+        )
+        wire.hold(ELICIT)
+        try:
+            tid = cd["tid"] = await create("confirm_delete", {"filename": fn_yes})
+            t0 = time.monotonic()
+            statuses: list[str] = []
+            # 1. poll (tasks/get at the server's pollInterval) until input_required
+            async with contextlib.aclosing(xp.poll_task(tid)) as polls:
+                async for st in polls:
+                    if not statuses or statuses[-1] != st.status:
+                        statuses.append(st.status)
+                    if st.status == "input_required":
+                        cd["input_required_after"] = time.monotonic() - t0
+                        break
+                    if time.monotonic() - t0 > INPUT_WAIT_S:
+                        break
+            cd["statuses"] = statuses
+            cd["held_then"] = [m.message.root.id for m in wire.held]
+
+            # 2. the spec's next step: tasks/result; the request may come on its stream
+            async def release_when_on_wire() -> None:
+                await wire.wait_until(lambda: bool(wire.since(mark, ELICIT)), STALL_S)
+                wire.release()
+
+            res = await pending_result(tid, mark, (ELICIT,), release_when_on_wire)
+        finally:
+            wire.release()
+            ans.elicit = None
+        final = await xp.get_task(tid)
+        txt = text_of(res)
+        expect(not res.isError, f"isError true: {txt!r}")
+        expect(f"Deleted {fn_yes}" in txt, f"text {txt!r} lacks 'Deleted {fn_yes}'")
+        expect(final.status == "completed", f"tasks/get after the result: status {final.status!r}")
+        return f"text={txt!r}; tasks/get: {' -> '.join(statuses + [final.status])}"
+
+    await r.check(
+        "confirm_delete accept -> Deleted", c_confirm_accept, timeout=INPUT_CHECK_TIMEOUT_S, needs=("initialize",)
+    )
+
+    async def c_input_required() -> str:
+        expect("statuses" in cd, "not run: the confirm_delete task was not polled")
+        on_wire = [q["id"] for q in wire.since(cd["mark"], ELICIT)]
+        if "input_required_after" not in cd:
+            raise CheckFailed(
+                f"tasks/get never said input_required within {INPUT_WAIT_S:g} s"
+                f" (statuses: {' -> '.join(cd['statuses'])}); elicitation/create held unanswered at that point:"
+                f" {cd['held_then'] or 'none'}; on the wire by the end: {on_wire or 'none'}"
+            )
+        held = cd["held_then"]
+        return f"after {cd['input_required_after']:.1f} s; " + (
+            f"elicitation/create id={held[0]!r} was on the wire, unanswered"
+            if held
+            else "elicitation/create not sent yet (it came with tasks/result)"
+        )
+
+    await r.check("confirm_delete input_required while unanswered", c_input_required, needs=("initialize",))
+
+    async def c_confirm_request() -> str:
+        expect("tid" in cd, "not run: no confirm_delete task was created")
+        reqs = wire.since(cd["mark"], ELICIT)
+        expect(bool(reqs), "no elicitation/create request reached the client")
+        expect(len(reqs) == 1, f"{len(reqs)} elicitation/create requests, want exactly one: {requests_seen(cd['mark'])}")
+        q = reqs[0]
+        problems = form_elicitation_problems(q["params"], cd["tid"], {"confirm": "boolean"})
+        problems += sdk_handling_problems(q, ans, wire, logs)
+        expect(not problems, "; ".join(problems) + f" -- {show_request(q)}")
+        return f"id={q['id']!r} message={q['params'].get('message')!r}; answered with related-task _meta"
+
+    await r.check("confirm_delete elicitation/create request", c_confirm_request, needs=("initialize",))
+
+    # --- confirm_delete not confirmed: tasks/result right away, SDK-default answers ----
+    async def kept(suffix: str, answer: types.ElicitResult) -> str:
+        fn = f"interop-{tag}-{suffix}.txt"
+        mark = len(wire.requests)
+        ans.elicit = lambda p: answer
+        try:
+            tid = await create("confirm_delete", {"filename": fn})
+            res = await pending_result(tid, mark, (ELICIT,))
+        finally:
+            ans.elicit = None
+        final = await xp.get_task(tid)
+        txt = text_of(res)
+        q = one_answered(mark, ELICIT, txt)
+        expect(not res.isError, f"isError true: {txt!r}")
+        expect(f"Kept {fn}" in txt, f"text {txt!r} lacks 'Kept {fn}'")
+        expect(final.status == "completed", f"tasks/get after the result: status {final.status!r}")
+        return f"text={txt!r}; request id={q['id']!r}"
+
+    await r.check(
+        "confirm_delete accept confirm=false -> Kept",
+        lambda: kept("false", types.ElicitResult(action="accept", content={"confirm": False})),
+        timeout=INPUT_CHECK_TIMEOUT_S,
+        needs=("initialize",),
+    )
+    await r.check(
+        "confirm_delete decline -> Kept",
+        lambda: kept("decline", types.ElicitResult(action="decline")),
+        timeout=INPUT_CHECK_TIMEOUT_S,
+        needs=("initialize",),
+    )
+
+    # --- write_haiku: sampling, the SDK's documented loop (poll; on input_required, tasks/result)
+    hk: dict[str, Any] = {}
+    topic = f"interop {tag}"
+    haiku = f"Tasks wait in the queue\na canned answer comes back\nrun {tag} is done"
+
+    async def c_haiku() -> str:
+        hk["mark"] = mark = len(wire.requests)
+        ans.sample = lambda p: types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text=haiku),
+            model="canned-model",
+            stopReason="endTurn",
+        )
+        try:
+            tid = hk["tid"] = await create("write_haiku", {"topic": topic})
+            t0 = time.monotonic()
+            statuses: list[str] = []
+            async with contextlib.aclosing(xp.poll_task(tid)) as polls:
+                async for st in polls:
+                    if not statuses or statuses[-1] != st.status:
+                        statuses.append(st.status)
+                    if st.status == "input_required" or time.monotonic() - t0 > INPUT_WAIT_S:
+                        break
+            res = await pending_result(tid, mark, (SAMPLE,))
+        finally:
+            ans.sample = None
+        final = await xp.get_task(tid)
+        txt = text_of(res)
+        expect(not res.isError, f"isError true: {txt!r}")
+        first = res.content[0] if res.content else None
+        expect(isinstance(first, types.TextContent), f"content[0] is {first!r}, want text")
+        assert isinstance(first, types.TextContent)
+        expect(first.text == haiku, f"content[0].text {first.text!r}, want the sampled text {haiku!r}")
+        expect(final.status == "completed", f"tasks/get after the result: status {final.status!r}")
+        return f"content[0].text is the canned text; tasks/get: {' -> '.join(statuses + [final.status])}"
+
+    await r.check("write_haiku result = sampled text", c_haiku, timeout=INPUT_CHECK_TIMEOUT_S, needs=("initialize",))
+
+    async def c_haiku_request() -> str:
+        expect("tid" in hk, "not run: no write_haiku task was created")
+        reqs = wire.since(hk["mark"], SAMPLE)
+        expect(bool(reqs), "no sampling/createMessage request reached the client")
+        expect(len(reqs) == 1, f"{len(reqs)} sampling/createMessage requests, want one: {requests_seen(hk['mark'])}")
+        q = reqs[0]
+        p = q["params"]
+        problems: list[str] = []
+        want_text = f"Write a haiku about {topic}."
+        msgs = p.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            problems.append(f"messages is {msgs!r}")
+        else:
+            m0 = msgs[0] if isinstance(msgs[0], dict) else {}
+            content = m0.get("content")
+            block = content[0] if isinstance(content, list) and content else content
+            if m0.get("role") != "user":
+                problems.append(f"messages[0].role {m0.get('role')!r}, want 'user'")
+            if not isinstance(block, dict) or block.get("type") != "text" or block.get("text") != want_text:
+                problems.append(f"messages[0].content {content!r}, want text {want_text!r}")
+        mt = p.get("maxTokens")
+        if not (isinstance(mt, int) and not isinstance(mt, bool) and mt > 0):
+            problems.append(f"maxTokens {mt!r}, want a positive integer")
+        problems += task_request_problems(p, hk["tid"])
+        problems += sdk_handling_problems(q, ans, wire, logs)
+        expect(not problems, "; ".join(problems) + f" -- {show_request(q)}")
+        return f"id={q['id']!r} maxTokens={mt}; answered {wire.answers[q['id']].get('result')}"
+
+    await r.check("write_haiku sampling/createMessage request", c_haiku_request, needs=("initialize",))
+
+    # --- multi_input: two elicitations at once, both held until both are on the wire ----
+    mi: dict[str, Any] = {}
+    name_v, color_v = f"Ada-{tag}", f"teal-{tag}"
+
+    def answer_by_schema(p: types.ElicitRequestParams) -> types.ElicitResult:
+        schema = getattr(p, "requestedSchema", None) or {}
+        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        content: dict[str, Any] = {}
+        for k, spec in props.items():
+            typ = spec.get("type") if isinstance(spec, dict) else None
+            if k == "name":
+                content[k] = name_v
+            elif k == "color":
+                content[k] = color_v
+            else:
+                content[k] = {"boolean": True, "integer": 1, "number": 1}.get(typ, f"{k}-{tag}")
+        return types.ElicitResult(action="accept", content=content)
+
+    async def c_multi() -> str:
+        mi["mark"] = mark = len(wire.requests)
+        ans.elicit = answer_by_schema
+        wire.hold(ELICIT)
+        try:
+            tid = mi["tid"] = await create("multi_input", {})
+
+            async def both_then_release() -> None:
+                await wire.wait_until(lambda: len(wire.held) >= 2, INPUT_WAIT_S)
+                mi["held"] = [m.message.root.id for m in wire.held]
+                mi["status_while_held"] = (await xp.get_task(tid)).status
+                wire.release()
+
+            mi["res"] = await pending_result(tid, mark, (ELICIT,), both_then_release)
+        finally:
+            wire.release()
+            ans.elicit = None
+        mi["final"] = (await xp.get_task(tid)).status
+        held = mi["held"]
+        reqs = wire.since(mark, ELICIT)
+        expect(
+            len(held) >= 2,
+            f"only {len(held)} elicitation/create arrived within {INPUT_WAIT_S:g} s while none was answered;"
+            f" all of them: " + "; ".join(f"t={q['t']:.2f}s {show_request(q)}" for q in reqs),
+        )
+        problems: list[str] = []
+        asked: list[str] = []
+        for q in reqs:
+            problems += form_elicitation_problems(q["params"], tid, None)
+            problems += sdk_handling_problems(q, ans, wire, logs)
+            schema = q["params"].get("requestedSchema") or {}
+            asked.extend((schema.get("properties") or {}).keys())
+        if sorted(asked) != ["color", "name"]:
+            problems.append(f"the requests ask for {asked}, want 'name' and 'color' (one each)")
+        expect(not problems, "; ".join(problems) + " -- " + requests_seen(mark))
+        return f"ids {held} asked for {asked}; tasks/get while both unanswered: {mi['status_while_held']}"
+
+    await r.check(
+        "multi_input two elicitations outstanding at once", c_multi, timeout=INPUT_CHECK_TIMEOUT_S, needs=("initialize",)
+    )
+
+    async def c_multi_result() -> str:
+        expect("res" in mi, "not run: the multi_input task produced no result")
+        res: types.CallToolResult = mi["res"]
+        txt = text_of(res)
+        expect(not res.isError, f"isError true: {txt!r}")
+        missing = [v for v in (name_v, color_v) if v not in txt]
+        expect(not missing, f"text {txt!r} lacks {missing}")
+        expect(mi["final"] == "completed", f"tasks/get after the result: status {mi['final']!r}")
+        return f"text={txt!r}"
+
+    await r.check("multi_input both answers in result", c_multi_result, needs=("initialize",))
+
+
+async def run_nocap_check(kind: str, target: str, r: Runner, trace: TextIO | None) -> None:
+    """A second session whose ClientSession has no elicitation/sampling callback, so
+    the SDK declares neither capability: confirm_delete must end in an isError
+    result, and the server must not send it an elicitation/create."""
+
+    async def body() -> str:
+        wire = Wire(trace, tag="[no-elicitation session] ")
+        stack = contextlib.AsyncExitStack()
+        try:
+            read, write = await stack.enter_async_context(open_transport(kind, target))
+            read2, write2 = await stack.enter_async_context(wire.attach(read, write))
+            s = await stack.enter_async_context(
+                ClientSession(
+                    read2, write2, client_info=types.Implementation(name="mcp-tasks-interop-python-nocap", version="0.1.0")
+                )
+            )
+            await s.initialize()
+            xp = s.experimental
+            fn = f"interop-{uuid.uuid4().hex[:8]}-nocap.txt"
+            ctr = await xp.call_tool_as_task("confirm_delete", {"filename": fn}, ttl=60_000)
+            tid = ctr.task.taskId
+            try:
+                with anyio.fail_after(STALL_S):
+                    res = await xp.get_task_result(tid, types.CallToolResult)
+            except TimeoutError:
+                r.abandoned += 1
+                st = await xp.get_task(tid)
+                raise CheckFailed(
+                    f"tasks/result still pending after {STALL_S:g} s; tasks/get says {st.status!r};"
+                    f" server requests: {'; '.join(map(show_request, wire.requests)) or 'none'}"
+                ) from None
+            final = await xp.get_task(tid)
+        finally:
+            try:
+                await stack.aclose()
+            except Exception as e:  # noqa: BLE001
+                r.note(f"error while closing the no-elicitation session: {describe_exc(e)}")
+        txt = text_of(res)
+        sent = wire.since(0, ELICIT, SAMPLE)
+        expect(not sent, "the server sent a request the client has no capability for: " + "; ".join(map(show_request, sent)))
+        expect(res.isError is True, f"isError is {res.isError!r}; text {txt!r}")
+        return f"text={txt!r}; task {final.status}"
+
+    await r.check(NOCAP_CHECK, body, timeout=NOCAP_TIMEOUT_S)
+
+
+def print_observations(r: Runner, obs: Observed, logs: SdkLogCapture, wire: Wire) -> None:
+    for q in wire.requests[:20]:
+        a = wire.answers.get(q["id"])
+        how = "unanswered" if a is None else ("answered with error " + json.dumps(a["error"]) if "error" in a else "answered")
+        r.note(
+            f"server request at {q['t']:.2f} s: {q['method']} id={q['id']!r}"
+            f" related-task={related_task_of(q['params'].get('_meta'))} {how}"
+        )
     if obs.progress:
         r.note(
             "notifications/progress received: "
@@ -672,6 +1281,8 @@ async def main_async(kind: str, target: str, trace: TextIO | None) -> int:
     r = Runner(sys.stdout)
     obs = Observed()
     logs = SdkLogCapture()
+    wire = Wire(trace)
+    ans = Answerer()
     logging.getLogger().addHandler(logs)
     r.note(f"mcp-tasks interop: official Python SDK mcp {pkg_version('mcp')}, transport={kind}, target={target}")
 
@@ -680,14 +1291,18 @@ async def main_async(kind: str, target: str, trace: TextIO | None) -> int:
     try:
         with anyio.fail_after(OVERALL_TIMEOUT_S):
             async with open_transport(kind, target) as (read, write):
-                async with traced(read, write, trace) as (read2, write2):
+                async with wire.attach(read, write) as (read2, write2):
+                    # The callbacks make the SDK declare the elicitation (form, url) and
+                    # sampling capabilities at initialize.
                     async with ClientSession(
                         read2,
                         write2,
                         message_handler=obs.message_handler,
+                        elicitation_callback=ans.elicitation_callback,
+                        sampling_callback=ans.sampling_callback,
                         client_info=types.Implementation(name="mcp-tasks-interop-python", version="0.1.0"),
                     ) as session:
-                        await run_checks(session, r, obs, logs)
+                        await run_checks(session, r, obs, logs, wire, ans)
     except TimeoutError:
         failure = f"overall time limit of {OVERALL_TIMEOUT_S:.0f} s reached"
     except BaseException as e:  # noqa: BLE001 - includes ExceptionGroups from the transports
@@ -696,18 +1311,26 @@ async def main_async(kind: str, target: str, trace: TextIO | None) -> int:
         failure = describe_exc(e)
 
     if failure:
-        if all(name in r.results for name in CHECKS):
+        if all(name in r.results for name in MAIN_CHECKS):
             r.note(f"error while closing the session (after all checks ran): {failure}")
         else:
             fatal = f"session with {target} failed: {failure}"
             r.note(fatal)
-    for name in CHECKS:
+    for name in MAIN_CHECKS:
         if name not in r.results:
             if fatal is None and not r.passed("initialize"):
                 r.record(name, False, "not run: prerequisite 'initialize' did not pass")
             else:
                 r.record(name, False, f"not run: {fatal or 'session ended early'}")
-    print_observations(r, obs, logs)
+
+    # A second session (a second child process in stdio mode), without callbacks.
+    try:
+        await run_nocap_check(kind, target, r, trace)
+    except BaseException as e:  # noqa: BLE001
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        r.record(NOCAP_CHECK, False, f"session failed: {describe_exc(e)}")
+    print_observations(r, obs, logs, wire)
 
     passed = sum(1 for ok, _ in r.results.values() if ok)
     failed = len(r.results) - passed

@@ -287,7 +287,15 @@ async fn tools_list_paginates_with_cursor() {
     }
     assert_eq!(
         names,
-        ["greet", "slow_compute", "failing_job", "protocol_error_job"]
+        [
+            "greet",
+            "slow_compute",
+            "failing_job",
+            "protocol_error_job",
+            "confirm_delete",
+            "write_haiku",
+            "multi_input"
+        ]
     );
     assert_eq!(
         c.request("tools/list", json!({"cursor": "zzz"}))
