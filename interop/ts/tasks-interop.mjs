@@ -2,7 +2,9 @@
 // Interop checks for mcp-tasks using the OFFICIAL MCP TypeScript SDK v1
 // (@modelcontextprotocol/sdk, pinned in package.json) and its experimental
 // tasks client: client.experimental.tasks.{callToolStream,getTask,
-// getTaskResult,listTasks,cancelTask}.
+// getTaskResult,listTasks,cancelTask}. Also input requests inside tasks
+// (2025-11-25 input_required): the client declares elicitation + sampling
+// and answers elicitation/create and sampling/createMessage.
 //
 // Usage:
 //   node tasks-interop.mjs http  http://127.0.0.1:PORT/mcp
@@ -270,9 +272,14 @@ function sseTap(onMsg) {
  * "POST tasks/result id=N stream"), and the HTTP status the server gave to
  * each POST that carried one of our JSON-RPC responses.
  */
-function tappedFetch(wire, tag) {
+function tappedFetch(wire, tag, { noGet = false } = {}) {
     return async (url, init) => {
         const method = (init?.method ?? 'GET').toUpperCase();
+        if (method === 'GET' && noGet) {
+            // pretend the server has no standalone GET stream (the SDK accepts 405)
+            if (TRACE) process.stderr.write(`${tag}[http] GET stream suppressed by the interop script\n`);
+            return new Response(null, { status: 405, statusText: 'Method Not Allowed (suppressed by interop script)' });
+        }
         let label = method === 'GET' ? 'GET stream' : method;
         let body;
         if (method === 'POST' && typeof init?.body === 'string') {
@@ -316,13 +323,14 @@ const extraTransports = []; // transports of additional connections (killed by t
 /**
  * A new transport to the target (HTTP: a new session; stdio: a new server
  * process) with a wire tap. `tag` prefixes trace lines ('' for the main one).
+ * opts.noGet (HTTP): never open the standalone GET SSE stream.
  */
-function makeTransport(tag) {
+function makeTransport(tag, opts = {}) {
     const wire = { inbound: [], outbound: [], via: new Map(), postedResponses: [], serverRequests: [], stderrTail: [] };
     let t;
     if (transportKind === 'http') {
         t = new StreamableHTTPClientTransport(targetUrl, {
-            fetch: tappedFetch(wire, tag),
+            fetch: tappedFetch(wire, tag, opts),
             // no reconnect storms against a dead server
             reconnectionOptions: {
                 initialReconnectionDelay: 500,
@@ -391,35 +399,37 @@ client.onerror = e => {
 // `inputResponder`; it returns the ElicitResult / CreateMessageResult, which
 // the SDK validates and sends back as a JSON-RPC response (over HTTP: in a
 // new POST, whatever stream carried the request).
-const inputRequests = [];
 let inputResponder;
-async function onInputRequest(request, extra) {
-    const raw = [...wire.serverRequests].reverse().find(r => r.method === request.method && r.id === extra.requestId);
-    const params = raw?.params ?? request.params;
-    const rec = {
-        method: request.method,
-        id: extra.requestId,
-        params,
-        relatedTaskId: params?._meta?.[RELATED_TASK_META_KEY]?.taskId,
-        via: raw?.via ?? '?',
-        at: Date.now(),
-        answer: undefined,
-        error: undefined
+/** The handler for elicitation/create and sampling/createMessage of a client whose transport has `w` as wire tap. */
+function inputRequestHandler(w) {
+    return async (request, extra) => {
+        const raw = [...w.serverRequests].reverse().find(r => r.method === request.method && r.id === extra.requestId);
+        const params = raw?.params ?? request.params;
+        const rec = {
+            method: request.method,
+            id: extra.requestId,
+            params,
+            relatedTaskId: params?._meta?.[RELATED_TASK_META_KEY]?.taskId,
+            via: raw?.via ?? '?',
+            wire: w,
+            at: Date.now(),
+            answer: undefined,
+            error: undefined
+        };
+        const responder = inputResponder;
+        try {
+            if (!responder) throw new McpError(ErrorCode.InvalidRequest, `interop client: unexpected ${request.method}, no check is waiting for one`);
+            rec.answer = await responder(rec);
+            rec.answeredAt = Date.now();
+            return rec.answer;
+        } catch (e) {
+            rec.error = describeError(e);
+            throw e;
+        }
     };
-    inputRequests.push(rec);
-    const responder = inputResponder;
-    try {
-        if (!responder) throw new McpError(ErrorCode.InvalidRequest, `interop client: unexpected ${request.method}, no check is waiting for one`);
-        rec.answer = await responder(rec);
-        rec.answeredAt = Date.now();
-        return rec.answer;
-    } catch (e) {
-        rec.error = describeError(e);
-        throw e;
-    }
 }
-client.setRequestHandler(ElicitRequestSchema, onInputRequest);
-client.setRequestHandler(CreateMessageRequestSchema, onInputRequest);
+client.setRequestHandler(ElicitRequestSchema, inputRequestHandler(wire));
+client.setRequestHandler(CreateMessageRequestSchema, inputRequestHandler(wire));
 // notifications/tasks/status is optional for servers (MAY); just record them.
 const statusNotifications = [];
 client.setNotificationHandler(TaskStatusNotificationSchema, n => {
@@ -453,7 +463,7 @@ async function waitForStatus(c, taskId, wanted, ms) {
  * rec.statusWhileOutstanding. The task id comes from the request's
  * related-task _meta, or, if the server left that out, from ctx.setTaskId().
  */
-function expectInputRequests(answer) {
+function expectInputRequests(answer, c = client) {
     const ctx = { recs: [], taskId: undefined, arrivalWaiters: [] };
     let resolveTaskId;
     const taskIdKnown = new Promise(r => (resolveTaskId = r));
@@ -470,7 +480,7 @@ function expectInputRequests(answer) {
         ctx.recs.push(rec);
         for (const w of ctx.arrivalWaiters.filter(w => ctx.recs.length >= w.n)) w.r();
         const taskId = rec.relatedTaskId ?? (await withTimeout(taskIdKnown, 5_000, 'task id for an input request without related-task _meta'));
-        const t = await waitForStatus(client, taskId, ['input_required'], 2_000);
+        const t = await waitForStatus(c, taskId, ['input_required'], 2_000);
         rec.statusWhileOutstanding = t.status;
         return await answer(rec, ctx);
     };
@@ -488,7 +498,7 @@ function describeInputs(recs) {
             const rel = r.relatedTaskId ? `related-task ${r.relatedTaskId}` : `NO related-task _meta (_meta=${safeJson(r.params?._meta)})`;
             const st = r.statusWhileOutstanding ? `, tasks/get while outstanding: ${r.statusWhileOutstanding}` : '';
             const ans = r.answer ? `, answered ${r.answer.action ?? r.answer.model ?? 'ok'}` : r.error ? `, answer failed: ${r.error}` : ', not answered yet';
-            const posted = wire.postedResponses.find(p => p.id === r.id);
+            const posted = r.wire.postedResponses.find(p => p.id === r.id);
             const http = posted ? `, answer POST -> HTTP ${posted.status}` : '';
             return `${r.method} id=${safeJson(r.id)} via ${r.via}, ${rel}${st}${ans}${http}`;
         })
@@ -506,7 +516,7 @@ function assertInputs(ctx, taskId, method, count) {
     const foreign = ctx.recs.filter(r => !mine.includes(r));
     if (foreign.length > 0) diag(`input requests for other tasks during this check: ${describeInputs(foreign)}`);
     for (const r of mine) {
-        const copies = wire.serverRequests.filter(m => m.method === r.method && m.id === r.id);
+        const copies = r.wire.serverRequests.filter(m => m.method === r.method && m.id === r.id);
         assert(copies.length === 1, `server delivered ${r.method} id=${safeJson(r.id)} ${copies.length} times (via ${copies.map(c => c.via).join(' and ')})`);
     }
     assert(mine.length === count, `expected ${count} ${method} request(s) for task ${taskId}, got ${mine.length}: ${describeInputs(ctx.recs)}`);
@@ -521,7 +531,7 @@ function assertInputs(ctx, taskId, method, count) {
             r.statusWhileOutstanding === 'input_required',
             `while ${r.method} id=${safeJson(r.id)} was outstanding, tasks/get said status ${safeJson(r.statusWhileOutstanding)} (expected input_required)`
         );
-        const posted = wire.postedResponses.find(p => p.id === r.id);
+        const posted = r.wire.postedResponses.find(p => p.id === r.id);
         assert(
             !posted || (posted.status >= 200 && posted.status < 300),
             `server answered the POST carrying our response to ${r.method} id=${safeJson(r.id)} with HTTP ${posted?.status}: ${posted?.body}`
@@ -555,6 +565,7 @@ const CHECK_ACCEPT = 'confirm_delete: elicitation answered accept {confirm:true}
 const CHECK_DECLINE = 'confirm_delete: elicitation answered decline -> completed "Kept <file>" (tasks/result right after creation)';
 const CHECK_HAIKU = 'write_haiku: sampling/createMessage answered with a canned message -> result text is exactly the sampled text (callToolStream)';
 const CHECK_MULTI = 'multi_input: two elicitation/create outstanding at once, both answered -> completed with both values (tasks/result)';
+const CHECK_NOGET = 'confirm_delete on a session without GET stream: elicitation/create waits, then travels on the tasks/result SSE stream (http only)';
 const CHECK_NOCAP = 'confirm_delete from a client without the elicitation capability -> isError result, no elicitation/create sent';
 
 // ---------------------------------------------------------------- checks
@@ -963,7 +974,55 @@ async function main() {
         () => describeInputs(ctxMulti?.recs)
     );
 
-    // 15. a second client that did NOT declare elicitation gets an isError result
+    // 15. (http only) no GET stream: the request must wait for a tasks/result stream and travel on it
+    let ctxNoGet;
+    if (transportKind === 'http')
+        await check(
+            CHECK_NOGET,
+            15_000,
+            async () => {
+                requireTool('confirm_delete');
+                const conn = makeTransport('[noget] ', { noGet: true });
+                const client3 = new Client({ name: 'mcp-tasks-interop-ts-noget', version: '0.1.0' }, { capabilities: CLIENT_CAPABILITIES });
+                let closing3 = false;
+                client3.onerror = e => {
+                    if (!closing3) sdkErrors.push(`[noget] ${describeError(e)}`);
+                };
+                client3.setRequestHandler(ElicitRequestSchema, inputRequestHandler(conn.wire));
+                const filename = `interop-${process.pid}-noget.txt`;
+                ctxNoGet = expectInputRequests(() => ({ action: 'accept', content: { confirm: true } }), client3);
+                try {
+                    await client3.connect(conn.transport, { timeout: REQUEST_TIMEOUT_MS });
+                    const stream = client3.experimental.tasks.callToolStream({ name: 'confirm_delete', arguments: { filename } }, CallToolResultSchema, {
+                        task: { ttl: TASK_TTL_MS },
+                        timeout: REQUEST_TIMEOUT_MS
+                    });
+                    const out = await drain(stream, m => m.type === 'taskCreated' || m.type === 'error');
+                    assert(out.created, `no taskCreated (stream: ${out.messages.join(',')}; error: ${describeError(out.error)})`);
+                    const taskId = out.created.taskId;
+                    ctxNoGet.setTaskId(taskId);
+                    // give the server time to want to ask; with no stream open it must hold the request
+                    const t = await waitForStatus(client3, taskId, ['input_required'], 2_000);
+                    await sleep(300);
+                    assert(ctxNoGet.recs.length === 0, `input request arrived before any tasks/result was open: ${describeInputs(ctxNoGet.recs)}`);
+                    assert(t.status === 'input_required', `with the elicitation/create undelivered, tasks/get said ${safeJson(t.status)} (expected input_required)`);
+                    const result = await client3.experimental.tasks.getTaskResult(taskId, CallToolResultSchema, { timeout: REQUEST_TIMEOUT_MS });
+                    diag(`confirm_delete(no GET stream) task ${taskId}: ${describeInputs(ctxNoGet.recs)}`);
+                    const [rec] = assertInputs(ctxNoGet, taskId, 'elicitation/create', 1);
+                    assert(/^POST tasks\/result /.test(rec.via), `elicitation/create arrived via ${rec.via}, expected the tasks/result SSE stream`);
+                    assert(result.isError !== true, `tasks/result isError: ${safeJson(result)}`);
+                    assert(textOf(result).includes(`Deleted ${filename}`), `result text does not contain "Deleted ${filename}": ${safeJson(result.content)}`);
+                } finally {
+                    ctxNoGet.done();
+                    closing3 = true;
+                    if (conn.transport.sessionId) await withTimeout(conn.transport.terminateSession(), 3_000, 'terminateSession (noget)').catch(() => {});
+                    await withTimeout(client3.close(), 5_000, 'client.close (noget)').catch(() => {});
+                }
+            },
+            () => describeInputs(ctxNoGet?.recs)
+        );
+
+    // 16. a second client that did NOT declare elicitation gets an isError result
     let nocap;
     const nocapStatuses = [];
     await check(
@@ -1048,6 +1107,7 @@ const REMAINING_CHECKS = [
     CHECK_DECLINE,
     CHECK_HAIKU,
     CHECK_MULTI,
+    ...(transportKind === 'http' ? [CHECK_NOGET] : []),
     CHECK_NOCAP
 ];
 

@@ -18,6 +18,85 @@ pub struct ConfigFile {
     /// `[[tools]]`: command tools.
     #[serde(default)]
     pub tools: Vec<CommandToolSpec>,
+    /// `[auth]`: API keys and limits.
+    #[serde(default)]
+    pub auth: AuthSection,
+}
+
+/// `[auth]`: who may call, and how much.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSection {
+    /// Serve callers without a key as the anonymous principal (default: true when no keys are
+    /// configured, false otherwise).
+    pub anonymous: Option<bool>,
+    /// Unfinished tasks an anonymous session may have (default 100).
+    pub anonymous_max_running_tasks: Option<usize>,
+    /// Task calls per minute per anonymous session (default 1200).
+    pub anonymous_calls_per_minute: Option<u32>,
+    /// `[[auth.keys]]`.
+    #[serde(default)]
+    pub keys: Vec<KeyEntry>,
+}
+
+/// One `[[auth.keys]]` entry. Make one with `mcp-tasks key new --principal NAME`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyEntry {
+    /// The principal the key authenticates.
+    pub principal: String,
+    /// Lowercase hex SHA-256 of the key (the key itself is never stored).
+    pub sha256: String,
+    /// Unfinished tasks this principal may have at once (default 100).
+    pub max_running_tasks: Option<usize>,
+    /// Task calls per minute (default 1200).
+    pub calls_per_minute: Option<u32>,
+}
+
+impl AuthSection {
+    /// The server's auth settings.
+    pub fn to_config(&self) -> Result<mcp_tasks_server::auth::AuthConfig> {
+        use mcp_tasks_server::auth::{ApiKey, AuthConfig, Limits};
+        let defaults = Limits::default();
+        let mut keys = Vec::new();
+        for k in &self.keys {
+            let hash = k.sha256.trim().to_ascii_lowercase();
+            if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+                bail!("[[auth.keys]] for `{}`: sha256 must be 64 hex digits (use `mcp-tasks key new`)", k.principal);
+            }
+            if k.principal.is_empty()
+                || k.principal == mcp_tasks_server::ANONYMOUS
+                || k.principal == mcp_tasks_server::LOCAL_USER
+            {
+                bail!(
+                    "[[auth.keys]]: principal {:?} is reserved or empty",
+                    k.principal
+                );
+            }
+            keys.push(ApiKey {
+                principal: k.principal.clone(),
+                sha256: hash,
+                limits: Limits {
+                    max_running_tasks: k.max_running_tasks.unwrap_or(defaults.max_running_tasks),
+                    calls_per_minute: k.calls_per_minute.unwrap_or(defaults.calls_per_minute),
+                },
+            });
+        }
+        let base = AuthConfig::default();
+        Ok(AuthConfig {
+            allow_anonymous: self.anonymous.unwrap_or(keys.is_empty()),
+            keys,
+            anonymous_limits: Limits {
+                max_running_tasks: self
+                    .anonymous_max_running_tasks
+                    .unwrap_or(defaults.max_running_tasks),
+                calls_per_minute: self
+                    .anonymous_calls_per_minute
+                    .unwrap_or(defaults.calls_per_minute),
+            },
+            local_limits: base.local_limits,
+        })
+    }
 }
 
 /// `[server]`: transport settings.

@@ -31,6 +31,19 @@ struct Cli {
 enum Command {
     /// Run the MCP server (Streamable HTTP on /mcp, or stdio).
     Serve(ServeArgs),
+    /// Manage API keys.
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Make a new random API key and print the [[auth.keys]] entry (with its hash) for the config.
+    New {
+        /// The principal the key will authenticate.
+        #[arg(long)]
+        principal: String,
+    },
 }
 
 #[derive(clap::Args)]
@@ -66,6 +79,17 @@ fn main() -> Result<()> {
         .build()?;
     match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args)),
+        Command::Key(KeyCommand::New { principal }) => {
+            let key = mcp_tasks_server::auth::generate_key();
+            println!("# API key for {principal} (shown once; give it to the client as `Authorization: Bearer <key>`):");
+            println!("# {key}");
+            println!("[[auth.keys]]");
+            println!("principal = {}", toml::Value::String(principal));
+            println!("sha256 = \"{}\"", mcp_tasks_server::auth::hash_key(&key));
+            println!("# max_running_tasks = 100");
+            println!("# calls_per_minute = 1200");
+            Ok(())
+        }
     }
 }
 
@@ -124,6 +148,14 @@ async fn serve(args: ServeArgs) -> Result<()> {
         server_cfg.keep_alive = Duration::from_secs(v.max(1));
     }
     server_cfg.instructions = s.instructions.clone();
+    server_cfg.auth = file.auth.to_config()?;
+    if !server_cfg.auth.keys.is_empty() {
+        tracing::info!(
+            keys = server_cfg.auth.keys.len(),
+            anonymous = server_cfg.auth.allow_anonymous,
+            "API keys loaded"
+        );
+    }
 
     let mut builder = Server::builder(store, engine, server_cfg);
     if args.demo {

@@ -237,13 +237,21 @@ async fn stdio_elicitation_round_trip() {
     )
     .await;
     // On stdio everything shares one stream: the request arrives once, tagged with the task.
-    let req = loop {
-        let m = c.next_message().await;
-        if m["method"] == "elicitation/create" {
-            support::schema::check_notification("2025-11-25", &m);
-            break m;
-        }
+    // It may have come out already while we waited for the tools/call reply.
+    let seen = c
+        .other_replies
+        .iter()
+        .position(|m| m["method"] == "elicitation/create");
+    let req = match seen {
+        Some(i) => c.other_replies.remove(i),
+        None => loop {
+            let m = c.next_message().await;
+            if m["method"] == "elicitation/create" {
+                break m;
+            }
+        },
     };
+    support::schema::check_notification("2025-11-25", &req);
     assert_eq!(
         req["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
         id.as_str()

@@ -468,10 +468,11 @@ impl Engine {
             .handlers
             .get(&new.tool)
             .ok_or_else(|| EngineError::UnknownTool(new.tool.clone()))?;
+        let limit = new.active_limit.clone();
         let record = self.new_record(new);
-        match self.store.create(record).await? {
+        match self.store.create(record, limit.clone()).await? {
             Created::New(rec) => {
-                tracing::info!(task = %rec.id, tool = %rec.tool, owner = %rec.owner, "task created");
+                tracing::info!(target: "mcp_tasks::audit", task = %rec.id, tool = %rec.tool, owner = %rec.owner, "task created");
                 self.notifier
                     .publish(TaskEvent::Created(Arc::new(rec.clone())));
                 self.spawn_run(rec.clone(), reg.handler.clone());
@@ -494,6 +495,7 @@ impl Engine {
         new: NewTask,
         outcome: Outcome,
     ) -> Result<Submitted, EngineError> {
+        let limit = new.active_limit.clone();
         let mut record = self.new_record(new);
         record.status = outcome.status();
         record.status_message = match &outcome {
@@ -508,7 +510,7 @@ impl Engine {
         record.finished_at = Some(record.created_at);
         record.lease_owner = None;
         record.lease_until = None;
-        match self.store.create(record).await? {
+        match self.store.create(record, limit.clone()).await? {
             Created::New(rec) => {
                 tracing::info!(task = %rec.id, tool = %rec.tool, owner = %rec.owner, status = %rec.status, "task created finished");
                 self.notifier
@@ -545,7 +547,7 @@ impl Engine {
         };
         match self.apply(id, &TaskStatus::ACTIVE, change).await {
             Ok(rec) => {
-                tracing::info!(task = %rec.id, owner = %rec.owner, "task cancelled");
+                tracing::info!(target: "mcp_tasks::audit", task = %rec.id, owner = %rec.owner, "task cancelled");
                 Ok(rec)
             }
             Err(UpdateError::NotFound) => Err(EngineError::NotFound),
@@ -705,7 +707,7 @@ impl Engine {
         };
         match self.apply(id, &TaskStatus::ACTIVE, change).await {
             Ok(rec) => {
-                tracing::info!(task = %rec.id, tool = %rec.tool, owner = %rec.owner, status = %rec.status, "task finished");
+                tracing::info!(target: "mcp_tasks::audit", task = %rec.id, tool = %rec.tool, owner = %rec.owner, status = %rec.status, "task finished");
             }
             Err(UpdateError::Conflict(cur)) => {
                 tracing::debug!(task = %id, status = %cur.status, "task already terminal; result discarded");
@@ -830,13 +832,20 @@ impl ContextSink for TaskSink {
         {
             let lock = engine.order.entry(self.id.clone()).or_default().clone();
             let _held = lock.lock().await;
+            let was = match engine.store.get(&self.id).await {
+                Ok(Lookup::Found(t)) => t.status,
+                _ => TaskStatus::Working,
+            };
             let rec = match engine.store.add_input(input.clone(), now_ms()).await {
                 Ok(rec) => rec,
                 Err(UpdateError::Conflict(cur)) => return Err(InputError::TaskEnded(cur.status)),
                 Err(e) => return Err(store_err(&e)),
             };
             let task = Arc::new(rec);
-            engine.notifier.publish(TaskEvent::Changed(task.clone()));
+            // A second question while one is open is not a status change.
+            if was != TaskStatus::InputRequired {
+                engine.notifier.publish(TaskEvent::Changed(task.clone()));
+            }
             engine.notifier.publish(TaskEvent::InputRequested {
                 task,
                 input: Arc::new(input),

@@ -192,6 +192,8 @@ pub struct NewTask {
     pub requested_ttl_ms: Option<u64>,
     /// Idempotency key.
     pub idempotency_key: Option<String>,
+    /// Refuse the task when its owner already has this many unfinished tasks.
+    pub active_limit: Option<crate::store::ActiveLimit>,
 }
 
 impl NewTask {
@@ -206,6 +208,7 @@ impl NewTask {
             request_meta: Value::Null,
             requested_ttl_ms: None,
             idempotency_key: None,
+            active_limit: None,
         }
     }
 }

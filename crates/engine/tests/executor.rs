@@ -218,8 +218,8 @@ async fn recovery_fails_interrupted_tasks_and_reruns_retry_safe_ones() {
     plain.tool = "sleepy".into();
     let mut retry = testkit::record("again", "alice", 1);
     retry.tool = "retry".into();
-    store.create(plain).await.unwrap();
-    store.create(retry).await.unwrap();
+    store.create(plain, None).await.unwrap();
+    store.create(retry, None).await.unwrap();
     let counter = Arc::new(AtomicUsize::new(0));
     let e = engine(store.clone(), counter.clone());
     assert_eq!(e.start().await.unwrap(), 2);

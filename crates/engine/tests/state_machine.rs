@@ -89,7 +89,10 @@ async fn check_sequence(
     id: &str,
     events: &[Event],
 ) -> Result<(), TestCaseError> {
-    store.create(testkit::record(id, "alice", 1)).await.unwrap();
+    store
+        .create(testkit::record(id, "alice", 1), None)
+        .await
+        .unwrap();
     let mut first_terminal: Option<TaskStatus> = None;
     let mut max_progress: Option<f64> = None;
     let mut status = TaskStatus::Working;
@@ -164,7 +167,7 @@ proptest! {
                 Arc::new(SqliteStore::open(dir.path().join("c.db")).unwrap()),
             ];
             for store in stores {
-                store.create(testkit::record("c", "alice", 1)).await.unwrap();
+                store.create(testkit::record("c", "alice", 1), None).await.unwrap();
                 let handles: Vec<_> = events.iter().cloned().map(|e| {
                     let store = store.clone();
                     tokio::spawn(async move {

@@ -12,7 +12,11 @@ pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
 /// Internal error (JSON-RPC 2.0).
 pub const INTERNAL_ERROR: i64 = -32603;
-/// A task-management call was rejected by a per-principal rate limit (implementation-defined range).
+/// mcp-tasks: the caller already has as many unfinished tasks as its limit allows
+/// (implementation-defined range).
+pub const TOO_MANY_TASKS: i64 = -32004;
+/// mcp-tasks: a task-management call was refused by the caller's rate limit; `data.retryAfterMs` says
+/// when to try again (implementation-defined range).
 pub const RATE_LIMITED: i64 = -32005;
 /// MCP 2026-07-28: an HTTP header disagrees with the body (`Mcp-Method`, `Mcp-Name`, protocol version).
 pub const HEADER_MISMATCH: i64 = -32020;

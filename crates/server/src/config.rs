@@ -22,6 +22,8 @@ pub struct ServerConfig {
     pub sse_after: Duration,
     /// Tools and tasks per `tools/list` / `tasks/list` page (default 100).
     pub page_size: usize,
+    /// API keys, anonymous access and per-principal limits.
+    pub auth: crate::auth::AuthConfig,
 }
 
 impl Default for ServerConfig {
@@ -35,6 +37,7 @@ impl Default for ServerConfig {
             keep_alive: Duration::from_secs(15),
             sse_after: Duration::from_millis(250),
             page_size: 100,
+            auth: crate::auth::AuthConfig::default(),
         }
     }
 }

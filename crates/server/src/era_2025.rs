@@ -2,7 +2,7 @@
 //! and the notifications this era sends for task events.
 
 use async_trait::async_trait;
-use mcp_tasks_engine::store::{AnswerError, ListQuery, Lookup, StoreError};
+use mcp_tasks_engine::store::{ActiveLimit, AnswerError, ListQuery, Lookup, StoreError};
 use mcp_tasks_engine::{
     ContextSink, EngineError, InputError, InputRecord, InputResponse, LogLevel, NewTask, Outcome,
     TaskContext, TaskEvent, TaskRecord, TaskStatus,
@@ -112,6 +112,28 @@ pub(crate) async fn dispatch(
         )));
     };
     let tasks = session.has_tasks();
+    let manages_tasks = req.method.starts_with("tasks/")
+        || (req.method == "tools/call"
+            && req.params.as_ref().is_some_and(|p| p.get("task").is_some()));
+    if tasks && manages_tasks {
+        // Anonymous callers share one principal, so they are limited per session.
+        let key = if peer.principal == ANONYMOUS {
+            format!("{ANONYMOUS}:{}", session.id)
+        } else {
+            peer.principal.clone()
+        };
+        if let Err(wait_ms) = server.rate.check(&key, peer.limits.calls_per_minute) {
+            tracing::info!(target: "mcp_tasks::audit", principal = %peer.principal, method = %req.method, "rate limited");
+            return Err(ErrorObject::new(
+                error_codes::RATE_LIMITED,
+                format!(
+                    "Rate limit: at most {} task calls per minute; retry in {wait_ms} ms",
+                    peer.limits.calls_per_minute
+                ),
+            )
+            .with_data(json!({"retryAfterMs": wait_ms})));
+        }
+    }
     match req.method.as_str() {
         "initialize" => Err(ErrorObject::invalid_request(
             "this session is already initialized",
@@ -324,6 +346,12 @@ async fn tools_call(
         request_meta: Value::Object(stored_meta),
         requested_ttl_ms: requested_ttl,
         idempotency_key: scoped_key,
+        active_limit: Some(ActiveLimit {
+            max: peer.limits.max_running_tasks,
+            owner: peer.principal.clone(),
+            // Anonymous callers share one principal: count per session.
+            session: (peer.principal == ANONYMOUS).then(|| session.id.clone()),
+        }),
     };
     // A caller that asked for a task gets one, even when the arguments are wrong: it finishes at once
     // with the validation message as its (failed) result.
@@ -347,6 +375,11 @@ async fn tools_call(
             "Idempotency key {:?} was already used for a different call; use a new key for new work",
             client_key.clone().unwrap_or_default()
         )),
+        EngineError::Store(StoreError::TooManyActive { active, max }) => ErrorObject::new(
+            error_codes::TOO_MANY_TASKS,
+            format!("Too many unfinished tasks: {active} running, the limit is {max}; wait for one to finish or cancel one"),
+        )
+        .with_data(json!({"running": active, "limit": max})),
         EngineError::Store(e) => internal(e),
         other => ErrorObject::internal(other.to_string()),
     })?;
@@ -508,7 +541,11 @@ async fn find(server: &Server, peer: &Peer, req: &Request) -> Result<TaskRecord,
         Lookup::Expired { owner, .. } if visible(peer, &owner) => Err(ErrorObject::invalid_params(
             "Failed to retrieve task: Task has expired",
         )),
-        _ => Err(not_found()),
+        _ => {
+            // Many of these from one principal look like someone guessing ids (R70).
+            tracing::info!(target: "mcp_tasks::audit", principal = %peer.principal, method = %req.method, "task lookup failed");
+            Err(not_found())
+        }
     }
 }
 
@@ -519,7 +556,7 @@ async fn tasks_get(
     req: &Request,
 ) -> Result<Value, ErrorObject> {
     let t = find(server, peer, req).await?;
-    tracing::debug!(task = %t.id, principal = %peer.principal, "task retrieved");
+    tracing::debug!(target: "mcp_tasks::audit", task = %t.id, principal = %peer.principal, "task retrieved");
     Ok(render_2025::task_object(&t))
 }
 
@@ -536,7 +573,7 @@ async fn tasks_result(
     } else {
         wait_streaming(server, session, &t.id, &out).await?
     };
-    tracing::info!(task = %t.id, principal = %peer.principal, "task result retrieved");
+    tracing::info!(target: "mcp_tasks::audit", task = %t.id, principal = %peer.principal, "task result retrieved");
     render_2025::payload(&t)
 }
 
@@ -552,22 +589,11 @@ async fn wait_streaming(
     // Input requests the task is waiting on go out on this stream, unless they already went out on a
     // stream that is still open (the client would answer them twice).
     for input in server.engine.pending_inputs(id).await.map_err(internal)? {
-        let live = server
-            .sent_inputs
-            .get(&input.key)
-            .is_some_and(|s| server.streams.is_live(&s.session, s.stream));
-        if live {
-            continue;
-        }
-        if out.send(input_request_message(id, &input)).await.is_err() {
-            return Err(ErrorObject::internal("client went away"));
-        }
-        let sent = crate::SentInput {
-            session: session.id.clone(),
-            stream: owner.id(),
-            task: id.to_string(),
-        };
-        server.sent_inputs.insert(input.key.clone(), sent);
+        let msg = input_request_message(id, &input);
+        // Non-blocking send under the claim: the stream is fresh, so it has room.
+        server.claim_input(&input.key, &session.id, id, |_| {
+            out.try_send(msg).is_ok().then(|| owner.id())
+        });
     }
     let done = tokio::select! {
         r = server.engine.wait_terminal(id) => r,

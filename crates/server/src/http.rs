@@ -27,7 +27,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use crate::{Peer, Server, ANONYMOUS};
+use crate::{Peer, Server};
 
 /// Header carrying the session id.
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -94,8 +94,36 @@ async fn check_origin(State(server): State<Arc<Server>>, req: HttpRequest, next:
     next.run(req).await
 }
 
-/// Resolves the session of a non-initialize message, or the HTTP error to answer with.
+/// Resolves the caller from the `Authorization` header, or the 401 to answer with.
+// The error is the handler's response itself; boxing it would only add an allocation.
+#[allow(clippy::result_large_err)]
+fn principal_of(server: &Server, headers: &HeaderMap) -> Result<crate::auth::Principal, Response> {
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .map(|v| v.to_str().unwrap_or("\u{0}"));
+    server.authenticate(value).map_err(|e| {
+        tracing::info!(target: "mcp_tasks::audit", reason = %e, "authentication failed");
+        let challenge = match e {
+            crate::auth::AuthError::Missing => "Bearer",
+            _ => "Bearer error=\"invalid_token\"",
+        };
+        let mut resp = error_response(
+            StatusCode::UNAUTHORIZED,
+            None,
+            ErrorObject::invalid_request(e.to_string()),
+        );
+        resp.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static(challenge),
+        );
+        resp
+    })
+}
+
+/// Resolves the session of a non-initialize message, or the HTTP error to answer with. A session
+/// belongs to the principal that opened it; to anyone else it does not exist.
 async fn session_of(server: &Server, headers: &HeaderMap) -> Result<Peer, Response> {
+    let principal = principal_of(server, headers)?;
     let Some(id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
         return Err(error_response(
             StatusCode::BAD_REQUEST,
@@ -104,8 +132,8 @@ async fn session_of(server: &Server, headers: &HeaderMap) -> Result<Peer, Respon
         ));
     };
     let session = match server.sessions().get(id).await {
-        Ok(Some(s)) => s,
-        Ok(None) => {
+        Ok(Some(s)) if s.owner == principal.name => s,
+        Ok(_) => {
             return Err(error_response(
                 StatusCode::NOT_FOUND,
                 None,
@@ -145,10 +173,9 @@ async fn session_of(server: &Server, headers: &HeaderMap) -> Result<Peer, Respon
             ));
         }
     }
-    Ok(Peer {
-        principal: session.owner.clone(),
-        session: Some(session),
-    })
+    let mut peer = Peer::new(principal);
+    peer.session = Some(session);
+    Ok(peer)
 }
 
 async fn post(State(server): State<Arc<Server>>, headers: HeaderMap, body: Body) -> Response {
@@ -187,7 +214,14 @@ async fn post(State(server): State<Arc<Server>>, headers: HeaderMap, body: Body)
     };
     if let Message::Request(req) = &msg {
         if req.method == "initialize" {
-            return match server.initialize(ANONYMOUS, req.params.as_ref()).await {
+            let principal = match principal_of(&server, &headers) {
+                Ok(p) => p,
+                Err(resp) => return resp,
+            };
+            return match server
+                .initialize(&principal.name, req.params.as_ref())
+                .await
+            {
                 Ok((session, result)) => {
                     let mut resp =
                         json_response(StatusCode::OK, &Message::response(req.id.clone(), result));
@@ -320,23 +354,19 @@ async fn get_stream(State(server): State<Arc<Server>>, headers: HeaderMap) -> Re
 }
 
 async fn delete(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
-    let Some(id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
-        return error_response(
-            StatusCode::BAD_REQUEST,
-            None,
-            ErrorObject::invalid_request("missing Mcp-Session-Id header"),
-        );
+    // Only the principal that opened a session can end it; to anyone else it does not exist.
+    let peer = match session_of(&server, &headers).await {
+        Ok(p) => p,
+        Err(resp) => return resp,
     };
-    match server.end_session(id).await {
-        Ok(true) => {
-            tracing::info!(session = id, "session ended by client");
+    let Some(session) = peer.session else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    match server.end_session(&session.id).await {
+        Ok(_) => {
+            tracing::info!(session = %session.id, "session ended by client");
             StatusCode::NO_CONTENT.into_response()
         }
-        Ok(false) => error_response(
-            StatusCode::NOT_FOUND,
-            None,
-            ErrorObject::invalid_request("session not found"),
-        ),
         Err(e) => error_response(
             StatusCode::INTERNAL_SERVER_ERROR,
             None,

@@ -18,6 +18,7 @@
 //! # mod anyhow_like { pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>; }
 //! ```
 
+pub mod auth;
 pub mod config;
 pub mod demo;
 mod era_2025;
@@ -52,8 +53,21 @@ pub const LOCAL_USER: &str = "local-user";
 pub struct Peer {
     /// The resolved principal.
     pub principal: String,
+    /// The principal's limits.
+    pub limits: auth::Limits,
     /// The session, once initialized.
     pub session: Option<Arc<Session>>,
+}
+
+impl Peer {
+    /// A peer for `principal` with no session yet.
+    pub fn new(principal: auth::Principal) -> Peer {
+        Peer {
+            principal: principal.name,
+            limits: principal.limits,
+            session: None,
+        }
+    }
 }
 
 /// Where an input request went: session, stream id, and the task that asked.
@@ -89,6 +103,8 @@ impl ServerBuilder {
             engine: self.engine.input_guard(era_2025::input_guard()).build(),
             sessions: Sessions::new(self.store),
             tools: self.tools,
+            authenticator: auth::Authenticator::new(self.config.auth.clone()),
+            rate: auth::RateLimiter::default(),
             config: self.config,
             streams: Streams::default(),
             inflight: DashMap::new(),
@@ -112,6 +128,8 @@ pub struct Server {
     /// Input requests of plain (non-task) calls waiting for the client's answer.
     pub(crate) inline_inputs:
         DashMap<String, tokio::sync::oneshot::Sender<mcp_tasks_engine::InputResponse>>,
+    authenticator: auth::Authenticator,
+    pub(crate) rate: auth::RateLimiter,
 }
 
 impl Server {
@@ -143,6 +161,7 @@ impl Server {
                 tick.tick().await;
                 let Some(server) = weak.upgrade() else { break };
                 server.sessions.evict_idle(idle);
+                server.rate.forget_idle(std::time::Duration::from_secs(600));
             }
         });
         let mut events = self.engine.notifier().subscribe_all();
@@ -174,6 +193,17 @@ impl Server {
     /// The tools.
     pub fn tools(&self) -> &ToolRegistry {
         &self.tools
+    }
+    /// Resolves the caller of an HTTP request from its `Authorization` header.
+    pub fn authenticate(
+        &self,
+        authorization: Option<&str>,
+    ) -> Result<auth::Principal, auth::AuthError> {
+        self.authenticator.resolve(authorization)
+    }
+    /// The local user (stdio).
+    pub fn local_user(&self) -> auth::Principal {
+        self.authenticator.local_user()
     }
     /// The sessions.
     pub fn sessions(&self) -> &Sessions {
@@ -285,14 +315,49 @@ impl Server {
         if msgs.is_empty() && !terminal {
             return;
         }
-        let used = self.streams.deliver(session_id, &task.id, msgs, terminal);
-        if let (TaskEvent::InputRequested { input, .. }, Some(stream)) = (event, used) {
-            let sent = SentInput {
-                session: session_id.to_string(),
-                stream,
-                task: task.id.clone(),
-            };
-            self.sent_inputs.insert(input.key.clone(), sent);
+        let TaskEvent::InputRequested { input, .. } = event else {
+            self.streams.deliver(session_id, &task.id, msgs, terminal);
+            return;
+        };
+        // Claim the request before sending it, so a `tasks/result` opening at the same moment does not
+        // send it too (and the client answer it twice).
+        if let Some(stream) = self.claim_input(&input.key, session_id, &task.id, |_| {
+            self.streams.deliver(session_id, &task.id, msgs, false)
+        }) {
+            tracing::debug!(request = %input.key, stream, "input request sent");
+        }
+    }
+
+    /// Sends input request `key` at most once per live stream: unless it already went out on a stream
+    /// that is still open, runs `send` (which returns the stream it used) and records that stream.
+    pub(crate) fn claim_input(
+        &self,
+        key: &str,
+        session: &str,
+        task: &str,
+        send: impl FnOnce(Option<&SentInput>) -> Option<u64>,
+    ) -> Option<u64> {
+        use dashmap::mapref::entry::Entry;
+        match self.sent_inputs.entry(key.to_string()) {
+            Entry::Occupied(e) if self.streams.is_live(&e.get().session, e.get().stream) => None,
+            Entry::Occupied(mut e) => {
+                let stream = send(Some(e.get()))?;
+                e.insert(SentInput {
+                    session: session.to_string(),
+                    stream,
+                    task: task.to_string(),
+                });
+                Some(stream)
+            }
+            Entry::Vacant(e) => {
+                let stream = send(None)?;
+                e.insert(SentInput {
+                    session: session.to_string(),
+                    stream,
+                    task: task.to_string(),
+                });
+                Some(stream)
+            }
         }
     }
 

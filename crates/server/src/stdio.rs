@@ -28,10 +28,7 @@ where
             }
         }
     });
-    let peer = Arc::new(RwLock::new(Peer {
-        principal: LOCAL_USER.into(),
-        session: None,
-    }));
+    let peer = Arc::new(RwLock::new(Peer::new(server.local_user())));
     let mut _standalone: Option<StreamGuard> = None;
     let max = server.config().max_body_bytes;
     let mut reader = BufReader::new(input);

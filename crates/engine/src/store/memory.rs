@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use super::{
-    apply_change, decode_cursor, encode_cursor, AnswerError, Created, InvalidCursor, ListQuery,
-    Lookup, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore,
-    UpdateError,
+    apply_change, decode_cursor, encode_cursor, ActiveLimit, AnswerError, Created, InvalidCursor,
+    ListQuery, Lookup, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskPage,
+    TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
 
@@ -44,20 +44,39 @@ impl MemoryStore {
 
 #[async_trait]
 impl TaskStore for MemoryStore {
-    async fn create(&self, task: TaskRecord) -> Result<Created, StoreError> {
+    async fn create(
+        &self,
+        task: TaskRecord,
+        limit: Option<ActiveLimit>,
+    ) -> Result<Created, StoreError> {
         let mut inner = self.lock();
         if let Some(key) = &task.idempotency_key {
-            if let Some(existing_id) = inner.idempotency.get(&(task.owner.clone(), key.clone())) {
-                if let Some(existing) = inner.tasks.get(existing_id) {
-                    if existing.fingerprint == task.fingerprint {
-                        return Ok(Created::Existing(existing.clone()));
-                    }
-                    return Err(StoreError::IdempotencyConflict {
-                        key: key.clone(),
-                        task_id: existing.id.clone(),
-                    });
+            let existing = inner
+                .idempotency
+                .get(&(task.owner.clone(), key.clone()))
+                .and_then(|id| inner.tasks.get(id));
+            if let Some(existing) = existing {
+                if existing.fingerprint == task.fingerprint {
+                    return Ok(Created::Existing(existing.clone()));
                 }
+                return Err(StoreError::IdempotencyConflict {
+                    key: key.clone(),
+                    task_id: existing.id.clone(),
+                });
             }
+        }
+        if let Some(l) = &limit {
+            let active = inner
+                .tasks
+                .values()
+                .filter(|t| t.owner == l.owner && !t.status.is_terminal())
+                .filter(|t| l.session.is_none() || t.session == l.session)
+                .count();
+            if active >= l.max {
+                return Err(StoreError::TooManyActive { active, max: l.max });
+            }
+        }
+        if let Some(key) = &task.idempotency_key {
             inner
                 .idempotency
                 .insert((task.owner.clone(), key.clone()), task.id.clone());

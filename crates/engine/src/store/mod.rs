@@ -23,6 +23,14 @@ pub enum StoreError {
     /// The database reported an error.
     #[error("task store error: {0}")]
     Backend(String),
+    /// The owner already has as many unfinished tasks as its limit allows.
+    #[error("too many unfinished tasks: {active} running, the limit is {max}")]
+    TooManyActive {
+        /// Unfinished tasks now.
+        active: usize,
+        /// The limit.
+        max: usize,
+    },
     /// The same idempotency key was used for different work.
     #[error("idempotency key {key:?} was already used for a different call (task {task_id})")]
     IdempotencyConflict {
@@ -108,6 +116,17 @@ pub struct TaskChange {
     pub attempt: Option<u32>,
 }
 
+/// A cap on unfinished tasks, checked atomically with a create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveLimit {
+    /// At most this many unfinished (`working` / `input_required`) tasks…
+    pub max: usize,
+    /// …of this owner…
+    pub owner: String,
+    /// …in this session only, when set.
+    pub session: Option<String>,
+}
+
 /// Which tasks [`TaskStore::list`] returns.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListQuery {
@@ -174,8 +193,14 @@ pub struct PurgePolicy {
 pub trait TaskStore: Send + Sync + 'static {
     /// Stores a new task, unless `task.idempotency_key` is already used by the same owner: then the
     /// existing task is returned when its fingerprint matches, and
-    /// [`StoreError::IdempotencyConflict`] otherwise. Durable before it returns.
-    async fn create(&self, task: TaskRecord) -> Result<Created, StoreError>;
+    /// [`StoreError::IdempotencyConflict`] otherwise. With `limit`, refuses with
+    /// [`StoreError::TooManyActive`] when the cap is reached (checked in the same atomic step).
+    /// Durable before it returns.
+    async fn create(
+        &self,
+        task: TaskRecord,
+        limit: Option<ActiveLimit>,
+    ) -> Result<Created, StoreError>;
 
     /// Looks a task up by id.
     async fn get(&self, id: &str) -> Result<Lookup, StoreError>;

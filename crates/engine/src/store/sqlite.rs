@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
-    apply_change, decode_cursor, encode_cursor, AnswerError, Created, InvalidCursor, ListQuery,
-    Lookup, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore,
-    UpdateError,
+    apply_change, decode_cursor, encode_cursor, ActiveLimit, AnswerError, Created, InvalidCursor,
+    ListQuery, Lookup, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskPage,
+    TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
 
@@ -49,6 +49,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS tasks_idempotency ON tasks(owner, idempotency_
     WHERE idempotency_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS tasks_owner_order ON tasks(owner, created_at, id);
 CREATE INDEX IF NOT EXISTS tasks_unfinished ON tasks(lease_until)
+    WHERE status IN ('working', 'input_required');
+CREATE INDEX IF NOT EXISTS tasks_unfinished_by_owner ON tasks(owner, session)
     WHERE status IN ('working', 'input_required');
 CREATE INDEX IF NOT EXISTS tasks_expiry ON tasks(expires_at) WHERE expires_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS tombstones (
@@ -428,7 +430,11 @@ fn update_task(conn: &Connection, t: &TaskRecord) -> Result<(), StoreError> {
 
 #[async_trait]
 impl TaskStore for SqliteStore {
-    async fn create(&self, task: TaskRecord) -> Result<Created, StoreError> {
+    async fn create(
+        &self,
+        task: TaskRecord,
+        limit: Option<ActiveLimit>,
+    ) -> Result<Created, StoreError> {
         self.write(move |conn| {
             if let Some(key) = &task.idempotency_key {
                 let existing: Option<TaskRecord> = conn
@@ -448,6 +454,18 @@ impl TaskStore for SqliteStore {
                         key: key.clone(),
                         task_id: existing.id,
                     });
+                }
+            }
+            if let Some(l) = &limit {
+                let active: i64 = conn
+                    .prepare_cached(
+                        "SELECT COUNT(*) FROM tasks WHERE owner = ?1 AND (?2 IS NULL OR session = ?2) \
+                         AND status IN ('working', 'input_required')",
+                    )
+                    .and_then(|mut s| s.query_row(params![l.owner, l.session], |r| r.get(0)))
+                    .map_err(backend)?;
+                if active as usize >= l.max {
+                    return Err(StoreError::TooManyActive { active: active as usize, max: l.max });
                 }
             }
             insert_task(conn, &task)?;
@@ -816,7 +834,7 @@ mod tests {
         let t = super::super::testkit::record("reopen", "alice", 1_000);
         {
             let store = SqliteStore::open(&path).unwrap();
-            store.create(t.clone()).await.unwrap();
+            store.create(t.clone(), None).await.unwrap();
         }
         let store = SqliteStore::open(&path).unwrap();
         assert_eq!(store.get(&t.id).await.unwrap(), Lookup::Found(t));

@@ -6,8 +6,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::{
-    AnswerError, Created, ListQuery, Lookup, PurgePolicy, SessionRecord, StoreError, TaskChange,
-    TaskStore, UpdateError,
+    ActiveLimit, AnswerError, Created, ListQuery, Lookup, PurgePolicy, SessionRecord, StoreError,
+    TaskChange, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
 
@@ -56,6 +56,54 @@ where
     purge_keeps_running_tasks_and_leaves_tombstones(make().await).await;
     sessions_round_trip_and_expire(make().await).await;
     input_requests_move_the_task_and_take_one_answer(make().await).await;
+    active_limit_is_enforced_with_the_create(make().await).await;
+}
+
+async fn active_limit_is_enforced_with_the_create(s: impl TaskStore) {
+    let limit = |max, session: Option<&str>| {
+        Some(ActiveLimit {
+            max,
+            owner: "alice".into(),
+            session: session.map(String::from),
+        })
+    };
+    s.create(record("a1", "alice", 1), limit(2, None))
+        .await
+        .unwrap();
+    s.create(record("a2", "alice", 2), limit(2, None))
+        .await
+        .unwrap();
+    match s.create(record("a3", "alice", 3), limit(2, None)).await {
+        Err(StoreError::TooManyActive { active: 2, max: 2 }) => {}
+        other => panic!("expected the limit, got {other:?}"),
+    }
+    assert_eq!(
+        s.get("a3").await.unwrap(),
+        Lookup::Missing,
+        "nothing stored"
+    );
+    // Per session: another session of the same owner has its own count.
+    let mut other = record("a4", "alice", 4);
+    other.session = Some("s2".into());
+    s.create(other, limit(2, Some("s2"))).await.unwrap();
+    // Finished tasks do not count.
+    let done = TaskChange {
+        status: Some(TaskStatus::Completed),
+        ..Default::default()
+    };
+    s.update("a1", &TaskStatus::ACTIVE, done, 5).await.unwrap();
+    s.create(record("a5", "alice", 5), limit(3, None))
+        .await
+        .unwrap();
+    s.create(
+        record("b1", "bob", 6),
+        limit(1, None).map(|l| ActiveLimit {
+            owner: "bob".into(),
+            ..l
+        }),
+    )
+    .await
+    .unwrap();
 }
 
 fn input(key: &str, task: &str, at: u64) -> InputRecord {
@@ -71,7 +119,7 @@ fn input(key: &str, task: &str, at: u64) -> InputRecord {
 }
 
 async fn input_requests_move_the_task_and_take_one_answer(s: impl TaskStore) {
-    s.create(record("i1", "alice", 1_000)).await.unwrap();
+    s.create(record("i1", "alice", 1_000), None).await.unwrap();
     let t = s.add_input(input("q1", "i1", 2_000), 2_000).await.unwrap();
     assert_eq!(t.status, TaskStatus::InputRequired);
     let t = s.add_input(input("q2", "i1", 2_001), 2_001).await.unwrap();
@@ -108,7 +156,7 @@ async fn input_requests_move_the_task_and_take_one_answer(s: impl TaskStore) {
     // A task that ends takes no more answers, and one waiting past its ttl is reported overdue.
     let mut waiting = record("i2", "alice", 1_000);
     waiting.ttl_ms = Some(500);
-    s.create(waiting).await.unwrap();
+    s.create(waiting, None).await.unwrap();
     s.add_input(input("q3", "i2", 1_100), 1_100).await.unwrap();
     let overdue = s.overdue_waiting(1_600).await.unwrap();
     assert_eq!(
@@ -130,7 +178,10 @@ async fn input_requests_move_the_task_and_take_one_answer(s: impl TaskStore) {
 
 async fn create_then_get_returns_the_same_record(s: impl TaskStore) {
     let t = record("a1", "alice", 1_000);
-    assert_eq!(s.create(t.clone()).await.unwrap(), Created::New(t.clone()));
+    assert_eq!(
+        s.create(t.clone(), None).await.unwrap(),
+        Created::New(t.clone())
+    );
     assert_eq!(s.get("a1").await.unwrap(), Lookup::Found(t));
     assert_eq!(s.get("nope").await.unwrap(), Lookup::Missing);
 }
@@ -138,29 +189,29 @@ async fn create_then_get_returns_the_same_record(s: impl TaskStore) {
 async fn idempotency_key_returns_existing_or_conflicts(s: impl TaskStore) {
     let mut t = record("k1", "alice", 1_000);
     t.idempotency_key = Some("key".into());
-    s.create(t.clone()).await.unwrap();
+    s.create(t.clone(), None).await.unwrap();
     let mut retry = record("k2", "alice", 2_000);
     retry.idempotency_key = Some("key".into());
     assert_eq!(
-        s.create(retry.clone()).await.unwrap(),
+        s.create(retry.clone(), None).await.unwrap(),
         Created::Existing(t.clone())
     );
     retry.fingerprint = "other work".into();
-    match s.create(retry.clone()).await {
+    match s.create(retry.clone(), None).await {
         Err(StoreError::IdempotencyConflict { task_id, .. }) => assert_eq!(task_id, "k1"),
         other => panic!("expected a conflict, got {other:?}"),
     }
     let mut bob = record("k3", "bob", 3_000);
     bob.idempotency_key = Some("key".into());
     assert!(
-        matches!(s.create(bob).await.unwrap(), Created::New(_)),
+        matches!(s.create(bob, None).await.unwrap(), Created::New(_)),
         "keys are per owner"
     );
     assert_eq!(s.get("k2").await.unwrap(), Lookup::Missing);
 }
 
 async fn update_is_compare_and_set(s: impl TaskStore) {
-    s.create(record("u1", "alice", 1_000)).await.unwrap();
+    s.create(record("u1", "alice", 1_000), None).await.unwrap();
     let change = TaskChange {
         status: Some(TaskStatus::Completed),
         outcome: Some(Outcome::Result {
@@ -201,7 +252,9 @@ async fn update_is_compare_and_set(s: impl TaskStore) {
 async fn racing_terminal_updates_have_one_winner<S: TaskStore>(s: Arc<S>) {
     for i in 0..20 {
         let id = format!("race{i}");
-        s.create(record(&id, "alice", 1_000 + i)).await.unwrap();
+        s.create(record(&id, "alice", 1_000 + i), None)
+            .await
+            .unwrap();
         let mut handles = Vec::new();
         for status in [
             TaskStatus::Completed,
@@ -238,7 +291,7 @@ async fn racing_terminal_updates_have_one_winner<S: TaskStore>(s: Arc<S>) {
 }
 
 async fn progress_never_decreases(s: impl TaskStore) {
-    s.create(record("p1", "alice", 1_000)).await.unwrap();
+    s.create(record("p1", "alice", 1_000), None).await.unwrap();
     let step = |p: f64| TaskChange {
         progress: Some((p, Some(10.0))),
         ..Default::default()
@@ -262,9 +315,9 @@ async fn list_pages_by_owner_and_session(s: impl TaskStore) {
     for i in 0..7u64 {
         let mut t = record(&format!("l{i}"), "alice", 1_000 + i);
         t.session = Some(if i % 2 == 0 { "even" } else { "odd" }.into());
-        s.create(t).await.unwrap();
+        s.create(t, None).await.unwrap();
     }
-    s.create(record("other", "bob", 1_003)).await.unwrap();
+    s.create(record("other", "bob", 1_003), None).await.unwrap();
     let mut q = ListQuery {
         owner: "alice".into(),
         session: None,
@@ -309,7 +362,7 @@ async fn orphans_are_claimed_by_lease(s: impl TaskStore) {
     let mut done = record("o3", "alice", 1_000);
     done.status = TaskStatus::Completed;
     for t in [fresh, stale, done] {
-        s.create(t).await.unwrap();
+        s.create(t, None).await.unwrap();
     }
     let claimed = s
         .claim_orphans("node-b", 10_000, false, 40_000)
@@ -344,7 +397,7 @@ async fn purge_keeps_running_tasks_and_leaves_tombstones(s: impl TaskStore) {
     unlimited.finished_at = Some(2_000);
     unlimited.ttl_ms = None;
     for t in [running, finished, unlimited] {
-        s.create(t).await.unwrap();
+        s.create(t, None).await.unwrap();
     }
     let policy = |now| PurgePolicy {
         now,

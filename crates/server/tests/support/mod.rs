@@ -188,6 +188,9 @@ impl Client {
                 .header("mcp-session-id", s)
                 .header("mcp-protocol-version", &self.version);
         }
+        if let Some(t) = &self.token {
+            rb = rb.header("authorization", format!("Bearer {t}"));
+        }
         rb
     }
 

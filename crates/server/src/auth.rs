@@ -1,0 +1,249 @@
+//! Who is calling: bearer API keys checked against hashes in the config, or the anonymous principal;
+//! and the limits that apply to each principal.
+//!
+//! Only SHA-256 hashes of keys are kept. A key is `mcpt_` followed by 43 characters of base64url
+//! (256 random bits); `mcp-tasks key new --principal NAME` makes one and prints the config entry.
+
+use base64::Engine as _;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use dashmap::DashMap;
+
+/// Per-principal limits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Unfinished tasks a principal may have at once (for anonymous callers: per session).
+    pub max_running_tasks: usize,
+    /// Task-management calls (task-augmented `tools/call`, `tasks/*`) per minute.
+    pub calls_per_minute: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_running_tasks: 100,
+            calls_per_minute: 1200,
+        }
+    }
+}
+
+/// One configured API key.
+#[derive(Clone, Debug)]
+pub struct ApiKey {
+    /// The principal the key authenticates.
+    pub principal: String,
+    /// Lowercase hex SHA-256 of the key.
+    pub sha256: String,
+    /// Its limits.
+    pub limits: Limits,
+}
+
+/// Authentication settings.
+#[derive(Clone, Debug)]
+pub struct AuthConfig {
+    /// Configured keys.
+    pub keys: Vec<ApiKey>,
+    /// Whether callers without a key are served (as the anonymous principal).
+    pub allow_anonymous: bool,
+    /// Limits of anonymous callers (the running-task cap applies per session).
+    pub anonymous_limits: Limits,
+    /// Limits of the local user on stdio.
+    pub local_limits: Limits,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            keys: Vec::new(),
+            allow_anonymous: true,
+            anonymous_limits: Limits::default(),
+            local_limits: Limits {
+                max_running_tasks: 1000,
+                calls_per_minute: 60_000,
+            },
+        }
+    }
+}
+
+/// A resolved caller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principal {
+    /// Its name (`anonymous` for callers without a key).
+    pub name: String,
+    /// Its limits.
+    pub limits: Limits,
+}
+
+/// Why a request was not authenticated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// No `Authorization` header and anonymous access is off.
+    #[error("authentication required: send Authorization: Bearer <api key>")]
+    Missing,
+    /// The header is not `Bearer <token>`.
+    #[error("malformed Authorization header: expected \"Bearer <api key>\"")]
+    Malformed,
+    /// The key is not configured.
+    #[error("invalid API key")]
+    Invalid,
+}
+
+/// Lowercase hex SHA-256 of a key.
+pub fn hash_key(key: &str) -> String {
+    hex::encode(Sha256::digest(key.as_bytes()))
+}
+
+/// A new random API key.
+pub fn generate_key() -> String {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).expect("the operating system's random number generator failed");
+    format!(
+        "mcpt_{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
+}
+
+/// Resolves callers from `Authorization` headers.
+pub struct Authenticator {
+    config: AuthConfig,
+    by_hash: HashMap<String, usize>,
+}
+
+impl Authenticator {
+    /// An authenticator over `config`.
+    pub fn new(config: AuthConfig) -> Authenticator {
+        let by_hash = config
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.sha256.to_ascii_lowercase(), i))
+            .collect();
+        Authenticator { config, by_hash }
+    }
+
+    /// The principal behind an `Authorization` header value (or its absence).
+    pub fn resolve(&self, authorization: Option<&str>) -> Result<Principal, AuthError> {
+        let Some(value) = authorization else {
+            return if self.config.allow_anonymous {
+                Ok(Principal {
+                    name: crate::ANONYMOUS.into(),
+                    limits: self.config.anonymous_limits.clone(),
+                })
+            } else {
+                Err(AuthError::Missing)
+            };
+        };
+        let (scheme, token) = value.trim().split_once(' ').ok_or(AuthError::Malformed)?;
+        if !scheme.eq_ignore_ascii_case("bearer") || token.trim().is_empty() {
+            return Err(AuthError::Malformed);
+        }
+        let i = self
+            .by_hash
+            .get(&hash_key(token.trim()))
+            .ok_or(AuthError::Invalid)?;
+        let key = &self.config.keys[*i];
+        Ok(Principal {
+            name: key.principal.clone(),
+            limits: key.limits.clone(),
+        })
+    }
+
+    /// The local user of stdio.
+    pub fn local_user(&self) -> Principal {
+        Principal {
+            name: crate::LOCAL_USER.into(),
+            limits: self.config.local_limits.clone(),
+        }
+    }
+}
+
+struct Bucket {
+    tokens: f64,
+    last: Instant,
+}
+
+/// Token buckets for task-management calls, one per key (principal, or anonymous session). A bucket
+/// holds ten seconds' worth of calls, so short bursts pass and sustained floods are cut to the rate.
+#[derive(Default)]
+pub struct RateLimiter {
+    buckets: DashMap<String, Mutex<Bucket>>,
+}
+
+impl RateLimiter {
+    /// Takes one call from `key`'s bucket; `Err(wait_ms)` when it is empty.
+    pub fn check(&self, key: &str, per_minute: u32) -> Result<(), u64> {
+        let rate = f64::from(per_minute.max(1)) / 60.0;
+        let capacity = (rate * 10.0).max(5.0);
+        let now = Instant::now();
+        let entry = self.buckets.entry(key.to_string()).or_insert_with(|| {
+            Mutex::new(Bucket {
+                tokens: capacity,
+                last: now,
+            })
+        });
+        let mut b = entry.lock().unwrap_or_else(|p| p.into_inner());
+        b.tokens = (b.tokens + now.duration_since(b.last).as_secs_f64() * rate).min(capacity);
+        b.last = now;
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(((1.0 - b.tokens) / rate * 1000.0).ceil() as u64)
+        }
+    }
+
+    /// Forgets buckets untouched for `idle` (they would be full again anyway).
+    pub fn forget_idle(&self, idle: std::time::Duration) {
+        let now = Instant::now();
+        self.buckets.retain(|_, b| {
+            now.duration_since(b.get_mut().unwrap_or_else(|p| p.into_inner()).last) < idle
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn auth(anonymous: bool) -> Authenticator {
+        Authenticator::new(AuthConfig {
+            keys: vec![ApiKey {
+                principal: "alice".into(),
+                sha256: hash_key("secret-a"),
+                limits: Limits::default(),
+            }],
+            allow_anonymous: anonymous,
+            ..AuthConfig::default()
+        })
+    }
+
+    #[test]
+    fn keys_resolve_to_principals_and_bad_ones_do_not() {
+        let a = auth(false);
+        assert_eq!(a.resolve(Some("Bearer secret-a")).unwrap().name, "alice");
+        assert_eq!(a.resolve(Some("bearer   secret-a")).unwrap().name, "alice");
+        assert_eq!(a.resolve(Some("Bearer nope")), Err(AuthError::Invalid));
+        assert_eq!(a.resolve(Some("Basic abc")), Err(AuthError::Malformed));
+        assert_eq!(a.resolve(None), Err(AuthError::Missing));
+        assert_eq!(auth(true).resolve(None).unwrap().name, crate::ANONYMOUS);
+    }
+
+    #[test]
+    fn generated_keys_are_long_and_distinct() {
+        let (a, b) = (generate_key(), generate_key());
+        assert!(a.starts_with("mcpt_") && a.len() == 48);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn rate_limiter_allows_a_burst_then_refuses() {
+        let r = RateLimiter::default();
+        let allowed = (0..100).filter(|_| r.check("k", 60).is_ok()).count();
+        assert_eq!(allowed, 10, "ten seconds' worth at 60/min");
+        assert!(r.check("k", 60).unwrap_err() > 0);
+        assert!(r.check("other", 60).is_ok(), "buckets are per key");
+    }
+}
