@@ -9,7 +9,16 @@ interop checks expect them. Run the checks against it with:
 
 Arguments are accepted and ignored. Set MOCK_BUGS to a comma list to make it
 misbehave on purpose (for testing the checks' failure reports):
-    no-progress, no-ttl-key, status-no-ttl, cancel-twice-ok, wrong-proto-code
+    no-progress, no-ttl-key, status-no-ttl, cancel-twice-ok, wrong-proto-code,
+    no-input-required (status stays working while a request is unanswered),
+    no-related-task (server requests lack the related-task _meta),
+    task-in-elicit (elicitation/create params carry `task`),
+    no-max-tokens (sampling/createMessage without maxTokens: the SDK rejects it),
+    multi-sequential (multi_input asks its second question after the first answer),
+    elicit-without-cap (asks a client that did not declare elicitation),
+    haiku-own-text (write_haiku ignores the sampled text),
+    never-ask (confirm_delete waits forever without sending its request),
+    no-input-tools (no confirm_delete / write_haiku / multi_input: an older server)
 """
 
 import asyncio
@@ -37,7 +46,21 @@ TOOLS = [
     },
     {"name": "failing_job", "inputSchema": {"type": "object"}, "execution": {"taskSupport": "required"}},
     {"name": "protocol_error_job", "inputSchema": {"type": "object"}, "execution": {"taskSupport": "optional"}},
+    {
+        "name": "confirm_delete",
+        "inputSchema": {"type": "object", "properties": {"filename": {"type": "string"}}, "required": ["filename"]},
+        "execution": {"taskSupport": "required"},
+    },
+    {
+        "name": "write_haiku",
+        "inputSchema": {"type": "object", "properties": {"topic": {"type": "string"}}, "required": ["topic"]},
+        "execution": {"taskSupport": "required"},
+    },
+    {"name": "multi_input", "inputSchema": {"type": "object"}, "execution": {"taskSupport": "required"}},
 ]
+RELATED = "io.modelcontextprotocol/related-task"
+if "no-input-tools" in BUGS:
+    TOOLS = [t for t in TOOLS if t["name"] not in ("confirm_delete", "write_haiku", "multi_input")]
 TERMINAL = {"completed", "failed", "cancelled"}
 
 
@@ -51,6 +74,9 @@ class Server:
         self.outcomes: dict[str, dict] = {}  # taskId -> {"result": ...} | {"error": ...}
         self.done: dict[str, asyncio.Event] = {}
         self.runners: dict[str, asyncio.Task] = {}
+        self.client_caps: dict = {}
+        self.pending: dict[str, asyncio.Future] = {}  # our request id -> future of the client's reply
+        self.seq = 0
 
     def send(self, msg: dict) -> None:
         sys.stdout.write(json.dumps(msg) + "\n")
@@ -77,8 +103,81 @@ class Server:
         if status in TERMINAL:
             self.done[tid].set()
 
-    async def run_tool(self, name: str, args: dict, token) -> dict:
+    async def ask(self, tid: str, method: str, params: dict) -> asyncio.Future:
+        """Send a request to the client for task `tid`; returns the future of its reply."""
+        self.seq += 1
+        rid = f"srv-{self.seq}"
+        fut = asyncio.get_running_loop().create_future()
+        self.pending[rid] = fut
+        if "no-related-task" not in BUGS:
+            params = {**params, "_meta": {RELATED: {"taskId": tid}}}
+        if method == "elicitation/create" and "task-in-elicit" in BUGS:
+            params = {**params, "task": {"ttl": 1000}}
+        if "no-input-required" not in BUGS:
+            self.set_status(tid, "input_required")
+        self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        return fut
+
+    async def run_input_tool(self, name: str, args: dict, tid: str) -> dict:
+        def text(t: str, is_error: bool = False) -> dict:
+            r = {"content": [{"type": "text", "text": t}]}
+            return {"result": {**r, "isError": True} if is_error else r}
+
+        if name == "confirm_delete":
+            fn = args.get("filename")
+            if "elicitation" not in self.client_caps and "elicit-without-cap" not in BUGS:
+                return text(f"Kept {fn}: the client did not declare the elicitation capability", True)
+            if "never-ask" in BUGS:
+                self.set_status(tid, "input_required")
+                await asyncio.Event().wait()
+            schema = {"type": "object", "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]}
+            params = {"mode": "form", "message": f"Delete {fn}?", "requestedSchema": schema}
+            reply = await (await self.ask(tid, "elicitation/create", params))
+            self.set_status(tid, "working")
+            res = reply.get("result") or {}
+            if res.get("action") == "accept" and (res.get("content") or {}).get("confirm") is True:
+                return text(f"Deleted {fn}")
+            return text(f"Kept {fn}")
+        if name == "write_haiku":
+            if "sampling" not in self.client_caps:
+                return text("the client did not declare the sampling capability", True)
+            prompt = {"type": "text", "text": f"Write a haiku about {args.get('topic')}."}
+            params = {"messages": [{"role": "user", "content": prompt}]}
+            if "no-max-tokens" not in BUGS:
+                params["maxTokens"] = 100
+            reply = await (await self.ask(tid, "sampling/createMessage", params))
+            self.set_status(tid, "working")
+            if "error" in reply:
+                return {"error": {"code": -32603, "message": f"sampling failed: {reply['error']}"}}
+            if "haiku-own-text" in BUGS:
+                return text("an old silent pond")
+            return text(reply["result"]["content"]["text"])
+        if name == "multi_input":
+            if "elicitation" not in self.client_caps:
+                return text("the client did not declare the elicitation capability", True)
+
+            def q(prop: str, msg: str) -> dict:
+                schema = {"type": "object", "properties": {prop: {"type": "string"}}, "required": [prop]}
+                return {"message": msg, "requestedSchema": schema}
+
+            f1 = await self.ask(tid, "elicitation/create", q("name", "What is your name?"))
+            if "multi-sequential" in BUGS:
+                r1 = await f1
+                f2 = await self.ask(tid, "elicitation/create", q("color", "Favourite colour?"))
+                r2 = await f2
+            else:
+                f2 = await self.ask(tid, "elicitation/create", q("color", "Favourite colour?"))
+                r1, r2 = await asyncio.gather(f1, f2)
+            self.set_status(tid, "working")
+            name_v = ((r1.get("result") or {}).get("content") or {}).get("name")
+            color_v = ((r2.get("result") or {}).get("content") or {}).get("color")
+            return text(f"Hello {name_v}, you like {color_v}.")
+        return {"error": {"code": -32602, "message": f"unknown tool {name}"}}
+
+    async def run_tool(self, name: str, args: dict, token, tid: str | None = None) -> dict:
         """Returns {"result": CallToolResult} or {"error": ErrorData}."""
+        if name in ("confirm_delete", "write_haiku", "multi_input"):
+            return await self.run_input_tool(name, args, tid)
         if name == "greet":
             return {"result": {"content": [{"type": "text", "text": f"Hello, {args.get('name')}!"}]}}
         if name == "slow_compute":
@@ -108,7 +207,7 @@ class Server:
         return {"error": {"code": -32602, "message": f"unknown tool {name}"}}
 
     async def run_task(self, tid: str, name: str, args: dict, token) -> None:
-        out = await self.run_tool(name, args, token)
+        out = await self.run_tool(name, args, token, tid)
         if self.tasks[tid]["status"] in TERMINAL:
             return
         self.outcomes[tid] = out
@@ -117,6 +216,11 @@ class Server:
 
     async def handle(self, msg: dict) -> None:
         mid, method, params = msg.get("id"), msg.get("method"), msg.get("params") or {}
+        if method is None and mid in self.pending:  # the client's reply to one of our requests
+            fut = self.pending.pop(mid)
+            if not fut.done():
+                fut.set_result(msg)
+            return
         if mid is None:
             return  # notification
 
@@ -127,6 +231,7 @@ class Server:
             self.send({"jsonrpc": "2.0", "id": mid, "error": {"code": code, "message": message}})
 
         if method == "initialize":
+            self.client_caps = params.get("capabilities") or {}
             return ok(
                 {
                     "protocolVersion": "2025-11-25",

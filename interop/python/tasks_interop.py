@@ -93,9 +93,12 @@ CHECKS = [
     "all inbound messages valid for the SDK",
     # a second session, without elicitation/sampling callbacks
     "no elicitation capability: confirm_delete isError",
+    # a third session (HTTP only) that opens no GET stream
+    "no GET stream: elicitation/create on the tasks/result stream",
 ]
 NOCAP_CHECK = "no elicitation capability: confirm_delete isError"
-MAIN_CHECKS = [c for c in CHECKS if c != NOCAP_CHECK]
+NOGET_CHECK = "no GET stream: elicitation/create on the tasks/result stream"
+MAIN_CHECKS = [c for c in CHECKS if c not in (NOCAP_CHECK, NOGET_CHECK)]
 ELICIT = "elicitation/create"
 SAMPLE = "sampling/createMessage"
 
@@ -232,7 +235,8 @@ class Observed:
             else:
                 self.other.append(f"notification {root.method}")
             return
-        # A server->client request (sampling, elicitation, roots): not expected here.
+        # A server->client request the session did not answer itself (elicitation and
+        # sampling go to the callbacks): not expected here.
         self.other.append(f"server request {type(message).__name__}")
 
 
@@ -297,6 +301,7 @@ class Wire:
         self.t0 = time.monotonic()
         self.requests: list[dict[str, Any]] = []  # {"t", "id", "method", "params"} (params: the raw dict)
         self.answers: dict[Any, dict[str, Any]] = {}  # request id -> {"t", "result"} | {"t", "error"}
+        self.answer_http: dict[Any, int] = {}  # request id -> HTTP status of the POST that carried the answer
         self.hold_methods: frozenset[str] = frozenset()
         self.held: list[SessionMessage] = []
         self._changed = anyio.Event()
@@ -496,21 +501,137 @@ def sdk_handling_problems(req: dict[str, Any], ans: Answerer, wire: Wire, logs: 
         problems.append(f"the SDK sent no response to id={rid!r}")
     elif "error" in answer:
         problems.append(f"the SDK answered id={rid!r} with a JSON-RPC error {answer['error']}")
+    status = wire.answer_http.get(rid)
+    if status is not None and not 200 <= status < 300:
+        # 404: the SDK drops it silently; other errors end its writer (the session).
+        problems.append(f"the POST carrying the answer to id={rid!r} got HTTP {status}")
     return problems
+
+
+def status_path(statuses: list[str], final: str) -> str:
+    seen = statuses if statuses and statuses[-1] == final else statuses + [final]
+    return " -> ".join(seen)
 
 
 def show_request(req: dict[str, Any]) -> str:
     return f"{req['method']} id={req['id']!r} params={json.dumps(req['params'], sort_keys=True)}"
 
 
+class HttpTap(httpx.AsyncBaseTransport):
+    """The httpx transport under the SDK's Streamable HTTP client: notes which HTTP
+    exchange every server->client request arrived on (the SSE response of which
+    POST, or the GET stream), traces HTTP exchanges, and can refuse the GET
+    stream with a 405 (spec: the server MAY do so; the SDK then simply has no
+    GET stream, which is what a client that never opens one looks like)."""
+
+    def __init__(self, wire: Wire, refuse_get: bool = False) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.wire = wire
+        self.sink = wire.sink
+        self.tag = wire.tag
+        self.refuse_get = refuse_get
+        self.t0 = wire.t0  # one clock for both trace layers
+        self.via: dict[Any, str] = {}  # server request id -> the HTTP exchange it came on
+        self.gets_refused = 0
+
+    def log(self, line: str) -> None:
+        if self.sink is not None:
+            print(f"[{time.monotonic() - self.t0:7.3f}] {self.tag}HTTP {line}", file=self.sink, flush=True)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            label = "GET stream"
+            if self.refuse_get:
+                self.gets_refused += 1
+                self.log("GET -> 405 (refused inside the client: this session opens no GET stream)")
+                return httpx.Response(405, request=request)
+        answer_to: Any = None
+        if request.method == "POST":
+            try:
+                body = json.loads(request.content)
+                if "method" in body:
+                    label = f"POST {body['method']}" + (f" id={body['id']!r}" if "id" in body else "")
+                else:
+                    answer_to = body.get("id")
+                    label = f"POST response to id={answer_to!r}"
+            except Exception:  # noqa: BLE001
+                label = "POST ?"
+        elif request.method != "GET":
+            label = request.method
+        resp = await self.inner.handle_async_request(request)
+        if answer_to is not None:
+            self.wire.answer_http[answer_to] = resp.status_code
+        ctype = resp.headers.get("content-type", "")
+        self.log(f"{label} -> {resp.status_code} {ctype}")
+        if ctype.startswith("text/event-stream") and isinstance(resp.stream, httpx.AsyncByteStream):
+            return httpx.Response(
+                resp.status_code,
+                headers=resp.headers,
+                stream=_SseTee(resp.stream, label, self),
+                extensions=resp.extensions,
+                request=request,
+            )
+        return resp
+
+    def sse_event(self, label: str, data: str) -> None:
+        try:
+            msg = json.loads(data)
+        except ValueError:
+            self.log(f"  SSE on [{label}]: <not JSON> {data[:200]!r}")
+            return
+        if not isinstance(msg, dict):
+            return
+        if "method" in msg and "id" in msg:
+            self.via[msg["id"]] = label
+            what = f"request {msg['method']} id={msg['id']!r}"
+        elif "method" in msg:
+            what = f"notification {msg['method']}"
+        else:
+            what = f"response id={msg.get('id')!r}"
+        self.log(f"  SSE on [{label}]: {what}")
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _SseTee(httpx.AsyncByteStream):
+    """Passes an SSE body through unchanged, reporting each event's data to the tap."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, label: str, tap: HttpTap) -> None:
+        self.inner = inner
+        self.label = label
+        self.tap = tap
+        self.buf = b""
+        self.data: list[bytes] = []
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self.inner:
+            self.buf += chunk
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                line = line.rstrip(b"\r")
+                if not line:
+                    if self.data:
+                        self.tap.sse_event(self.label, b"\n".join(self.data).decode("utf-8", "replace"))
+                    self.data = []
+                elif line.startswith(b"data:"):
+                    d = line[5:]
+                    self.data.append(d[1:] if d.startswith(b" ") else d)
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 @contextlib.asynccontextmanager
-async def open_transport(kind: str, target: str) -> AsyncIterator[tuple[Any, Any]]:
+async def open_transport(kind: str, target: str, tap: HttpTap | None = None) -> AsyncIterator[tuple[Any, Any]]:
     if kind == "http":
         # trust_env=False: never route loopback traffic through an env proxy.
         http = httpx.AsyncClient(
             trust_env=False,
             follow_redirects=True,
             timeout=httpx.Timeout(10.0, read=60.0),
+            transport=tap,
         )
         async with http:
             async with streamable_http_client(target, http_client=http) as (read, write, _get_session_id):
@@ -986,7 +1107,7 @@ async def run_input_checks(
 
             # 2. the spec's next step: tasks/result; the request may come on its stream
             async def release_when_on_wire() -> None:
-                await wire.wait_until(lambda: bool(wire.since(mark, ELICIT)), STALL_S)
+                await wire.wait_until(lambda: bool(wire.since(mark, ELICIT)), INPUT_WAIT_S)
                 wire.release()
 
             res = await pending_result(tid, mark, (ELICIT,), release_when_on_wire)
@@ -998,7 +1119,7 @@ async def run_input_checks(
         expect(not res.isError, f"isError true: {txt!r}")
         expect(f"Deleted {fn_yes}" in txt, f"text {txt!r} lacks 'Deleted {fn_yes}'")
         expect(final.status == "completed", f"tasks/get after the result: status {final.status!r}")
-        return f"text={txt!r}; tasks/get: {' -> '.join(statuses + [final.status])}"
+        return f"text={txt!r}; tasks/get: {status_path(statuses, final.status)}"
 
     await r.check(
         "confirm_delete accept -> Deleted", c_confirm_accept, timeout=INPUT_CHECK_TIMEOUT_S, needs=("initialize",)
@@ -1026,7 +1147,9 @@ async def run_input_checks(
         expect("tid" in cd, "not run: no confirm_delete task was created")
         reqs = wire.since(cd["mark"], ELICIT)
         expect(bool(reqs), "no elicitation/create request reached the client")
-        expect(len(reqs) == 1, f"{len(reqs)} elicitation/create requests, want exactly one: {requests_seen(cd['mark'])}")
+        expect(
+            len(reqs) == 1, f"{len(reqs)} elicitation/create requests, want exactly one: {requests_seen(cd['mark'])}"
+        )
         q = reqs[0]
         problems = form_elicitation_problems(q["params"], cd["tid"], {"confirm": "boolean"})
         problems += sdk_handling_problems(q, ans, wire, logs)
@@ -1100,7 +1223,7 @@ async def run_input_checks(
         assert isinstance(first, types.TextContent)
         expect(first.text == haiku, f"content[0].text {first.text!r}, want the sampled text {haiku!r}")
         expect(final.status == "completed", f"tasks/get after the result: status {final.status!r}")
-        return f"content[0].text is the canned text; tasks/get: {' -> '.join(statuses + [final.status])}"
+        return f"content[0].text is the canned text; tasks/get: {status_path(statuses, final.status)}"
 
     await r.check("write_haiku result = sampled text", c_haiku, timeout=INPUT_CHECK_TIMEOUT_S, needs=("initialize",))
 
@@ -1190,7 +1313,10 @@ async def run_input_checks(
         return f"ids {held} asked for {asked}; tasks/get while both unanswered: {mi['status_while_held']}"
 
     await r.check(
-        "multi_input two elicitations outstanding at once", c_multi, timeout=INPUT_CHECK_TIMEOUT_S, needs=("initialize",)
+        "multi_input two elicitations outstanding at once",
+        c_multi,
+        timeout=INPUT_CHECK_TIMEOUT_S,
+        needs=("initialize",),
     )
 
     async def c_multi_result() -> str:
@@ -1206,6 +1332,32 @@ async def run_input_checks(
     await r.check("multi_input both answers in result", c_multi_result, needs=("initialize",))
 
 
+@contextlib.asynccontextmanager
+async def extra_session(
+    kind: str, target: str, wire: Wire, tap: HttpTap | None, r: Runner, what: str, **session_kw: Any
+) -> AsyncIterator[ClientSession]:
+    """A further connection (a further child process in stdio mode) with its own
+    ClientSession. A transport failure is reported as the check's failure (the
+    session itself only sees a cancellation)."""
+    stack = contextlib.AsyncExitStack()
+    failed: BaseException | None = None
+    try:
+        read, write = await stack.enter_async_context(open_transport(kind, target, tap))
+        read2, write2 = await stack.enter_async_context(wire.attach(read, write))
+        yield await stack.enter_async_context(ClientSession(read2, write2, **session_kw))
+    except BaseException as e:
+        failed = e
+        raise
+    finally:
+        try:
+            await stack.aclose()
+        except Exception as e:  # noqa: BLE001
+            if failed is None or isinstance(failed, CheckFailed):
+                r.note(f"error while closing the {what}: {describe_exc(e)}")
+            else:
+                raise CheckFailed(f"{what} failed: {describe_exc(e)}") from None
+
+
 async def run_nocap_check(kind: str, target: str, r: Runner, trace: TextIO | None) -> None:
     """A second session whose ClientSession has no elicitation/sampling callback, so
     the SDK declares neither capability: confirm_delete must end in an isError
@@ -1213,15 +1365,16 @@ async def run_nocap_check(kind: str, target: str, r: Runner, trace: TextIO | Non
 
     async def body() -> str:
         wire = Wire(trace, tag="[no-elicitation session] ")
-        stack = contextlib.AsyncExitStack()
-        try:
-            read, write = await stack.enter_async_context(open_transport(kind, target))
-            read2, write2 = await stack.enter_async_context(wire.attach(read, write))
-            s = await stack.enter_async_context(
-                ClientSession(
-                    read2, write2, client_info=types.Implementation(name="mcp-tasks-interop-python-nocap", version="0.1.0")
-                )
-            )
+        tap = HttpTap(wire) if kind == "http" else None
+        async with extra_session(
+            kind,
+            target,
+            wire,
+            tap,
+            r,
+            "no-elicitation session",
+            client_info=types.Implementation(name="mcp-tasks-interop-python-nocap", version="0.1.0"),
+        ) as s:
             await s.initialize()
             xp = s.experimental
             fn = f"interop-{uuid.uuid4().hex[:8]}-nocap.txt"
@@ -1238,27 +1391,99 @@ async def run_nocap_check(kind: str, target: str, r: Runner, trace: TextIO | Non
                     f" server requests: {'; '.join(map(show_request, wire.requests)) or 'none'}"
                 ) from None
             final = await xp.get_task(tid)
-        finally:
-            try:
-                await stack.aclose()
-            except Exception as e:  # noqa: BLE001
-                r.note(f"error while closing the no-elicitation session: {describe_exc(e)}")
         txt = text_of(res)
         sent = wire.since(0, ELICIT, SAMPLE)
-        expect(not sent, "the server sent a request the client has no capability for: " + "; ".join(map(show_request, sent)))
+        expect(
+            not sent,
+            "the server sent a request the client has no capability for: " + "; ".join(map(show_request, sent)),
+        )
         expect(res.isError is True, f"isError is {res.isError!r}; text {txt!r}")
         return f"text={txt!r}; task {final.status}"
 
     await r.check(NOCAP_CHECK, body, timeout=NOCAP_TIMEOUT_S)
 
 
-def print_observations(r: Runner, obs: Observed, logs: SdkLogCapture, wire: Wire) -> None:
+async def run_noget_check(kind: str, target: str, r: Runner, trace: TextIO | None) -> None:
+    """HTTP only: a session that opens no GET stream (the SDK's GET is answered 405
+    inside the client). The elicitation then has no stream to go on until the
+    client calls tasks/result; it must arrive on that call's SSE response, and the
+    result must follow on the same stream once the SDK has answered (by a POST)."""
+    if kind != "http":
+        r.record(NOGET_CHECK, True, "SKIP stdio has a single stream")
+        return
+
+    async def body() -> str:
+        tag = "[no-GET session] "
+        wire = Wire(trace, tag=tag)
+        tap = HttpTap(wire, refuse_get=True)
+        ans = Answerer()
+        ans.elicit = lambda p: types.ElicitResult(action="accept", content={"confirm": True})
+        fn = f"interop-{uuid.uuid4().hex[:8]}-noget.txt"
+        statuses: list[str] = []
+        async with extra_session(
+            kind,
+            target,
+            wire,
+            tap,
+            r,
+            "no-GET session",
+            elicitation_callback=ans.elicitation_callback,
+            client_info=types.Implementation(name="mcp-tasks-interop-python-noget", version="0.1.0"),
+        ) as s:
+            await s.initialize()
+            xp = s.experimental
+            tid = (await xp.call_tool_as_task("confirm_delete", {"filename": fn}, ttl=60_000)).task.taskId
+            t0 = time.monotonic()
+            async with contextlib.aclosing(xp.poll_task(tid)) as polls:
+                async for st in polls:
+                    if not statuses or statuses[-1] != st.status:
+                        statuses.append(st.status)
+                    if st.status == "input_required" or time.monotonic() - t0 > INPUT_WAIT_S:
+                        break
+            def seen() -> list[str]:
+                return [show_request(q) + f" via [{tap.via.get(q['id'], '?')}]" for q in wire.requests]
+
+            early = seen()
+            try:
+                with anyio.fail_after(STALL_S):
+                    res = await xp.get_task_result(tid, types.CallToolResult)
+            except TimeoutError:
+                r.abandoned += 1
+                st = await xp.get_task(tid)
+                raise CheckFailed(
+                    f"tasks/result still pending after {STALL_S:g} s; tasks/get says {st.status!r};"
+                    f" server requests: {'; '.join(seen()) or 'none'}"
+                ) from None
+            final = await xp.get_task(tid)
+        txt = text_of(res)
+        expect(tap.gets_refused > 0, "the SDK never tried to open a GET stream (nothing was refused)")
+        expect(not early, "a server request arrived before tasks/result was sent: " + "; ".join(early))
+        reqs = wire.since(0, ELICIT)
+        expect(len(reqs) == 1, f"{len(reqs)} elicitation/create requests, want one: {'; '.join(seen())}")
+        via = tap.via.get(reqs[0]["id"], "?")
+        expect(via.startswith("POST tasks/result"), f"elicitation/create came on [{via}], want the tasks/result stream")
+        expect(not res.isError, f"isError true: {txt!r}")
+        expect(f"Deleted {fn}" in txt, f"text {txt!r} lacks 'Deleted {fn}'")
+        expect(final.status == "completed", f"tasks/get after the result: status {final.status!r}")
+        path = status_path(statuses, final.status)
+        return f"elicitation/create id={reqs[0]['id']!r} came on [{via}]; tasks/get: {path}"
+
+    await r.check(NOGET_CHECK, body, timeout=NOCAP_TIMEOUT_S)
+
+
+def print_observations(r: Runner, obs: Observed, logs: SdkLogCapture, wire: Wire, tap: HttpTap | None) -> None:
     for q in wire.requests[:20]:
         a = wire.answers.get(q["id"])
-        how = "unanswered" if a is None else ("answered with error " + json.dumps(a["error"]) if "error" in a else "answered")
+        if a is None:
+            how = "unanswered"
+        else:
+            how = f"answered with error {json.dumps(a['error'])}" if "error" in a else "answered"
+            if q["id"] in wire.answer_http:
+                how += f" (POST -> HTTP {wire.answer_http[q['id']]})"
+        via = f" via [{tap.via.get(q['id'], '?')}]" if tap is not None else ""
         r.note(
             f"server request at {q['t']:.2f} s: {q['method']} id={q['id']!r}"
-            f" related-task={related_task_of(q['params'].get('_meta'))} {how}"
+            f" related-task={related_task_of(q['params'].get('_meta'))}{via} {how}"
         )
     if obs.progress:
         r.note(
@@ -1282,6 +1507,7 @@ async def main_async(kind: str, target: str, trace: TextIO | None) -> int:
     obs = Observed()
     logs = SdkLogCapture()
     wire = Wire(trace)
+    tap = HttpTap(wire) if kind == "http" else None
     ans = Answerer()
     logging.getLogger().addHandler(logs)
     r.note(f"mcp-tasks interop: official Python SDK mcp {pkg_version('mcp')}, transport={kind}, target={target}")
@@ -1290,7 +1516,7 @@ async def main_async(kind: str, target: str, trace: TextIO | None) -> int:
     failure: str | None = None
     try:
         with anyio.fail_after(OVERALL_TIMEOUT_S):
-            async with open_transport(kind, target) as (read, write):
+            async with open_transport(kind, target, tap) as (read, write):
                 async with wire.attach(read, write) as (read2, write2):
                     # The callbacks make the SDK declare the elicitation (form, url) and
                     # sampling capabilities at initialize.
@@ -1323,14 +1549,16 @@ async def main_async(kind: str, target: str, trace: TextIO | None) -> int:
             else:
                 r.record(name, False, f"not run: {fatal or 'session ended early'}")
 
-    # A second session (a second child process in stdio mode), without callbacks.
-    try:
-        await run_nocap_check(kind, target, r, trace)
-    except BaseException as e:  # noqa: BLE001
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        r.record(NOCAP_CHECK, False, f"session failed: {describe_exc(e)}")
-    print_observations(r, obs, logs, wire)
+    # A second session (a second child process in stdio mode), without callbacks,
+    # and a third one (HTTP only) that opens no GET stream.
+    for name, fn in ((NOCAP_CHECK, run_nocap_check), (NOGET_CHECK, run_noget_check)):
+        try:
+            await fn(kind, target, r, trace)
+        except BaseException as e:  # noqa: BLE001
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            r.record(name, False, f"session failed: {describe_exc(e)}")
+    print_observations(r, obs, logs, wire, tap)
 
     passed = sum(1 for ok, _ in r.results.values() if ok)
     failed = len(r.results) - passed

@@ -265,6 +265,9 @@ pub trait Ask {
         message: &str,
         requested_schema: Value,
     ) -> Result<Elicitation, InputError>;
+    /// Asks the user to complete an out-of-band interaction at `url` (URL-mode elicitation; only for
+    /// clients that declared `elicitation.url`). Resolves with the user's consent or refusal.
+    async fn elicit_url(&self, message: &str, url: &str) -> Result<Elicitation, InputError>;
     /// Asks the client's model for a completion (`params` as `sampling/createMessage` takes them);
     /// returns the `CreateMessageResult`.
     async fn sample(&self, params: Value) -> Result<Value, InputError>;
@@ -303,6 +306,17 @@ impl Ask for TaskContext {
     ) -> Result<Elicitation, InputError> {
         let params =
             json!({"mode": "form", "message": message, "requestedSchema": requested_schema});
+        let answer = client_answer(self.request_input("elicitation/create", params).await?)?;
+        parse_elicit_result(&answer)
+    }
+
+    async fn elicit_url(&self, message: &str, url: &str) -> Result<Elicitation, InputError> {
+        let params = json!({
+            "mode": "url",
+            "message": message,
+            "url": url,
+            "elicitationId": mcp_tasks_engine::random_id(),
+        });
         let answer = client_answer(self.request_input("elicitation/create", params).await?)?;
         parse_elicit_result(&answer)
     }

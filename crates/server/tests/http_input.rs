@@ -456,3 +456,53 @@ async fn inline_call_can_elicit_on_its_own_stream() {
     let r = reply(&mut stream).await;
     assert_eq!(r["result"]["content"][0]["text"], "answer true");
 }
+
+#[tokio::test]
+async fn url_mode_elicitation_goes_only_to_clients_that_declared_it() {
+    use mcp_tasks_server::tool::{handler_fn, text_result, Ask, Elicitation, Tool};
+    let sign_in = Tool::new(
+        "sign_in",
+        handler_fn(|ctx, _args| async move {
+            match ctx
+                .elicit_url("Sign in to continue", "https://example.invalid/login")
+                .await
+            {
+                Ok(Elicitation::Accept(_)) => text_result("signed in", false),
+                Ok(other) => text_result(format!("not signed in: {other:?}"), false),
+                Err(e) => text_result(format!("cannot ask: {e}"), true),
+            }
+        }),
+    )
+    .task_support(mcp_tasks_protocol::mcp_2025::TaskSupport::Required);
+    let s = start(vec![sign_in]).await;
+    let mut form_only = Client::connect_caps(&s.url, json!({"elicitation": {"form": {}}})).await;
+    let id = form_only.create_task("sign_in", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    form_only.wait_terminal(&id).await;
+    let r = form_only
+        .request("tasks/result", json!({"taskId": id}))
+        .await;
+    assert!(r.result()["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("URL-mode"));
+
+    let mut c = Client::connect_caps(&s.url, json!({"elicitation": {"form": {}, "url": {}}})).await;
+    let id = c.create_task("sign_in", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut stream = c
+        .stream_request("tasks/result", json!({"taskId": id}))
+        .await;
+    let req = next_request(&mut stream).await;
+    assert_eq!(req["params"]["mode"], "url");
+    assert!(req["params"]["elicitationId"].is_string());
+    c.respond(&req["id"], json!({"action": "accept"})).await;
+    assert_eq!(
+        reply(&mut stream).await["result"]["content"][0]["text"],
+        "signed in"
+    );
+}
