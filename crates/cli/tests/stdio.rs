@@ -100,7 +100,7 @@ async fn stdio_runs_the_whole_task_lifecycle() {
     c.send_raw(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
         .await;
     let tools = c.request("tools/list", json!({})).await;
-    assert_eq!(tools["result"]["tools"].as_array().unwrap().len(), 7);
+    assert_eq!(tools["result"]["tools"].as_array().unwrap().len(), 8);
 
     let created = c
         .request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 1.5}, "task": {}, "_meta": {"progressToken": "sp"}}))

@@ -194,8 +194,9 @@ pub struct Engine {
     input_guard: Option<InputGuard>,
 }
 
-/// Digest of a tool call, to tell a retry from different work under the same idempotency key.
-fn fingerprint(tool: &str, arguments: &Value) -> String {
+/// Digest of a tool call (tool name + canonical JSON of the arguments, so key order does not matter):
+/// tells a retry from different work under the same idempotency key, and binds state to one call.
+pub fn fingerprint(tool: &str, arguments: &Value) -> String {
     fn canonical(v: &Value, out: &mut String) {
         match v {
             Value::Object(m) => {

@@ -39,7 +39,8 @@ pub mod store;
 pub use clock::{format_rfc3339, now_ms};
 pub use context::{ContextSink, InputError, LogLevel, TaskContext};
 pub use engine::{
-    Engine, EngineBuilder, EngineConfig, EngineError, InputGuard, Submitted, TaskHandler,
+    fingerprint, Engine, EngineBuilder, EngineConfig, EngineError, InputGuard, Submitted,
+    TaskHandler,
 };
 pub use ids::random_id;
 pub use model::{InputRecord, InputResponse, NewTask, Outcome, TaskRecord, TaskStatus};

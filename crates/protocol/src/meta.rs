@@ -12,3 +12,18 @@ pub const IDEMPOTENCY_KEY: &str = "io.github.mcp-tasks/idempotency-key";
 pub const LEGACY_TASK_ID_KEY: &str = "taskId";
 /// The progress token of a request (`_meta.progressToken`).
 pub const PROGRESS_TOKEN: &str = "progressToken";
+
+/// 2026-07-28: the protocol version of a request (in its `_meta`).
+pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// 2026-07-28: the client's capabilities for this request (in its `_meta`).
+pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// 2026-07-28: the client's `Implementation` (in a request's `_meta`).
+pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+/// 2026-07-28: the minimum level of log messages for this request (in its `_meta`).
+pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+/// 2026-07-28: the server's `Implementation` (in a result's `_meta`).
+pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+/// 2026-07-28: the id of the `subscriptions/listen` request a notification belongs to.
+pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+/// The tasks extension identifier (SEP-2663).
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";

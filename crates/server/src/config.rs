@@ -24,6 +24,9 @@ pub struct ServerConfig {
     pub page_size: usize,
     /// API keys, anonymous access and per-principal limits.
     pub auth: crate::auth::AuthConfig,
+    /// Secret that signs 2026-07-28 `requestState` values. Give every replica the same one; without it a
+    /// random secret is used (states then do not survive a restart).
+    pub request_state_secret: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -38,6 +41,7 @@ impl Default for ServerConfig {
             sse_after: Duration::from_millis(250),
             page_size: 100,
             auth: crate::auth::AuthConfig::default(),
+            request_state_secret: None,
         }
     }
 }

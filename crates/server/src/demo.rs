@@ -17,6 +17,7 @@ pub fn tools() -> Vec<Tool> {
         confirm_delete(),
         write_haiku(),
         multi_input(),
+        test_tool_with_task(),
     ]
 }
 
@@ -208,4 +209,46 @@ pub fn multi_input() -> Tool {
     .description("Asks two questions at once (name and colour) and greets you. Task only.")
     .input_schema(json!({"type": "object", "properties": {}}))
     .task_support(TaskSupport::Required)
+}
+
+/// `test_tool_with_task {}`: asks for the user's name inside the call (before any task exists: in
+/// rounds on 2026-07-28, on the call's stream on 2025-11-25), then greets them from a task.
+pub fn test_tool_with_task() -> Tool {
+    let ask_name = handler_fn(|ctx, _args| async move {
+        let schema = json!({"type": "object", "properties": {"name": {"type": "string", "title": "Your name"}}, "required": ["name"]});
+        match ctx.elicit("What is your name?", schema).await {
+            Ok(Elicitation::Accept(c)) => match c.get("name").and_then(|v| v.as_str()) {
+                Some(name) => Outcome::Result {
+                    value: json!({"user_name": name}),
+                    is_error: false,
+                },
+                None => text_result("no name given", true),
+            },
+            Ok(other) => text_result(format!("no name given: {other:?}"), true),
+            Err(e) => text_result(format!("could not ask for a name: {e}"), true),
+        }
+    });
+    Tool::new(
+        "test_tool_with_task",
+        handler_fn(|ctx, args| async move {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(300)) => {}
+                _ = ctx.cancelled() => {}
+            }
+            let name = args
+                .get("user_name")
+                .and_then(|v| v.as_str())
+                .unwrap_or("stranger");
+            text_result(
+                format!("Hello, {name}! This greeting was made by a background task."),
+                false,
+            )
+        }),
+    )
+    .description(
+        "Asks for your name (before the task starts), then greets you from a task. Task only.",
+    )
+    .input_schema(json!({"type": "object", "properties": {}}))
+    .task_support(TaskSupport::Required)
+    .prepare(ask_name)
 }

@@ -305,6 +305,27 @@ async fn tools_call(
         )
         .await;
     }
+    // A tool may do a first step inside the call (asking for input on this call's stream) before
+    // its task is created; that step's result becomes the task's arguments.
+    let arguments = match (&tool.tool.prepare, &invalid) {
+        (Some(prepare), None) => {
+            let prepared = run_inline(
+                server,
+                session,
+                prepare.clone(),
+                arguments,
+                req_meta.clone(),
+                out.clone(),
+                cancel.clone(),
+            )
+            .await?;
+            if prepared.get("isError") == Some(&Value::Bool(true)) {
+                return Ok(prepared);
+            }
+            prepared
+        }
+        _ => arguments,
+    };
     let requested_ttl = match task_meta.and_then(|t| t.get("ttl")) {
         None | Some(Value::Null) => None,
         Some(v) => match v.as_f64() {

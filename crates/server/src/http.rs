@@ -20,6 +20,7 @@ use axum::routing::get;
 use futures::stream::{self, Stream, StreamExt};
 use mcp_tasks_protocol::jsonrpc::{parse_message, ErrorObject, Message, RequestId};
 use mcp_tasks_protocol::version;
+use serde_json::Value;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -212,6 +213,9 @@ async fn post(State(server): State<Arc<Server>>, headers: HeaderMap, body: Body)
             return error_response(StatusCode::BAD_REQUEST, rejected.id, rejected.error)
         }
     };
+    if is_stateless_message(&headers, &msg) {
+        return post_stateless(server, headers, msg).await;
+    }
     if let Message::Request(req) = &msg {
         if req.method == "initialize" {
             let principal = match principal_of(&server, &headers) {
@@ -264,24 +268,37 @@ async fn answer_request(
 ) -> Response {
     // Only calls that can run long or send related messages may become streams; the rest (tasks/get
     // above all: the client wants to poll) are always answered with plain JSON.
-    let may_stream = matches!(req.method.as_str(), "tools/call" | "tasks/result");
+    let may_stream = matches!(
+        req.method.as_str(),
+        "tools/call" | "tasks/result" | "subscriptions/listen"
+    );
     let (tx, mut rx) = mpsc::channel::<Message>(256);
+    let (status_tx, status_rx) = tokio::sync::oneshot::channel::<u16>();
     let worker = server.clone();
     let out = tx.clone();
     tokio::spawn(async move {
         if let Some(reply) = worker.handle_request(&peer, req, out).await {
-            let _ = tx.send(reply).await;
+            let _ = status_tx.send(reply.http_status);
+            let _ = tx.send(reply.message).await;
         }
     });
+    let json_reply = |m: Message, status_rx: tokio::sync::oneshot::Receiver<u16>| async move {
+        let status = status_rx
+            .await
+            .ok()
+            .and_then(|s| StatusCode::from_u16(s).ok())
+            .unwrap_or(StatusCode::OK);
+        json_response(status, &m)
+    };
     if !may_stream {
         return match rx.recv().await {
-            Some(m) => json_response(StatusCode::OK, &m),
+            Some(m) => json_reply(m, status_rx).await,
             None => sse(server.config().keep_alive, None, rx, true), // cancelled: a stream that ends
         };
     }
     let first = tokio::time::timeout(server.config().sse_after, rx.recv()).await;
     let first = match first {
-        Ok(Some(m)) if is_reply(&m) => return json_response(StatusCode::OK, &m),
+        Ok(Some(m)) if is_reply(&m) => return json_reply(m, status_rx).await,
         Ok(Some(m)) => Some(m),
         // Cancelled by the client: a request is answered with JSON or a stream, so send a stream that
         // ends without a reply.
@@ -289,6 +306,138 @@ async fn answer_request(
         Err(_) => None,
     };
     sse(server.config().keep_alive, first, rx, true)
+}
+
+/// Decodes an `Mcp-Name`-style header value, including the `=?base64?…?=` form for values that are
+/// not header-safe.
+fn header_text(v: &HeaderValue) -> Option<String> {
+    // Whitespace around a field value is not part of it (RFC 9110 §5.5).
+    let s = v.to_str().ok()?.trim();
+    if let Some(b64) = s
+        .strip_prefix("=?base64?")
+        .and_then(|r| r.strip_suffix("?="))
+    {
+        use base64::Engine as _;
+        let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+        return String::from_utf8(bytes).ok();
+    }
+    Some(s.to_string())
+}
+
+fn header_mismatch(msg: String) -> Response {
+    error_response(
+        StatusCode::BAD_REQUEST,
+        None,
+        ErrorObject::new(mcp_tasks_protocol::error_codes::HEADER_MISMATCH, msg),
+    )
+}
+
+/// Checks the 2026-07-28 routing headers against the body: `MCP-Protocol-Version`, `Mcp-Method`, and
+/// `Mcp-Name` for the methods that name a tool, prompt, resource or task.
+#[allow(clippy::result_large_err)]
+fn check_stateless_headers(
+    headers: &HeaderMap,
+    req: &mcp_tasks_protocol::jsonrpc::Request,
+) -> Result<(), Response> {
+    let declared = crate::era_2026::declared_version(req.params.as_ref()).unwrap_or("");
+    match headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok()) {
+        None => {
+            return Err(header_mismatch(
+                "missing MCP-Protocol-Version header".into(),
+            ))
+        }
+        Some(v) if v != declared => {
+            return Err(header_mismatch(format!(
+                "MCP-Protocol-Version header {v:?} does not match _meta protocolVersion {declared:?}"
+            )));
+        }
+        Some(_) => {}
+    }
+    match headers.get("mcp-method").and_then(header_text) {
+        None => {
+            return Err(header_mismatch(format!(
+                "missing Mcp-Method header (expected {:?})",
+                req.method
+            )))
+        }
+        Some(m) if m != req.method => {
+            return Err(header_mismatch(format!(
+                "Mcp-Method header {m:?} does not match the body's method {:?}",
+                req.method
+            )));
+        }
+        Some(_) => {}
+    }
+    let name_field = match req.method.as_str() {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    };
+    if let Some(field) = name_field {
+        let expected = req
+            .params
+            .as_ref()
+            .and_then(|p| p.get(field))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        match headers.get("mcp-name").map(header_text) {
+            None => {
+                return Err(header_mismatch(format!(
+                    "missing Mcp-Name header (expected params.{field} {expected:?})"
+                )))
+            }
+            Some(None) => return Err(header_mismatch("Mcp-Name header is not valid text".into())),
+            Some(Some(n)) if n != expected => {
+                return Err(header_mismatch(format!(
+                    "Mcp-Name header {n:?} does not match params.{field} {expected:?}"
+                )));
+            }
+            Some(Some(_)) => {}
+        }
+    }
+    Ok(())
+}
+
+/// A message of the stateless wire (2026-07-28): no session; headers checked against the body.
+async fn post_stateless(server: Arc<Server>, headers: HeaderMap, msg: Message) -> Response {
+    let principal = match principal_of(&server, &headers) {
+        Ok(p) => p,
+        Err(resp) => return resp,
+    };
+    let peer = Peer::new(principal);
+    match msg {
+        Message::Notification(n) => {
+            server.handle_notification(&peer, n).await;
+            StatusCode::ACCEPTED.into_response()
+        }
+        Message::Response(_) | Message::Error(_) => error_response(
+            StatusCode::BAD_REQUEST,
+            None,
+            ErrorObject::invalid_request(
+                "this server sends no requests on the 2026-07-28 wire, so it expects no responses",
+            ),
+        ),
+        Message::Request(req) => {
+            if let Err(resp) = check_stateless_headers(&headers, &req) {
+                return resp;
+            }
+            answer_request(server, peer, req).await
+        }
+    }
+}
+
+fn is_stateless_message(headers: &HeaderMap, msg: &Message) -> bool {
+    let params = match msg {
+        Message::Request(r) => r.params.as_ref(),
+        Message::Notification(n) => n.params.as_ref(),
+        _ => None,
+    };
+    crate::era_2026::is_stateless(params)
+        || headers
+            .get(VERSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| mcp_tasks_protocol::version::STATELESS_VERSIONS.contains(&v))
 }
 
 /// An SSE response from a channel; with `end_on_reply` it ends after the first reply.
@@ -316,7 +465,25 @@ fn sse(
         .into_response()
 }
 
+fn stateless_get_or_delete(headers: &HeaderMap) -> Option<Response> {
+    let v = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok())?;
+    mcp_tasks_protocol::version::STATELESS_VERSIONS
+        .contains(&v)
+        .then(|| {
+            error_response(
+                StatusCode::METHOD_NOT_ALLOWED,
+                None,
+                ErrorObject::invalid_request(
+                    "2026-07-28 has no GET stream or sessions: use subscriptions/listen",
+                ),
+            )
+        })
+}
+
 async fn get_stream(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
+    if let Some(r) = stateless_get_or_delete(&headers) {
+        return r;
+    }
     let accepts = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -354,6 +521,9 @@ async fn get_stream(State(server): State<Arc<Server>>, headers: HeaderMap) -> Re
 }
 
 async fn delete(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
+    if let Some(r) = stateless_get_or_delete(&headers) {
+        return r;
+    }
     // Only the principal that opened a session can end it; to anyone else it does not exist.
     let peer = match session_of(&server, &headers).await {
         Ok(p) => p,

@@ -22,8 +22,11 @@ pub mod auth;
 pub mod config;
 pub mod demo;
 mod era_2025;
+pub mod era_2026;
 pub mod http;
+mod mrtr;
 pub mod render_2025;
+pub mod render_2026;
 pub mod router;
 pub mod session;
 pub mod stdio;
@@ -105,6 +108,12 @@ impl ServerBuilder {
             tools: self.tools,
             authenticator: auth::Authenticator::new(self.config.auth.clone()),
             rate: auth::RateLimiter::default(),
+            signer: mrtr::StateSigner::new(
+                self.config
+                    .request_state_secret
+                    .as_deref()
+                    .map(str::as_bytes),
+            ),
             config: self.config,
             streams: Streams::default(),
             inflight: DashMap::new(),
@@ -130,6 +139,16 @@ pub struct Server {
         DashMap<String, tokio::sync::oneshot::Sender<mcp_tasks_engine::InputResponse>>,
     authenticator: auth::Authenticator,
     pub(crate) rate: auth::RateLimiter,
+    pub(crate) signer: mrtr::StateSigner,
+}
+
+/// A reply and the HTTP status it goes out with.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The JSON-RPC response or error.
+    pub message: Message,
+    /// 200, or what the wire era prescribes for this error (404 unknown method, 400 bad headers, …).
+    pub http_status: u16,
 }
 
 impl Server {
@@ -223,15 +242,16 @@ impl Server {
         era_2025::initialize(self, principal, params).await
     }
 
-    /// Handles one request and returns the reply, or `None` when the client cancelled the request with
-    /// `notifications/cancelled` (no reply is sent then). Messages related to the request (progress,
-    /// logs) go to `out` before the reply.
+    /// Handles one request of either wire era and returns the reply, or `None` when the client
+    /// cancelled it (with `notifications/cancelled`, or by closing the stream of a stateless request).
+    /// Messages related to the request (progress, logs, input requests) go to `out` before the reply.
     pub async fn handle_request(
         self: &Arc<Self>,
         peer: &Peer,
         req: Request,
         out: StreamSender,
-    ) -> Option<Message> {
+    ) -> Option<Reply> {
+        let stateless = era_2026::is_stateless(req.params.as_ref());
         let key = (
             peer.session
                 .as_ref()
@@ -242,12 +262,44 @@ impl Server {
         let cancel = CancellationToken::new();
         self.inflight.insert(key.clone(), cancel.clone());
         let id = req.id.clone();
+        let closed = out.clone();
+        let work = async {
+            if stateless {
+                let principal = auth::Principal {
+                    name: peer.principal.clone(),
+                    limits: peer.limits.clone(),
+                };
+                match era_2026::dispatch(self, &principal, req, out, cancel.clone()).await {
+                    Ok(v) => Reply {
+                        message: Message::response(id.clone(), v),
+                        http_status: 200,
+                    },
+                    Err(f) => Reply {
+                        message: Message::error(Some(id.clone()), f.error),
+                        http_status: f.http,
+                    },
+                }
+            } else {
+                let r = era_2025::dispatch(self, peer, req, out, cancel.clone()).await;
+                Reply {
+                    message: Message::reply(id.clone(), r),
+                    http_status: 200,
+                }
+            }
+        };
         let reply = tokio::select! {
-            r = era_2025::dispatch(self, peer, req, out, cancel.clone()) => Some(Message::reply(id, r)),
+            r = work => Some(r),
             _ = cancel.cancelled() => None,
+            // On the stateless wire, a client closing the request's stream cancels the request.
+            _ = closed.closed(), if stateless => { cancel.cancel(); None }
         };
         self.inflight.remove(&key);
         reply
+    }
+
+    /// Capabilities beyond tools and tasks that `server/discover` advertises.
+    pub(crate) fn capabilities_2026(&self) -> Option<serde_json::Value> {
+        None
     }
 
     /// Handles one notification from the client.

@@ -85,7 +85,7 @@ where
                 let tx = tx.clone();
                 tokio::spawn(async move {
                     if let Some(reply) = server.handle_request(&peer, req, tx.clone()).await {
-                        let _ = tx.send(reply).await;
+                        let _ = tx.send(reply.message).await;
                     }
                 });
             }

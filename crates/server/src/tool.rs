@@ -44,6 +44,9 @@ pub struct Tool {
     pub retry_on_restart: bool,
     /// The work.
     pub handler: Arc<dyn TaskHandler>,
+    /// Work done before a task is created, inside the call (it may ask for input there, in rounds on
+    /// 2026-07-28 or on the call's stream on 2025-11-25). Its result object becomes the task's arguments.
+    pub prepare: Option<Arc<dyn TaskHandler>>,
 }
 
 impl Tool {
@@ -59,6 +62,7 @@ impl Tool {
             task_support: TaskSupport::Forbidden,
             retry_on_restart: false,
             handler,
+            prepare: None,
         }
     }
     /// Sets the description.
@@ -89,6 +93,11 @@ impl Tool {
     /// Marks the tool safe to re-run after a crash.
     pub fn retry_on_restart(mut self, yes: bool) -> Self {
         self.retry_on_restart = yes;
+        self
+    }
+    /// Sets the step that runs before the task is created (see [`Tool::prepare`]).
+    pub fn prepare(mut self, h: Arc<dyn TaskHandler>) -> Self {
+        self.prepare = Some(h);
         self
     }
     /// Sets annotations.

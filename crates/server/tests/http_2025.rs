@@ -294,7 +294,8 @@ async fn tools_list_paginates_with_cursor() {
             "protocol_error_job",
             "confirm_delete",
             "write_haiku",
-            "multi_input"
+            "multi_input",
+            "test_tool_with_task"
         ]
     );
     assert_eq!(
