@@ -356,6 +356,37 @@ pub fn sse_reader(
     rx
 }
 
+/// Reads an SSE response incrementally, checking each message with `check`.
+pub fn sse_reader_with(
+    resp: reqwest::Response,
+    check: fn(&Value),
+) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut body = resp.bytes_stream();
+        let mut buf = String::new();
+        loop {
+            let chunk = tokio::select! {
+                c = body.next() => c,
+                _ = tx.closed() => return,
+            };
+            let Some(Ok(chunk)) = chunk else { return };
+            buf.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = buf.find("\n\n") {
+                let event = buf[..end].to_string();
+                buf.drain(..end + 2);
+                if let Some(v) = sse_data(&event) {
+                    check(&v);
+                    if tx.send(v).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    rx
+}
+
 /// Waits for the next message on a stream (bounded).
 pub async fn next_msg(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Value>) -> Value {
     tokio::time::timeout(Duration::from_secs(15), rx.recv())
