@@ -8,7 +8,7 @@ use mcp_tasks_engine::store::memory::MemoryStore;
 use mcp_tasks_engine::store::sqlite::SqliteStore;
 use mcp_tasks_engine::store::TaskStore;
 use mcp_tasks_engine::EngineConfig;
-use mcp_tasks_server::{demo, http, stdio, Server, ServerConfig};
+use mcp_tasks_server::{http, stdio, Server, ServerConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -61,7 +61,9 @@ struct ServeArgs {
     /// Serve one client on stdin/stdout instead of HTTP (logs go to stderr).
     #[arg(long)]
     stdio: bool,
-    /// Also register the built-in demo tools (greet, slow_compute, failing_job, protocol_error_job).
+    /// Also register the demo tools (greet, slow_compute, failing_job, protocol_error_job, confirm_delete,
+    /// write_haiku, multi_input, test_tool_with_task) and the conformance-suite fixtures (test_* tools,
+    /// test:// resources and a template, test_* prompts).
     #[arg(long)]
     demo: bool,
 }
@@ -159,9 +161,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
 
     let mut builder = Server::builder(store, engine, server_cfg);
     if args.demo {
-        for tool in demo::tools() {
-            builder = builder.tool(tool)?;
-        }
+        builder = builder.demo()?;
     }
     for spec in file.tools {
         builder = builder.tool(spec.into_tool())?;

@@ -71,6 +71,17 @@ pub trait ContextSink: Send + Sync {
             "this context cannot ask the client for input".into(),
         ))
     }
+    /// Like [`ContextSink::request_input`], naming the question `key` where the wire shows keys
+    /// (2026-07-28 rounds); sinks that make their own unique keys may ignore it.
+    async fn request_input_as(
+        &self,
+        key: &str,
+        method: &str,
+        params: Value,
+    ) -> Result<InputResponse, InputError> {
+        let _ = key;
+        self.request_input(method, params).await
+    }
 }
 
 /// Why a request for input got no answer.
@@ -148,6 +159,20 @@ impl TaskContext {
     ) -> Result<InputResponse, InputError> {
         tokio::select! {
             r = self.sink.request_input(method, params) => r,
+            _ = self.cancel.cancelled() => Err(InputError::Cancelled),
+        }
+    }
+
+    /// Like [`TaskContext::request_input`], naming the question `key` (shown as the `inputRequests` key
+    /// of a 2026-07-28 round; tasks use unique keys of their own).
+    pub async fn request_input_as(
+        &self,
+        key: &str,
+        method: &str,
+        params: Value,
+    ) -> Result<InputResponse, InputError> {
+        tokio::select! {
+            r = self.sink.request_input_as(key, method, params) => r,
             _ = self.cancel.cancelled() => Err(InputError::Cancelled),
         }
     }

@@ -79,6 +79,9 @@ pub(crate) async fn initialize(
         .await
         .map_err(internal)?;
     let mut caps = json!({"tools": {"listChanged": false}, "logging": {}});
+    if let Value::Object(c) = &mut caps {
+        c.extend(server.catalog_capabilities());
+    }
     if version::has_session_tasks(negotiated) {
         caps["tasks"] = json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}});
     }
@@ -141,6 +144,24 @@ pub(crate) async fn dispatch(
         "tools/list" => tools_list(server, &session, &req),
         "tools/call" => tools_call(server, peer, &session, &req, out, cancel).await,
         "logging/setLevel" => set_level(server, &session, &req).await,
+        "prompts/get" if prompt_handler(server, &req).is_some() => {
+            let handler = prompt_handler(server, &req).unwrap_or_else(|| unreachable_handler());
+            let args = req
+                .params
+                .as_ref()
+                .and_then(|p| p.get("arguments"))
+                .cloned()
+                .unwrap_or_else(|| json!({}));
+            let meta = req.params.as_ref().and_then(|p| p.get("_meta")).cloned();
+            run_inline(server, &session, handler, args, meta, out, cancel).await
+        }
+        "resources/list"
+        | "resources/templates/list"
+        | "resources/read"
+        | "prompts/list"
+        | "prompts/get"
+        | "completion/complete" => catalog_call(server, &req, false),
+        "resources/subscribe" | "resources/unsubscribe" => subscribe(server, &session, &req),
         "tasks/get" if tasks => tasks_get(server, peer, &session, &req).await,
         "tasks/result" if tasks => tasks_result(server, peer, &session, &req, out).await,
         "tasks/list" if tasks => tasks_list(server, peer, &session, &req).await,
@@ -893,4 +914,104 @@ pub(crate) async fn client_response(
 
 fn unknown_request(id: &RequestId) -> ErrorObject {
     ErrorObject::invalid_params(format!("no pending request of this server has id {id}"))
+}
+
+/// `resources/*`, `prompts/*` and `completion/complete`, shared by both wire eras. `stateless` picks the
+/// 2026-07-28 "resource not found" code (-32602) over the older -32002.
+pub(crate) fn catalog_call(
+    server: &Server,
+    req: &Request,
+    stateless: bool,
+) -> Result<Value, ErrorObject> {
+    use crate::catalog::CatalogError;
+    let params = params_object(req)?;
+    let cursor = match params.get("cursor") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(c)) => Some(c.as_str()),
+        Some(_) => {
+            return Err(ErrorObject::invalid_params(format!(
+                "{}: cursor must be a string",
+                req.method
+            )))
+        }
+    };
+    let size = server.config.page_size;
+    let c = &server.catalog;
+    let listed = |r: Result<Value, String>| {
+        r.map_err(|e| ErrorObject::invalid_params(format!("{}: {e}", req.method)))
+    };
+    let failed = |e: CatalogError| match e {
+        CatalogError::NotFound(m) if req.method == "resources/read" => {
+            let uri = params.get("uri").cloned().unwrap_or(Value::Null);
+            // 2026-07-28 (SEP-2164) uses invalid params; earlier revisions -32002.
+            let code = if stateless { -32602 } else { -32002 };
+            ErrorObject::new(code, m).with_data(json!({"uri": uri}))
+        }
+        CatalogError::NotFound(m) | CatalogError::Invalid(m) => ErrorObject::invalid_params(m),
+    };
+    match req.method.as_str() {
+        "resources/list" => listed(c.list_resources(cursor, size)),
+        "resources/templates/list" => listed(c.list_templates(cursor, size)),
+        "resources/read" => {
+            let uri = params.get("uri").and_then(Value::as_str).ok_or_else(|| {
+                ErrorObject::invalid_params("resources/read: missing string \"uri\"")
+            })?;
+            c.read(uri).map_err(failed)
+        }
+        "prompts/list" => listed(c.list_prompts(cursor, size)),
+        "prompts/get" => {
+            let name = params.get("name").and_then(Value::as_str).ok_or_else(|| {
+                ErrorObject::invalid_params("prompts/get: missing string \"name\"")
+            })?;
+            let args = params
+                .get("arguments")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            c.get_prompt(name, &args).map_err(failed)
+        }
+        "completion/complete" => {
+            let reference = params.get("ref").cloned().unwrap_or(Value::Null);
+            let arg = params.get("argument").cloned().unwrap_or(Value::Null);
+            let name = arg.get("name").and_then(Value::as_str).ok_or_else(|| {
+                ErrorObject::invalid_params("completion/complete: missing argument.name")
+            })?;
+            let value = arg.get("value").and_then(Value::as_str).unwrap_or("");
+            c.complete(&reference, name, value).map_err(failed)
+        }
+        m => Err(ErrorObject::method_not_found(m)),
+    }
+}
+
+fn subscribe(server: &Server, session: &Session, req: &Request) -> Result<Value, ErrorObject> {
+    let params = params_object(req)?;
+    let uri = params.get("uri").and_then(Value::as_str).ok_or_else(|| {
+        ErrorObject::invalid_params(format!("{}: missing string \"uri\"", req.method))
+    })?;
+    if !server.catalog.exists(uri) {
+        return Err(
+            ErrorObject::new(-32002, format!("Resource not found: {uri}"))
+                .with_data(json!({"uri": uri})),
+        );
+    }
+    let mut subs = server.subscriptions.entry(session.id.clone()).or_default();
+    if req.method == "resources/subscribe" {
+        subs.insert(uri.to_string());
+    } else {
+        subs.remove(uri);
+    }
+    Ok(json!({}))
+}
+
+/// The input-asking handler of the prompt a `prompts/get` names, if it has one.
+pub(crate) fn prompt_handler(
+    server: &Server,
+    req: &Request,
+) -> Option<Arc<dyn mcp_tasks_engine::TaskHandler>> {
+    let name = req.params.as_ref()?.get("name")?.as_str()?;
+    server.catalog.prompt(name)?.handler.clone()
+}
+
+fn unreachable_handler() -> Arc<dyn mcp_tasks_engine::TaskHandler> {
+    crate::tool::handler_fn(|_, _| async { Outcome::internal_error("prompt handler vanished") })
 }

@@ -216,6 +216,35 @@ pub(crate) async fn dispatch(
                 _ => return listen(server, principal, &req, &params, out).await,
             }
         }
+        "prompts/get" if crate::era_2025::prompt_handler(server, &req).is_some() => {
+            let handler = crate::era_2025::prompt_handler(server, &req)
+                .ok_or_else(|| internal("prompt handler vanished"))?;
+            let name = params.get("name").and_then(Value::as_str).unwrap_or("");
+            let args = params
+                .get("arguments")
+                .cloned()
+                .unwrap_or_else(|| json!({}));
+            let call = fingerprint(&format!("prompt:{name}"), &args);
+            let answers = answers_in_hand(server, principal, &call, &params)?;
+            match run_round(handler, args, answers, &rm, &out, cancel).await {
+                Round::Done(o) => outcome_to_result(o)?,
+                need => input_required(server, principal, &call, need),
+            }
+        }
+        "resources/list"
+        | "resources/templates/list"
+        | "resources/read"
+        | "prompts/list"
+        | "prompts/get"
+        | "completion/complete" => {
+            let mut r = crate::era_2025::catalog_call(server, &req, true)?;
+            if req.method != "completion/complete" && req.method != "prompts/get" {
+                // List and read results are cacheable on this wire.
+                r["ttlMs"] = json!(60_000);
+                r["cacheScope"] = json!("public");
+            }
+            r
+        }
         "tasks/result" | "tasks/list" => {
             return Err(ErrorObject::new(
                 error_codes::METHOD_NOT_FOUND,
@@ -435,6 +464,22 @@ async fn tools_call(
             )
         }
     };
+    if let Some(Value::Object(needed)) = &tool.tool.requires {
+        let missing = needed
+            .keys()
+            .any(|k| rm.caps.get(k).is_none_or(Value::is_null));
+        if missing {
+            return Err(ErrorObject::new(
+                error_codes::MISSING_REQUIRED_CLIENT_CAPABILITY,
+                format!(
+                    "Tool {name} needs client capabilities {} that this request did not declare",
+                    Value::Object(needed.clone())
+                ),
+            )
+            .with_data(json!({"requiredCapabilities": needed}))
+            .into());
+        }
+    }
     // The legacy `task` param is not an opt-in here: the server decides (it is ignored).
     let ext = declares_tasks(&rm.caps);
     let as_task = match tool.tool.task_support {
@@ -666,10 +711,23 @@ async fn listen(
         }
     }
     let mut events = server.engine.notifier().subscribe_all();
+    let mut resource_events = server.resource_events.subscribe();
     let mut ack = Map::new();
     // This server's tool, prompt and resource lists never change while it runs: nothing to promise there.
     if filter.contains_key("taskIds") {
         ack.insert("taskIds".into(), json!(accepted));
+    }
+    let uris: Vec<String> = filter
+        .get("resourceSubscriptions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|u| server.catalog.exists(u))
+        .map(String::from)
+        .collect();
+    if filter.contains_key("resourceSubscriptions") {
+        ack.insert("resourceSubscriptions".into(), json!(uris));
     }
     let ack = Message::notification(
         "notifications/subscriptions/acknowledged",
@@ -681,6 +739,15 @@ async fn listen(
     loop {
         let ev = tokio::select! {
             e = events.recv() => e,
+            Ok(uri) = resource_events.recv() => {
+                if uris.contains(&uri) {
+                    let n = Message::notification("notifications/resources/updated", json!({"uri": uri, "_meta": sub_meta}));
+                    if out.send(n).await.is_err() {
+                        return Err(ErrorObject::internal("client went away").into());
+                    }
+                }
+                continue;
+            }
             _ = out.closed() => return Err(ErrorObject::internal("client went away").into()),
         };
         let ev = match ev {

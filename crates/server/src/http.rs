@@ -336,22 +336,29 @@ fn header_mismatch(msg: String) -> Response {
 /// `Mcp-Name` for the methods that name a tool, prompt, resource or task.
 #[allow(clippy::result_large_err)]
 fn check_stateless_headers(
+    server: &Server,
     headers: &HeaderMap,
     req: &mcp_tasks_protocol::jsonrpc::Request,
 ) -> Result<(), Response> {
-    let declared = crate::era_2026::declared_version(req.params.as_ref()).unwrap_or("");
-    match headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok()) {
-        None => {
-            return Err(header_mismatch(
-                "missing MCP-Protocol-Version header".into(),
-            ))
+    // A body that declares no version is reported as malformed `_meta` (-32602) by the dispatcher.
+    if let Some(declared) = crate::era_2026::declared_version(req.params.as_ref()) {
+        match headers
+            .get(VERSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+        {
+            None => {
+                return Err(header_mismatch(
+                    "missing MCP-Protocol-Version header".into(),
+                ))
+            }
+            Some(v) if v != declared => {
+                return Err(header_mismatch(format!(
+                    "MCP-Protocol-Version header {v:?} does not match _meta protocolVersion {declared:?}"
+                )));
+            }
+            Some(_) => {}
         }
-        Some(v) if v != declared => {
-            return Err(header_mismatch(format!(
-                "MCP-Protocol-Version header {v:?} does not match _meta protocolVersion {declared:?}"
-            )));
-        }
-        Some(_) => {}
     }
     match headers.get("mcp-method").and_then(header_text) {
         None => {
@@ -396,7 +403,83 @@ fn check_stateless_headers(
             Some(Some(_)) => {}
         }
     }
+    if req.method == "tools/call" {
+        check_param_headers(server, headers, req)?;
+    }
     Ok(())
+}
+
+/// Arguments a tool marks with `x-mcp-header` are mirrored in `Mcp-Param-<Name>` headers; each must be
+/// present when the argument is, and equal to it (after base64 decoding).
+#[allow(clippy::result_large_err)]
+fn check_param_headers(
+    server: &Server,
+    headers: &HeaderMap,
+    req: &mcp_tasks_protocol::jsonrpc::Request,
+) -> Result<(), Response> {
+    let params = req.params.as_ref();
+    let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+        return Ok(());
+    };
+    let Some(tool) = server.tools().get(name) else {
+        return Ok(());
+    };
+    let Some(props) = tool
+        .tool
+        .input_schema
+        .get("properties")
+        .and_then(Value::as_object)
+    else {
+        return Ok(());
+    };
+    let args = params.and_then(|p| p.get("arguments"));
+    for (arg, schema) in props {
+        let Some(header) = schema.get("x-mcp-header").and_then(Value::as_str) else {
+            continue;
+        };
+        let value = match args.and_then(|a| a.get(arg)) {
+            None | Some(Value::Null) => continue,
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Bool(b)) => b.to_string(),
+            Some(other) => other.to_string(),
+        };
+        let hname = format!("mcp-param-{}", header.to_ascii_lowercase());
+        let Some(raw) = headers.get(hname.as_str()) else {
+            return Err(header_mismatch(format!(
+                "missing Mcp-Param-{header} header for argument {arg:?}"
+            )));
+        };
+        match strict_header_value(raw) {
+            Some(v) if v == value => {}
+            Some(v) => {
+                return Err(header_mismatch(format!(
+                    "Mcp-Param-{header} header {v:?} does not match argument {arg:?}"
+                )));
+            }
+            None => {
+                return Err(header_mismatch(format!(
+                    "Mcp-Param-{header} header is not valid (bad base64 or characters)"
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A header value that must decode exactly: `=?base64?…?=` must be canonical padded base64 of UTF-8.
+fn strict_header_value(v: &HeaderValue) -> Option<String> {
+    let s = v.to_str().ok()?.trim();
+    match s
+        .strip_prefix("=?base64?")
+        .and_then(|r| r.strip_suffix("?="))
+    {
+        Some(b64) => {
+            use base64::Engine as _;
+            let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+            String::from_utf8(bytes).ok()
+        }
+        None => Some(s.to_string()),
+    }
 }
 
 /// A message of the stateless wire (2026-07-28): no session; headers checked against the body.
@@ -405,7 +488,8 @@ async fn post_stateless(server: Arc<Server>, headers: HeaderMap, msg: Message) -
         Ok(p) => p,
         Err(resp) => return resp,
     };
-    let peer = Peer::new(principal);
+    let mut peer = Peer::new(principal);
+    peer.stateless = true;
     match msg {
         Message::Notification(n) => {
             server.handle_notification(&peer, n).await;
@@ -419,7 +503,7 @@ async fn post_stateless(server: Arc<Server>, headers: HeaderMap, msg: Message) -
             ),
         ),
         Message::Request(req) => {
-            if let Err(resp) = check_stateless_headers(&headers, &req) {
+            if let Err(resp) = check_stateless_headers(&server, &headers, &req) {
                 return resp;
             }
             answer_request(server, peer, req).await

@@ -19,10 +19,12 @@
 //! ```
 
 pub mod auth;
+pub mod catalog;
 pub mod config;
 pub mod demo;
 mod era_2025;
 pub mod era_2026;
+pub mod fixtures;
 pub mod http;
 mod mrtr;
 pub mod render_2025;
@@ -60,6 +62,8 @@ pub struct Peer {
     pub limits: auth::Limits,
     /// The session, once initialized.
     pub session: Option<Arc<Session>>,
+    /// Whether the request came on the stateless (2026-07-28) wire, as the transport decided.
+    pub stateless: bool,
 }
 
 impl Peer {
@@ -69,6 +73,7 @@ impl Peer {
             principal: principal.name,
             limits: principal.limits,
             session: None,
+            stateless: false,
         }
     }
 }
@@ -87,9 +92,40 @@ pub struct ServerBuilder {
     store: Arc<dyn TaskStore>,
     tools: ToolRegistry,
     config: ServerConfig,
+    catalog: catalog::Catalog,
 }
 
 impl ServerBuilder {
+    /// Adds a resource.
+    pub fn resource(mut self, r: catalog::Resource) -> Self {
+        self.catalog.resources.push(r);
+        self
+    }
+    /// Adds a resource template.
+    pub fn resource_template(mut self, t: catalog::ResourceTemplate) -> Self {
+        self.catalog.templates.push(t);
+        self
+    }
+    /// Adds the demo tools, the conformance fixtures (tools, resources, prompts) and the task demos.
+    pub fn demo(mut self) -> Result<Self, tool::ToolError> {
+        for t in fixtures::core_tools()
+            .into_iter()
+            .chain(fixtures::stateless_tools())
+            .chain(demo::tools())
+        {
+            self = self.tool(t)?;
+        }
+        let (resources, templates) = fixtures::resources();
+        self.catalog.resources.extend(resources);
+        self.catalog.templates.extend(templates);
+        self.catalog.prompts.extend(fixtures::prompts());
+        Ok(self)
+    }
+    /// Adds a prompt.
+    pub fn prompt(mut self, p: catalog::Prompt) -> Self {
+        self.catalog.prompts.push(p);
+        self
+    }
     /// Adds a tool.
     pub fn tool(mut self, tool: Tool) -> Result<Self, tool::ToolError> {
         self.engine = self.engine.handler(
@@ -106,6 +142,9 @@ impl ServerBuilder {
             engine: self.engine.input_guard(era_2025::input_guard()).build(),
             sessions: Sessions::new(self.store),
             tools: self.tools,
+            catalog: self.catalog,
+            subscriptions: DashMap::new(),
+            resource_events: tokio::sync::broadcast::channel(256).0,
             authenticator: auth::Authenticator::new(self.config.auth.clone()),
             rate: auth::RateLimiter::default(),
             signer: mrtr::StateSigner::new(
@@ -128,6 +167,11 @@ pub struct Server {
     engine: Arc<Engine>,
     sessions: Sessions,
     tools: ToolRegistry,
+    pub(crate) catalog: catalog::Catalog,
+    /// Resource subscriptions of 2025 sessions on this node: session → URIs.
+    pub(crate) subscriptions: DashMap<String, std::collections::HashSet<String>>,
+    /// Resource changes, for 2026-07-28 `subscriptions/listen` streams.
+    pub(crate) resource_events: tokio::sync::broadcast::Sender<String>,
     config: ServerConfig,
     streams: Streams,
     inflight: DashMap<(String, RequestId), CancellationToken>,
@@ -163,6 +207,7 @@ impl Server {
             store,
             tools: ToolRegistry::default(),
             config,
+            catalog: catalog::Catalog::default(),
         }
     }
 
@@ -251,7 +296,7 @@ impl Server {
         req: Request,
         out: StreamSender,
     ) -> Option<Reply> {
-        let stateless = era_2026::is_stateless(req.params.as_ref());
+        let stateless = peer.stateless || era_2026::is_stateless(req.params.as_ref());
         let key = (
             peer.session
                 .as_ref()
@@ -297,9 +342,44 @@ impl Server {
         reply
     }
 
+    /// Capabilities beyond tools and tasks (resources, prompts, completions, logging).
+    pub(crate) fn catalog_capabilities(&self) -> serde_json::Map<String, serde_json::Value> {
+        use serde_json::json;
+        let mut m = serde_json::Map::new();
+        if self.catalog.has_resources() {
+            m.insert(
+                "resources".into(),
+                json!({"subscribe": true, "listChanged": false}),
+            );
+        }
+        if self.catalog.has_prompts() {
+            m.insert("prompts".into(), json!({"listChanged": false}));
+        }
+        if self.catalog.has_resources() || self.catalog.has_prompts() {
+            m.insert("completions".into(), json!({}));
+        }
+        m
+    }
+
     /// Capabilities beyond tools and tasks that `server/discover` advertises.
     pub(crate) fn capabilities_2026(&self) -> Option<serde_json::Value> {
-        None
+        let mut m = self.catalog_capabilities();
+        m.insert("logging".into(), serde_json::json!({}));
+        Some(serde_json::Value::Object(m))
+    }
+
+    /// Tells subscribed clients that a resource changed (`notifications/resources/updated`).
+    pub fn resource_updated(&self, uri: &str) {
+        let _ = self.resource_events.send(uri.to_string());
+        for entry in self.subscriptions.iter() {
+            if entry.value().contains(uri) {
+                let msg = Message::notification(
+                    "notifications/resources/updated",
+                    serde_json::json!({"uri": uri}),
+                );
+                self.streams.deliver(entry.key(), "", vec![msg], false);
+            }
+        }
     }
 
     /// Handles one notification from the client.

@@ -222,10 +222,24 @@ impl ContextSink for RoundSink {
             asked.next += 1;
             format!("r{}", asked.next)
         };
-        if let Some(answer) = self.answers.get(&key) {
-            return Ok(InputResponse::Result {
-                value: answer.clone(),
-            });
+        self.request_input_as(&key, method, params).await
+    }
+
+    async fn request_input_as(
+        &self,
+        key: &str,
+        method: &str,
+        params: Value,
+    ) -> Result<InputResponse, InputError> {
+        if let Some(answer) = self.answers.get(key) {
+            // An answer of the wrong shape counts as no answer: the question is asked again.
+            let usable =
+                method != "elicitation/create" || crate::tool::parse_elicit_result(answer).is_ok();
+            if usable {
+                return Ok(InputResponse::Result {
+                    value: answer.clone(),
+                });
+            }
         }
         crate::era_2025::check_capability(&self.caps, method, &params)
             .map_err(InputError::Unsupported)?;
@@ -233,7 +247,7 @@ impl ContextSink for RoundSink {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .missing
-            .push((key, method.to_string(), params));
+            .push((key.to_string(), method.to_string(), params));
         self.blocked.notify_one();
         // The round ends here: the runner stops this handler and returns the questions.
         std::future::pending().await

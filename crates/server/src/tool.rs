@@ -44,6 +44,9 @@ pub struct Tool {
     pub retry_on_restart: bool,
     /// The work.
     pub handler: Arc<dyn TaskHandler>,
+    /// Client capabilities the tool cannot work without (e.g. `{"sampling": {}}`): on 2026-07-28 a call
+    /// from a client that did not declare them gets -32021 naming them.
+    pub requires: Option<Value>,
     /// Work done before a task is created, inside the call (it may ask for input there, in rounds on
     /// 2026-07-28 or on the call's stream on 2025-11-25). Its result object becomes the task's arguments.
     pub prepare: Option<Arc<dyn TaskHandler>>,
@@ -62,6 +65,7 @@ impl Tool {
             task_support: TaskSupport::Forbidden,
             retry_on_restart: false,
             handler,
+            requires: None,
             prepare: None,
         }
     }
@@ -98,6 +102,11 @@ impl Tool {
     /// Sets the step that runs before the task is created (see [`Tool::prepare`]).
     pub fn prepare(mut self, h: Arc<dyn TaskHandler>) -> Self {
         self.prepare = Some(h);
+        self
+    }
+    /// Sets the client capabilities the tool needs (see [`Tool::requires`]).
+    pub fn requires(mut self, capabilities: Value) -> Self {
+        self.requires = Some(capabilities);
         self
     }
     /// Sets annotations.
@@ -280,6 +289,17 @@ pub trait Ask {
     /// Asks the client's model for a completion (`params` as `sampling/createMessage` takes them);
     /// returns the `CreateMessageResult`.
     async fn sample(&self, params: Value) -> Result<Value, InputError>;
+    /// [`Ask::elicit`] with a question key (the `inputRequests` key of a 2026-07-28 round).
+    async fn elicit_as(
+        &self,
+        key: &str,
+        message: &str,
+        requested_schema: Value,
+    ) -> Result<Elicitation, InputError>;
+    /// [`Ask::sample`] with a question key.
+    async fn sample_as(&self, key: &str, params: Value) -> Result<Value, InputError>;
+    /// Asks the client for its roots (`roots/list`) under a question key; returns the `ListRootsResult`.
+    async fn list_roots_as(&self, key: &str) -> Result<Value, InputError>;
 }
 
 fn client_answer(r: InputResponse) -> Result<Value, InputError> {
@@ -328,6 +348,44 @@ impl Ask for TaskContext {
         });
         let answer = client_answer(self.request_input("elicitation/create", params).await?)?;
         parse_elicit_result(&answer)
+    }
+
+    async fn elicit_as(
+        &self,
+        key: &str,
+        message: &str,
+        requested_schema: Value,
+    ) -> Result<Elicitation, InputError> {
+        let params =
+            json!({"mode": "form", "message": message, "requestedSchema": requested_schema});
+        let answer = client_answer(
+            self.request_input_as(key, "elicitation/create", params)
+                .await?,
+        )?;
+        parse_elicit_result(&answer)
+    }
+
+    async fn sample_as(&self, key: &str, params: Value) -> Result<Value, InputError> {
+        let answer = client_answer(
+            self.request_input_as(key, "sampling/createMessage", params)
+                .await?,
+        )?;
+        if answer.get("content").is_none() {
+            return Err(InputError::Malformed(format!(
+                "expected a CreateMessageResult with content, got {answer}"
+            )));
+        }
+        Ok(answer)
+    }
+
+    async fn list_roots_as(&self, key: &str) -> Result<Value, InputError> {
+        let answer = client_answer(self.request_input_as(key, "roots/list", json!({})).await?)?;
+        if !answer.get("roots").is_some_and(Value::is_array) {
+            return Err(InputError::Malformed(format!(
+                "expected a ListRootsResult with roots, got {answer}"
+            )));
+        }
+        Ok(answer)
     }
 
     async fn sample(&self, params: Value) -> Result<Value, InputError> {
