@@ -2,6 +2,7 @@
 # Runs every test of mcp-tasks. Installs what the interop tests need first (pinned versions):
 #   - interop/ts: the official TypeScript SDK v1 client (npm ci from package-lock.json)
 #   - interop/python: the official Python SDK v1 client (a venv from requirements.txt)
+#   - conformance: the official MCP conformance suite and Node 22 to run it (npm ci)
 # then runs the Rust test suites (unit, property, HTTP/stdio integration, crash, interop) and doc tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,15 @@ ts_stamp=$(stamp interop/ts/package-lock.json)
 if [ "$(cat interop/ts/node_modules/.mcp-tasks-stamp 2>/dev/null)" != "$ts_stamp" ]; then
   npm ci --prefix interop/ts --no-audit --no-fund --loglevel=error
   echo "$ts_stamp" > interop/ts/node_modules/.mcp-tasks-stamp
+else
+  echo "    up to date"
+fi
+
+echo "==> conformance: npm ci (official MCP conformance suite + Node 22)"
+cf_stamp=$(stamp conformance/package-lock.json)
+if [ "$(cat conformance/node_modules/.mcp-tasks-stamp 2>/dev/null)" != "$cf_stamp" ]; then
+  npm ci --prefix conformance --no-audit --no-fund --loglevel=error
+  echo "$cf_stamp" > conformance/node_modules/.mcp-tasks-stamp
 else
   echo "    up to date"
 fi
