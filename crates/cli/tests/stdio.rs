@@ -289,3 +289,42 @@ async fn stdio_elicitation_round_trip() {
         .unwrap()
         .starts_with("Deleted x.log"));
 }
+
+#[tokio::test]
+async fn stdio_serves_the_2026_wire_without_initialize() {
+    let mut c = StdioClient::spawn().await;
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+    });
+    let send = |id: i64, method: &str, mut params: Value| {
+        params["_meta"] = meta.clone();
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+    };
+    let mut ask = async |c: &mut StdioClient, id: i64, method: &str, params: Value| {
+        c.send_raw(&send(id, method, params)).await;
+        loop {
+            let m = c.next_message().await;
+            if m["id"] == json!(id) {
+                support::schema::check_reply_2026(method, &m);
+                return m;
+            }
+        }
+    };
+    let d = ask(&mut c, 1, "server/discover", json!({})).await;
+    assert!(d["result"]["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"].is_object());
+    let created = ask(&mut c, 2, "tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 0.3}})).await;
+    assert_eq!(created["result"]["resultType"], "task");
+    let id = created["result"]["taskId"].as_str().unwrap().to_string();
+    let mut n = 3;
+    loop {
+        let t = ask(&mut c, n, "tasks/get", json!({"taskId": id})).await;
+        n += 1;
+        if t["result"]["status"] == "completed" {
+            assert!(t["result"]["result"]["content"].is_array());
+            break;
+        }
+        assert!(n < 100, "task did not finish");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
