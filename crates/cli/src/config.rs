@@ -115,6 +115,9 @@ pub struct ServerSection {
     pub keep_alive_secs: Option<u64>,
     /// `instructions` sent to clients at initialize.
     pub instructions: Option<String>,
+    /// Secret that signs 2026-07-28 `requestState` values (give all replicas the same one; default:
+    /// random per process).
+    pub request_state_secret: Option<String>,
 }
 
 /// `[tasks]`: task retention and execution settings.

@@ -150,6 +150,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         server_cfg.keep_alive = Duration::from_secs(v.max(1));
     }
     server_cfg.instructions = s.instructions.clone();
+    server_cfg.request_state_secret = s.request_state_secret.clone();
     server_cfg.auth = file.auth.to_config()?;
     if !server_cfg.auth.keys.is_empty() {
         tracing::info!(
