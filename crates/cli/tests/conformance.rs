@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{ServerProcess, repo_root};
+use common::{repo_root, ServerProcess};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -33,9 +33,16 @@ fn run_suite(args: &[&str]) {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     // The summary is what a reader needs; the per-check lines are in the -o folder.
-    let summary: Vec<&str> = stdout.lines().filter(|l| l.contains("passed") || l.contains("✗") || l.contains("FAIL")).collect();
+    let summary: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("passed") || l.contains("✗") || l.contains("FAIL"))
+        .collect();
     println!("{}", summary.join("\n"));
-    assert!(output.status.success(), "conformance {args:?} failed ({}):\n{stdout}\n{stderr}", output.status);
+    assert!(
+        output.status.success(),
+        "conformance {args:?} failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
 }
 
 #[test]

@@ -301,7 +301,7 @@ async fn stdio_serves_the_2026_wire_without_initialize() {
         params["_meta"] = meta.clone();
         json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
     };
-    let mut ask = async |c: &mut StdioClient, id: i64, method: &str, params: Value| {
+    let ask = async |c: &mut StdioClient, id: i64, method: &str, params: Value| {
         c.send_raw(&send(id, method, params)).await;
         loop {
             let m = c.next_message().await;
@@ -313,7 +313,13 @@ async fn stdio_serves_the_2026_wire_without_initialize() {
     };
     let d = ask(&mut c, 1, "server/discover", json!({})).await;
     assert!(d["result"]["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"].is_object());
-    let created = ask(&mut c, 2, "tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 0.3}})).await;
+    let created = ask(
+        &mut c,
+        2,
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 0.3}}),
+    )
+    .await;
     assert_eq!(created["result"]["resultType"], "task");
     let id = created["result"]["taskId"].as_str().unwrap().to_string();
     let mut n = 3;

@@ -19,6 +19,32 @@ use crate::router::StreamSender;
 use crate::session::{Session, SessionData};
 use crate::{Peer, Server, ANONYMOUS};
 
+/// `notifications/progress` params.
+pub(crate) fn progress_params(
+    token: &Value,
+    progress: f64,
+    total: Option<f64>,
+    message: Option<String>,
+) -> Value {
+    let mut p = json!({"progressToken": token, "progress": progress});
+    if let Some(t) = total {
+        p["total"] = json!(t);
+    }
+    if let Some(m) = message {
+        p["message"] = json!(m);
+    }
+    p
+}
+
+/// `notifications/message` params.
+pub(crate) fn log_params(level: LogLevel, logger: Option<String>, data: Value) -> Value {
+    let mut p = json!({"level": level.as_str(), "data": data});
+    if let Some(l) = logger {
+        p["logger"] = json!(l);
+    }
+    p
+}
+
 /// The era label stored on tasks created through this wire.
 pub(crate) const ERA: &str = version::V2025_11_25;
 
@@ -397,35 +423,9 @@ async fn tools_call(
     };
     // A caller that asked for a task gets one, even when the arguments are wrong: it finishes at once
     // with the validation message as its (failed) result.
-    let submitted = match invalid {
-        Some(result) => {
-            server
-                .engine
-                .submit_finished(
-                    new,
-                    Outcome::Result {
-                        value: result,
-                        is_error: true,
-                    },
-                )
-                .await
-        }
-        None => server.engine.submit(new).await,
-    };
-    let submitted = submitted.map_err(|e| match e {
-        EngineError::Store(StoreError::IdempotencyConflict { .. }) => ErrorObject::invalid_params(format!(
-            "Idempotency key {:?} was already used for a different call; use a new key for new work",
-            client_key.clone().unwrap_or_default()
-        )),
-        EngineError::Store(StoreError::TooManyActive { active, max }) => ErrorObject::new(
-            error_codes::TOO_MANY_TASKS,
-            format!("Too many unfinished tasks: {active} running, the limit is {max}; wait for one to finish or cancel one"),
-        )
-        .with_data(json!({"running": active, "limit": max})),
-        EngineError::Store(e) => internal(e),
-        other => ErrorObject::internal(other.to_string()),
-    })?;
-    let rec = submitted.record;
+    let rec = server
+        .submit_task(new, invalid, client_key.as_deref())
+        .await?;
     let mut result_meta = Map::new();
     result_meta.insert(
         meta::MODEL_IMMEDIATE_RESPONSE.into(),
@@ -496,13 +496,7 @@ impl ContextSink for InlineSink {
             }
             *last = Some(progress);
         }
-        let mut p = json!({"progressToken": token, "progress": progress});
-        if let Some(t) = total {
-            p["total"] = json!(t);
-        }
-        if let Some(m) = message {
-            p["message"] = json!(m);
-        }
+        let p = progress_params(token, progress, total, message);
         let _ = self
             .out
             .send(Message::notification("notifications/progress", p))
@@ -541,10 +535,7 @@ impl ContextSink for InlineSink {
         if level < self.session.log_level() {
             return;
         }
-        let mut p = json!({"level": level.as_str(), "data": data});
-        if let Some(l) = logger {
-            p["logger"] = json!(l);
-        }
+        let p = log_params(level, logger, data);
         let _ = self
             .out
             .send(Message::notification("notifications/message", p))
@@ -766,10 +757,8 @@ pub(crate) fn notifications_for(event: &TaskEvent, session: Option<&Session>) ->
             if session.is_some_and(|s| *level < s.log_level()) {
                 return Vec::new();
             }
-            let mut p = json!({"level": level.as_str(), "data": data, "_meta": render_2025::related_meta(&task.id)});
-            if let Some(l) = logger {
-                p["logger"] = json!(l);
-            }
+            let mut p = log_params(*level, logger.clone(), data.clone());
+            p["_meta"] = Value::Object(render_2025::related_meta(&task.id));
             vec![Message::notification("notifications/message", p)]
         }
     }

@@ -3,7 +3,7 @@
 //! multi-round-trip input for plain calls, and server-directed tasks read with `tasks/get` and fed
 //! with `tasks/update`.
 
-use mcp_tasks_engine::store::{ActiveLimit, Lookup, StoreError};
+use mcp_tasks_engine::store::{ActiveLimit, Lookup};
 use mcp_tasks_engine::{
     fingerprint, EngineError, InputResponse, LogLevel, NewTask, Outcome, TaskContext, TaskEvent,
     TaskRecord,
@@ -541,33 +541,7 @@ async fn tools_call(
             session: None,
         }),
     };
-    let submitted = match invalid {
-        Some(r) => {
-            server
-                .engine
-                .submit_finished(
-                    new,
-                    Outcome::Result {
-                        value: r,
-                        is_error: true,
-                    },
-                )
-                .await
-        }
-        None => server.engine.submit(new).await,
-    };
-    let rec = submitted
-        .map_err(|e| match e {
-            EngineError::Store(StoreError::TooManyActive { active, max }) => Failure::from(
-                ErrorObject::new(
-                    error_codes::TOO_MANY_TASKS,
-                    format!("Too many unfinished tasks: {active} running, the limit is {max}; wait for one to finish or cancel one"),
-                )
-                .with_data(json!({"running": active, "limit": max})),
-            ),
-            other => internal(other),
-        })?
-        .record;
+    let rec = server.submit_task(new, invalid, None).await?;
     Ok(Value::Object(render_2026::create_result(&rec)))
 }
 

@@ -342,6 +342,47 @@ impl Server {
         reply
     }
 
+    /// Creates a task for a call (both eras): started, or — when the arguments were invalid — finished
+    /// at once with the validation message as its tool-error result. Errors say what to do.
+    pub(crate) async fn submit_task(
+        &self,
+        new: mcp_tasks_engine::NewTask,
+        invalid: Option<serde_json::Value>,
+        client_key: Option<&str>,
+    ) -> Result<mcp_tasks_engine::TaskRecord, ErrorObject> {
+        use mcp_tasks_engine::store::StoreError;
+        use mcp_tasks_engine::{EngineError, Outcome};
+        let submitted = match invalid {
+            Some(value) => {
+                self.engine
+                    .submit_finished(
+                        new,
+                        Outcome::Result {
+                            value,
+                            is_error: true,
+                        },
+                    )
+                    .await
+            }
+            None => self.engine.submit(new).await,
+        };
+        submitted.map(|s| s.record).map_err(|e| match e {
+            EngineError::Store(StoreError::IdempotencyConflict { .. }) => ErrorObject::invalid_params(format!(
+                "Idempotency key {:?} was already used for a different call; use a new key for new work",
+                client_key.unwrap_or_default()
+            )),
+            EngineError::Store(StoreError::TooManyActive { active, max }) => ErrorObject::new(
+                mcp_tasks_protocol::error_codes::TOO_MANY_TASKS,
+                format!("Too many unfinished tasks: {active} running, the limit is {max}; wait for one to finish or cancel one"),
+            )
+            .with_data(serde_json::json!({"running": active, "limit": max})),
+            other => {
+                tracing::error!(error = %other, "could not create a task");
+                ErrorObject::internal(format!("Internal error: {other}"))
+            }
+        })
+    }
+
     /// Capabilities beyond tools and tasks (resources, prompts, completions, logging).
     pub(crate) fn catalog_capabilities(&self) -> serde_json::Map<String, serde_json::Value> {
         use serde_json::json;

@@ -179,13 +179,7 @@ impl ContextSink for RoundSink {
         let Some((token, out)) = &self.progress else {
             return;
         };
-        let mut p = json!({"progressToken": token, "progress": progress});
-        if let Some(t) = total {
-            p["total"] = json!(t);
-        }
-        if let Some(m) = message {
-            p["message"] = json!(m);
-        }
+        let p = crate::era_2025::progress_params(token, progress, total, message);
         let _ = out
             .send(mcp_tasks_protocol::jsonrpc::Message::notification(
                 "notifications/progress",
@@ -200,10 +194,7 @@ impl ContextSink for RoundSink {
         if level < *min {
             return;
         }
-        let mut p = json!({"level": level.as_str(), "data": data});
-        if let Some(l) = logger {
-            p["logger"] = json!(l);
-        }
+        let p = crate::era_2025::log_params(level, logger, data);
         let _ = out
             .send(mcp_tasks_protocol::jsonrpc::Message::notification(
                 "notifications/message",

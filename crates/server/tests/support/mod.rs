@@ -324,42 +324,19 @@ pub fn sse_reader(
     version: String,
     reply_of: Option<(String, Value)>,
 ) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let mut body = resp.bytes_stream();
-        let mut buf = String::new();
-        loop {
-            // Dropping the receiver closes the connection, as a client that goes away would.
-            let chunk = tokio::select! {
-                c = body.next() => c,
-                _ = tx.closed() => return,
-            };
-            let Some(Ok(chunk)) = chunk else { return };
-            buf.push_str(&String::from_utf8_lossy(&chunk));
-            while let Some(end) = buf.find("\n\n") {
-                let event = buf[..end].to_string();
-                buf.drain(..end + 2);
-                if let Some(v) = sse_data(&event) {
-                    let is_reply = v.get("method").is_none();
-                    match (&reply_of, is_reply) {
-                        (Some((m, p)), true) => schema::check_reply(&version, m, p, &v),
-                        (None, true) => panic!("a reply on a stream without a request: {v}"),
-                        (_, false) => schema::check_notification(&version, &v),
-                    }
-                    if tx.send(v).is_err() {
-                        return;
-                    }
-                }
-            }
+    sse_reader_with(resp, move |v| {
+        match (&reply_of, v.get("method").is_none()) {
+            (Some((m, p)), true) => schema::check_reply(&version, m, p, v),
+            (None, true) => panic!("a reply on a stream without a request: {v}"),
+            (_, false) => schema::check_notification(&version, v),
         }
-    });
-    rx
+    })
 }
 
 /// Reads an SSE response incrementally, checking each message with `check`.
 pub fn sse_reader_with(
     resp: reqwest::Response,
-    check: fn(&Value),
+    check: impl Fn(&Value) + Send + 'static,
 ) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
