@@ -163,6 +163,20 @@ pub(crate) async fn dispatch(
             .with_data(json!({"retryAfterMs": wait_ms})));
         }
     }
+    // A prompt that asks for input is built like a plain tool call: inline, asking on this stream.
+    if let Some(handler) = (req.method == "prompts/get")
+        .then(|| prompt_handler(server, &req))
+        .flatten()
+    {
+        let args = req
+            .params
+            .as_ref()
+            .and_then(|p| p.get("arguments"))
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        let meta = req.params.as_ref().and_then(|p| p.get("_meta")).cloned();
+        return run_inline(server, &session, handler, args, meta, out, cancel).await;
+    }
     match req.method.as_str() {
         "initialize" => Err(ErrorObject::invalid_request(
             "this session is already initialized",
@@ -170,17 +184,6 @@ pub(crate) async fn dispatch(
         "tools/list" => tools_list(server, &session, &req),
         "tools/call" => tools_call(server, peer, &session, &req, out, cancel).await,
         "logging/setLevel" => set_level(server, &session, &req).await,
-        "prompts/get" if prompt_handler(server, &req).is_some() => {
-            let handler = prompt_handler(server, &req).unwrap_or_else(|| unreachable_handler());
-            let args = req
-                .params
-                .as_ref()
-                .and_then(|p| p.get("arguments"))
-                .cloned()
-                .unwrap_or_else(|| json!({}));
-            let meta = req.params.as_ref().and_then(|p| p.get("_meta")).cloned();
-            run_inline(server, &session, handler, args, meta, out, cancel).await
-        }
         "resources/list"
         | "resources/templates/list"
         | "resources/read"
@@ -999,8 +1002,4 @@ pub(crate) fn prompt_handler(
 ) -> Option<Arc<dyn mcp_tasks_engine::TaskHandler>> {
     let name = req.params.as_ref()?.get("name")?.as_str()?;
     server.catalog.prompt(name)?.handler.clone()
-}
-
-fn unreachable_handler() -> Arc<dyn mcp_tasks_engine::TaskHandler> {
-    crate::tool::handler_fn(|_, _| async { Outcome::internal_error("prompt handler vanished") })
 }

@@ -195,6 +195,24 @@ pub(crate) async fn dispatch(
         Some(Value::Object(m)) => m.clone(),
         _ => Map::new(),
     };
+    // A prompt that asks for input is built in rounds, like a plain tool call.
+    if let Some(handler) = (req.method == "prompts/get")
+        .then(|| crate::era_2025::prompt_handler(server, &req))
+        .flatten()
+    {
+        let name = params.get("name").and_then(Value::as_str).unwrap_or("");
+        let args = params
+            .get("arguments")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        let call = fingerprint(&format!("prompt:{name}"), &args);
+        let answers = answers_in_hand(server, principal, &call, &params)?;
+        let result = match run_round(handler, args, answers, &rm, &out, cancel).await {
+            Round::Done(o) => outcome_to_result(o)?,
+            need => input_required(server, principal, &call, need),
+        };
+        return Ok(finish_result(server, result));
+    }
     let result = match req.method.as_str() {
         "server/discover" => discover(server),
         "tools/list" => tools_list(server, &params)?,
@@ -214,21 +232,6 @@ pub(crate) async fn dispatch(
                 "tasks/update" => tasks_update(server, principal, &params).await?,
                 "tasks/cancel" => tasks_cancel(server, principal, &params).await?,
                 _ => return listen(server, principal, &req, &params, out).await,
-            }
-        }
-        "prompts/get" if crate::era_2025::prompt_handler(server, &req).is_some() => {
-            let handler = crate::era_2025::prompt_handler(server, &req)
-                .ok_or_else(|| internal("prompt handler vanished"))?;
-            let name = params.get("name").and_then(Value::as_str).unwrap_or("");
-            let args = params
-                .get("arguments")
-                .cloned()
-                .unwrap_or_else(|| json!({}));
-            let call = fingerprint(&format!("prompt:{name}"), &args);
-            let answers = answers_in_hand(server, principal, &call, &params)?;
-            match run_round(handler, args, answers, &rm, &out, cancel).await {
-                Round::Done(o) => outcome_to_result(o)?,
-                need => input_required(server, principal, &call, need),
             }
         }
         "resources/list"
