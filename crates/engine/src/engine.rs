@@ -194,6 +194,21 @@ pub struct Engine {
     input_guard: Option<InputGuard>,
 }
 
+/// Holds a task's ordering lock; on release, drops the map entry unless someone else holds or waits for it.
+struct OrderGuard<'a> {
+    order: &'a DashMap<String, Arc<tokio::sync::Mutex<()>>>,
+    id: String,
+    held: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for OrderGuard<'_> {
+    fn drop(&mut self) {
+        drop(self.held.take());
+        self.order
+            .remove_if(&self.id, |_, m| Arc::strong_count(m) == 1);
+    }
+}
+
 /// Digest of a tool call (tool name + canonical JSON of the arguments, so key order does not matter):
 /// tells a retry from different work under the same idempotency key, and binds state to one call.
 pub fn fingerprint(tool: &str, arguments: &Value) -> String {
@@ -346,8 +361,7 @@ impl Engine {
             .get_input(key)
             .await?
             .ok_or(AnswerError::Unknown)?;
-        let lock = self.order.entry(input.task_id.clone()).or_default().clone();
-        let _held = lock.lock().await;
+        let _held = self.order_lock(&input.task_id).await;
         let (rec, answered) = self.store.answer_input(key, response, now_ms()).await?;
         let task = Arc::new(rec.clone());
         if rec.status == TaskStatus::Working {
@@ -578,6 +592,23 @@ impl Engine {
         }
     }
 
+    /// Ordering locks currently held or waited for (for tests and metrics).
+    pub fn ordering_locks(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Takes the task's ordering lock. The map entry goes away when its last holder lets go, so the map
+    /// only holds tasks that are being changed right now.
+    async fn order_lock(&self, id: &str) -> OrderGuard<'_> {
+        let lock = self.order.entry(id.to_string()).or_default().clone();
+        let held = lock.lock_owned().await;
+        OrderGuard {
+            order: &self.order,
+            id: id.to_string(),
+            held: Some(held),
+        }
+    }
+
     /// Applies a change (compare-and-set) and publishes it, in commit order for this task.
     async fn apply(
         &self,
@@ -585,8 +616,7 @@ impl Engine {
         expect: &[TaskStatus],
         change: TaskChange,
     ) -> Result<TaskRecord, UpdateError> {
-        let lock = self.order.entry(id.to_string()).or_default().clone();
-        let _held = lock.lock().await;
+        let _held = self.order_lock(id).await;
         let progress_only =
             change.status.is_none() && change.status_message.is_none() && change.progress.is_some();
         let rec = self.store.update(id, expect, change, now_ms()).await?;
@@ -594,9 +624,7 @@ impl Engine {
             self.notifier
                 .publish(TaskEvent::Changed(Arc::new(rec.clone())));
         }
-        if rec.status.is_terminal() {
-            self.order.remove(id);
-        }
+
         Ok(rec)
     }
 
@@ -610,7 +638,6 @@ impl Engine {
             let id = rec.id.clone();
             engine.clone().run(rec, handler, events).await;
             engine.running.remove(&id);
-            engine.order.remove(&id);
         });
     }
 
@@ -756,13 +783,7 @@ impl ContextSink for TaskSink {
             progress: Some((progress, total)),
             ..Default::default()
         };
-        let lock = self
-            .engine
-            .order
-            .entry(self.id.clone())
-            .or_default()
-            .clone();
-        let _held = lock.lock().await;
+        let _held = self.engine.order_lock(&self.id).await;
         match self
             .engine
             .store
@@ -831,8 +852,7 @@ impl ContextSink for TaskSink {
         // Subscribe first: the answer can come as soon as the request is published.
         let mut events = engine.notifier.subscribe_task(&self.id);
         {
-            let lock = engine.order.entry(self.id.clone()).or_default().clone();
-            let _held = lock.lock().await;
+            let _held = engine.order_lock(&self.id).await;
             let was = match engine.store.get(&self.id).await {
                 Ok(Lookup::Found(t)) => t.status,
                 _ => TaskStatus::Working,

@@ -161,6 +161,12 @@ async fn finished_tasks_leave_no_topics_behind() {
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(e.notifier().topic_count(), 0);
+    // Nor ordering locks, even after changes that lose their compare-and-set.
+    let s = e.submit(NewTask::new("sleepy", json!({}))).await.unwrap();
+    e.wait_terminal(&s.record.id).await.unwrap();
+    assert!(e.cancel(&s.record.id, None).await.is_err());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(e.ordering_locks(), 0);
 }
 
 #[tokio::test]

@@ -463,8 +463,10 @@ async fn run_inline(
     });
     let ctx = TaskContext::new(None, cancel, sink);
     let _ = server;
-    let work = tokio::spawn(async move { handler.run(ctx, arguments).await });
-    match work.await {
+    let mut work = crate::AbortOnDrop(tokio::spawn(
+        async move { handler.run(ctx, arguments).await },
+    ));
+    match (&mut work.0).await {
         Ok(Outcome::Result { value, .. }) => Ok(value),
         Ok(Outcome::Error {
             code,
@@ -514,7 +516,10 @@ impl ContextSink for InlineSink {
             .map_err(InputError::Unsupported)?;
         let key = mcp_tasks_engine::random_id();
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.server.inline_inputs.insert(key.clone(), tx);
+        // Bound to the session that made the call: only it can answer.
+        self.server
+            .inline_inputs
+            .insert(key.clone(), (self.session.id.clone(), tx));
         // Removes the pending entry however this ends (answered, cancelled, stream closed).
         struct Forget<'a>(&'a Server, String);
         impl Drop for Forget<'_> {
@@ -864,7 +869,11 @@ pub(crate) async fn client_response(
     let RequestId::String(key) = id else {
         return Err(unknown_request(&id));
     };
-    if let Some((_, tx)) = server.inline_inputs.remove(&key) {
+    let caller = peer.session.as_ref().map(|s| s.id.as_str()).unwrap_or("");
+    if let Some((_, (_, tx))) = server
+        .inline_inputs
+        .remove_if(&key, |_, (session, _)| session == caller)
+    {
         let _ = tx.send(response);
         return Ok(());
     }

@@ -109,11 +109,12 @@ pub(crate) fn parse_meta(req: &Request) -> Result<RequestMeta, Failure> {
             error: ErrorObject::new(
                 error_codes::UNSUPPORTED_PROTOCOL_VERSION,
                 format!(
-                    "Unsupported protocol version {v:?} (supported: {})",
-                    version::ALL_VERSIONS.join(", ")
+                    "Unsupported protocol version {v:?} in _meta (supported: {}; for {} send initialize instead)",
+                    version::STATELESS_VERSIONS.join(", "),
+                    version::SESSION_VERSIONS.join(", ")
                 ),
             )
-            .with_data(json!({"supported": version::ALL_VERSIONS, "requested": v})),
+            .with_data(json!({"supported": version::STATELESS_VERSIONS, "requested": v})),
             http: 400,
         });
     }
@@ -388,9 +389,12 @@ async fn run_round(
     let log = rm.log_level.map(|l| (l, out.clone()));
     let sink = Arc::new(RoundSink::new(answers, rm.caps.clone(), progress, log));
     let ctx = TaskContext::new(None, cancel.clone(), sink.clone());
-    let mut work = tokio::spawn(async move { handler.run(ctx, arguments).await });
+    let mut guard = crate::AbortOnDrop(tokio::spawn(
+        async move { handler.run(ctx, arguments).await },
+    ));
+    let work = &mut guard.0;
     let outcome = tokio::select! {
-        r = &mut work => r,
+        r = &mut *work => r,
         _ = sink.blocked.notified() => {
             // Give questions asked side by side a moment to arrive, then end the round.
             tokio::time::sleep(Duration::from_millis(25)).await;
@@ -617,6 +621,8 @@ async fn tasks_update(
         }
     };
     let t = find(server, principal, params, "tasks/update").await?;
+    // Check every answer first, so a malformed one rejects the update as a whole.
+    let mut accepted = Vec::new();
     for (key, value) in responses {
         // Keys that are not this task's outstanding questions are acknowledged and ignored.
         let Ok(Some(input)) = server.engine.store().get_input(&key).await else {
@@ -628,10 +634,13 @@ async fn tasks_update(
         if input.method == "elicitation/create" && crate::tool::parse_elicit_result(&value).is_err()
         {
             return Err(ErrorObject::invalid_params(format!(
-                "tasks/update: inputResponses[{key:?}] is not an ElicitResult (action accept, decline or cancel)"
+                "tasks/update: inputResponses[{key:?}] is not an ElicitResult (action accept, decline or cancel); nothing was applied"
             ))
             .into());
         }
+        accepted.push((key, value));
+    }
+    for (key, value) in accepted {
         match server
             .engine
             .answer_input(&key, InputResponse::Result { value })
@@ -659,8 +668,8 @@ async fn tasks_cancel(
     }
 }
 
-/// `subscriptions/listen`: acknowledges, then streams `notifications/tasks` (the full `DetailedTask`)
-/// for the caller's tasks it asked for, until the client goes away.
+/// `subscriptions/listen`: acknowledges, sends the current state of each accepted task, then streams
+/// `notifications/tasks` (the full `DetailedTask`) whenever it changes, until the client goes away.
 async fn listen(
     server: &Arc<Server>,
     principal: &Principal,
@@ -668,12 +677,16 @@ async fn listen(
     params: &Map<String, Value>,
     out: StreamSender,
 ) -> Result<Value, Failure> {
+    let gone = || Failure::from(ErrorObject::internal("client went away"));
     let filter = params
         .get("notifications")
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
     let sub_meta = json!({meta::SUBSCRIPTION_ID: req.id.to_value()});
+    // Subscribe before reading anything, so no change falls between the read and the stream.
+    let mut events = server.engine.notifier().subscribe_all();
+    let mut resource_events = server.resource_events.subscribe();
     let mut accepted = Vec::new();
     for id in filter
         .get("taskIds")
@@ -687,13 +700,6 @@ async fn listen(
             accepted.push(id.to_string());
         }
     }
-    let mut events = server.engine.notifier().subscribe_all();
-    let mut resource_events = server.resource_events.subscribe();
-    let mut ack = Map::new();
-    // This server's tool, prompt and resource lists never change while it runs: nothing to promise there.
-    if filter.contains_key("taskIds") {
-        ack.insert("taskIds".into(), json!(accepted));
-    }
     let uris: Vec<String> = filter
         .get("resourceSubscriptions")
         .and_then(Value::as_array)
@@ -703,6 +709,11 @@ async fn listen(
         .filter(|u| server.catalog.exists(u))
         .map(String::from)
         .collect();
+    // This server's tool, prompt and resource lists never change while it runs: nothing to promise there.
+    let mut ack = Map::new();
+    if filter.contains_key("taskIds") {
+        ack.insert("taskIds".into(), json!(accepted));
+    }
     if filter.contains_key("resourceSubscriptions") {
         ack.insert("resourceSubscriptions".into(), json!(uris));
     }
@@ -710,49 +721,55 @@ async fn listen(
         "notifications/subscriptions/acknowledged",
         json!({"notifications": ack, "_meta": sub_meta}),
     );
-    if out.send(ack).await.is_err() {
-        return Err(ErrorObject::internal("client went away").into());
+    out.send(ack).await.map_err(|_| gone())?;
+    // What was last sent per task: a change that renders the same (an input event next to its status
+    // change) is not sent twice.
+    let mut last: std::collections::HashMap<String, Value> = std::collections::HashMap::new();
+    let send_state = async |id: &str,
+                            last: &mut std::collections::HashMap<String, Value>|
+           -> Result<(), Failure> {
+        let Ok(Lookup::Found(t)) = server.engine.get(id).await else {
+            return Ok(());
+        };
+        let mut params = detailed(server, &t).await?;
+        if last.get(id) == Some(&Value::Object(params.clone())) {
+            return Ok(());
+        }
+        last.insert(id.to_string(), Value::Object(params.clone()));
+        params.insert("_meta".into(), sub_meta.clone());
+        out.send(Message::notification(
+            "notifications/tasks",
+            Value::Object(params),
+        ))
+        .await
+        .map_err(|_| gone())
+    };
+    for id in accepted.clone() {
+        send_state(&id, &mut last).await?;
     }
     loop {
-        let ev = tokio::select! {
-            e = events.recv() => e,
+        tokio::select! {
+            e = events.recv() => match e {
+                Ok(ev) => {
+                    let relevant = matches!(ev, TaskEvent::Changed(_) | TaskEvent::InputRequested { .. } | TaskEvent::InputAnswered { .. });
+                    if relevant && accepted.contains(&ev.task().id) {
+                        send_state(&ev.task().id.clone(), &mut last).await?;
+                    }
+                }
+                // Missed events: the store has the truth; resend what changed.
+                Err(_) => {
+                    for id in accepted.clone() {
+                        send_state(&id, &mut last).await?;
+                    }
+                }
+            },
             Ok(uri) = resource_events.recv() => {
                 if uris.contains(&uri) {
                     let n = Message::notification("notifications/resources/updated", json!({"uri": uri, "_meta": sub_meta}));
-                    if out.send(n).await.is_err() {
-                        return Err(ErrorObject::internal("client went away").into());
-                    }
+                    out.send(n).await.map_err(|_| gone())?;
                 }
-                continue;
             }
-            _ = out.closed() => return Err(ErrorObject::internal("client went away").into()),
-        };
-        let ev = match ev {
-            Ok(ev) => ev,
-            Err(_) => continue,
-        };
-        let task = ev.task();
-        if !accepted.contains(&task.id)
-            || !matches!(
-                ev,
-                TaskEvent::Changed(_)
-                    | TaskEvent::InputRequested { .. }
-                    | TaskEvent::InputAnswered { .. }
-            )
-        {
-            continue;
-        }
-        let mut params = detailed(server, task).await?;
-        params.insert("_meta".into(), sub_meta.clone());
-        if out
-            .send(Message::notification(
-                "notifications/tasks",
-                Value::Object(params),
-            ))
-            .await
-            .is_err()
-        {
-            return Err(ErrorObject::internal("client went away").into());
+            _ = out.closed() => return Err(gone()),
         }
     }
 }

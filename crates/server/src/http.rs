@@ -270,7 +270,7 @@ async fn answer_request(
     // above all: the client wants to poll) are always answered with plain JSON.
     let may_stream = matches!(
         req.method.as_str(),
-        "tools/call" | "tasks/result" | "subscriptions/listen"
+        "tools/call" | "tasks/result" | "subscriptions/listen" | "prompts/get"
     );
     let (tx, mut rx) = mpsc::channel::<Message>(256);
     let (status_tx, status_rx) = tokio::sync::oneshot::channel::<u16>();
@@ -292,7 +292,9 @@ async fn answer_request(
     };
     if !may_stream {
         return match rx.recv().await {
-            Some(m) => json_reply(m, status_rx).await,
+            Some(m) if is_reply(&m) => json_reply(m, status_rx).await,
+            // Something to send before the reply after all: only a stream can carry it.
+            Some(m) => sse(server.config().keep_alive, Some(m), rx, true),
             None => sse(server.config().keep_alive, None, rx, true), // cancelled: a stream that ends
         };
     }
@@ -324,10 +326,11 @@ fn header_text(v: &HeaderValue) -> Option<String> {
     Some(s.to_string())
 }
 
-fn header_mismatch(msg: String) -> Response {
+/// A 400 + -32020 (HeaderMismatch) answer to request `id`.
+fn header_mismatch(id: mcp_tasks_protocol::jsonrpc::RequestId, msg: String) -> Response {
     error_response(
         StatusCode::BAD_REQUEST,
-        None,
+        Some(id),
         ErrorObject::new(mcp_tasks_protocol::error_codes::HEADER_MISMATCH, msg),
     )
 }
@@ -339,7 +342,7 @@ fn check_stateless_headers(
     server: &Server,
     headers: &HeaderMap,
     req: &mcp_tasks_protocol::jsonrpc::Request,
-) -> Result<(), Response> {
+) -> Result<(), String> {
     // A body that declares no version is reported as malformed `_meta` (-32602) by the dispatcher.
     if let Some(declared) = crate::era_2026::declared_version(req.params.as_ref()) {
         match headers
@@ -347,31 +350,27 @@ fn check_stateless_headers(
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
         {
-            None => {
-                return Err(header_mismatch(
-                    "missing MCP-Protocol-Version header".into(),
-                ))
-            }
+            None => return Err("missing MCP-Protocol-Version header".into()),
             Some(v) if v != declared => {
-                return Err(header_mismatch(format!(
+                return Err(format!(
                     "MCP-Protocol-Version header {v:?} does not match _meta protocolVersion {declared:?}"
-                )));
+                ));
             }
             Some(_) => {}
         }
     }
     match headers.get("mcp-method").and_then(header_text) {
         None => {
-            return Err(header_mismatch(format!(
+            return Err(format!(
                 "missing Mcp-Method header (expected {:?})",
                 req.method
-            )))
+            ))
         }
         Some(m) if m != req.method => {
-            return Err(header_mismatch(format!(
+            return Err(format!(
                 "Mcp-Method header {m:?} does not match the body's method {:?}",
                 req.method
-            )));
+            ));
         }
         Some(_) => {}
     }
@@ -382,23 +381,26 @@ fn check_stateless_headers(
         _ => None,
     };
     if let Some(field) = name_field {
-        let expected = req
+        // A body without the field is invalid params, which the dispatcher reports (-32602).
+        let Some(expected) = req
             .params
             .as_ref()
             .and_then(|p| p.get(field))
             .and_then(Value::as_str)
-            .unwrap_or("");
+        else {
+            return Ok(());
+        };
         match headers.get("mcp-name").map(header_text) {
             None => {
-                return Err(header_mismatch(format!(
+                return Err(format!(
                     "missing Mcp-Name header (expected params.{field} {expected:?})"
-                )))
+                ))
             }
-            Some(None) => return Err(header_mismatch("Mcp-Name header is not valid text".into())),
+            Some(None) => return Err("Mcp-Name header is not valid text".into()),
             Some(Some(n)) if n != expected => {
-                return Err(header_mismatch(format!(
+                return Err(format!(
                     "Mcp-Name header {n:?} does not match params.{field} {expected:?}"
-                )));
+                ));
             }
             Some(Some(_)) => {}
         }
@@ -416,7 +418,7 @@ fn check_param_headers(
     server: &Server,
     headers: &HeaderMap,
     req: &mcp_tasks_protocol::jsonrpc::Request,
-) -> Result<(), Response> {
+) -> Result<(), String> {
     let params = req.params.as_ref();
     let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
         return Ok(());
@@ -445,21 +447,21 @@ fn check_param_headers(
         };
         let hname = format!("mcp-param-{}", header.to_ascii_lowercase());
         let Some(raw) = headers.get(hname.as_str()) else {
-            return Err(header_mismatch(format!(
+            return Err(format!(
                 "missing Mcp-Param-{header} header for argument {arg:?}"
-            )));
+            ));
         };
         match strict_header_value(raw) {
             Some(v) if v == value => {}
             Some(v) => {
-                return Err(header_mismatch(format!(
+                return Err(format!(
                     "Mcp-Param-{header} header {v:?} does not match argument {arg:?}"
-                )));
+                ));
             }
             None => {
-                return Err(header_mismatch(format!(
+                return Err(format!(
                     "Mcp-Param-{header} header is not valid (bad base64 or characters)"
-                )))
+                ))
             }
         }
     }
@@ -491,10 +493,9 @@ async fn post_stateless(server: Arc<Server>, headers: HeaderMap, msg: Message) -
     let mut peer = Peer::new(principal);
     peer.stateless = true;
     match msg {
-        Message::Notification(n) => {
-            server.handle_notification(&peer, n).await;
-            StatusCode::ACCEPTED.into_response()
-        }
+        // Nothing a client may notify changes state on this wire: requests are cancelled by closing
+        // their stream.
+        Message::Notification(_) => StatusCode::ACCEPTED.into_response(),
         Message::Response(_) | Message::Error(_) => error_response(
             StatusCode::BAD_REQUEST,
             None,
@@ -503,8 +504,8 @@ async fn post_stateless(server: Arc<Server>, headers: HeaderMap, msg: Message) -
             ),
         ),
         Message::Request(req) => {
-            if let Err(resp) = check_stateless_headers(&server, &headers, &req) {
-                return resp;
+            if let Err(msg) = check_stateless_headers(&server, &headers, &req) {
+                return header_mismatch(req.id.clone(), msg);
             }
             answer_request(server, peer, req).await
         }

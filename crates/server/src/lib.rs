@@ -78,6 +78,16 @@ impl Peer {
     }
 }
 
+/// A spawned handler that is stopped when the request running it is dropped (the client cancelled or
+/// went away), so a plain call never outlives its request.
+pub(crate) struct AbortOnDrop<T>(pub(crate) tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Where an input request went: session, stream id, and the task that asked.
 #[derive(Clone, Debug)]
 pub(crate) struct SentInput {
@@ -179,8 +189,13 @@ pub struct Server {
     /// opens later re-sends only those whose stream is gone.
     pub(crate) sent_inputs: DashMap<String, SentInput>,
     /// Input requests of plain (non-task) calls waiting for the client's answer.
-    pub(crate) inline_inputs:
-        DashMap<String, tokio::sync::oneshot::Sender<mcp_tasks_engine::InputResponse>>,
+    pub(crate) inline_inputs: DashMap<
+        String,
+        (
+            String,
+            tokio::sync::oneshot::Sender<mcp_tasks_engine::InputResponse>,
+        ),
+    >,
     authenticator: auth::Authenticator,
     pub(crate) rate: auth::RateLimiter,
     pub(crate) signer: mrtr::StateSigner,
@@ -305,7 +320,11 @@ impl Server {
             req.id.clone(),
         );
         let cancel = CancellationToken::new();
-        self.inflight.insert(key.clone(), cancel.clone());
+        // On the stateless HTTP wire a request is cancelled by closing its stream, never by
+        // `notifications/cancelled` (which anyone could send for a guessable id).
+        if !peer.stateless {
+            self.inflight.insert(key.clone(), cancel.clone());
+        }
         let id = req.id.clone();
         let closed = out.clone();
         let work = async {
@@ -338,7 +357,9 @@ impl Server {
             // On the stateless wire, a client closing the request's stream cancels the request.
             _ = closed.closed(), if stateless => { cancel.cancel(); None }
         };
-        self.inflight.remove(&key);
+        if !peer.stateless {
+            self.inflight.remove(&key);
+        }
         reply
     }
 
@@ -476,7 +497,10 @@ impl Server {
             }
             _ => {}
         }
-        let Some(session_id) = task.session.as_deref() else {
+        // A `tasks/result` stream for the task may be open in another session of the same principal
+        // (a client that reconnected): that stream gets the task's messages.
+        let owning = self.streams.task_stream_session(&task.id);
+        let Some(session_id) = owning.as_deref().or(task.session.as_deref()) else {
             return;
         };
         if !self.streams.has_session(session_id) {
@@ -538,6 +562,7 @@ impl Server {
     pub async fn end_session(&self, id: &str) -> Result<bool, StoreError> {
         let existed = self.sessions.delete(id).await?;
         self.streams.close_session(id);
+        self.subscriptions.remove(id);
         self.inflight.retain(|(session, _), token| {
             if session == id {
                 token.cancel();

@@ -32,6 +32,8 @@ struct SessionStreams {
 #[derive(Default, Clone)]
 pub struct Streams {
     inner: Arc<DashMap<String, Mutex<SessionStreams>>>,
+    /// task id → (session, number of open task streams), for tasks/result opened in another session.
+    task_sessions: Arc<DashMap<String, (String, usize)>>,
     next: Arc<AtomicU64>,
 }
 
@@ -58,6 +60,16 @@ impl StreamGuard {
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
+        if let Some(t) = &self.task {
+            let mut gone = false;
+            if let Some(mut e) = self.streams.task_sessions.get_mut(t) {
+                e.1 = e.1.saturating_sub(1);
+                gone = e.1 == 0;
+            }
+            if gone {
+                self.streams.task_sessions.remove_if(t, |_, (_, n)| *n == 0);
+            }
+        }
         let mut empty = false;
         if let Some(entry) = self.streams.inner.get(&self.session) {
             let mut s = entry.lock().unwrap_or_else(|p| p.into_inner());
@@ -110,6 +122,14 @@ impl Streams {
             }
         }
         drop(entry);
+        if let Some(t) = &task {
+            let mut e = self
+                .task_sessions
+                .entry(t.clone())
+                .or_insert_with(|| (session.to_string(), 0));
+            e.0 = session.to_string();
+            e.1 += 1;
+        }
         StreamGuard {
             streams: self.clone(),
             session: session.to_string(),
@@ -147,6 +167,11 @@ impl Streams {
         msgs.into_iter()
             .all(|m| tx.try_send(m).is_ok())
             .then_some(*id)
+    }
+
+    /// The session whose open stream waits for `task` (a `tasks/result`), if any.
+    pub fn task_stream_session(&self, task: &str) -> Option<String> {
+        self.task_sessions.get(task).map(|e| e.0.clone())
     }
 
     /// Whether stream `id` of `session` is still registered and open.

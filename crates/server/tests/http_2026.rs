@@ -235,6 +235,10 @@ async fn headers_must_match_the_body() {
     ] {
         let r = c.raw("tools/call", call.clone(), headers).await;
         assert_eq!((r.status, r.code()), (400, -32020), "{why}");
+        assert!(
+            r.body["id"].is_i64(),
+            "the error echoes the request id ({why})"
+        );
     }
     // Header names are case-insensitive, values are trimmed, and the base64 form is decoded.
     let ok = h(&[
@@ -805,4 +809,136 @@ async fn sync_calls_stream_progress_on_their_own_response() {
         progress.len() >= 2 && progress.windows(2).all(|w| w[0] < w[1]),
         "{progress:?}"
     );
+}
+
+#[tokio::test]
+async fn another_callers_cancel_notification_does_not_stop_a_request() {
+    let s = start(vec![]).await;
+    let mut c = Stateless::new(&s.url, json!({}));
+    let url = s.url.clone();
+    let intruder = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let body = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1,
+            "_meta": {"io.modelcontextprotocol/protocolVersion": V, "io.modelcontextprotocol/clientCapabilities": {}}}});
+        reqwest::Client::new()
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", V)
+            .header("mcp-method", "notifications/cancelled")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    });
+    let r = c
+        .call(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 1}}),
+        )
+        .await;
+    assert_eq!(intruder.await.unwrap(), 202);
+    assert!(
+        r.result()["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("finished"),
+        "the request ran to the end"
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_answer_rejects_the_whole_update() {
+    let s = start(vec![]).await;
+    let mut c = Stateless::with_tasks(&s.url);
+    let id = c
+        .call(
+            "tools/call",
+            json!({"name": "multi_input", "arguments": {}}),
+        )
+        .await
+        .result()["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut keys = Vec::new();
+    for _ in 0..40 {
+        let t = c
+            .call("tasks/get", json!({"taskId": id}))
+            .await
+            .result()
+            .clone();
+        keys = t["inputRequests"]
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        if keys.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(keys.len(), 2);
+    let r = c
+        .call(
+            "tasks/update",
+            json!({"taskId": id, "inputResponses": {
+            keys[0].clone(): {"action": "accept", "content": {"name": "x", "color": "y"}},
+            keys[1].clone(): {"action": "bogus"}}}),
+        )
+        .await;
+    assert_eq!(r.code(), -32602);
+    let t = c
+        .call("tasks/get", json!({"taskId": id}))
+        .await
+        .result()
+        .clone();
+    assert_eq!(
+        t["inputRequests"].as_object().unwrap().len(),
+        2,
+        "nothing was applied"
+    );
+    c.call("tasks/cancel", json!({"taskId": id})).await;
+}
+
+#[tokio::test]
+async fn listening_to_a_finished_task_sends_its_state_at_once() {
+    let s = start(vec![]).await;
+    let mut c = Stateless::with_tasks(&s.url);
+    let id = c
+        .call(
+            "tools/call",
+            json!({"name": "failing_job", "arguments": {}}),
+        )
+        .await
+        .result()["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_status(&mut c, &id, &["completed"]).await;
+    let params = json!({
+        "notifications": {"taskIds": [id]},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": V, "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXT: {}}}},
+    });
+    let body =
+        json!({"jsonrpc": "2.0", "id": 5, "method": "subscriptions/listen", "params": params});
+    let resp = reqwest::Client::new()
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", V)
+        .header("mcp-method", "subscriptions/listen")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let mut rx = support::sse_reader_with(resp, check_notification_2026);
+    assert_eq!(
+        support::next_msg(&mut rx).await["method"],
+        "notifications/subscriptions/acknowledged"
+    );
+    let state = support::next_msg(&mut rx).await;
+    assert_eq!(state["method"], "notifications/tasks");
+    assert_eq!(state["params"]["status"], "completed");
+    assert_eq!(state["params"]["result"]["isError"], json!(true));
 }

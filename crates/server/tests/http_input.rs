@@ -506,3 +506,128 @@ async fn url_mode_elicitation_goes_only_to_clients_that_declared_it() {
         "signed in"
     );
 }
+
+#[tokio::test]
+async fn a_prompt_that_asks_is_served_on_a_stream_over_http() {
+    let s = support::start_demo().await;
+    let mut c = Client::connect_caps(&s.url, caps()).await;
+    let mut stream = c
+        .stream_request(
+            "prompts/get",
+            json!({"name": "test_input_required_result_prompt"}),
+        )
+        .await;
+    let req = next_request(&mut stream).await;
+    assert_eq!(req["method"], "elicitation/create");
+    assert_eq!(
+        c.respond(
+            &req["id"],
+            json!({"action": "accept", "content": {"context": "tests"}})
+        )
+        .await
+        .0,
+        202
+    );
+    let r = reply(&mut stream).await;
+    assert!(r["result"]["messages"][0]["content"]["text"]
+        .as_str()
+        .unwrap()
+        .contains("tests"));
+}
+
+#[tokio::test]
+async fn only_the_calling_session_can_answer_a_plain_calls_question() {
+    use mcp_tasks_server::tool::{handler_fn, text_result, Ask, Elicitation, Tool};
+    let ask = Tool::new(
+        "ask_inline",
+        handler_fn(|ctx, _args| async move {
+            match ctx
+                .elicit(
+                    "ok?",
+                    json!({"type": "object", "properties": {"ok": {"type": "boolean"}}}),
+                )
+                .await
+            {
+                Ok(Elicitation::Accept(c)) => text_result(format!("answer {}", c["ok"]), false),
+                other => text_result(format!("{other:?}"), true),
+            }
+        }),
+    )
+    .task_support(mcp_tasks_protocol::mcp_2025::TaskSupport::Optional);
+    let s = start(vec![ask]).await;
+    let mut a = Client::connect_caps(&s.url, caps()).await;
+    let b = Client::connect_caps(&s.url, caps()).await;
+    let mut stream = a
+        .stream_request("tools/call", json!({"name": "ask_inline", "arguments": {}}))
+        .await;
+    let req = next_request(&mut stream).await;
+    let (status, _) = b
+        .respond(
+            &req["id"],
+            json!({"action": "accept", "content": {"ok": false}}),
+        )
+        .await;
+    assert_eq!(status, 400, "another session's answer is refused");
+    assert_eq!(
+        a.respond(
+            &req["id"],
+            json!({"action": "accept", "content": {"ok": true}})
+        )
+        .await
+        .0,
+        202
+    );
+    assert_eq!(
+        reply(&mut stream).await["result"]["content"][0]["text"],
+        "answer true"
+    );
+}
+
+#[tokio::test]
+async fn a_tasks_result_in_another_session_gets_questions_asked_later() {
+    use mcp_tasks_server::tool::{handler_fn, text_result, Ask, Elicitation, Tool};
+    let late = Tool::new(
+        "late_ask",
+        handler_fn(|ctx, _args| async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            match ctx
+                .elicit(
+                    "now?",
+                    json!({"type": "object", "properties": {"ok": {"type": "boolean"}}}),
+                )
+                .await
+            {
+                Ok(Elicitation::Accept(_)) => text_result("asked late, answered", false),
+                other => text_result(format!("{other:?}"), true),
+            }
+        }),
+    )
+    .task_support(mcp_tasks_protocol::mcp_2025::TaskSupport::Required);
+    let s = start(vec![late]).await;
+    let mut first = Client::connect_caps(&s.url, caps()).await;
+    let id = first.create_task("late_ask", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The client reconnects: a new session fetches the result of its task by id.
+    let mut second = Client::connect_caps(&s.url, caps()).await;
+    let mut stream = second
+        .stream_request("tasks/result", json!({"taskId": id}))
+        .await;
+    let req = next_request(&mut stream).await;
+    assert_eq!(req["method"], "elicitation/create");
+    assert_eq!(
+        second
+            .respond(
+                &req["id"],
+                json!({"action": "accept", "content": {"ok": true}})
+            )
+            .await
+            .0,
+        202
+    );
+    assert_eq!(
+        reply(&mut stream).await["result"]["content"][0]["text"],
+        "asked late, answered"
+    );
+}

@@ -52,6 +52,37 @@ pub async fn start(extra: Vec<mcp_tasks_server::Tool>) -> TestServer {
     .await
 }
 
+/// Starts a server with everything `--demo` registers (tools, conformance fixtures, resources, prompts).
+pub async fn start_demo() -> TestServer {
+    let b = Server::builder(
+        Arc::new(MemoryStore::new()),
+        fast_engine(),
+        ServerConfig::default(),
+    )
+    .demo()
+    .unwrap();
+    serve(b.build()).await
+}
+
+async fn serve(server: Arc<Server>) -> TestServer {
+    server.start().await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let s = server.clone();
+    tokio::spawn(async move {
+        let _ = mcp_tasks_server::http::serve_listener(s, listener, async {
+            let _ = rx.await;
+        })
+        .await;
+    });
+    TestServer {
+        server,
+        url,
+        shutdown: Some(tx),
+    }
+}
+
 /// Starts a server with the demo tools (plus `extra`).
 pub async fn start_with(
     store: Arc<dyn TaskStore>,
