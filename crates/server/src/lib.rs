@@ -240,6 +240,7 @@ impl Server {
                 tick.tick().await;
                 let Some(server) = weak.upgrade() else { break };
                 server.sessions.evict_idle(idle);
+                server.streams.expire_held();
                 server.rate.forget_idle(std::time::Duration::from_secs(600));
             }
         });
@@ -503,10 +504,19 @@ impl Server {
         let Some(session_id) = owning.as_deref().or(task.session.as_deref()) else {
             return;
         };
+        let session = self.sessions.cached(session_id);
         if !self.streams.has_session(session_id) {
+            // No stream open yet (a client opens its GET stream a moment after initialize): keep the
+            // notifications briefly for the first stream that opens. Input requests are not kept:
+            // they have their own path (re-sent on tasks/result).
+            if session.is_some() && !matches!(event, TaskEvent::InputRequested { .. }) {
+                self.streams.hold(
+                    session_id,
+                    era_2025::notifications_for(event, session.as_deref()),
+                );
+            }
             return;
         }
-        let session = self.sessions.cached(session_id);
         let msgs = era_2025::notifications_for(event, session.as_deref());
         let terminal = matches!(event, TaskEvent::Changed(t) if t.status.is_terminal());
         if msgs.is_empty() && !terminal {
@@ -562,6 +572,7 @@ impl Server {
     pub async fn end_session(&self, id: &str) -> Result<bool, StoreError> {
         let existed = self.sessions.delete(id).await?;
         self.streams.close_session(id);
+        self.streams.drop_held(id);
         self.subscriptions.remove(id);
         self.inflight.retain(|(session, _), token| {
             if session == id {

@@ -1033,3 +1033,37 @@ async fn tasks_get_is_plain_json_never_a_stream_r24() {
     let ex = c.request("tasks/get", json!({"taskId": id})).await;
     assert_eq!(ex.content_type, "application/json");
 }
+
+#[tokio::test]
+async fn notifications_before_the_get_stream_opens_are_delivered_when_it_does() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let ex = c
+        .request("tools/call", json!({"name": "slow_compute", "arguments": {"seconds": 1}, "task": {}, "_meta": {"progressToken": "early"}}))
+        .await;
+    let id = ex.result()["task"]["taskId"].as_str().unwrap().to_string();
+    c.wait_terminal(&id).await;
+    // The client opens its GET stream late: what happened meanwhile comes first, once.
+    let mut stream = c.open_stream().await;
+    let mut seen = Vec::new();
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(300), stream.recv()).await {
+        seen.push(m);
+    }
+    assert!(
+        seen.iter()
+            .any(|m| m["method"] == "notifications/progress"
+                && m["params"]["progressToken"] == "early"),
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter().any(|m| m["params"]["status"] == "completed"),
+        "{seen:?}"
+    );
+    let mut again = c.open_stream().await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), again.recv())
+            .await
+            .is_err(),
+        "held messages go out once"
+    );
+}
