@@ -485,22 +485,11 @@ impl Engine {
             .ok_or_else(|| EngineError::UnknownTool(new.tool.clone()))?;
         let limit = new.active_limit.clone();
         let record = self.new_record(new);
-        match self.store.create(record, limit.clone()).await? {
-            Created::New(rec) => {
-                tracing::info!(target: "mcp_tasks::audit", task = %rec.id, tool = %rec.tool, owner = %rec.owner, "task created");
-                self.notifier
-                    .publish(TaskEvent::Created(Arc::new(rec.clone())));
-                self.spawn_run(rec.clone(), reg.handler.clone());
-                Ok(Submitted {
-                    record: rec,
-                    created: true,
-                })
-            }
-            Created::Existing(rec) => Ok(Submitted {
-                record: rec,
-                created: false,
-            }),
+        let submitted = self.store_new(record, limit).await?;
+        if submitted.created {
+            self.spawn_run(submitted.record.clone(), reg.handler.clone());
         }
+        Ok(submitted)
     }
 
     /// Creates a task that is finished from the start with `outcome` (for calls that fail before any
@@ -525,9 +514,18 @@ impl Engine {
         record.finished_at = Some(record.created_at);
         record.lease_owner = None;
         record.lease_until = None;
-        match self.store.create(record, limit.clone()).await? {
+        self.store_new(record, limit).await
+    }
+
+    /// Stores a new task (or finds the one its idempotency key names) and announces a new one.
+    async fn store_new(
+        &self,
+        record: TaskRecord,
+        limit: Option<crate::store::ActiveLimit>,
+    ) -> Result<Submitted, EngineError> {
+        match self.store.create(record, limit).await? {
             Created::New(rec) => {
-                tracing::info!(task = %rec.id, tool = %rec.tool, owner = %rec.owner, status = %rec.status, "task created finished");
+                tracing::info!(target: "mcp_tasks::audit", task = %rec.id, tool = %rec.tool, owner = %rec.owner, status = %rec.status, "task created");
                 self.notifier
                     .publish(TaskEvent::Created(Arc::new(rec.clone())));
                 Ok(Submitted {

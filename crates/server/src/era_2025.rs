@@ -260,6 +260,33 @@ async fn set_level(
     Ok(json!({}))
 }
 
+/// The tool a `tools/call` names and its arguments (an object; absent means `{}`), for both eras.
+pub(crate) fn tool_and_arguments<'a>(
+    server: &'a Server,
+    params: &Map<String, Value>,
+) -> Result<(&'a crate::tool::RegisteredTool, Value), ErrorObject> {
+    let name = params
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ErrorObject::invalid_params("tools/call: missing string \"name\""))?;
+    let Some(tool) = server.tools.get(name) else {
+        return Err(ErrorObject::invalid_params(format!(
+            "Unknown tool: {name} (known: {})",
+            server.tools.names().join(", ")
+        )));
+    };
+    let arguments = match params.get("arguments") {
+        None | Some(Value::Null) => json!({}),
+        Some(v @ Value::Object(_)) => v.clone(),
+        Some(_) => {
+            return Err(ErrorObject::invalid_params(
+                "tools/call: \"arguments\" must be an object",
+            ))
+        }
+    };
+    Ok((tool, arguments))
+}
+
 /// The idempotency key of a call: our own `_meta` key, or `_meta.taskId` as some guides write it.
 fn idempotency_key(meta: Option<&Value>) -> Result<Option<String>, ErrorObject> {
     let Some(meta) = meta else { return Ok(None) };
@@ -288,25 +315,8 @@ async fn tools_call(
     cancel: CancellationToken,
 ) -> Result<Value, ErrorObject> {
     let params = params_object(req)?;
-    let name = params
-        .get("name")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ErrorObject::invalid_params("tools/call: missing string \"name\""))?;
-    let Some(tool) = server.tools.get(name) else {
-        return Err(ErrorObject::invalid_params(format!(
-            "Unknown tool: {name} (known: {})",
-            server.tools.names().join(", ")
-        )));
-    };
-    let arguments = match params.get("arguments") {
-        None | Some(Value::Null) => json!({}),
-        Some(v @ Value::Object(_)) => v.clone(),
-        Some(_) => {
-            return Err(ErrorObject::invalid_params(
-                "tools/call: \"arguments\" must be an object",
-            ))
-        }
-    };
+    let (tool, arguments) = tool_and_arguments(server, &params)?;
+    let name = tool.tool.name.as_str();
     let tasks = session.has_tasks();
     // Sessions without tasks ignore task metadata entirely (they process the call normally).
     let task_meta = if tasks { params.get("task") } else { None };

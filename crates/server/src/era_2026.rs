@@ -451,26 +451,8 @@ async fn tools_call(
     out: StreamSender,
     cancel: CancellationToken,
 ) -> Result<Value, Failure> {
-    let name = params
-        .get("name")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ErrorObject::invalid_params("tools/call: missing string \"name\""))?;
-    let Some(tool) = server.tools.get(name) else {
-        return Err(ErrorObject::invalid_params(format!(
-            "Unknown tool: {name} (known: {})",
-            server.tools.names().join(", ")
-        ))
-        .into());
-    };
-    let arguments = match params.get("arguments") {
-        None | Some(Value::Null) => json!({}),
-        Some(v @ Value::Object(_)) => v.clone(),
-        Some(_) => {
-            return Err(
-                ErrorObject::invalid_params("tools/call: \"arguments\" must be an object").into(),
-            )
-        }
-    };
+    let (tool, arguments) = crate::era_2025::tool_and_arguments(server, params)?;
+    let name = tool.tool.name.as_str();
     if let Some(Value::Object(needed)) = &tool.tool.requires {
         let missing = needed
             .keys()

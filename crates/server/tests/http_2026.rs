@@ -647,17 +647,7 @@ async fn subscriptions_listen_pushes_the_detailed_task() {
     });
     let body =
         json!({"jsonrpc": "2.0", "id": 77, "method": "subscriptions/listen", "params": params});
-    let resp = reqwest::Client::new()
-        .post(&s.url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", V)
-        .header("mcp-method", "subscriptions/listen")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    let mut rx = support::sse_reader_with(resp, check_notification_2026);
+    let mut rx = listen(&s.url, body).await;
     let ack = support::next_msg(&mut rx).await;
     assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
     assert_eq!(
@@ -922,17 +912,7 @@ async fn listening_to_a_finished_task_sends_its_state_at_once() {
     });
     let body =
         json!({"jsonrpc": "2.0", "id": 5, "method": "subscriptions/listen", "params": params});
-    let resp = reqwest::Client::new()
-        .post(&s.url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", V)
-        .header("mcp-method", "subscriptions/listen")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    let mut rx = support::sse_reader_with(resp, check_notification_2026);
+    let mut rx = listen(&s.url, body).await;
     assert_eq!(
         support::next_msg(&mut rx).await["method"],
         "notifications/subscriptions/acknowledged"
@@ -941,4 +921,19 @@ async fn listening_to_a_finished_task_sends_its_state_at_once() {
     assert_eq!(state["method"], "notifications/tasks");
     assert_eq!(state["params"]["status"], "completed");
     assert_eq!(state["params"]["result"]["isError"], json!(true));
+}
+
+/// Opens a `subscriptions/listen` stream; its messages arrive on the receiver (validated).
+async fn listen(url: &str, body: Value) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
+    let resp = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", V)
+        .header("mcp-method", "subscriptions/listen")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    support::sse_reader_with(resp, check_notification_2026)
 }

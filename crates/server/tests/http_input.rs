@@ -420,23 +420,7 @@ async fn a_new_tasks_result_re_sends_requests_whose_stream_is_gone() {
 
 #[tokio::test]
 async fn inline_call_can_elicit_on_its_own_stream() {
-    use mcp_tasks_server::tool::{handler_fn, text_result, Ask, Elicitation, Tool};
-    let ask = Tool::new(
-        "ask_inline",
-        handler_fn(|ctx, _args| async move {
-            match ctx
-                .elicit(
-                    "ok?",
-                    json!({"type": "object", "properties": {"ok": {"type": "boolean"}}}),
-                )
-                .await
-            {
-                Ok(Elicitation::Accept(c)) => text_result(format!("answer {}", c["ok"]), false),
-                other => text_result(format!("{other:?}"), true),
-            }
-        }),
-    )
-    .task_support(mcp_tasks_protocol::mcp_2025::TaskSupport::Optional);
+    let ask = ask_inline_tool();
     let s = start(vec![ask]).await;
     let mut c = Client::connect_caps(&s.url, caps()).await;
     let mut stream = c
@@ -537,23 +521,7 @@ async fn a_prompt_that_asks_is_served_on_a_stream_over_http() {
 
 #[tokio::test]
 async fn only_the_calling_session_can_answer_a_plain_calls_question() {
-    use mcp_tasks_server::tool::{handler_fn, text_result, Ask, Elicitation, Tool};
-    let ask = Tool::new(
-        "ask_inline",
-        handler_fn(|ctx, _args| async move {
-            match ctx
-                .elicit(
-                    "ok?",
-                    json!({"type": "object", "properties": {"ok": {"type": "boolean"}}}),
-                )
-                .await
-            {
-                Ok(Elicitation::Accept(c)) => text_result(format!("answer {}", c["ok"]), false),
-                other => text_result(format!("{other:?}"), true),
-            }
-        }),
-    )
-    .task_support(mcp_tasks_protocol::mcp_2025::TaskSupport::Optional);
+    let ask = ask_inline_tool();
     let s = start(vec![ask]).await;
     let mut a = Client::connect_caps(&s.url, caps()).await;
     let b = Client::connect_caps(&s.url, caps()).await;
@@ -630,4 +598,20 @@ async fn a_tasks_result_in_another_session_gets_questions_asked_later() {
         reply(&mut stream).await["result"]["content"][0]["text"],
         "asked late, answered"
     );
+}
+
+/// An optional tool that asks one yes/no question inline and reports the answer.
+fn ask_inline_tool() -> mcp_tasks_server::Tool {
+    use mcp_tasks_server::tool::{handler_fn, text_result, Ask, Elicitation, Tool};
+    Tool::new(
+        "ask_inline",
+        handler_fn(|ctx, _args| async move {
+            let schema = json!({"type": "object", "properties": {"ok": {"type": "boolean"}}});
+            match ctx.elicit("ok?", schema).await {
+                Ok(Elicitation::Accept(c)) => text_result(format!("answer {}", c["ok"]), false),
+                other => text_result(format!("{other:?}"), true),
+            }
+        }),
+    )
+    .task_support(mcp_tasks_protocol::mcp_2025::TaskSupport::Optional)
 }
