@@ -12,6 +12,11 @@ use std::time::Instant;
 
 use dashmap::DashMap;
 
+/// The principal of callers that presented no credentials.
+pub const ANONYMOUS: &str = "anonymous";
+/// The principal of the local user on stdio.
+pub const LOCAL_USER: &str = "local-user";
+
 /// Per-principal limits.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -129,7 +134,7 @@ impl Authenticator {
         let Some(value) = authorization else {
             return if self.config.allow_anonymous {
                 Ok(Principal {
-                    name: crate::ANONYMOUS.into(),
+                    name: ANONYMOUS.into(),
                     limits: self.config.anonymous_limits.clone(),
                 })
             } else {
@@ -154,7 +159,7 @@ impl Authenticator {
     /// The local user of stdio.
     pub fn local_user(&self) -> Principal {
         Principal {
-            name: crate::LOCAL_USER.into(),
+            name: LOCAL_USER.into(),
             limits: self.config.local_limits.clone(),
         }
     }
@@ -228,7 +233,7 @@ mod tests {
         assert_eq!(a.resolve(Some("Bearer nope")), Err(AuthError::Invalid));
         assert_eq!(a.resolve(Some("Basic abc")), Err(AuthError::Malformed));
         assert_eq!(a.resolve(None), Err(AuthError::Missing));
-        assert_eq!(auth(true).resolve(None).unwrap().name, crate::ANONYMOUS);
+        assert_eq!(auth(true).resolve(None).unwrap().name, ANONYMOUS);
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub struct SessionData {
     pub client_info: Value,
     /// Minimum level of log messages sent to this client.
     pub log_level: LogLevel,
+    /// Whether the client opted into Asynchronous Tool Execution at `initialize`.
+    #[serde(default)]
+    pub async_tools: bool,
 }
 
 /// A live session.
@@ -57,6 +60,10 @@ impl Session {
     /// Minimum log level for this client.
     pub fn log_level(&self) -> LogLevel {
         self.data().log_level
+    }
+    /// Whether the client opted into Asynchronous Tool Execution.
+    pub fn async_tools(&self) -> bool {
+        self.data().async_tools
     }
     fn record(&self) -> SessionRecord {
         SessionRecord {

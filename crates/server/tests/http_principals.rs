@@ -282,17 +282,26 @@ async fn running_task_limit_gives_a_clear_error_and_frees_up() {
 }
 
 #[tokio::test]
-async fn rate_limit_on_task_calls_gives_retry_after() {
+async fn rate_limited_call_is_429_with_retry_after() {
     let s = server(true).await;
     let mut c = Client::connect_token(&s.url, "key-slow", json!({})).await;
     let mut limited: Option<Value> = None;
     for _ in 0..20 {
         let ex = c.request("tasks/list", json!({})).await;
-        assert_eq!(ex.status, 200);
         if let Some(e) = ex.reply.as_ref().and_then(|r| r.get("error")) {
+            // A refused call is HTTP 429 with Retry-After (whole seconds), the JSON-RPC error in the body.
+            assert_eq!(ex.status, 429);
+            let secs: u64 = ex
+                .retry_after
+                .as_deref()
+                .expect("Retry-After")
+                .parse()
+                .unwrap();
+            assert!(secs >= 1, "{secs}");
             limited = Some(e.clone());
             break;
         }
+        assert_eq!(ex.status, 200);
     }
     let e = limited.expect("the 6/min key is limited within 20 calls");
     assert_eq!(e["code"], -32005);

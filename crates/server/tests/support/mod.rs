@@ -91,7 +91,7 @@ pub async fn start_with(
     extra: Vec<mcp_tasks_server::Tool>,
 ) -> TestServer {
     let mut b = Server::builder(store, engine, config);
-    for t in demo::tools().into_iter().chain(extra) {
+    for t in demo::tools::tools().into_iter().chain(extra) {
         b = b.tool(t).unwrap();
     }
     let server = b.build();
@@ -118,6 +118,8 @@ pub async fn start_with(
 pub struct Exchange {
     pub status: u16,
     pub content_type: String,
+    /// The `Retry-After` header, if any.
+    pub retry_after: Option<String>,
     /// Messages that came before the reply (SSE only).
     pub notifications: Vec<Value>,
     /// The reply (absent for 202).
@@ -425,6 +427,10 @@ pub async fn read_exchange(resp: reqwest::Response) -> Exchange {
         .get("content-type")
         .map(|v| v.to_str().unwrap().to_string())
         .unwrap_or_default();
+    let retry_after = resp
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
     let text = resp.text().await.unwrap();
     let mut notifications = Vec::new();
     let mut reply = None;
@@ -453,6 +459,7 @@ pub async fn read_exchange(resp: reqwest::Response) -> Exchange {
     Exchange {
         status,
         content_type,
+        retry_after,
         notifications,
         reply,
     }

@@ -13,120 +13,81 @@
 //! tool and its arguments, and an expiry: a tampered, foreign or stale state is refused with -32602.
 
 use async_trait::async_trait;
-use base64::Engine as _;
-use hmac::{Hmac, KeyInit, Mac};
 use mcp_tasks_engine::{now_ms, ContextSink, InputError, InputResponse, LogLevel};
+use mcp_tasks_protocol::jsonrpc::ErrorObject;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use sha2::Sha256;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use tokio::sync::Notify;
 
-use mcp_tasks_protocol::jsonrpc::ErrorObject;
+use super::messages;
+use crate::core::{Sealer, Unsealed};
+use crate::transport::streams::StreamSender;
 
 /// How long a `requestState` stays valid.
 const STATE_TTL_MS: u64 = 15 * 60 * 1000;
 
 /// What `requestState` carries between rounds.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct RoundState {
+pub(crate) struct RoundState {
     /// Principal the state was issued to.
-    pub principal: String,
+    pub(crate) principal: String,
     /// Digest of tool + arguments.
-    pub call: String,
+    pub(crate) call: String,
     /// Expiry, Unix ms.
-    pub exp: u64,
+    pub(crate) exp: u64,
     /// Answers so far, by key.
-    pub answers: BTreeMap<String, Value>,
+    pub(crate) answers: BTreeMap<String, Value>,
     /// Keys asked in the last round and not yet answered.
-    pub pending: Vec<String>,
+    pub(crate) pending: Vec<String>,
 }
 
-/// Signs and checks `requestState` values.
-pub struct StateSigner {
-    key: Vec<u8>,
+/// Encodes and signs a state.
+pub(crate) fn seal(sealer: &Sealer, state: &RoundState) -> String {
+    sealer.seal(&serde_json::to_vec(state).unwrap_or_default())
 }
 
-type HmacSha256 = Hmac<Sha256>;
-
-impl StateSigner {
-    /// A signer with `secret`, or a random one (then states do not survive a restart or cross replicas).
-    pub fn new(secret: Option<&[u8]>) -> StateSigner {
-        let key = match secret {
-            Some(s) => s.to_vec(),
-            None => {
-                let mut k = vec![0u8; 32];
-                getrandom::fill(&mut k)
-                    .expect("the operating system's random number generator failed");
-                k
-            }
-        };
-        StateSigner { key }
-    }
-
-    fn mac(&self, payload: &[u8]) -> Vec<u8> {
-        let mut mac =
-            <HmacSha256 as KeyInit>::new_from_slice(&self.key).expect("HMAC takes any key length");
-        mac.update(payload);
-        mac.finalize().into_bytes().to_vec()
-    }
-
-    /// Encodes and signs a state.
-    pub fn seal(&self, state: &RoundState) -> String {
-        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        let payload = serde_json::to_vec(state).unwrap_or_default();
-        format!(
-            "{}.{}",
-            b64.encode(&payload),
-            b64.encode(self.mac(&payload))
-        )
-    }
-
-    /// Checks and decodes a state issued to `principal` for `call`.
-    pub fn open(
-        &self,
-        token: &str,
-        principal: &str,
-        call: &str,
-    ) -> Result<RoundState, ErrorObject> {
-        let bad = |why: &str| {
-            ErrorObject::invalid_params(format!(
-                "requestState rejected: {why}; start the call again without it"
-            ))
-        };
-        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        let (payload, sig) = token.split_once('.').ok_or_else(|| bad("malformed"))?;
-        let payload = b64.decode(payload).map_err(|_| bad("malformed"))?;
-        let sig = b64.decode(sig).map_err(|_| bad("malformed"))?;
-        let mut mac =
-            <HmacSha256 as KeyInit>::new_from_slice(&self.key).expect("HMAC takes any key length");
-        mac.update(&payload);
-        mac.verify_slice(&sig)
-            .map_err(|_| bad("signature does not match (tampered or issued by another server)"))?;
-        let state: RoundState = serde_json::from_slice(&payload).map_err(|_| bad("malformed"))?;
-        if state.principal != principal {
-            return Err(bad("issued to another caller"));
+/// Checks and decodes a state issued to `principal` for `call`.
+pub(crate) fn open(
+    sealer: &Sealer,
+    token: &str,
+    principal: &str,
+    call: &str,
+) -> Result<RoundState, ErrorObject> {
+    let bad = |why: &str| {
+        ErrorObject::invalid_params(format!(
+            "requestState rejected: {why}; start the call again without it"
+        ))
+    };
+    let payload = sealer.open(token).map_err(|e| match e {
+        Unsealed::Malformed => bad("malformed"),
+        Unsealed::BadSignature => {
+            bad("signature does not match (tampered or issued by another server)")
         }
-        if state.call != call {
-            return Err(bad("issued for another tool call or other arguments"));
-        }
-        if state.exp < now_ms() {
-            return Err(bad("expired"));
-        }
-        Ok(state)
+    })?;
+    let state: RoundState = serde_json::from_slice(&payload).map_err(|_| bad("malformed"))?;
+    if state.principal != principal {
+        return Err(bad("issued to another caller"));
     }
+    if state.call != call {
+        return Err(bad("issued for another tool call or other arguments"));
+    }
+    if state.exp < now_ms() {
+        return Err(bad("expired"));
+    }
+    Ok(state)
 }
 
 /// A context sink for one round: answers questions from what is in hand, and records the rest.
-pub struct RoundSink {
+pub(crate) struct RoundSink {
     answers: BTreeMap<String, Value>,
     caps: Value,
     asked: Mutex<RoundAsked>,
     /// Raised when the handler waits for an answer that is not in hand.
-    pub blocked: Notify,
-    progress: Option<(Value, crate::router::StreamSender)>,
-    log: Option<(LogLevel, crate::router::StreamSender)>,
+    pub(crate) blocked: Notify,
+    progress: Option<(Value, StreamSender)>,
+    log: Option<(LogLevel, StreamSender)>,
 }
 
 #[derive(Default)]
@@ -137,11 +98,11 @@ struct RoundAsked {
 
 impl RoundSink {
     /// A sink with the answers in hand and the client's capabilities for this request.
-    pub fn new(
+    pub(crate) fn new(
         answers: BTreeMap<String, Value>,
         caps: Value,
-        progress: Option<(Value, crate::router::StreamSender)>,
-        log: Option<(LogLevel, crate::router::StreamSender)>,
+        progress: Option<(Value, StreamSender)>,
+        log: Option<(LogLevel, StreamSender)>,
     ) -> RoundSink {
         RoundSink {
             answers,
@@ -154,7 +115,7 @@ impl RoundSink {
     }
 
     /// The questions asked and not answered, as an `InputRequests` map.
-    pub fn missing(&self) -> (Map<String, Value>, Vec<String>) {
+    pub(crate) fn missing(&self) -> (Map<String, Value>, Vec<String>) {
         let asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
         let map = asked
             .missing
@@ -168,7 +129,7 @@ impl RoundSink {
     }
 
     /// The answers in hand.
-    pub fn answers(&self) -> &BTreeMap<String, Value> {
+    pub(crate) fn answers(&self) -> &BTreeMap<String, Value> {
         &self.answers
     }
 }
@@ -179,11 +140,13 @@ impl ContextSink for RoundSink {
         let Some((token, out)) = &self.progress else {
             return;
         };
-        let p = crate::era_2025::progress_params(token, progress, total, message);
         let _ = out
-            .send(mcp_tasks_protocol::jsonrpc::Message::notification(
-                "notifications/progress",
-                p,
+            .send(messages::progress(
+                token,
+                progress,
+                total,
+                message.as_deref(),
+                None,
             ))
             .await;
     }
@@ -194,12 +157,8 @@ impl ContextSink for RoundSink {
         if level < *min {
             return;
         }
-        let p = crate::era_2025::log_params(level, logger, data);
         let _ = out
-            .send(mcp_tasks_protocol::jsonrpc::Message::notification(
-                "notifications/message",
-                p,
-            ))
+            .send(messages::log(level, logger.as_deref(), data, None))
             .await;
     }
 
@@ -232,7 +191,7 @@ impl ContextSink for RoundSink {
                 });
             }
         }
-        crate::era_2025::check_capability(&self.caps, method, &params)
+        crate::core::check_capability(&self.caps, method, &params)
             .map_err(InputError::Unsupported)?;
         self.asked
             .lock()
@@ -246,7 +205,7 @@ impl ContextSink for RoundSink {
 }
 
 /// A fresh state for the next round.
-pub fn next_state(
+pub(crate) fn next_state(
     principal: &str,
     call: &str,
     answers: BTreeMap<String, Value>,
@@ -267,22 +226,20 @@ mod tests {
 
     #[test]
     fn sealed_state_opens_only_unchanged_for_its_caller_and_call() {
-        let s = StateSigner::new(Some(b"k"));
+        let s = Sealer::new(Some(b"k"));
         let st = next_state(
             "alice",
             "c1",
             BTreeMap::from([("r1".into(), json!({"action": "accept"}))]),
             vec!["r2".into()],
         );
-        let token = s.seal(&st);
-        assert_eq!(s.open(&token, "alice", "c1").unwrap(), st);
-        assert!(s.open(&token, "bob", "c1").is_err());
-        assert!(s.open(&token, "alice", "c2").is_err());
+        let token = seal(&s, &st);
+        assert_eq!(open(&s, &token, "alice", "c1").unwrap(), st);
+        assert!(open(&s, &token, "bob", "c1").is_err());
+        assert!(open(&s, &token, "alice", "c2").is_err());
         let mut tampered = token.clone();
         tampered.insert(3, 'x');
-        assert!(s.open(&tampered, "alice", "c1").is_err());
-        assert!(StateSigner::new(Some(b"other"))
-            .open(&token, "alice", "c1")
-            .is_err());
+        assert!(open(&s, &tampered, "alice", "c1").is_err());
+        assert!(open(&Sealer::new(Some(b"other")), &token, "alice", "c1").is_err());
     }
 }

@@ -28,11 +28,12 @@ struct SessionStreams {
     per_task: HashMap<String, Vec<TaskStream>>,
 }
 
-/// Open client streams by session.
-/// How many notifications are kept for a session with no open stream, and for how long.
+/// How many notifications are kept for a session with no open stream…
 const HELD_MAX: usize = 64;
+/// …and for how long.
 const HELD_FOR: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Open client streams by session.
 #[derive(Default, Clone)]
 pub struct Streams {
     /// Notifications for sessions with no open stream yet, oldest first (bounded, short-lived).
@@ -232,6 +233,12 @@ impl Streams {
     /// Closes every stream of a session (it ended): their receivers see the end of the stream.
     pub fn close_session(&self, session: &str) {
         self.inner.remove(session);
+    }
+
+    /// Closes every stream (the server is stopping): their receivers see the end of the stream.
+    pub fn close_all(&self) {
+        self.inner.clear();
+        self.held.clear();
     }
 
     /// Whether a session has any open stream here.

@@ -1,13 +1,11 @@
 //! The stateless wire (MCP 2026-07-28) with the tasks extension `io.modelcontextprotocol/tasks`
 //! (SEP-2663): per-request `_meta` instead of `initialize`, `resultType` on every result,
 //! multi-round-trip input for plain calls, and server-directed tasks read with `tasks/get` and fed
-//! with `tasks/update`.
+//! with `tasks/update`. Parses params, calls the core, renders; also checks the HTTP routing headers
+//! against the body.
 
-use mcp_tasks_engine::store::{ActiveLimit, Lookup};
-use mcp_tasks_engine::{
-    fingerprint, EngineError, InputResponse, LogLevel, NewTask, Outcome, TaskContext, TaskEvent,
-    TaskRecord,
-};
+use mcp_tasks_engine::store::Lookup;
+use mcp_tasks_engine::{fingerprint, LogLevel, Outcome, TaskContext, TaskEvent, TaskRecord};
 use mcp_tasks_protocol::jsonrpc::{ErrorObject, Message, Request};
 use mcp_tasks_protocol::mcp_2025::TaskSupport;
 use mcp_tasks_protocol::{error_codes, meta, version};
@@ -17,43 +15,31 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::Principal;
-use crate::mrtr::{next_state, RoundSink};
-use crate::render_2026;
-use crate::router::StreamSender;
-use crate::Server;
+use super::messages;
+use super::mrtr::{self, next_state, RoundSink};
+use super::render_2026;
+use crate::core::{calls, tasks::Cancel, Era, Failure, HandlerRun, Peer, Server, TaskStart};
+use crate::transport::streams::StreamSender;
 
 /// The era label stored on tasks created through this wire.
 pub(crate) const ERA: &str = version::V2026_07_28;
 
-/// An error with the HTTP status this era gives it.
-#[derive(Debug, Clone)]
-pub struct Failure {
-    /// The JSON-RPC error.
-    pub error: ErrorObject,
-    /// The HTTP status (200 unless the spec says otherwise).
-    pub http: u16,
-}
-
-impl From<ErrorObject> for Failure {
-    fn from(error: ErrorObject) -> Failure {
-        let http = match error.code {
-            error_codes::METHOD_NOT_FOUND => 404,
-            error_codes::HEADER_MISMATCH
-            | error_codes::MISSING_REQUIRED_CLIENT_CAPABILITY
-            | error_codes::UNSUPPORTED_PROTOCOL_VERSION => 400,
-            _ => 200,
-        };
-        Failure { error, http }
-    }
+/// The HTTP status this wire gives an error: 404 for an unknown method, 400 for header, capability
+/// and version errors, else what the failure already says (200, or 429 for a refused call).
+fn with_http_status(f: Failure) -> Failure {
+    let status = match f.error.code {
+        error_codes::METHOD_NOT_FOUND => 404,
+        error_codes::HEADER_MISMATCH
+        | error_codes::MISSING_REQUIRED_CLIENT_CAPABILITY
+        | error_codes::UNSUPPORTED_PROTOCOL_VERSION => 400,
+        _ => return f,
+    };
+    f.with_status(status)
 }
 
 fn bad_meta(msg: String) -> Failure {
     // A request whose `_meta` is missing or malformed is 400 on HTTP.
-    Failure {
-        error: ErrorObject::invalid_params(msg),
-        http: 400,
-    }
+    Failure::from(ErrorObject::invalid_params(msg)).with_status(400)
 }
 
 /// What a request says about itself in `_meta`.
@@ -62,14 +48,6 @@ pub(crate) struct RequestMeta {
     pub caps: Value,
     pub log_level: Option<LogLevel>,
     pub progress_token: Option<Value>,
-}
-
-/// Whether a message belongs to this wire: its `_meta` names a protocol version.
-pub(crate) fn is_stateless(params: Option<&Value>) -> bool {
-    params
-        .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.get(meta::PROTOCOL_VERSION))
-        .is_some()
 }
 
 /// The protocol version a request declares, if any.
@@ -105,8 +83,7 @@ pub(crate) fn parse_meta(req: &Request) -> Result<RequestMeta, Failure> {
             ))
         })?;
     if !version::STATELESS_VERSIONS.contains(&v) {
-        return Err(Failure {
-            error: ErrorObject::new(
+        return Err(Failure::from(ErrorObject::new(
                 error_codes::UNSUPPORTED_PROTOCOL_VERSION,
                 format!(
                     "Unsupported protocol version {v:?} in _meta (supported: {}; for {} send initialize instead)",
@@ -114,9 +91,8 @@ pub(crate) fn parse_meta(req: &Request) -> Result<RequestMeta, Failure> {
                     version::SESSION_VERSIONS.join(", ")
                 ),
             )
-            .with_data(json!({"supported": version::STATELESS_VERSIONS, "requested": v})),
-            http: 400,
-        });
+            .with_data(json!({"supported": version::STATELESS_VERSIONS, "requested": v})))
+        .with_status(400));
     }
     let caps = match m.get(meta::CLIENT_CAPABILITIES) {
         Some(c @ Value::Object(_)) => c.clone(),
@@ -162,11 +138,6 @@ fn missing_tasks_extension(what: &str) -> Failure {
     .into()
 }
 
-fn internal(e: impl std::fmt::Display) -> Failure {
-    tracing::error!(error = %e, "internal error serving a request");
-    ErrorObject::internal(format!("Internal error: {e}")).into()
-}
-
 /// Adds what every result of this era carries: `resultType` (default `complete`) and the server's info.
 pub(crate) fn finish_result(server: &Server, mut v: Value) -> Value {
     if let Value::Object(m) = &mut v {
@@ -175,7 +146,7 @@ pub(crate) fn finish_result(server: &Server, mut v: Value) -> Value {
         if let Value::Object(meta) = meta {
             meta.insert(
                 meta::SERVER_INFO.into(),
-                json!({"name": server.config.name, "version": server.config.version}),
+                json!({"name": server.config().name, "version": server.config().version}),
             );
         }
     }
@@ -186,7 +157,19 @@ pub(crate) fn finish_result(server: &Server, mut v: Value) -> Value {
 /// `subscriptions/listen` the subscription's notifications).
 pub(crate) async fn dispatch(
     server: &Arc<Server>,
-    principal: &Principal,
+    peer: &Peer,
+    req: Request,
+    out: StreamSender,
+    cancel: CancellationToken,
+) -> Result<Value, Failure> {
+    serve(server, peer, req, out, cancel)
+        .await
+        .map_err(with_http_status)
+}
+
+async fn serve(
+    server: &Arc<Server>,
+    peer: &Peer,
     req: Request,
     out: StreamSender,
     cancel: CancellationToken,
@@ -198,7 +181,7 @@ pub(crate) async fn dispatch(
     };
     // A prompt that asks for input is built in rounds, like a plain tool call.
     if let Some(handler) = (req.method == "prompts/get")
-        .then(|| crate::era_2025::prompt_handler(server, &req))
+        .then(|| server.prompt_handler(&params))
         .flatten()
     {
         let name = params.get("name").and_then(Value::as_str).unwrap_or("");
@@ -207,17 +190,17 @@ pub(crate) async fn dispatch(
             .cloned()
             .unwrap_or_else(|| json!({}));
         let call = fingerprint(&format!("prompt:{name}"), &args);
-        let answers = answers_in_hand(server, principal, &call, &params)?;
+        let answers = answers_in_hand(server, peer, &call, &params)?;
         let result = match run_round(handler, args, answers, &rm, &out, cancel).await {
-            Round::Done(o) => outcome_to_result(o)?,
-            need => input_required(server, principal, &call, need),
+            Round::Done(o) => calls::outcome_to_result(o)?,
+            need => input_required(server, peer, &call, need),
         };
         return Ok(finish_result(server, result));
     }
     let result = match req.method.as_str() {
         "server/discover" => discover(server),
         "tools/list" => tools_list(server, &params)?,
-        "tools/call" => tools_call(server, principal, &rm, &params, out, cancel).await?,
+        "tools/call" => tools_call(server, peer, &rm, &params, out, cancel).await?,
         "tasks/get" | "tasks/update" | "tasks/cancel" | "subscriptions/listen" => {
             let wants_tasks = req.method != "subscriptions/listen"
                 || params
@@ -227,22 +210,17 @@ pub(crate) async fn dispatch(
             if wants_tasks && !declares_tasks(&rm.caps) {
                 return Err(missing_tasks_extension(&req.method));
             }
-            check_rate(server, principal, &req.method)?;
+            server.check_rate(peer, &req.method)?;
             match req.method.as_str() {
-                "tasks/get" => tasks_get(server, principal, &params).await?,
-                "tasks/update" => tasks_update(server, principal, &params).await?,
-                "tasks/cancel" => tasks_cancel(server, principal, &params).await?,
-                _ => return listen(server, principal, &req, &params, out).await,
+                "tasks/get" => tasks_get(server, peer, &params).await?,
+                "tasks/update" => tasks_update(server, peer, &params).await?,
+                "tasks/cancel" => tasks_cancel(server, peer, &params).await?,
+                _ => return listen(server, peer, &req, &params, out).await,
             }
         }
-        "resources/list"
-        | "resources/templates/list"
-        | "resources/read"
-        | "prompts/list"
-        | "prompts/get"
-        | "completion/complete" => {
-            let mut r = crate::era_2025::catalog_call(server, &req, true)?;
-            if req.method != "completion/complete" && req.method != "prompts/get" {
+        m if crate::core::CATALOG_METHODS.contains(&m) => {
+            let mut r = server.catalog_request(m, &params, Era::Stateless)?;
+            if m != "completion/complete" && m != "prompts/get" {
                 // List and read results are cacheable on this wire.
                 r["ttlMs"] = json!(60_000);
                 r["cacheScope"] = json!("public");
@@ -261,28 +239,14 @@ pub(crate) async fn dispatch(
     Ok(finish_result(server, result))
 }
 
-fn check_rate(server: &Server, principal: &Principal, method: &str) -> Result<(), Failure> {
-    server.rate.check(&principal.name, principal.limits.calls_per_minute).map_err(|wait_ms| {
-        tracing::info!(target: "mcp_tasks::audit", principal = %principal.name, method, "rate limited");
-        Failure::from(
-            ErrorObject::new(
-                error_codes::RATE_LIMITED,
-                format!("Rate limit: at most {} task calls per minute; retry in {wait_ms} ms", principal.limits.calls_per_minute),
-            )
-            .with_data(json!({"retryAfterMs": wait_ms})),
-        )
-    })
-}
-
 fn discover(server: &Server) -> Value {
     let mut caps = json!({
         "tools": {"listChanged": false},
         "extensions": {meta::TASKS_EXTENSION: {}},
+        "logging": {},
     });
-    if let Some(extra) = server.capabilities_2026() {
-        if let (Value::Object(c), Value::Object(e)) = (&mut caps, extra) {
-            c.extend(e);
-        }
+    if let Value::Object(c) = &mut caps {
+        c.extend(server.catalog_capabilities());
     }
     let mut r = json!({
         "supportedVersions": version::ALL_VERSIONS,
@@ -290,32 +254,25 @@ fn discover(server: &Server) -> Value {
         "ttlMs": 60_000,
         "cacheScope": "public",
     });
-    if let Some(i) = &server.config.instructions {
+    if let Some(i) = &server.config().instructions {
         r["instructions"] = json!(i);
     }
     r
 }
 
 fn tools_list(server: &Server, params: &Map<String, Value>) -> Result<Value, Failure> {
-    let all = server.tools.all();
-    let start = match params.get("cursor") {
-        None | Some(Value::Null) => 0,
-        Some(Value::String(c)) => c
-            .strip_prefix("t")
-            .and_then(|n| n.parse::<usize>().ok())
-            .filter(|&n| n <= all.len())
-            .ok_or_else(|| {
-                ErrorObject::invalid_params(format!("tools/list: invalid cursor {c:?}"))
-            })?,
-        Some(_) => {
-            return Err(ErrorObject::invalid_params("tools/list: cursor must be a string").into())
-        }
-    };
-    let end = (start + server.config.page_size.max(1)).min(all.len());
-    let tools: Vec<Value> = all[start..end].iter().map(|t| t.describe(false)).collect();
+    let all = server.tools().all();
+    let cursor = messages::cursor("tools/list", params)?;
+    let (range, next) = messages::page_of(
+        "tools/list",
+        all,
+        cursor.as_deref(),
+        server.config().page_size,
+    )?;
+    let tools: Vec<Value> = all[range].iter().map(|t| t.describe(false)).collect();
     let mut r = json!({"tools": tools, "ttlMs": 60_000, "cacheScope": "public"});
-    if end < all.len() {
-        r["nextCursor"] = json!(format!("t{end}"));
+    if let Some(c) = next {
+        r["nextCursor"] = json!(c);
     }
     Ok(r)
 }
@@ -324,7 +281,7 @@ fn tools_list(server: &Server, params: &Map<String, Value>) -> Result<Value, Fai
 /// `inputResponses` for the questions of the last round (others are ignored).
 fn answers_in_hand(
     server: &Server,
-    principal: &Principal,
+    peer: &Peer,
     call: &str,
     params: &Map<String, Value>,
 ) -> Result<BTreeMap<String, Value>, Failure> {
@@ -342,7 +299,7 @@ fn answers_in_hand(
     {
         None | Some(Value::Null) => (BTreeMap::new(), None),
         Some(Value::String(s)) => {
-            let st = server.signer.open(s, &principal.name, call)?;
+            let st = mrtr::open(server.sealer(), s, peer.name(), call)?;
             (st.answers, Some(st.pending))
         }
         Some(_) => {
@@ -389,32 +346,25 @@ async fn run_round(
     let log = rm.log_level.map(|l| (l, out.clone()));
     let sink = Arc::new(RoundSink::new(answers, rm.caps.clone(), progress, log));
     let ctx = TaskContext::new(None, cancel.clone(), sink.clone());
-    let mut guard = crate::AbortOnDrop(tokio::spawn(
-        async move { handler.run(ctx, arguments).await },
-    ));
-    let work = &mut guard.0;
+    let mut run = HandlerRun::spawn(handler, ctx, arguments);
     let outcome = tokio::select! {
-        r = &mut *work => r,
+        o = run.outcome() => o,
         _ = sink.blocked.notified() => {
             // Give questions asked side by side a moment to arrive, then end the round.
             tokio::time::sleep(Duration::from_millis(25)).await;
-            if !work.is_finished() {
-                work.abort();
+            if !run.is_finished() {
+                run.abort();
                 cancel.cancel();
                 let (requests, pending) = sink.missing();
                 return Round::NeedsInput { requests, pending, answers: sink.answers().clone() };
             }
-            work.await
+            run.outcome().await
         }
     };
-    Round::Done(match outcome {
-        Ok(o) => o,
-        Err(e) if e.is_panic() => Outcome::internal_error("the tool panicked"),
-        Err(_) => Outcome::internal_error("the tool was stopped"),
-    })
+    Round::Done(outcome)
 }
 
-fn input_required(server: &Server, principal: &Principal, call: &str, round: Round) -> Value {
+fn input_required(server: &Server, peer: &Peer, call: &str, round: Round) -> Value {
     let Round::NeedsInput {
         requests,
         pending,
@@ -423,35 +373,19 @@ fn input_required(server: &Server, principal: &Principal, call: &str, round: Rou
     else {
         return Value::Null;
     };
-    let state = next_state(&principal.name, call, answers, pending);
-    json!({"resultType": "input_required", "inputRequests": requests, "requestState": server.signer.seal(&state)})
-}
-
-fn outcome_to_result(o: Outcome) -> Result<Value, Failure> {
-    match o {
-        Outcome::Result { value, .. } => Ok(value),
-        Outcome::Error {
-            code,
-            message,
-            data,
-        } => Err(ErrorObject {
-            code,
-            message,
-            data,
-        }
-        .into()),
-    }
+    let state = next_state(peer.name(), call, answers, pending);
+    json!({"resultType": "input_required", "inputRequests": requests, "requestState": mrtr::seal(server.sealer(), &state)})
 }
 
 async fn tools_call(
     server: &Arc<Server>,
-    principal: &Principal,
+    peer: &Peer,
     rm: &RequestMeta,
     params: &Map<String, Value>,
     out: StreamSender,
     cancel: CancellationToken,
 ) -> Result<Value, Failure> {
-    let (tool, arguments) = crate::era_2025::tool_and_arguments(server, params)?;
+    let (tool, arguments) = server.tool_call(params)?;
     let name = tool.tool.name.as_str();
     if let Some(Value::Object(needed)) = &tool.tool.requires {
         let missing = needed
@@ -477,11 +411,9 @@ async fn tools_call(
         TaskSupport::Required if ext => true,
         TaskSupport::Required => return Err(missing_tasks_extension(&format!("Tool {name}"))),
     };
-    let invalid = tool.validate(&arguments).err().map(|problems| {
-        json!({"content": [{"type": "text", "text": format!("Invalid arguments for tool {name}: {problems}")}], "isError": true})
-    });
+    let invalid = calls::invalid_arguments(tool, &arguments);
     let call = fingerprint(name, &arguments);
-    let answers = answers_in_hand(server, principal, &call, params)?;
+    let answers = answers_in_hand(server, peer, &call, params)?;
     if !as_task {
         if let Some(r) = invalid {
             return Ok(r);
@@ -496,11 +428,11 @@ async fn tools_call(
         )
         .await
         {
-            Round::Done(o) => outcome_to_result(o),
-            need => Ok(input_required(server, principal, &call, need)),
+            Round::Done(o) => calls::outcome_to_result(o),
+            need => Ok(input_required(server, peer, &call, need)),
         };
     }
-    check_rate(server, principal, "tools/call")?;
+    server.check_rate(peer, "tools/call")?;
     // A tool may ask its questions before the task starts (in rounds, like a plain call).
     let arguments = match (&tool.tool.prepare, &invalid) {
         (Some(prepare), None) => {
@@ -509,28 +441,26 @@ async fn tools_call(
                     value,
                     is_error: false,
                 }) => value,
-                Round::Done(o) => return outcome_to_result(o),
-                need => return Ok(input_required(server, principal, &call, need)),
+                Round::Done(o) => return calls::outcome_to_result(o),
+                need => return Ok(input_required(server, peer, &call, need)),
             }
         }
         _ => arguments,
     };
-    let new = NewTask {
-        tool: name.to_string(),
-        arguments,
-        owner: principal.name.clone(),
-        session: None,
-        era: ERA.to_string(),
-        request_meta: json!({"clientCapabilities": rm.caps}),
-        requested_ttl_ms: None,
-        idempotency_key: None,
-        active_limit: Some(ActiveLimit {
-            max: principal.limits.max_running_tasks,
-            owner: principal.name.clone(),
-            session: None,
-        }),
-    };
-    let rec = server.submit_task(new, invalid, None).await?;
+    let rec = server
+        .start_task(
+            peer,
+            TaskStart {
+                tool: name.to_string(),
+                arguments,
+                era: ERA,
+                request_meta: json!({"clientCapabilities": rm.caps}),
+                ttl_ms: None,
+                idempotency_key: None,
+                invalid,
+            },
+        )
+        .await?;
     Ok(Value::Object(render_2026::create_result(&rec)))
 }
 
@@ -543,33 +473,23 @@ fn task_id(params: &Map<String, Value>, method: &str) -> Result<String, Failure>
     }
 }
 
-/// A task the caller may see (created under either era); anything else is "not found".
+/// A task the caller may see (created under any wire: one store); anything else is "not found".
 async fn find(
     server: &Server,
-    principal: &Principal,
+    peer: &Peer,
     params: &Map<String, Value>,
     method: &str,
 ) -> Result<TaskRecord, Failure> {
     let id = task_id(params, method)?;
-    match server.engine.get(&id).await.map_err(internal)? {
-        Lookup::Found(t) if t.owner == principal.name => Ok(t),
-        Lookup::Expired { owner, .. } if owner == principal.name => {
-            Err(ErrorObject::invalid_params("Failed to retrieve task: Task has expired").into())
-        }
-        _ => {
-            tracing::info!(target: "mcp_tasks::audit", principal = %principal.name, method, "task lookup failed");
-            Err(ErrorObject::invalid_params("Failed to retrieve task: Task not found").into())
-        }
-    }
+    server
+        .visible_task(peer, &id, method, |_| true)
+        .await
+        .map_err(|u| u.task_error())
 }
 
 async fn detailed(server: &Server, rec: &TaskRecord) -> Result<Map<String, Value>, Failure> {
     let pending = if rec.status == mcp_tasks_engine::TaskStatus::InputRequired {
-        server
-            .engine
-            .pending_inputs(&rec.id)
-            .await
-            .map_err(internal)?
+        server.pending_inputs(&rec.id).await?
     } else {
         Vec::new()
     };
@@ -578,19 +498,19 @@ async fn detailed(server: &Server, rec: &TaskRecord) -> Result<Map<String, Value
 
 async fn tasks_get(
     server: &Server,
-    principal: &Principal,
+    peer: &Peer,
     params: &Map<String, Value>,
 ) -> Result<Value, Failure> {
-    let t = find(server, principal, params, "tasks/get").await?;
+    let t = find(server, peer, params, "tasks/get").await?;
     if t.status.is_terminal() {
-        tracing::info!(target: "mcp_tasks::audit", task = %t.id, principal = %principal.name, "task result retrieved");
+        tracing::info!(target: "mcp_tasks::audit", task = %t.id, principal = %peer.name(), "task result retrieved");
     }
     Ok(Value::Object(detailed(server, &t).await?))
 }
 
 async fn tasks_update(
     server: &Server,
-    principal: &Principal,
+    peer: &Peer,
     params: &Map<String, Value>,
 ) -> Result<Value, Failure> {
     let responses = match params.get("inputResponses") {
@@ -602,51 +522,24 @@ async fn tasks_update(
             .into())
         }
     };
-    let t = find(server, principal, params, "tasks/update").await?;
-    // Check every answer first, so a malformed one rejects the update as a whole.
-    let mut accepted = Vec::new();
-    for (key, value) in responses {
-        // Keys that are not this task's outstanding questions are acknowledged and ignored.
-        let Ok(Some(input)) = server.engine.store().get_input(&key).await else {
-            continue;
-        };
-        if input.task_id != t.id || input.response.is_some() {
-            continue;
-        }
-        if input.method == "elicitation/create" && crate::tool::parse_elicit_result(&value).is_err()
-        {
-            return Err(ErrorObject::invalid_params(format!(
-                "tasks/update: inputResponses[{key:?}] is not an ElicitResult (action accept, decline or cancel); nothing was applied"
-            ))
-            .into());
-        }
-        accepted.push((key, value));
-    }
-    for (key, value) in accepted {
-        match server
-            .engine
-            .answer_input(&key, InputResponse::Result { value })
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(target: "mcp_tasks::audit", task = %t.id, principal = %principal.name, request = %key, "input answered")
-            }
-            Err(e) => tracing::debug!(task = %t.id, request = %key, error = %e, "answer not taken"),
-        }
-    }
+    let t = find(server, peer, params, "tasks/update").await?;
+    server
+        .answer_many(peer, &t, responses, "tasks/update")
+        .await?;
     Ok(json!({}))
 }
 
 async fn tasks_cancel(
     server: &Server,
-    principal: &Principal,
+    peer: &Peer,
     params: &Map<String, Value>,
 ) -> Result<Value, Failure> {
-    let t = find(server, principal, params, "tasks/cancel").await?;
-    match server.engine.cancel(&t.id, None).await {
-        // Cancelling a finished task is acknowledged too (the extension's cancel is an ack, not a state).
-        Ok(_) | Err(EngineError::AlreadyTerminal(_)) | Err(EngineError::NotFound) => Ok(json!({})),
-        Err(e) => Err(internal(e)),
+    let t = find(server, peer, params, "tasks/cancel").await?;
+    // Cancelling a finished task is acknowledged too (the extension's cancel is an ack, not a state).
+    match server.cancel_task(&t).await {
+        Ok(Cancel::Done(_) | Cancel::AlreadyFinished(_))
+        | Err(crate::core::tasks::Unavailable::NotFound) => Ok(json!({})),
+        Err(u) => Err(u.task_error()),
     }
 }
 
@@ -654,7 +547,7 @@ async fn tasks_cancel(
 /// `notifications/tasks` (the full `DetailedTask`) whenever it changes, until the client goes away.
 async fn listen(
     server: &Arc<Server>,
-    principal: &Principal,
+    peer: &Peer,
     req: &Request,
     params: &Map<String, Value>,
     out: StreamSender,
@@ -667,8 +560,8 @@ async fn listen(
         .unwrap_or_default();
     let sub_meta = json!({meta::SUBSCRIPTION_ID: req.id.to_value()});
     // Subscribe before reading anything, so no change falls between the read and the stream.
-    let mut events = server.engine.notifier().subscribe_all();
-    let mut resource_events = server.resource_events.subscribe();
+    let mut events = server.engine().notifier().subscribe_all();
+    let mut resource_events = server.resource_changes();
     let mut accepted = Vec::new();
     for id in filter
         .get("taskIds")
@@ -677,8 +570,7 @@ async fn listen(
         .flatten()
         .filter_map(Value::as_str)
     {
-        if matches!(server.engine.get(id).await, Ok(Lookup::Found(t)) if t.owner == principal.name)
-        {
+        if matches!(server.engine().get(id).await, Ok(Lookup::Found(t)) if t.owner == peer.name()) {
             accepted.push(id.to_string());
         }
     }
@@ -688,7 +580,7 @@ async fn listen(
         .into_iter()
         .flatten()
         .filter_map(Value::as_str)
-        .filter(|u| server.catalog.exists(u))
+        .filter(|u| server.catalog().exists(u))
         .map(String::from)
         .collect();
     // This server's tool, prompt and resource lists never change while it runs: nothing to promise there.
@@ -710,7 +602,7 @@ async fn listen(
     let send_state = async |id: &str,
                             last: &mut std::collections::HashMap<String, Value>|
            -> Result<(), Failure> {
-        let Ok(Lookup::Found(t)) = server.engine.get(id).await else {
+        let Ok(Lookup::Found(t)) = server.engine().get(id).await else {
             return Ok(());
         };
         let mut params = detailed(server, &t).await?;
@@ -733,7 +625,7 @@ async fn listen(
         tokio::select! {
             e = events.recv() => match e {
                 Ok(ev) => {
-                    let relevant = matches!(ev, TaskEvent::Changed(_) | TaskEvent::InputRequested { .. } | TaskEvent::InputAnswered { .. });
+                    let relevant = matches!(ev, TaskEvent::Changed(_) | TaskEvent::Progress { .. } | TaskEvent::InputRequested { .. } | TaskEvent::InputAnswered { .. });
                     if relevant && accepted.contains(&ev.task().id) {
                         send_state(&ev.task().id.clone(), &mut last).await?;
                     }
@@ -752,6 +644,142 @@ async fn listen(
                 }
             }
             _ = out.closed() => return Err(gone()),
+            _ = server.stopping() => return Err(gone()),
         }
     }
+}
+
+/// The HTTP headers of a request, as the transport decoded them: `None` when absent, `Some(None)` when
+/// present but not valid text (bad characters or bad `=?base64?…?=` encoding).
+pub(crate) trait Headers {
+    /// The decoded value of header `name` (lowercase).
+    fn text(&self, name: &str) -> Option<Option<String>>;
+}
+
+/// Checks the 2026-07-28 routing headers against the body: `MCP-Protocol-Version`, `Mcp-Method`,
+/// `Mcp-Name` for the methods that name a tool, prompt, resource or task, and `Mcp-Param-*` for tool
+/// arguments marked `x-mcp-header`. `Err` says what disagrees (answered 400 + -32020).
+pub(crate) fn check_headers(
+    server: &Server,
+    headers: &dyn Headers,
+    req: &Request,
+) -> Result<(), String> {
+    // A body that declares no version is reported as malformed `_meta` (-32602) by the dispatcher.
+    if let Some(declared) = declared_version(req.params.as_ref()) {
+        match headers.text("mcp-protocol-version") {
+            None => return Err("missing MCP-Protocol-Version header".into()),
+            Some(Some(v)) if v == declared => {}
+            Some(v) => {
+                return Err(format!(
+                    "MCP-Protocol-Version header {:?} does not match _meta protocolVersion {declared:?}",
+                    v.unwrap_or_default()
+                ));
+            }
+        }
+    }
+    match headers.text("mcp-method") {
+        None => {
+            return Err(format!(
+                "missing Mcp-Method header (expected {:?})",
+                req.method
+            ))
+        }
+        Some(Some(m)) if m == req.method => {}
+        Some(m) => {
+            return Err(format!(
+                "Mcp-Method header {:?} does not match the body's method {:?}",
+                m.unwrap_or_default(),
+                req.method
+            ));
+        }
+    }
+    let name_field = match req.method.as_str() {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    };
+    if let Some(field) = name_field {
+        // A body without the field is invalid params, which the dispatcher reports (-32602).
+        let Some(expected) = req
+            .params
+            .as_ref()
+            .and_then(|p| p.get(field))
+            .and_then(Value::as_str)
+        else {
+            return Ok(());
+        };
+        match headers.text("mcp-name") {
+            None => {
+                return Err(format!(
+                    "missing Mcp-Name header (expected params.{field} {expected:?})"
+                ))
+            }
+            Some(None) => return Err("Mcp-Name header is not valid text".into()),
+            Some(Some(n)) if n != expected => {
+                return Err(format!(
+                    "Mcp-Name header {n:?} does not match params.{field} {expected:?}"
+                ));
+            }
+            Some(Some(_)) => {}
+        }
+    }
+    if req.method == "tools/call" {
+        check_param_headers(server, headers, req)?;
+    }
+    Ok(())
+}
+
+/// Arguments a tool marks with `x-mcp-header` are mirrored in `Mcp-Param-<Name>` headers; each must be
+/// present when the argument is, and equal to it.
+fn check_param_headers(
+    server: &Server,
+    headers: &dyn Headers,
+    req: &Request,
+) -> Result<(), String> {
+    let params = req.params.as_ref();
+    let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+        return Ok(());
+    };
+    let Some(tool) = server.tools().get(name) else {
+        return Ok(());
+    };
+    let Some(props) = tool
+        .tool
+        .input_schema
+        .get("properties")
+        .and_then(Value::as_object)
+    else {
+        return Ok(());
+    };
+    let args = params.and_then(|p| p.get("arguments"));
+    for (arg, schema) in props {
+        let Some(header) = schema.get("x-mcp-header").and_then(Value::as_str) else {
+            continue;
+        };
+        let value = match args.and_then(|a| a.get(arg)) {
+            None | Some(Value::Null) => continue,
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+        };
+        match headers.text(&format!("mcp-param-{}", header.to_ascii_lowercase())) {
+            None => {
+                return Err(format!(
+                    "missing Mcp-Param-{header} header for argument {arg:?}"
+                ))
+            }
+            Some(Some(v)) if v == value => {}
+            Some(Some(v)) => {
+                return Err(format!(
+                    "Mcp-Param-{header} header {v:?} does not match argument {arg:?}"
+                ));
+            }
+            Some(None) => {
+                return Err(format!(
+                    "Mcp-Param-{header} header is not valid (bad base64 or characters)"
+                ))
+            }
+        }
+    }
+    Ok(())
 }

@@ -8,8 +8,10 @@ use std::sync::Arc;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, RwLock};
 
-use crate::router::StreamGuard;
-use crate::{Peer, Server, LOCAL_USER};
+use super::streams::StreamGuard;
+use crate::core::{Peer, Server};
+use crate::inbound::Transport;
+use crate::wire::era::{self, Facts};
 
 /// Serves one client on `input` / `output` until the input ends.
 pub async fn serve<R, W>(server: Arc<Server>, input: R, output: W) -> std::io::Result<()>
@@ -57,14 +59,22 @@ where
                 continue;
             }
         };
+        let era = {
+            let p = peer.read().await;
+            era::classify(&Facts {
+                session_async_tools: p.session.as_ref().map(|s| s.async_tools()),
+                ..era::body_facts(&msg)
+            })
+        };
         match msg {
-            Message::Request(req) if req.method == "initialize" => {
+            Message::Request(req) if req.method == "initialize" && era != crate::Era::Stateless => {
                 if peer.read().await.session.is_some() {
                     let e = ErrorObject::invalid_request("this session is already initialized");
                     let _ = tx.send(Message::error(Some(req.id), e)).await;
                     continue;
                 }
-                let reply = match server.initialize(LOCAL_USER, req.params.as_ref()).await {
+                let principal = peer.read().await.principal.clone();
+                let reply = match server.initialize(&principal, req.params.as_ref()).await {
                     Ok((session, result)) => {
                         // stdout is this session's standalone stream for task notifications.
                         _standalone = Some(
@@ -84,7 +94,10 @@ where
                 let peer = peer.read().await.clone();
                 let tx = tx.clone();
                 tokio::spawn(async move {
-                    if let Some(reply) = server.handle_request(&peer, req, tx.clone()).await {
+                    if let Some(reply) = server
+                        .handle_request(era, &peer, Transport::Stdio, req, tx.clone())
+                        .await
+                    {
                         let _ = tx.send(reply.message).await;
                     }
                 });

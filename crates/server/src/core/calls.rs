@@ -1,0 +1,212 @@
+//! Tool calls, era-neutral: which tool and arguments a call names, whether the arguments are valid,
+//! running a handler inside a request, and starting a task (idempotency, limits, error mapping).
+
+use mcp_tasks_engine::store::{ActiveLimit, StoreError};
+use mcp_tasks_engine::{EngineError, NewTask, Outcome, TaskContext, TaskHandler, TaskRecord};
+use mcp_tasks_protocol::error_codes;
+use mcp_tasks_protocol::jsonrpc::ErrorObject;
+use mcp_tasks_protocol::meta;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+
+use super::{internal, Failure, Peer, Server};
+use crate::tool::RegisteredTool;
+
+/// A handler running inside a request (no task). Dropping it stops the handler, so a plain call never
+/// outlives its request.
+pub(crate) struct HandlerRun(tokio::task::JoinHandle<Outcome>);
+
+impl Drop for HandlerRun {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl HandlerRun {
+    /// Starts `handler` with `ctx` on `arguments`.
+    pub(crate) fn spawn(handler: Arc<dyn TaskHandler>, ctx: TaskContext, arguments: Value) -> Self {
+        HandlerRun(tokio::spawn(
+            async move { handler.run(ctx, arguments).await },
+        ))
+    }
+
+    /// Whether the handler has returned.
+    pub(crate) fn is_finished(&self) -> bool {
+        self.0.is_finished()
+    }
+
+    /// Stops the handler.
+    pub(crate) fn abort(&self) {
+        self.0.abort();
+    }
+
+    /// Waits for the handler's outcome; a panic or an abort becomes an internal error.
+    pub(crate) async fn outcome(&mut self) -> Outcome {
+        match (&mut self.0).await {
+            Ok(o) => o,
+            Err(e) if e.is_panic() => crate::core::rules::failure("the tool panicked".into()),
+            Err(_) => crate::core::rules::failure("the tool was stopped".into()),
+        }
+    }
+}
+
+/// An outcome as a request's own result: the result object, or the JSON-RPC error.
+pub(crate) fn outcome_to_result(o: Outcome) -> Result<Value, Failure> {
+    match o {
+        Outcome::Result { value, .. } => Ok(value),
+        Outcome::Error {
+            code,
+            message,
+            data,
+        } => Err(ErrorObject {
+            code,
+            message,
+            data,
+        }
+        .into()),
+    }
+}
+
+/// What a wire asks of [`Server::start_task`].
+pub(crate) struct TaskStart {
+    /// The tool.
+    pub(crate) tool: String,
+    /// Its (validated, possibly prepared) arguments.
+    pub(crate) arguments: Value,
+    /// The era label stored with the task.
+    pub(crate) era: &'static str,
+    /// Wire metadata kept with the task (client capabilities, progress token, …).
+    pub(crate) request_meta: Value,
+    /// Requested retention.
+    pub(crate) ttl_ms: Option<u64>,
+    /// The client's idempotency key, as it sent it.
+    pub(crate) idempotency_key: Option<String>,
+    /// The tool-error result of invalid arguments: the task is created finished with it.
+    pub(crate) invalid: Option<Value>,
+}
+
+impl Server {
+    /// The tool a `tools/call` names and its arguments (an object; absent means `{}`).
+    pub(crate) fn tool_call(
+        &self,
+        params: &Map<String, Value>,
+    ) -> Result<(&RegisteredTool, Value), Failure> {
+        let name = params
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ErrorObject::invalid_params("tools/call: missing string \"name\""))?;
+        let Some(tool) = self.tools.get(name) else {
+            return Err(ErrorObject::invalid_params(format!(
+                "Unknown tool: {name} (known: {})",
+                self.tools.names().join(", ")
+            ))
+            .into());
+        };
+        let arguments = match params.get("arguments") {
+            None | Some(Value::Null) => json!({}),
+            Some(v @ Value::Object(_)) => v.clone(),
+            Some(_) => {
+                return Err(ErrorObject::invalid_params(
+                    "tools/call: \"arguments\" must be an object",
+                )
+                .into())
+            }
+        };
+        Ok((tool, arguments))
+    }
+
+    /// Starts a task for a call: running, or — when the arguments were invalid — finished at once with
+    /// the validation message as its tool-error result (a caller that asked for a task gets one).
+    /// Anonymous callers' idempotency keys and running-task counts are scoped to their session or
+    /// address, so one client can neither collide with nor find another's tasks.
+    pub(crate) async fn start_task(
+        &self,
+        peer: &Peer,
+        start: TaskStart,
+    ) -> Result<TaskRecord, Failure> {
+        let scope = peer.anonymous_scope();
+        let scoped_key = start.idempotency_key.clone().map(|k| match &scope {
+            Some(s) => format!("{s}:{k}"),
+            None => k,
+        });
+        let new = NewTask {
+            tool: start.tool,
+            arguments: start.arguments,
+            owner: peer.name().to_string(),
+            session: peer.session.as_ref().map(|s| s.id.clone()),
+            era: start.era.to_string(),
+            request_meta: start.request_meta,
+            requested_ttl_ms: start.ttl_ms,
+            idempotency_key: scoped_key,
+            active_limit: Some(ActiveLimit {
+                max: peer.principal.limits.max_running_tasks,
+                owner: peer.name().to_string(),
+                // Anonymous callers share one principal: on the session wire, count per session.
+                session: peer
+                    .session
+                    .as_ref()
+                    .filter(|_| scope.is_some())
+                    .map(|s| s.id.clone()),
+            }),
+        };
+        let submitted = match start.invalid {
+            Some(value) => {
+                self.engine
+                    .submit_finished(
+                        new,
+                        Outcome::Result {
+                            value,
+                            is_error: true,
+                        },
+                    )
+                    .await
+            }
+            None => self.engine.submit(new).await,
+        };
+        let key = start.idempotency_key.as_deref().unwrap_or_default();
+        submitted.map(|s| s.record).map_err(|e| match e {
+            EngineError::Store(StoreError::IdempotencyConflict { .. }) => ErrorObject::invalid_params(format!(
+                "Idempotency key {key:?} was already used for a different call; use a new key for new work"
+            ))
+            .into(),
+            EngineError::Store(StoreError::TooManyActive { active, max }) => ErrorObject::new(
+                error_codes::TOO_MANY_TASKS,
+                format!("Too many unfinished tasks: {active} running, the limit is {max}; wait for one to finish or cancel one"),
+            )
+            .with_data(json!({"running": active, "limit": max}))
+            .into(),
+            other => internal(other),
+        })
+    }
+}
+
+/// The isError result a call with invalid arguments gets: validation errors are tool errors the model
+/// can correct (SEP-1303), not protocol errors.
+pub(crate) fn invalid_arguments(tool: &RegisteredTool, arguments: &Value) -> Option<Value> {
+    tool.validate(arguments).err().map(|problems| {
+        json!({
+            "content": [{"type": "text", "text": format!("Invalid arguments for tool {}: {problems}", tool.tool.name)}],
+            "isError": true,
+        })
+    })
+}
+
+/// The idempotency key of a call: our own `_meta` key, or `_meta.taskId` as some guides write it.
+pub(crate) fn idempotency_key(meta: Option<&Value>) -> Result<Option<String>, Failure> {
+    let Some(meta) = meta else { return Ok(None) };
+    for key in [meta::IDEMPOTENCY_KEY, meta::LEGACY_TASK_ID_KEY] {
+        match meta.get(key) {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) if !s.is_empty() && s.len() <= 256 => {
+                return Ok(Some(s.clone()))
+            }
+            Some(_) => {
+                return Err(ErrorObject::invalid_params(format!(
+                    "tools/call: _meta[{key:?}] must be a non-empty string of at most 256 characters"
+                ))
+                .into());
+            }
+        }
+    }
+    Ok(None)
+}

@@ -1,0 +1,262 @@
+//! Input requests, era-neutral: whether a client can be asked at all (its declared capabilities), a
+//! question asked on a request's own stream, sending a task's question at most once per live stream,
+//! and routing the client's answers back to the task or call that asked.
+
+use mcp_tasks_engine::store::{AnswerError, Lookup};
+use mcp_tasks_engine::{InputError, InputRecord, InputResponse, TaskRecord};
+use mcp_tasks_protocol::jsonrpc::{ErrorObject, Message, Request, RequestId};
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+
+use super::{internal, Failure, Peer, SentInput, Server};
+use crate::transport::streams::StreamSender;
+
+/// Whether a client with `caps` can take request `method` with `params`.
+pub(crate) fn check_capability(caps: &Value, method: &str, params: &Value) -> Result<(), String> {
+    let present = |v: Option<&Value>| v.is_some_and(|v| !v.is_null() && v != &Value::Bool(false));
+    match method {
+        "elicitation/create" => {
+            let e = caps.get("elicitation");
+            if !present(e) {
+                return Err("the client did not declare the elicitation capability".into());
+            }
+            let e = e.unwrap_or(&Value::Null);
+            let mode = params.get("mode").and_then(Value::as_str).unwrap_or("form");
+            // `elicitation: {}` (no modes listed) means form support, as before modes existed.
+            let modes_listed = present(e.get("form")) || present(e.get("url"));
+            match mode {
+                "url" if !present(e.get("url")) => {
+                    Err("the client did not declare URL-mode elicitation".into())
+                }
+                "form" if modes_listed && !present(e.get("form")) => {
+                    Err("the client did not declare form-mode elicitation".into())
+                }
+                _ => Ok(()),
+            }
+        }
+        "sampling/createMessage" => {
+            let s = caps.get("sampling");
+            if !present(s) {
+                return Err("the client did not declare the sampling capability".into());
+            }
+            if params.get("tools").is_some() && !present(s.and_then(|s| s.get("tools"))) {
+                return Err("the client did not declare sampling with tools".into());
+            }
+            Ok(())
+        }
+        "roots/list" if !present(caps.get("roots")) => {
+            Err("the client did not declare the roots capability".into())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The engine's check before a task sends an input request: the capabilities its client declared
+/// (kept with the task when it was created).
+pub(crate) fn input_guard() -> mcp_tasks_engine::InputGuard {
+    Arc::new(|task: &TaskRecord, method: &str, params: &Value| {
+        let caps = task
+            .request_meta
+            .get("clientCapabilities")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        check_capability(&caps, method, params)
+    })
+}
+
+/// The answer to an `elicitation/create` must be an `ElicitResult`.
+fn check_answer_shape(method: &str, value: &Value) -> Result<(), String> {
+    if method == "elicitation/create" {
+        crate::tool::parse_elicit_result(value).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn unknown_request(key: &str) -> Failure {
+    ErrorObject::invalid_params(format!(
+        "no pending request of this server has id {}",
+        RequestId::String(key.to_string())
+    ))
+    .into()
+}
+
+impl Server {
+    /// Asks a question of the client that made a plain call, on that call's stream, and waits for the
+    /// answer. Only the session that made the call can answer it.
+    pub(crate) async fn ask_on_stream(
+        &self,
+        session: &str,
+        out: &StreamSender,
+        method: &str,
+        params: Value,
+    ) -> Result<InputResponse, InputError> {
+        let key = mcp_tasks_engine::random_id();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.inline_inputs
+            .insert(key.clone(), (session.to_string(), tx));
+        // Removes the pending entry however this ends (answered, cancelled, stream closed).
+        struct Forget<'a>(&'a Server, String);
+        impl Drop for Forget<'_> {
+            fn drop(&mut self) {
+                self.0.inline_inputs.remove(&self.1);
+            }
+        }
+        let _forget = Forget(self, key.clone());
+        let request = Message::Request(Request {
+            id: RequestId::String(key),
+            method: method.to_string(),
+            params: Some(params),
+        });
+        if out.send(request).await.is_err() {
+            return Err(InputError::Cancelled);
+        }
+        rx.await.map_err(|_| InputError::Cancelled)
+    }
+
+    /// Sends a task's input request `key` at most once per live stream: unless it already went out on a
+    /// stream that is still open, runs `send` (which returns the stream it used) and records that
+    /// stream. A `tasks/result` opening at the same moment as the router therefore never sends it too.
+    pub(crate) fn claim_input(
+        &self,
+        key: &str,
+        session: &str,
+        task: &str,
+        send: impl FnOnce() -> Option<u64>,
+    ) -> Option<u64> {
+        use dashmap::mapref::entry::Entry;
+        let sent = |stream| SentInput {
+            session: session.to_string(),
+            stream,
+            task: task.to_string(),
+        };
+        match self.sent_inputs.entry(key.to_string()) {
+            Entry::Occupied(e) if self.streams.is_live(&e.get().session, e.get().stream) => None,
+            Entry::Occupied(mut e) => {
+                let stream = send()?;
+                e.insert(sent(stream));
+                Some(stream)
+            }
+            Entry::Vacant(e) => {
+                let stream = send()?;
+                e.insert(sent(stream));
+                Some(stream)
+            }
+        }
+    }
+
+    /// Forgets where input requests went once they no longer need sending: answered, or their task
+    /// finished.
+    pub(crate) fn forget_sent(&self, event: &mcp_tasks_engine::TaskEvent) {
+        use mcp_tasks_engine::TaskEvent;
+        match event {
+            TaskEvent::InputAnswered { input, .. } => {
+                self.sent_inputs.remove(&input.key);
+            }
+            TaskEvent::Changed(t) if t.status.is_terminal() => {
+                self.sent_inputs.retain(|_, sent| sent.task != t.id);
+            }
+            _ => {}
+        }
+    }
+
+    /// A task's input requests still waiting for an answer.
+    pub(crate) async fn pending_inputs(&self, task: &str) -> Result<Vec<InputRecord>, Failure> {
+        self.engine.pending_inputs(task).await.map_err(internal)
+    }
+
+    /// A client's answer to request `key` of this server: a question of a plain call of the caller's
+    /// session, or of one of the caller's tasks. Unknown, foreign, malformed or late answers change
+    /// nothing and are refused.
+    pub(crate) async fn answer(
+        &self,
+        peer: &Peer,
+        key: &str,
+        response: InputResponse,
+    ) -> Result<(), Failure> {
+        if let Some((_, (_, tx))) = self
+            .inline_inputs
+            .remove_if(key, |_, (session, _)| session == peer.session_id())
+        {
+            let _ = tx.send(response);
+            return Ok(());
+        }
+        // The answer must come from the task's owner; anything else is indistinguishable from unknown.
+        let input = self
+            .engine
+            .store()
+            .get_input(key)
+            .await
+            .map_err(internal)?
+            .ok_or_else(|| unknown_request(key))?;
+        match self.engine.get(&input.task_id).await.map_err(internal)? {
+            Lookup::Found(t) if t.owner == peer.name() => {}
+            _ => return Err(unknown_request(key)),
+        }
+        if let InputResponse::Result { value } = &response {
+            check_answer_shape(&input.method, value).map_err(|e| {
+                Failure::from(ErrorObject::invalid_params(format!(
+                    "answer to {key:?} rejected: {e}"
+                )))
+            })?;
+        }
+        match self.engine.answer_input(key, response).await {
+            Ok((task, _)) => {
+                tracing::info!(target: "mcp_tasks::audit", task = %task.id, principal = %peer.name(), request = %key, "input answered");
+                Ok(())
+            }
+            Err(AnswerError::Unknown) => Err(unknown_request(key)),
+            Err(AnswerError::AlreadyAnswered) => Err(ErrorObject::invalid_params(format!(
+                "request {key:?} was already answered; the first answer stands"
+            ))
+            .into()),
+            Err(AnswerError::TaskEnded(status)) => Err(ErrorObject::invalid_params(format!(
+                "request {key:?} belongs to a task that is already {status}; the answer was not used"
+            ))
+            .into()),
+            Err(AnswerError::Store(e)) => Err(internal(e)),
+        }
+    }
+
+    /// Answers several of a task's outstanding questions at once (the 2026-07-28 `tasks/update`). Every
+    /// answer is checked first, so a malformed one rejects the update as a whole; keys that are not the
+    /// task's outstanding questions are acknowledged and ignored.
+    pub(crate) async fn answer_many(
+        &self,
+        peer: &Peer,
+        task: &TaskRecord,
+        responses: Map<String, Value>,
+        method: &str,
+    ) -> Result<(), Failure> {
+        let mut accepted = Vec::new();
+        for (key, value) in responses {
+            let Ok(Some(input)) = self.engine.store().get_input(&key).await else {
+                continue;
+            };
+            if input.task_id != task.id || input.response.is_some() {
+                continue;
+            }
+            if check_answer_shape(&input.method, &value).is_err() {
+                return Err(ErrorObject::invalid_params(format!(
+                    "{method}: inputResponses[{key:?}] is not an ElicitResult (action accept, decline or cancel); nothing was applied"
+                ))
+                .into());
+            }
+            accepted.push((key, value));
+        }
+        for (key, value) in accepted {
+            match self
+                .engine
+                .answer_input(&key, InputResponse::Result { value })
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(target: "mcp_tasks::audit", task = %task.id, principal = %peer.name(), request = %key, "input answered")
+                }
+                Err(e) => {
+                    tracing::debug!(task = %task.id, request = %key, error = %e, "answer not taken")
+                }
+            }
+        }
+        Ok(())
+    }
+}

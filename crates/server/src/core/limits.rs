@@ -1,0 +1,32 @@
+//! The rate limit on task-management calls, era-neutral: one bucket per principal, and for anonymous
+//! callers (who share a principal) one per session or, without a session, per client address.
+
+use mcp_tasks_protocol::error_codes;
+use mcp_tasks_protocol::jsonrpc::ErrorObject;
+use serde_json::json;
+
+use super::{Failure, Peer, Server};
+
+impl Server {
+    /// Takes one task-management call from the caller's bucket, or refuses it: -32005 with
+    /// `data.retryAfterMs`, sent as HTTP 429 with `Retry-After`.
+    pub(crate) fn check_rate(&self, peer: &Peer, method: &str) -> Result<(), Failure> {
+        let per_minute = peer.principal.limits.calls_per_minute;
+        let key = match peer.anonymous_scope() {
+            Some(scope) => format!("{}:{scope}", peer.name()),
+            None => peer.name().to_string(),
+        };
+        self.rate.check(&key, per_minute).map_err(|wait_ms| {
+            tracing::info!(target: "mcp_tasks::audit", principal = %peer.name(), method, "rate limited");
+            Failure {
+                error: ErrorObject::new(
+                    error_codes::RATE_LIMITED,
+                    format!("Rate limit: at most {per_minute} task calls per minute; retry in {wait_ms} ms"),
+                )
+                .with_data(json!({"retryAfterMs": wait_ms})),
+                status: 429,
+                retry_after_ms: Some(wait_ms),
+            }
+        })
+    }
+}

@@ -1,0 +1,390 @@
+//! The era-neutral core: what a request does once its wire form has been parsed. Tool lookup,
+//! argument validation, the prepare step, task submission with idempotency and limits, visible-task
+//! lookup, listing, cancel, waiting, input routing, and handler spawning.
+//!
+//! Invariant: nothing here parses or renders a wire form; where behaviour differs by wire the
+//! method takes an [`Era`](crate::wire::Era) value. `Server`'s fields are private to this module and
+//! its children: the wire modules and transports go through methods.
+
+pub(crate) mod calls;
+mod events;
+mod inputs;
+mod limits;
+mod resources;
+pub(crate) mod rules;
+mod seal;
+pub(crate) mod tasks;
+
+pub(crate) use calls::{HandlerRun, TaskStart};
+pub(crate) use inputs::check_capability;
+pub(crate) use resources::CATALOG_METHODS;
+pub(crate) use seal::{Sealer, Unsealed};
+
+use dashmap::DashMap;
+use mcp_tasks_engine::store::{StoreError, TaskStore};
+use mcp_tasks_engine::{Engine, EngineConfig, InputResponse};
+use mcp_tasks_protocol::jsonrpc::{ErrorObject, Message, RequestId};
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::{self, Principal};
+use crate::catalog::{self, Catalog};
+use crate::config::ServerConfig;
+use crate::session::{Session, Sessions};
+use crate::tool::{self, Tool, ToolRegistry};
+use crate::transport::streams::Streams;
+
+/// The wire form of a message, as [`classify`](crate::wire::era::classify) decided it. Core methods
+/// take it where behaviour differs by wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Era {
+    /// The session-based wire: MCP 2025-11-25 (tasks), 2025-06-18 and 2025-03-26 (no tasks).
+    Session,
+    /// The stateless wire: MCP 2026-07-28 with the tasks extension.
+    Stateless,
+    /// Asynchronous Tool Execution (the SEP of 2025-08-26): operations named by client tokens, for
+    /// session clients that opt in.
+    AsyncTools,
+}
+
+impl Era {
+    /// The label stored with a task created on this wire.
+    pub fn task_label(self) -> &'static str {
+        match self {
+            Era::Session => mcp_tasks_protocol::version::V2025_11_25,
+            Era::Stateless => mcp_tasks_protocol::version::V2026_07_28,
+            Era::AsyncTools => ASYNC_TOOLS_LABEL,
+        }
+    }
+}
+
+/// The era label of tasks started as Asynchronous Tool Execution operations.
+pub(crate) const ASYNC_TOOLS_LABEL: &str = "async-tool-execution";
+
+/// Who sent a message, in which session, from where.
+#[derive(Clone, Debug)]
+pub struct Peer {
+    /// The resolved principal.
+    pub principal: Principal,
+    /// The session, on the session-based wire once initialized.
+    pub session: Option<Arc<Session>>,
+    /// The client's address (HTTP only): anonymous stateless callers are told apart by it.
+    pub address: Option<IpAddr>,
+}
+
+impl Peer {
+    /// A peer for `principal` with no session and no address.
+    pub fn new(principal: Principal) -> Peer {
+        Peer {
+            principal,
+            session: None,
+            address: None,
+        }
+    }
+
+    /// The principal's name.
+    pub fn name(&self) -> &str {
+        &self.principal.name
+    }
+
+    /// Whether the caller presented no credentials.
+    pub(crate) fn is_anonymous(&self) -> bool {
+        self.principal.name == auth::ANONYMOUS
+    }
+
+    /// The session id, or "" without one.
+    pub(crate) fn session_id(&self) -> &str {
+        self.session.as_ref().map(|s| s.id.as_str()).unwrap_or("")
+    }
+
+    /// What tells this caller apart from others of its principal: nothing for an authenticated
+    /// caller; for an anonymous one (many clients share the principal) its session, else its address.
+    pub(crate) fn anonymous_scope(&self) -> Option<String> {
+        if !self.is_anonymous() {
+            return None;
+        }
+        match (&self.session, self.address) {
+            (Some(s), _) => Some(s.id.clone()),
+            (None, Some(a)) => Some(format!("address:{a}")),
+            (None, None) => Some(String::new()),
+        }
+    }
+}
+
+/// A request that failed: the JSON-RPC error and how HTTP carries it.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    /// The JSON-RPC error.
+    pub(crate) error: ErrorObject,
+    /// The HTTP status (200 unless a wire or a limit says otherwise).
+    pub(crate) status: u16,
+    /// For a refused call: when to try again (HTTP `Retry-After`).
+    pub(crate) retry_after_ms: Option<u64>,
+}
+
+impl From<ErrorObject> for Failure {
+    fn from(error: ErrorObject) -> Failure {
+        Failure {
+            error,
+            status: 200,
+            retry_after_ms: None,
+        }
+    }
+}
+
+impl Failure {
+    /// The same error with another HTTP status.
+    pub(crate) fn with_status(mut self, status: u16) -> Failure {
+        self.status = status;
+        self
+    }
+}
+
+/// Logs a store failure and turns it into an internal error the client can read.
+pub(crate) fn internal(e: impl std::fmt::Display) -> Failure {
+    tracing::error!(error = %e, "internal error while serving a request");
+    ErrorObject::internal(format!("Internal error: {e}")).into()
+}
+
+/// A reply and how it goes out over HTTP.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The JSON-RPC response or error.
+    pub message: Message,
+    /// 200, or what the wire or a limit prescribes (404 unknown method, 400 bad headers, 429, …).
+    pub http_status: u16,
+    /// For a refused call: milliseconds until it may be retried (`Retry-After`).
+    pub retry_after_ms: Option<u64>,
+}
+
+impl Reply {
+    /// A reply to request `id` from a dispatcher's result.
+    pub(crate) fn of(id: RequestId, result: Result<serde_json::Value, Failure>) -> Reply {
+        match result {
+            Ok(v) => Reply {
+                message: Message::response(id, v),
+                http_status: 200,
+                retry_after_ms: None,
+            },
+            Err(f) => Reply {
+                message: Message::error(Some(id), f.error),
+                http_status: f.status,
+                retry_after_ms: f.retry_after_ms,
+            },
+        }
+    }
+}
+
+/// Where an input request went: session, stream id, and the task that asked.
+#[derive(Clone, Debug)]
+pub(crate) struct SentInput {
+    pub(crate) session: String,
+    pub(crate) stream: u64,
+    pub(crate) task: String,
+}
+
+/// Builds a [`Server`].
+pub struct ServerBuilder {
+    engine: mcp_tasks_engine::EngineBuilder,
+    store: Arc<dyn TaskStore>,
+    tools: ToolRegistry,
+    config: ServerConfig,
+    catalog: Catalog,
+}
+
+impl ServerBuilder {
+    /// Adds a tool.
+    pub fn tool(mut self, tool: Tool) -> Result<Self, tool::ToolError> {
+        self.engine = self.engine.handler(
+            tool.name.clone(),
+            tool.handler.clone(),
+            tool.retry_on_restart,
+        );
+        self.tools.add(tool)?;
+        Ok(self)
+    }
+    /// Adds a resource.
+    pub fn resource(mut self, r: catalog::Resource) -> Self {
+        self.catalog.resources.push(r);
+        self
+    }
+    /// Adds a resource template.
+    pub fn resource_template(mut self, t: catalog::ResourceTemplate) -> Self {
+        self.catalog.templates.push(t);
+        self
+    }
+    /// Adds a prompt.
+    pub fn prompt(mut self, p: catalog::Prompt) -> Self {
+        self.catalog.prompts.push(p);
+        self
+    }
+    /// Finishes the server. Call [`Server::start`] before serving.
+    pub fn build(self) -> Arc<Server> {
+        Arc::new(Server {
+            engine: self.engine.input_guard(inputs::input_guard()).build(),
+            sessions: Sessions::new(self.store),
+            tools: self.tools,
+            catalog: self.catalog,
+            subscriptions: DashMap::new(),
+            resource_events: tokio::sync::broadcast::channel(256).0,
+            authenticator: auth::Authenticator::new(self.config.auth.clone()),
+            rate: auth::RateLimiter::default(),
+            sealer: Sealer::new(
+                self.config
+                    .request_state_secret
+                    .as_deref()
+                    .map(str::as_bytes),
+            ),
+            config: self.config,
+            streams: Streams::default(),
+            inflight: DashMap::new(),
+            sent_inputs: DashMap::new(),
+            inline_inputs: DashMap::new(),
+            shutdown: CancellationToken::new(),
+        })
+    }
+}
+
+/// An MCP server whose tools run as durable tasks. Transport-independent: serve it with
+/// [`http`](crate::http) or [`stdio`](crate::stdio).
+pub struct Server {
+    engine: Arc<Engine>,
+    sessions: Sessions,
+    tools: ToolRegistry,
+    catalog: Catalog,
+    /// Resource subscriptions of 2025 sessions on this node: session → URIs.
+    subscriptions: DashMap<String, HashSet<String>>,
+    /// Resource changes, for 2026-07-28 `subscriptions/listen` streams.
+    resource_events: tokio::sync::broadcast::Sender<String>,
+    config: ServerConfig,
+    streams: Streams,
+    /// Requests in flight on this node by (session, request id), for `notifications/cancelled`.
+    inflight: DashMap<(String, RequestId), CancellationToken>,
+    /// Input requests sent on a stream of this node: key → where. A `tasks/result` that opens later
+    /// re-sends only those whose stream is gone.
+    sent_inputs: DashMap<String, SentInput>,
+    /// Input requests of plain (non-task) calls waiting for the client's answer: key → (session, answer).
+    inline_inputs: DashMap<String, (String, tokio::sync::oneshot::Sender<InputResponse>)>,
+    authenticator: auth::Authenticator,
+    rate: auth::RateLimiter,
+    sealer: Sealer,
+    /// Raised when the server stops: long waits (blocked results, listen streams) end.
+    shutdown: CancellationToken,
+}
+
+impl Server {
+    /// Starts building a server over `store`.
+    pub fn builder(
+        store: Arc<dyn TaskStore>,
+        engine: EngineConfig,
+        config: ServerConfig,
+    ) -> ServerBuilder {
+        ServerBuilder {
+            engine: Engine::builder(store.clone(), engine),
+            store,
+            tools: ToolRegistry::default(),
+            config,
+            catalog: Catalog::default(),
+        }
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+    /// The configuration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+    /// The tools.
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.tools
+    }
+    /// Resolves the caller of an HTTP request from its `Authorization` header.
+    pub fn authenticate(&self, authorization: Option<&str>) -> Result<Principal, auth::AuthError> {
+        self.authenticator.resolve(authorization)
+    }
+    /// The local user (stdio).
+    pub fn local_user(&self) -> Principal {
+        self.authenticator.local_user()
+    }
+    /// The sessions.
+    pub(crate) fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+    /// Open client streams.
+    pub(crate) fn streams(&self) -> &Streams {
+        &self.streams
+    }
+    /// Resources, templates and prompts.
+    pub(crate) fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+    /// Seals and opens state handed to clients (2026-07-28 `requestState`).
+    pub(crate) fn sealer(&self) -> &Sealer {
+        &self.sealer
+    }
+    /// Resolves when the server is stopping.
+    pub(crate) fn stopping(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.shutdown.cancelled()
+    }
+
+    /// Stops the server: running handlers are told to stop (their tasks are recovered on the next
+    /// start), open streams end, and long waits give up, so in-flight replies can finish.
+    pub fn shutdown(&self) {
+        self.shutdown.cancel();
+        self.streams.close_all();
+        self.engine.shutdown();
+    }
+
+    /// Housekeeping of this node's caches, run by the sweeper.
+    pub(crate) fn sweep_caches(&self) {
+        self.sessions
+            .evict_idle(self.engine.config().session_idle_ms);
+        self.streams.expire_held();
+        self.rate.forget_idle(std::time::Duration::from_secs(600));
+    }
+
+    /// Registers a request in flight so `notifications/cancelled` from its session can stop it.
+    pub(crate) fn track_request(&self, session: &str, id: &RequestId) -> CancellationToken {
+        let token = CancellationToken::new();
+        self.inflight
+            .insert((session.to_string(), id.clone()), token.clone());
+        token
+    }
+
+    /// Forgets a request that finished.
+    pub(crate) fn untrack_request(&self, session: &str, id: &RequestId) {
+        self.inflight.remove(&(session.to_string(), id.clone()));
+    }
+
+    /// Cancels request `id` of `session` if it is still running here; returns whether it was.
+    pub(crate) fn cancel_request(&self, session: &str, id: &RequestId) -> bool {
+        match self.inflight.remove(&(session.to_string(), id.clone())) {
+            Some((_, token)) => {
+                token.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Ends a session: forgets it, closes its streams and stops its in-flight requests.
+    pub async fn end_session(&self, id: &str) -> Result<bool, StoreError> {
+        let existed = self.sessions.delete(id).await?;
+        self.streams.close_session(id);
+        self.streams.drop_held(id);
+        self.subscriptions.remove(id);
+        self.inflight.retain(|(session, _), token| {
+            if session == id {
+                token.cancel();
+                false
+            } else {
+                true
+            }
+        });
+        Ok(existed)
+    }
+}

@@ -1,0 +1,175 @@
+//! The front door: what transports hand a message to. It runs the wire module [`classify`] chose,
+//! and starts the background work (recovery, sweeping, the event router).
+//!
+//! [`classify`]: crate::wire::era::classify
+
+use mcp_tasks_engine::store::StoreError;
+use mcp_tasks_engine::InputResponse;
+use mcp_tasks_protocol::jsonrpc::{ErrorObject, Message, Notification, Request, RequestId};
+use serde_json::Value;
+use std::sync::Arc;
+
+use crate::auth::Principal;
+use crate::core::{Era, Failure, Peer, Reply, Server};
+use crate::session::Session;
+use crate::transport::streams::StreamSender;
+use crate::wire::{async_tools, era_2025, era_2026};
+
+/// Which transport a message came over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// Streamable HTTP.
+    Http,
+    /// stdio.
+    Stdio,
+}
+
+impl Server {
+    /// Recovers interrupted tasks, starts the sweeper and the router that sends task events to client
+    /// streams. Returns the number of tasks recovered.
+    pub async fn start(self: &Arc<Self>) -> Result<usize, StoreError> {
+        let recovered = self.engine().start().await?;
+        let sweep = self.engine().config().sweep_interval;
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(sweep);
+            loop {
+                tick.tick().await;
+                let Some(server) = weak.upgrade() else { break };
+                server.sweep_caches();
+            }
+        });
+        let mut events = self.engine().notifier().subscribe_all();
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let event = match events.recv().await {
+                    Ok(e) => e,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::debug!(skipped = n, "notification router lagged; clients will see the state on their next poll");
+                        continue;
+                    }
+                    Err(_) => break,
+                };
+                let Some(server) = weak.upgrade() else { break };
+                server.route_event(&event, &crate::wire::notifications_for);
+            }
+        });
+        Ok(recovered)
+    }
+
+    /// Answers `initialize` for `principal`: negotiates the version and creates the session.
+    pub(crate) async fn initialize(
+        &self,
+        principal: &Principal,
+        params: Option<&Value>,
+    ) -> Result<(Arc<Session>, Value), ErrorObject> {
+        era_2025::initialize(self, principal, params).await
+    }
+
+    /// Handles one request of wire form `era` and returns the reply, or `None` when the client
+    /// cancelled it (with `notifications/cancelled`, or by closing the stream of a stateless HTTP
+    /// request). Messages related to the request (progress, logs, input requests) go to `out` first.
+    pub(crate) async fn handle_request(
+        self: &Arc<Self>,
+        era: Era,
+        peer: &Peer,
+        transport: Transport,
+        req: Request,
+        out: StreamSender,
+    ) -> Option<Reply> {
+        // On the stateless HTTP wire a request is cancelled by closing its stream, never by
+        // `notifications/cancelled` (which anyone could send for a guessable id).
+        let by_stream = era == Era::Stateless && transport == Transport::Http;
+        let session = peer.session_id().to_string();
+        let id = req.id.clone();
+        let cancel = if by_stream {
+            tokio_util::sync::CancellationToken::new()
+        } else {
+            self.track_request(&session, &id)
+        };
+        let closed = out.clone();
+        let work = async {
+            let result = match era {
+                Era::Session => era_2025::dispatch(self, peer, req, out, cancel.clone()).await,
+                Era::Stateless => era_2026::dispatch(self, peer, req, out, cancel.clone()).await,
+                Era::AsyncTools => {
+                    async_tools::dispatch(self, peer, req, out, cancel.clone()).await
+                }
+            };
+            Reply::of(id.clone(), result)
+        };
+        let reply = tokio::select! {
+            r = work => Some(r),
+            _ = cancel.cancelled() => None,
+            _ = closed.closed(), if by_stream => { cancel.cancel(); None }
+        };
+        if !by_stream {
+            self.untrack_request(&session, &id);
+        }
+        reply
+    }
+
+    /// Handles one notification from the client.
+    pub(crate) async fn handle_notification(&self, peer: &Peer, n: Notification) {
+        match n.method.as_str() {
+            "notifications/cancelled" => {
+                let Some(id) = n
+                    .params
+                    .as_ref()
+                    .and_then(|p| p.get("requestId"))
+                    .and_then(|v| serde_json::from_value::<RequestId>(v.clone()).ok())
+                else {
+                    return;
+                };
+                if self.cancel_request(peer.session_id(), &id) {
+                    tracing::debug!(request = %id, "request cancelled by client");
+                }
+            }
+            "notifications/initialized"
+            | "notifications/progress"
+            | "notifications/roots/list_changed" => {}
+            other => tracing::debug!(method = other, "ignored notification"),
+        }
+    }
+
+    /// Handles a response the client sent to a request of this server (an input request of a task, or
+    /// of a plain call). An answer to an unknown or already answered request changes nothing and is
+    /// reported as an error.
+    pub(crate) async fn handle_client_response(
+        &self,
+        peer: &Peer,
+        msg: Message,
+    ) -> Result<(), ErrorObject> {
+        let (id, response) = match msg {
+            Message::Response(r) => (r.id, InputResponse::Result { value: r.result }),
+            Message::Error(e) => match e.id {
+                Some(id) => (
+                    id,
+                    InputResponse::Error {
+                        code: e.error.code,
+                        message: e.error.message,
+                        data: e.error.data,
+                    },
+                ),
+                None => {
+                    return Err(ErrorObject::invalid_request(
+                        "an error response needs the id of the request it answers",
+                    ))
+                }
+            },
+            _ => return Ok(()),
+        };
+        let key = match id {
+            RequestId::String(key) => key,
+            other => {
+                return Err(ErrorObject::invalid_params(format!(
+                    "no pending request of this server has id {other}"
+                )))
+            }
+        };
+        self.answer(peer, &key, response)
+            .await
+            .map_err(|f: Failure| f.error)
+    }
+}

@@ -1,0 +1,541 @@
+//! Streamable HTTP transport: one endpoint (`/mcp`) for POST, GET and DELETE.
+//!
+//! - POST carries one JSON-RPC message. A request is answered with JSON when its reply is ready within
+//!   [`ServerConfig::sse_after`](crate::ServerConfig::sse_after), otherwise with an SSE stream that
+//!   carries related messages and then the reply, with keep-alive comments so idle proxies do not cut
+//!   it. Notifications and responses get `202 Accepted`.
+//! - GET opens the session's standalone SSE stream for server-initiated messages.
+//! - DELETE ends the session.
+//!
+//! `Origin` is checked against the allow-list (403), bodies over the size limit get 413, a session
+//! message without `Mcp-Session-Id` 400, an unknown session 404, an unsupported
+//! `MCP-Protocol-Version` 400; a call refused by a rate limit 429 with `Retry-After`.
+
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Request as HttpRequest, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use futures::stream::{self, Stream, StreamExt};
+use mcp_tasks_protocol::error_codes;
+use mcp_tasks_protocol::jsonrpc::{parse_message, ErrorObject, Message, Request, RequestId};
+use mcp_tasks_protocol::version;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use crate::core::{Era, Peer, Reply, Server};
+use crate::inbound::Transport;
+use crate::session::Session;
+use crate::wire::era::{self, Facts};
+
+/// Header carrying the session id.
+pub const SESSION_HEADER: &str = "mcp-session-id";
+/// Header carrying the protocol version.
+pub const VERSION_HEADER: &str = "mcp-protocol-version";
+
+/// How long in-flight requests may take to finish once shutdown begins.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// The axum router serving `/mcp` (and `/healthz`).
+pub fn router(server: Arc<Server>) -> axum::Router {
+    axum::Router::new()
+        .route("/mcp", get(get_stream).post(post).delete(delete))
+        .route("/healthz", get(|| async { "ok" }))
+        .layer(middleware::from_fn_with_state(server.clone(), check_origin))
+        .layer(DefaultBodyLimit::disable())
+        .with_state(server)
+}
+
+/// Serves on `addr` until the process ends.
+pub async fn serve(server: Arc<Server>, addr: SocketAddr) -> std::io::Result<()> {
+    let listener = TcpListener::bind(addr).await?;
+    serve_listener(server, listener, std::future::pending()).await
+}
+
+/// Serves on an already bound listener until `shutdown` resolves; then stops taking connections,
+/// ends open streams and long waits ([`Server::shutdown`]), and lets in-flight replies finish (for at
+/// most ten seconds).
+pub async fn serve_listener(
+    server: Arc<Server>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+    let stopper = server.clone();
+    let graceful = async move {
+        shutdown.await;
+        stopper.shutdown();
+        let _ = stopping_tx.send(());
+    };
+    let serving = axum::serve(
+        listener,
+        router(server).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(graceful);
+    let serving = std::future::IntoFuture::into_future(serving);
+    tokio::pin!(serving);
+    tokio::select! {
+        r = &mut serving => r,
+        _ = async { let _ = stopping_rx.await; tokio::time::sleep(SHUTDOWN_GRACE).await } => {
+            tracing::warn!("requests still running {SHUTDOWN_GRACE:?} after shutdown began; closing them");
+            Ok(())
+        }
+    }
+}
+
+/// The address a bound listener serves on, for logs.
+pub fn endpoint_url(addr: SocketAddr) -> String {
+    format!("http://{addr}/mcp")
+}
+
+/// An HTTP answer that is not a reply to a request: a JSON-RPC error with its status.
+struct HttpError {
+    status: StatusCode,
+    id: Option<RequestId>,
+    error: ErrorObject,
+    /// `WWW-Authenticate` for a 401.
+    challenge: Option<&'static str>,
+}
+
+impl HttpError {
+    fn new(status: StatusCode, error: ErrorObject) -> HttpError {
+        HttpError {
+            status,
+            id: None,
+            error,
+            challenge: None,
+        }
+    }
+    fn bad_request(message: impl std::fmt::Display) -> HttpError {
+        HttpError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorObject::invalid_request(message),
+        )
+    }
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        let mut resp = json_response(self.status, &Message::error(self.id, self.error));
+        if let Some(c) = self.challenge {
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(c));
+        }
+        resp
+    }
+}
+
+impl IntoResponse for Reply {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.http_status).unwrap_or(StatusCode::OK);
+        let mut resp = json_response(status, &self.message);
+        if let Some(ms) = self.retry_after_ms {
+            // Whole seconds, rounded up: a client that waits this long is let through.
+            let secs = ms.div_ceil(1000).max(1);
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        resp
+    }
+}
+
+fn json_response(status: StatusCode, msg: &Message) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        msg.to_json(),
+    )
+        .into_response()
+}
+
+async fn check_origin(State(server): State<Arc<Server>>, req: HttpRequest, next: Next) -> Response {
+    if let Some(origin) = req.headers().get(header::ORIGIN) {
+        let ok = origin
+            .to_str()
+            .map(|o| server.config().origin_allowed(o))
+            .unwrap_or(false);
+        if !ok {
+            tracing::warn!(origin = ?origin, "rejected request from a disallowed Origin");
+            return HttpError::new(
+                StatusCode::FORBIDDEN,
+                ErrorObject::invalid_request(format!(
+                    "Origin {origin:?} is not allowed (see allowed_origins in the server config)"
+                )),
+            )
+            .into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// The caller of a request, from its `Authorization` header and its connection.
+fn peer_of(server: &Server, req: &axum::http::request::Parts) -> Result<Peer, HttpError> {
+    let value = req
+        .headers
+        .get(header::AUTHORIZATION)
+        .map(|v| v.to_str().unwrap_or("\u{0}"));
+    let principal = server.authenticate(value).map_err(|e| {
+        tracing::info!(target: "mcp_tasks::audit", reason = %e, "authentication failed");
+        HttpError {
+            challenge: Some(match e {
+                crate::auth::AuthError::Missing => "Bearer",
+                _ => "Bearer error=\"invalid_token\"",
+            }),
+            ..HttpError::new(
+                StatusCode::UNAUTHORIZED,
+                ErrorObject::invalid_request(e.to_string()),
+            )
+        }
+    })?;
+    let mut peer = Peer::new(principal);
+    peer.address = req
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    Ok(peer)
+}
+
+/// What the `Mcp-Session-Id` header names.
+enum SessionHeader {
+    Absent,
+    Unknown,
+    Found(Arc<Session>),
+}
+
+/// Looks up the session a request names. A session belongs to the principal that opened it; to
+/// anyone else it does not exist.
+async fn session_header(
+    server: &Server,
+    peer: &Peer,
+    headers: &HeaderMap,
+) -> Result<SessionHeader, HttpError> {
+    let Some(id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
+        return Ok(SessionHeader::Absent);
+    };
+    match server.sessions().get(id).await {
+        Ok(Some(s)) if s.owner == peer.name() => Ok(SessionHeader::Found(s)),
+        Ok(_) => Ok(SessionHeader::Unknown),
+        Err(e) => Err(HttpError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorObject::internal(e.to_string()),
+        )),
+    }
+}
+
+/// The session a session-wire message needs, with its version header checked against it.
+fn require_session(found: SessionHeader, headers: &HeaderMap) -> Result<Arc<Session>, HttpError> {
+    let session = match found {
+        SessionHeader::Found(s) => s,
+        SessionHeader::Absent => return Err(HttpError::bad_request(
+            "missing Mcp-Session-Id header: send initialize first and echo the session id it returns",
+        )),
+        SessionHeader::Unknown => {
+            return Err(HttpError::new(
+                StatusCode::NOT_FOUND,
+                ErrorObject::invalid_request(
+                    "session not found (it ended or expired): initialize a new session",
+                ),
+            ))
+        }
+    };
+    if let Some(v) = headers.get(VERSION_HEADER) {
+        let v = v.to_str().unwrap_or("");
+        if !version::SESSION_VERSIONS.contains(&v) {
+            return Err(HttpError::bad_request(format!(
+                "unsupported MCP-Protocol-Version {v:?} (supported: {})",
+                version::SESSION_VERSIONS.join(", ")
+            )));
+        }
+        if v != session.protocol_version() {
+            return Err(HttpError::bad_request(format!(
+                "MCP-Protocol-Version {v:?} does not match the version negotiated for this session ({})",
+                session.protocol_version()
+            )));
+        }
+    }
+    Ok(session)
+}
+
+async fn post(State(server): State<Arc<Server>>, req: HttpRequest) -> Response {
+    let (parts, body) = req.into_parts();
+    match post_message(server, parts, body).await {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+async fn post_message(
+    server: Arc<Server>,
+    parts: axum::http::request::Parts,
+    body: Body,
+) -> Result<Response, Response> {
+    let headers = &parts.headers;
+    let fail = |e: HttpError| e.into_response();
+    if let Some(ct) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    {
+        if !ct.to_ascii_lowercase().starts_with("application/json") {
+            return Err(fail(HttpError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                ErrorObject::invalid_request(format!(
+                    "Content-Type must be application/json, got {ct:?}"
+                )),
+            )));
+        }
+    }
+    let limit = server.config().max_body_bytes;
+    let bytes: Bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
+        fail(HttpError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorObject::invalid_request(format!(
+                "request body larger than the limit of {limit} bytes"
+            )),
+        ))
+    })?;
+    let msg = parse_message(&bytes).map_err(|rejected| {
+        fail(HttpError {
+            id: rejected.id,
+            ..HttpError::new(StatusCode::BAD_REQUEST, rejected.error)
+        })
+    })?;
+    let mut peer = peer_of(&server, &parts).map_err(fail)?;
+    let found = session_header(&server, &peer, headers)
+        .await
+        .map_err(fail)?;
+    let facts = Facts {
+        header_version: headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok()),
+        session_async_tools: match &found {
+            SessionHeader::Found(s) => Some(s.async_tools()),
+            _ => None,
+        },
+        ..era::body_facts(&msg)
+    };
+    let era = era::classify(&facts);
+    if era == Era::Stateless {
+        return Ok(post_stateless(server, peer, headers, msg).await);
+    }
+    if let Message::Request(req) = &msg {
+        if req.method == "initialize" {
+            return Ok(initialize(&server, &peer, req).await);
+        }
+    }
+    peer.session = Some(require_session(found, headers).map_err(fail)?);
+    Ok(match msg {
+        Message::Notification(n) => {
+            server.handle_notification(&peer, n).await;
+            StatusCode::ACCEPTED.into_response()
+        }
+        m @ (Message::Response(_) | Message::Error(_)) => {
+            match server.handle_client_response(&peer, m).await {
+                Ok(()) => StatusCode::ACCEPTED.into_response(),
+                Err(e) => fail(HttpError::new(StatusCode::BAD_REQUEST, e)),
+            }
+        }
+        Message::Request(req) => answer_request(server, era, peer, req).await,
+    })
+}
+
+async fn initialize(server: &Server, peer: &Peer, req: &Request) -> Response {
+    match server
+        .initialize(&peer.principal, req.params.as_ref())
+        .await
+    {
+        Ok((session, result)) => {
+            let mut resp =
+                json_response(StatusCode::OK, &Message::response(req.id.clone(), result));
+            if let Ok(v) = HeaderValue::from_str(&session.id) {
+                resp.headers_mut().insert(SESSION_HEADER, v);
+            }
+            resp
+        }
+        Err(e) => json_response(StatusCode::OK, &Message::error(Some(req.id.clone()), e)),
+    }
+}
+
+/// A message of the stateless wire (2026-07-28): no session; headers checked against the body.
+async fn post_stateless(
+    server: Arc<Server>,
+    peer: Peer,
+    headers: &HeaderMap,
+    msg: Message,
+) -> Response {
+    match msg {
+        // Nothing a client may notify changes state on this wire: requests are cancelled by closing
+        // their stream.
+        Message::Notification(_) => StatusCode::ACCEPTED.into_response(),
+        Message::Response(_) | Message::Error(_) => HttpError::bad_request(
+            "this server sends no requests on the 2026-07-28 wire, so it expects no responses",
+        )
+        .into_response(),
+        Message::Request(req) => {
+            if let Err(msg) = crate::wire::era_2026::check_headers(&server, headers, &req) {
+                return HttpError {
+                    id: Some(req.id.clone()),
+                    ..HttpError::new(
+                        StatusCode::BAD_REQUEST,
+                        ErrorObject::new(error_codes::HEADER_MISMATCH, msg),
+                    )
+                }
+                .into_response();
+            }
+            answer_request(server, Era::Stateless, peer, req).await
+        }
+    }
+}
+
+fn is_reply(m: &Message) -> bool {
+    matches!(m, Message::Response(_) | Message::Error(_))
+}
+
+async fn answer_request(server: Arc<Server>, era: Era, peer: Peer, req: Request) -> Response {
+    // Only calls that can run long or send related messages may become streams; the rest (tasks/get
+    // above all: the client wants to poll) are always answered with plain JSON.
+    let may_stream = crate::wire::may_stream(&req.method);
+    let (tx, mut rx) = mpsc::channel::<Message>(256);
+    let (reply_tx, reply_rx) = tokio::sync::oneshot::channel::<Reply>();
+    let worker = server.clone();
+    tokio::spawn(async move {
+        let out = tx.clone();
+        if let Some(reply) = worker
+            .handle_request(era, &peer, Transport::Http, req, out)
+            .await
+        {
+            // The reply goes on the stream when one is open, else as the JSON body.
+            let message = reply.message.clone();
+            let _ = reply_tx.send(reply);
+            let _ = tx.send(message).await;
+        }
+    });
+    let keep_alive = server.config().keep_alive;
+    let first = if may_stream {
+        match tokio::time::timeout(server.config().sse_after, rx.recv()).await {
+            Ok(m) => m,
+            Err(_) => return sse(keep_alive, None, rx), // still running: stream
+        }
+    } else {
+        rx.recv().await
+    };
+    match first {
+        Some(m) if is_reply(&m) => match reply_rx.await {
+            Ok(reply) => reply.into_response(),
+            Err(_) => json_response(StatusCode::OK, &m),
+        },
+        // Something to send before the reply: only a stream can carry it. Cancelled (`None`): a
+        // request is answered with JSON or a stream, so a stream that ends without a reply.
+        first => sse(keep_alive, first, rx),
+    }
+}
+
+/// An SSE response from a channel; it ends after the first reply.
+fn sse(keep_alive: Duration, first: Option<Message>, rx: mpsc::Receiver<Message>) -> Response {
+    let rest = stream::unfold((rx, false), move |(mut rx, done)| async move {
+        if done {
+            return None;
+        }
+        let m = rx.recv().await?;
+        let finished = is_reply(&m);
+        Some((m, (rx, finished)))
+    });
+    let events: std::pin::Pin<Box<dyn Stream<Item = Result<Event, Infallible>> + Send>> = Box::pin(
+        stream::iter(first)
+            .chain(rest)
+            .map(|m| Ok(Event::default().event("message").data(m.to_json()))),
+    );
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(keep_alive))
+        .into_response()
+}
+
+fn stateless_get_or_delete(headers: &HeaderMap) -> Option<Response> {
+    let v = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok())?;
+    let era = era::classify(&Facts {
+        header_version: Some(v),
+        ..Facts::default()
+    });
+    (era == Era::Stateless).then(|| {
+        HttpError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            ErrorObject::invalid_request(
+                "2026-07-28 has no GET stream or sessions: use subscriptions/listen",
+            ),
+        )
+        .into_response()
+    })
+}
+
+/// The session of a GET or DELETE: its caller must be the session's owner.
+async fn session_request(server: &Server, req: HttpRequest) -> Result<Arc<Session>, Response> {
+    let (parts, _) = req.into_parts();
+    let peer = peer_of(server, &parts).map_err(IntoResponse::into_response)?;
+    let found = session_header(server, &peer, &parts.headers)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    require_session(found, &parts.headers).map_err(IntoResponse::into_response)
+}
+
+async fn get_stream(State(server): State<Arc<Server>>, req: HttpRequest) -> Response {
+    if let Some(r) = stateless_get_or_delete(req.headers()) {
+        return r;
+    }
+    let accepts = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/event-stream") || a.contains("*/*"));
+    if !accepts {
+        return HttpError::new(
+            StatusCode::NOT_ACCEPTABLE,
+            ErrorObject::invalid_request(
+                "GET /mcp opens an SSE stream: send Accept: text/event-stream",
+            ),
+        )
+        .into_response();
+    }
+    let session = match session_request(&server, req).await {
+        Ok(s) => s,
+        Err(resp) => return resp,
+    };
+    let (tx, rx) = mpsc::channel::<Message>(256);
+    let guard = server.streams().register_standalone(&session.id, tx);
+    // The guard lives as long as the stream: when the client disconnects, the stream is dropped and
+    // the session's standalone stream is unregistered.
+    let events = stream::unfold((rx, guard), |(mut rx, guard)| async move {
+        let m = rx.recv().await?;
+        Some((
+            Ok::<_, Infallible>(Event::default().event("message").data(m.to_json())),
+            (rx, guard),
+        ))
+    });
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(server.config().keep_alive))
+        .into_response()
+}
+
+async fn delete(State(server): State<Arc<Server>>, req: HttpRequest) -> Response {
+    if let Some(r) = stateless_get_or_delete(req.headers()) {
+        return r;
+    }
+    let session = match session_request(&server, req).await {
+        Ok(s) => s,
+        Err(resp) => return resp,
+    };
+    match server.end_session(&session.id).await {
+        Ok(_) => {
+            tracing::info!(session = %session.id, "session ended by client");
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Err(e) => HttpError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorObject::internal(e.to_string()),
+        )
+        .into_response(),
+    }
+}

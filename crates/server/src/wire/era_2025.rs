@@ -1,0 +1,632 @@
+//! The session-based wire (MCP 2025-11-25, and 2025-06-18 / 2025-03-26 without tasks): parses each
+//! method's params, calls the core, renders the result; and the notifications this wire sends for
+//! task events.
+
+use async_trait::async_trait;
+use mcp_tasks_engine::{
+    ContextSink, InputError, InputRecord, InputResponse, LogLevel, TaskContext, TaskEvent,
+    TaskHandler, TaskRecord, TaskStatus,
+};
+use mcp_tasks_protocol::jsonrpc::{ErrorObject, Message, Request, RequestId};
+use mcp_tasks_protocol::mcp_2025::TaskSupport;
+use mcp_tasks_protocol::{error_codes, meta, version};
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+use super::messages::{self, params_object};
+use super::render_2025;
+use crate::auth::Principal;
+use crate::core::{
+    calls, internal, tasks::Cancel, Era, Failure, HandlerRun, Peer, Server, TaskStart,
+    ASYNC_TOOLS_LABEL,
+};
+use crate::session::{Session, SessionData};
+use crate::transport::streams::StreamSender;
+
+/// The era label stored on tasks created through this wire.
+pub(crate) const ERA: &str = version::V2025_11_25;
+
+/// Whether a task of era `label` is one this wire shows (its own, and Asynchronous Tool Execution
+/// operations, which are session tasks too).
+pub(crate) fn shows(label: &str) -> bool {
+    label == ERA || label == ASYNC_TOOLS_LABEL
+}
+
+/// The capability a client declares at `initialize` to opt into Asynchronous Tool Execution.
+pub(crate) const ASYNC_TOOLS_CAPABILITY: &str = "asyncToolExecution";
+
+/// Answers `initialize`: negotiates the version and creates the session.
+pub(crate) async fn initialize(
+    server: &Server,
+    principal: &Principal,
+    params: Option<&Value>,
+) -> Result<(Arc<Session>, Value), ErrorObject> {
+    let params = params
+        .and_then(Value::as_object)
+        .ok_or_else(|| ErrorObject::invalid_params("initialize: params must be an object with protocolVersion, capabilities and clientInfo"))?;
+    let requested = params
+        .get("protocolVersion")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            ErrorObject::invalid_params("initialize: missing string \"protocolVersion\"")
+        })?;
+    let capabilities = params
+        .get("capabilities")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    if !capabilities.is_object() {
+        return Err(ErrorObject::invalid_params(
+            "initialize: \"capabilities\" must be an object",
+        ));
+    }
+    let client_info = params
+        .get("clientInfo")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let async_tools = capabilities
+        .get("experimental")
+        .and_then(|e| e.get(ASYNC_TOOLS_CAPABILITY))
+        .is_some_and(|v| !v.is_null());
+    let negotiated = version::negotiate(requested);
+    let data = SessionData {
+        protocol_version: negotiated.to_string(),
+        client_capabilities: capabilities,
+        client_info,
+        log_level: LogLevel::Info,
+        async_tools,
+    };
+    let session = server
+        .sessions()
+        .create(&principal.name, data)
+        .await
+        .map_err(|e| internal(e).error)?;
+    let mut caps = json!({"tools": {"listChanged": false}, "logging": {}});
+    if let Value::Object(c) = &mut caps {
+        c.extend(server.catalog_capabilities());
+    }
+    if version::has_session_tasks(negotiated) {
+        caps["tasks"] = json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}});
+    }
+    if async_tools {
+        caps["experimental"] = json!({ASYNC_TOOLS_CAPABILITY: {}});
+    }
+    let mut result = json!({
+        "protocolVersion": negotiated,
+        "capabilities": caps,
+        "serverInfo": {"name": server.config().name, "version": server.config().version},
+    });
+    if let Some(i) = &server.config().instructions {
+        result["instructions"] = json!(i);
+    }
+    tracing::info!(session = %session.id, principal = %principal.name, version = negotiated, async_tools, "session initialized");
+    Ok((session, result))
+}
+
+/// The session a request needs, or the error a request before `initialize` gets.
+pub(crate) fn session_of<'a>(peer: &'a Peer, method: &str) -> Result<&'a Arc<Session>, Failure> {
+    peer.session.as_ref().ok_or_else(|| {
+        ErrorObject::invalid_request(format!("{method} before initialize: send initialize first"))
+            .into()
+    })
+}
+
+/// Routes one request of an initialized session (or `ping` before it).
+pub(crate) async fn dispatch(
+    server: &Arc<Server>,
+    peer: &Peer,
+    req: Request,
+    out: StreamSender,
+    cancel: CancellationToken,
+) -> Result<Value, Failure> {
+    if req.method == "ping" {
+        return Ok(json!({}));
+    }
+    let session = session_of(peer, &req.method)?;
+    let params = params_object(&req.method, req.params.as_ref())?;
+    let tasks = session.has_tasks();
+    let manages_tasks = req.method.starts_with("tasks/")
+        || (req.method == "tools/call" && params.get("task").is_some());
+    if tasks && manages_tasks {
+        server.check_rate(peer, &req.method)?;
+    }
+    // A prompt that asks for input is built like a plain tool call: inline, asking on this stream.
+    if let Some(handler) = (req.method == "prompts/get")
+        .then(|| server.prompt_handler(&params))
+        .flatten()
+    {
+        let args = params
+            .get("arguments")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        let meta = params.get("_meta").cloned();
+        return run_inline(server, session, handler, args, meta, out, cancel).await;
+    }
+    match req.method.as_str() {
+        "initialize" => {
+            Err(ErrorObject::invalid_request("this session is already initialized").into())
+        }
+        "tools/list" => tools_list(server, session, &params, false),
+        "tools/call" => tools_call(server, peer, session, &params, out, cancel).await,
+        "logging/setLevel" => set_level(server, session, &params).await,
+        m if crate::core::CATALOG_METHODS.contains(&m) => {
+            server.catalog_request(m, &params, Era::Session)
+        }
+        "resources/subscribe" | "resources/unsubscribe" => {
+            let uri = params.get("uri").and_then(Value::as_str).ok_or_else(|| {
+                ErrorObject::invalid_params(format!("{}: missing string \"uri\"", req.method))
+            })?;
+            server.subscribe(&session.id, uri, req.method == "resources/subscribe")?;
+            Ok(json!({}))
+        }
+        "tasks/get" if tasks => {
+            let t = find(server, peer, &params, &req.method).await?;
+            tracing::debug!(target: "mcp_tasks::audit", task = %t.id, principal = %peer.name(), "task retrieved");
+            Ok(render_2025::task_object(&t))
+        }
+        "tasks/result" if tasks => tasks_result(server, peer, session, &params, out).await,
+        "tasks/list" if tasks => tasks_list(server, peer, &params).await,
+        "tasks/cancel" if tasks => {
+            let t = find(server, peer, &params, &req.method).await?;
+            match server.cancel_task(&t).await.map_err(|u| u.task_error())? {
+                Cancel::Done(rec) => Ok(render_2025::task_object(&rec)),
+                Cancel::AlreadyFinished(cur) => Err(ErrorObject::invalid_params(format!(
+                    "Cannot cancel task: already in terminal status '{}'",
+                    render_2025::status(&cur)
+                ))
+                .into()),
+            }
+        }
+        m if m.starts_with("tasks/") => Err(ErrorObject::new(
+            error_codes::METHOD_NOT_FOUND,
+            format!(
+                "Method not found: {m} (tasks need protocol version {ERA}; this session uses {})",
+                session.protocol_version()
+            ),
+        )
+        .into()),
+        m => Err(ErrorObject::method_not_found(m).into()),
+    }
+}
+
+/// `tools/list` of a session; `invocation_modes` adds the Asynchronous Tool Execution field.
+pub(crate) fn tools_list(
+    server: &Server,
+    session: &Session,
+    params: &Map<String, Value>,
+    invocation_modes: bool,
+) -> Result<Value, Failure> {
+    let all = server.tools().all();
+    let cursor = messages::cursor("tools/list", params)?;
+    let (range, next) = messages::page_of(
+        "tools/list",
+        all,
+        cursor.as_deref(),
+        server.config().page_size,
+    )?;
+    let tools: Vec<Value> = all[range]
+        .iter()
+        .map(|t| {
+            let mut d = t.describe(session.has_tasks());
+            if invocation_modes {
+                super::async_tools::add_invocation_mode(&mut d, t.tool.task_support);
+            }
+            d
+        })
+        .collect();
+    let mut result = json!({"tools": tools});
+    if let Some(c) = next {
+        result["nextCursor"] = json!(c);
+    }
+    Ok(result)
+}
+
+async fn set_level(
+    server: &Server,
+    session: &Session,
+    params: &Map<String, Value>,
+) -> Result<Value, Failure> {
+    let level = params
+        .get("level")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ErrorObject::invalid_params("logging/setLevel: missing string \"level\""))?;
+    let level = LogLevel::parse(level).ok_or_else(|| {
+        ErrorObject::invalid_params(format!(
+            "logging/setLevel: unknown level {level:?} (use debug, info, notice, warning, error, critical, alert or emergency)"
+        ))
+    })?;
+    server
+        .sessions()
+        .set_log_level(session, level)
+        .await
+        .map_err(internal)?;
+    Ok(json!({}))
+}
+
+/// The wire metadata a session task keeps: the client's capabilities (the task may ask for input long
+/// after this request) and the progress token of the call.
+pub(crate) fn task_meta(session: &Session, req_meta: Option<&Value>) -> Value {
+    let mut stored = Map::new();
+    stored.insert(
+        "clientCapabilities".into(),
+        session.data().client_capabilities,
+    );
+    if let Some(token) = req_meta.and_then(|m| m.get(meta::PROGRESS_TOKEN)) {
+        if token.is_string() || token.is_i64() || token.is_u64() {
+            stored.insert(meta::PROGRESS_TOKEN.into(), token.clone());
+        }
+    }
+    Value::Object(stored)
+}
+
+/// A tool's prepare step, run inside the call before its task is created (it may ask for input on
+/// this call's stream): the task's arguments, or the tool-error result to answer with instead.
+pub(crate) async fn prepared_arguments(
+    server: &Arc<Server>,
+    session: &Arc<Session>,
+    prepare: Option<&Arc<dyn TaskHandler>>,
+    arguments: Value,
+    req_meta: Option<&Value>,
+    out: &StreamSender,
+    cancel: &CancellationToken,
+) -> Result<Result<Value, Value>, Failure> {
+    let Some(prepare) = prepare else {
+        return Ok(Ok(arguments));
+    };
+    let prepared = run_inline(
+        server,
+        session,
+        prepare.clone(),
+        arguments,
+        req_meta.cloned(),
+        out.clone(),
+        cancel.clone(),
+    )
+    .await?;
+    if prepared.get("isError") == Some(&Value::Bool(true)) {
+        return Ok(Err(prepared));
+    }
+    Ok(Ok(prepared))
+}
+
+async fn tools_call(
+    server: &Arc<Server>,
+    peer: &Peer,
+    session: &Arc<Session>,
+    params: &Map<String, Value>,
+    out: StreamSender,
+    cancel: CancellationToken,
+) -> Result<Value, Failure> {
+    let (tool, arguments) = server.tool_call(params)?;
+    let name = tool.tool.name.as_str();
+    let tasks = session.has_tasks();
+    // Sessions without tasks ignore task metadata entirely (they process the call normally).
+    let task_meta_param = if tasks { params.get("task") } else { None };
+    let as_task = match task_meta_param {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(_)) => true,
+        Some(_) => {
+            return Err(
+                ErrorObject::invalid_params("tools/call: \"task\" must be an object").into(),
+            )
+        }
+    };
+    let support = tool.tool.task_support;
+    if as_task && support == TaskSupport::Forbidden {
+        return Err(ErrorObject::new(
+            error_codes::METHOD_NOT_FOUND,
+            format!("Tool {name} does not support task-augmented execution (execution.taskSupport is \"forbidden\"); call it without \"task\""),
+        )
+        .into());
+    }
+    if !as_task && tasks && support == TaskSupport::Required {
+        return Err(ErrorObject::new(
+            error_codes::METHOD_NOT_FOUND,
+            format!("Tool {name} requires task-augmented execution (execution.taskSupport is \"required\"); add \"task\": {{}} to the call"),
+        )
+        .into());
+    }
+    let invalid = calls::invalid_arguments(tool, &arguments);
+    let req_meta = params.get("_meta");
+    if !as_task {
+        if let Some(result) = invalid {
+            return Ok(result);
+        }
+        return run_inline(
+            server,
+            session,
+            tool.tool.handler.clone(),
+            arguments,
+            req_meta.cloned(),
+            out,
+            cancel,
+        )
+        .await;
+    }
+    let arguments = match invalid {
+        Some(_) => arguments,
+        None => match prepared_arguments(
+            server,
+            session,
+            tool.tool.prepare.as_ref(),
+            arguments,
+            req_meta,
+            &out,
+            &cancel,
+        )
+        .await?
+        {
+            Ok(args) => args,
+            Err(tool_error) => return Ok(tool_error),
+        },
+    };
+    let ttl_ms = match task_meta_param.and_then(|t| t.get("ttl")) {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_f64() {
+            Some(ms) if ms.is_finite() && ms >= 0.0 => Some(ms as u64),
+            _ => {
+                return Err(ErrorObject::invalid_params(
+                    "tools/call: task.ttl must be a non-negative number of milliseconds",
+                )
+                .into());
+            }
+        },
+    };
+    let rec = server
+        .start_task(
+            peer,
+            TaskStart {
+                tool: name.to_string(),
+                arguments,
+                era: ERA,
+                request_meta: task_meta(session, req_meta),
+                ttl_ms,
+                idempotency_key: calls::idempotency_key(req_meta)?,
+                invalid,
+            },
+        )
+        .await?;
+    let mut result_meta = Map::new();
+    result_meta.insert(
+        meta::MODEL_IMMEDIATE_RESPONSE.into(),
+        json!(format!(
+            "Started {name} as task {}. It runs in the background; its result will follow.",
+            rec.id
+        )),
+    );
+    Ok(json!({"task": render_2025::task(&rec), "_meta": result_meta}))
+}
+
+/// Runs a handler within the request (no task): progress, logs and questions go to the request's
+/// own stream.
+pub(crate) async fn run_inline(
+    server: &Arc<Server>,
+    session: &Arc<Session>,
+    handler: Arc<dyn TaskHandler>,
+    arguments: Value,
+    req_meta: Option<Value>,
+    out: StreamSender,
+    cancel: CancellationToken,
+) -> Result<Value, Failure> {
+    let token = req_meta
+        .as_ref()
+        .and_then(|m| m.get(meta::PROGRESS_TOKEN))
+        .cloned();
+    let sink = Arc::new(InlineSink {
+        server: server.clone(),
+        out,
+        token,
+        session: session.clone(),
+        last: std::sync::Mutex::new(None),
+    });
+    let ctx = TaskContext::new(None, cancel, sink);
+    let mut run = HandlerRun::spawn(handler, ctx, arguments);
+    calls::outcome_to_result(run.outcome().await)
+}
+
+/// Reports of a handler running inside a session request, sent on that request's stream.
+struct InlineSink {
+    server: Arc<Server>,
+    out: StreamSender,
+    token: Option<Value>,
+    session: Arc<Session>,
+    last: std::sync::Mutex<Option<f64>>,
+}
+
+#[async_trait]
+impl ContextSink for InlineSink {
+    async fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
+        let Some(token) = &self.token else { return };
+        {
+            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|l| progress <= l) {
+                return; // progress must increase with each notification
+            }
+            *last = Some(progress);
+        }
+        let _ = self
+            .out
+            .send(messages::progress(
+                token,
+                progress,
+                total,
+                message.as_deref(),
+                None,
+            ))
+            .await;
+    }
+    async fn request_input(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> Result<InputResponse, InputError> {
+        crate::core::check_capability(&self.session.data().client_capabilities, method, &params)
+            .map_err(InputError::Unsupported)?;
+        self.server
+            .ask_on_stream(&self.session.id, &self.out, method, params)
+            .await
+    }
+    async fn status(&self, _message: String) {}
+    async fn log(&self, level: LogLevel, logger: Option<String>, data: Value) {
+        if level < self.session.log_level() {
+            return;
+        }
+        let _ = self
+            .out
+            .send(messages::log(level, logger.as_deref(), data, None))
+            .await;
+    }
+}
+
+fn task_id_param(params: &Map<String, Value>, method: &str) -> Result<String, Failure> {
+    // The taskId param is the source of truth; related-task metadata and a stray `task` are ignored.
+    match params.get("taskId") {
+        Some(Value::String(s)) => Ok(s.clone()),
+        _ => {
+            Err(ErrorObject::invalid_params(format!("{method}: missing string \"taskId\"")).into())
+        }
+    }
+}
+
+/// A task of this wire the caller may see; anything else answers exactly like a missing task.
+async fn find(
+    server: &Server,
+    peer: &Peer,
+    params: &Map<String, Value>,
+    method: &str,
+) -> Result<TaskRecord, Failure> {
+    let id = task_id_param(params, method)?;
+    server
+        .visible_task(peer, &id, method, shows)
+        .await
+        .map_err(|u| u.task_error())
+}
+
+async fn tasks_result(
+    server: &Arc<Server>,
+    peer: &Peer,
+    session: &Session,
+    params: &Map<String, Value>,
+    out: StreamSender,
+) -> Result<Value, Failure> {
+    let t = find(server, peer, params, "tasks/result").await?;
+    let t = if t.status.is_terminal() {
+        t
+    } else {
+        wait_streaming(server, session, &t.id, &out).await?
+    };
+    tracing::info!(target: "mcp_tasks::audit", task = %t.id, principal = %peer.name(), "task result retrieved");
+    render_2025::payload(&t).map_err(Failure::from)
+}
+
+/// Waits for a task to finish. While it waits, this request's stream is where the task's
+/// notifications go (in order, on exactly one stream); the reply follows the last of them.
+async fn wait_streaming(
+    server: &Arc<Server>,
+    session: &Session,
+    id: &str,
+    out: &StreamSender,
+) -> Result<TaskRecord, Failure> {
+    let owner = server.streams().register_task(&session.id, id, out.clone());
+    // Input requests the task is waiting on go out on this stream, unless they already went out on a
+    // stream that is still open (the client would answer them twice).
+    for input in server.pending_inputs(id).await? {
+        let msg = input_request_message(id, &input);
+        // Non-blocking send under the claim: the stream is fresh, so it has room.
+        server.claim_input(&input.key, &session.id, id, || {
+            out.try_send(msg).is_ok().then(|| owner.id())
+        });
+    }
+    let t = server
+        .wait_finished(id, out)
+        .await
+        .map_err(|u| u.task_error())?;
+    // Let the router put the terminal status on this stream before the reply. It may have gone out
+    // before we registered, or have been dropped under load: then don't wait long.
+    let _ =
+        tokio::time::timeout(std::time::Duration::from_millis(500), owner.terminal_sent()).await;
+    Ok(t)
+}
+
+async fn tasks_list(
+    server: &Server,
+    peer: &Peer,
+    params: &Map<String, Value>,
+) -> Result<Value, Failure> {
+    let cursor = messages::cursor("tasks/list", params)?;
+    let page = server.list_tasks(peer, cursor, "tasks/list").await?;
+    let tasks: Vec<Value> = page
+        .tasks
+        .iter()
+        .filter(|t| shows(&t.era))
+        .map(render_2025::task_object)
+        .collect();
+    let mut result = json!({"tasks": tasks});
+    if let Some(c) = page.next_cursor {
+        result["nextCursor"] = json!(c);
+    }
+    Ok(result)
+}
+
+/// The notifications this wire sends for a task event, for a session (if cached here).
+pub(crate) fn notifications_for(event: &TaskEvent, session: Option<&Session>) -> Vec<Message> {
+    match event {
+        TaskEvent::Created(_) | TaskEvent::InputAnswered { .. } => Vec::new(),
+        TaskEvent::Changed(t) => {
+            vec![Message::notification(
+                "notifications/tasks/status",
+                render_2025::task_object(t),
+            )]
+        }
+        TaskEvent::Progress { task, message } => {
+            // Progress uses the original request's token and stops once the task is terminal.
+            let Some(token) = task.request_meta.get(meta::PROGRESS_TOKEN) else {
+                return Vec::new();
+            };
+            if task.status.is_terminal() || task.status == TaskStatus::Cancelled {
+                return Vec::new();
+            }
+            vec![messages::progress(
+                token,
+                task.progress.unwrap_or(0.0),
+                task.progress_total,
+                message.as_deref(),
+                Some(render_2025::related_meta(&task.id)),
+            )]
+        }
+        TaskEvent::InputRequested { task, input } => vec![input_request_message(&task.id, input)],
+        TaskEvent::Log {
+            task,
+            level,
+            logger,
+            data,
+        } => {
+            if session.is_some_and(|s| *level < s.log_level()) {
+                return Vec::new();
+            }
+            vec![messages::log(
+                *level,
+                logger.as_deref(),
+                data.clone(),
+                Some(render_2025::related_meta(&task.id)),
+            )]
+        }
+    }
+}
+
+/// The JSON-RPC request that carries a task's input request to the client: its id is the request's key,
+/// and it is tagged with the related task.
+pub(crate) fn input_request_message(task_id: &str, input: &InputRecord) -> Message {
+    let mut params = input.params.clone();
+    if let Value::Object(p) = &mut params {
+        let meta = p.entry("_meta").or_insert_with(|| json!({}));
+        if let Value::Object(meta) = meta {
+            meta.extend(render_2025::related_meta(task_id));
+        }
+    }
+    Message::Request(Request {
+        id: RequestId::String(input.key.clone()),
+        method: input.method.clone(),
+        params: Some(params),
+    })
+}

@@ -1,0 +1,102 @@
+//! Notifications both wires send for work running inside a request: progress on the request's
+//! `progressToken`, and log messages.
+
+use mcp_tasks_engine::LogLevel;
+use mcp_tasks_protocol::jsonrpc::Message;
+use serde_json::{json, Map, Value};
+
+/// `notifications/progress` for `token`, tagged with `meta` when given.
+pub(crate) fn progress(
+    token: &Value,
+    progress: f64,
+    total: Option<f64>,
+    message: Option<&str>,
+    meta: Option<Map<String, Value>>,
+) -> Message {
+    let mut p = json!({"progressToken": token, "progress": progress});
+    if let Some(t) = total {
+        p["total"] = json!(t);
+    }
+    if let Some(m) = message {
+        p["message"] = json!(m);
+    }
+    if let Some(m) = meta {
+        p["_meta"] = Value::Object(m);
+    }
+    Message::notification("notifications/progress", p)
+}
+
+/// `notifications/message`, tagged with `meta` when given.
+pub(crate) fn log(
+    level: LogLevel,
+    logger: Option<&str>,
+    data: Value,
+    meta: Option<Map<String, Value>>,
+) -> Message {
+    let mut p = json!({"level": level.as_str(), "data": data});
+    if let Some(l) = logger {
+        p["logger"] = json!(l);
+    }
+    if let Some(m) = meta {
+        p["_meta"] = Value::Object(m);
+    }
+    Message::notification("notifications/message", p)
+}
+
+/// A request's params as an object (absent means empty); anything else is invalid params.
+pub(crate) fn params_object(
+    method: &str,
+    params: Option<&Value>,
+) -> Result<Map<String, Value>, crate::core::Failure> {
+    match params {
+        None => Ok(Map::new()),
+        Some(Value::Object(m)) => Ok(m.clone()),
+        Some(_) => Err(
+            mcp_tasks_protocol::jsonrpc::ErrorObject::invalid_params(format!(
+                "{method}: params must be an object"
+            ))
+            .into(),
+        ),
+    }
+}
+
+/// An optional string `cursor` param.
+pub(crate) fn cursor(
+    method: &str,
+    params: &Map<String, Value>,
+) -> Result<Option<String>, crate::core::Failure> {
+    match params.get("cursor") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(c)) => Ok(Some(c.clone())),
+        Some(_) => Err(
+            mcp_tasks_protocol::jsonrpc::ErrorObject::invalid_params(format!(
+                "{method}: cursor must be a string"
+            ))
+            .into(),
+        ),
+    }
+}
+
+/// A page of `all` starting at `cursor` (`t<index>`), with the next cursor when more follow.
+pub(crate) fn page_of<T>(
+    method: &str,
+    all: &[T],
+    cursor: Option<&str>,
+    size: usize,
+) -> Result<(std::ops::Range<usize>, Option<String>), crate::core::Failure> {
+    let start = match cursor {
+        None => 0,
+        Some(c) => c
+            .strip_prefix('t')
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|&n| n <= all.len())
+            .ok_or_else(|| {
+                mcp_tasks_protocol::jsonrpc::ErrorObject::invalid_params(format!(
+                    "{method}: invalid cursor {c:?}"
+                ))
+            })?,
+    };
+    let end = (start + size.max(1)).min(all.len());
+    let next = (end < all.len()).then(|| format!("t{end}"));
+    Ok((start..end, next))
+}
