@@ -15,8 +15,11 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::now_ms;
 use crate::context::{ContextSink, InputError, LogLevel, TaskContext};
 use crate::ids::random_id;
-use crate::model::{InputRecord, InputResponse, NewTask, Outcome, TaskRecord, TaskStatus};
+use crate::model::{
+    ActiveLimit, InputRecord, InputResponse, NewTask, Outcome, TaskRecord, TaskStatus,
+};
 use crate::notifier::{Notifier, TaskEvent};
+use crate::rules::{OutcomeRules, PlainRules};
 use crate::store::{
     AnswerError, Created, Lookup, PurgePolicy, StoreError, TaskChange, TaskStore, UpdateError,
 };
@@ -133,9 +136,16 @@ pub struct EngineBuilder {
     config: EngineConfig,
     handlers: HashMap<String, Registered>,
     input_guard: Option<InputGuard>,
+    rules: Arc<dyn OutcomeRules>,
 }
 
 impl EngineBuilder {
+    /// Sets how the engine words the outcomes it makes up itself (failures it detects, the status
+    /// message of a tool-level error). Without this the engine uses [`PlainRules`].
+    pub fn outcome_rules(mut self, rules: Arc<dyn OutcomeRules>) -> Self {
+        self.rules = rules;
+        self
+    }
     /// Sets the check run before a task's input request is stored and sent.
     pub fn input_guard(mut self, guard: InputGuard) -> Self {
         self.input_guard = Some(guard);
@@ -174,6 +184,7 @@ impl EngineBuilder {
             running: DashMap::new(),
             order: DashMap::new(),
             input_guard: self.input_guard,
+            rules: self.rules,
         })
     }
 }
@@ -192,6 +203,7 @@ pub struct Engine {
     /// cancel that followed it).
     order: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
     input_guard: Option<InputGuard>,
+    rules: Arc<dyn OutcomeRules>,
 }
 
 /// Holds a task's ordering lock; on release, drops the map entry unless someone else holds or waits for it.
@@ -255,6 +267,7 @@ impl Engine {
             config,
             handlers: HashMap::new(),
             input_guard: None,
+            rules: Arc::new(PlainRules),
         }
     }
 
@@ -333,7 +346,7 @@ impl Engine {
             let change = TaskChange {
                 status: Some(TaskStatus::Failed),
                 status_message: Some(Some(message.clone())),
-                outcome: Some(Outcome::internal_error(message)),
+                outcome: Some(self.rules.failure(message)),
                 ..Default::default()
             };
             match self
@@ -431,7 +444,7 @@ impl Engine {
                     let change = TaskChange {
                         status: Some(TaskStatus::Failed),
                         status_message: Some(Some(message.clone())),
-                        outcome: Some(Outcome::internal_error(message)),
+                        outcome: Some(self.rules.failure(message)),
                         ..Default::default()
                     };
                     match self.apply(&task.id, &TaskStatus::ACTIVE, change).await {
@@ -506,7 +519,7 @@ impl Engine {
             Outcome::Result {
                 value,
                 is_error: true,
-            } => Some(error_summary(value)),
+            } => self.rules.error_summary(value),
             Outcome::Error { message, .. } => Some(message.clone()),
             Outcome::Result { .. } => None,
         };
@@ -521,7 +534,7 @@ impl Engine {
     async fn store_new(
         &self,
         record: TaskRecord,
-        limit: Option<crate::store::ActiveLimit>,
+        limit: Option<ActiveLimit>,
     ) -> Result<Submitted, EngineError> {
         match self.store.create(record, limit).await? {
             Created::New(rec) => {
@@ -669,7 +682,7 @@ impl Engine {
             tokio::select! {
                 joined = &mut work => break match joined {
                     Ok(outcome) => Some(outcome),
-                    Err(e) if e.is_panic() => Some(Outcome::internal_error(format!("tool `{}` panicked", rec.tool))),
+                    Err(e) if e.is_panic() => Some(self.rules.failure(format!("tool `{}` panicked", rec.tool))),
                     Err(_) => None,
                 },
                 ev = events.recv(), if deadline.is_none() => match ev {
@@ -721,7 +734,7 @@ impl Engine {
             Outcome::Result {
                 value,
                 is_error: true,
-            } => Some(Some(error_summary(value))),
+            } => Some(self.rules.error_summary(value)),
             // A progress note such as "scanning files" is stale once the work is done.
             Outcome::Result { .. } => Some(None),
         };
@@ -741,20 +754,6 @@ impl Engine {
             Err(e) => tracing::error!(task = %id, error = %e, "could not store task outcome"),
         }
     }
-}
-
-/// The status message of a task whose result reports a tool error: the start of its first text block.
-fn error_summary(value: &Value) -> String {
-    let text = value
-        .get("content")
-        .and_then(Value::as_array)
-        .and_then(|c| c.iter().find_map(|b| b.get("text").and_then(Value::as_str)))
-        .unwrap_or("the tool reported an error");
-    let mut s: String = text.chars().take(300).collect();
-    if s.len() < text.len() {
-        s.push('…');
-    }
-    s
 }
 
 /// Reports from a running task: into the store, then out through the notifier.

@@ -28,12 +28,15 @@
 //! # }
 //! ```
 
+#![deny(missing_docs)]
+
 mod clock;
 mod context;
 mod engine;
 mod ids;
 mod model;
 mod notifier;
+mod rules;
 pub mod store;
 
 pub use clock::{format_rfc3339, now_ms};
@@ -43,5 +46,8 @@ pub use engine::{
     TaskHandler,
 };
 pub use ids::random_id;
-pub use model::{InputRecord, InputResponse, NewTask, Outcome, TaskRecord, TaskStatus};
+pub use model::{
+    ActiveLimit, InputRecord, InputResponse, NewTask, Outcome, TaskRecord, TaskStatus,
+};
 pub use notifier::{Notifier, TaskEvent, TaskSubscription};
+pub use rules::{OutcomeRules, PlainRules};

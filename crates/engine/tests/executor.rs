@@ -5,12 +5,35 @@ use async_trait::async_trait;
 use mcp_tasks_engine::store::memory::MemoryStore;
 use mcp_tasks_engine::store::{testkit, Lookup, TaskStore};
 use mcp_tasks_engine::{
-    Engine, EngineConfig, EngineError, NewTask, Outcome, TaskContext, TaskHandler, TaskStatus,
+    Engine, EngineConfig, EngineError, NewTask, Outcome, OutcomeRules, TaskContext, TaskHandler,
+    TaskStatus,
 };
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Rules as a JSON-RPC server would set them: failures are internal errors, and a tool error's
+/// status message is its first text block.
+struct WireRules;
+
+impl OutcomeRules for WireRules {
+    fn failure(&self, message: String) -> Outcome {
+        Outcome::Error {
+            code: -32603,
+            message,
+            data: None,
+        }
+    }
+
+    fn error_summary(&self, result: &Value) -> Option<String> {
+        result["content"]
+            .as_array()?
+            .iter()
+            .find_map(|b| b["text"].as_str())
+            .map(String::from)
+    }
+}
 
 struct Sleepy {
     ms: u64,
@@ -24,7 +47,7 @@ impl TaskHandler for Sleepy {
         if self.obey_cancel {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(self.ms)) => {}
-                _ = ctx.cancelled() => return Outcome::internal_error("stopped"),
+                _ = ctx.cancelled() => return WireRules.failure("stopped".into()),
             }
         } else {
             tokio::time::sleep(Duration::from_millis(self.ms)).await;
@@ -63,6 +86,7 @@ fn engine(store: Arc<dyn TaskStore>, counter: Arc<AtomicUsize>) -> Arc<Engine> {
         ..EngineConfig::default()
     };
     Engine::builder(store, config)
+        .outcome_rules(Arc::new(WireRules))
         .handler(
             "sleepy",
             Arc::new(Sleepy {
@@ -191,7 +215,52 @@ async fn a_panicking_handler_fails_the_task_with_a_message() {
     let s = e.submit(NewTask::new("panics", json!({}))).await.unwrap();
     let done = e.wait_terminal(&s.record.id).await.unwrap();
     assert_eq!(done.status, TaskStatus::Failed);
-    assert!(done.status_message.unwrap().contains("panicked"));
+    assert_eq!(
+        done.status_message.as_deref(),
+        Some("tool `panics` panicked")
+    );
+    assert!(
+        matches!(done.outcome, Some(Outcome::Error { code: -32603, .. })),
+        "the failure is worded by the engine's rules: {:?}",
+        done.outcome
+    );
+}
+
+#[tokio::test]
+async fn without_rules_failures_carry_no_wire_code_and_tool_errors_no_summary() {
+    let e = Engine::builder(Arc::new(MemoryStore::new()), EngineConfig::default())
+        .handler("panics", Arc::new(Panics), false)
+        .build();
+    let s = e.submit(NewTask::new("panics", json!({}))).await.unwrap();
+    let done = e.wait_terminal(&s.record.id).await.unwrap();
+    assert_eq!(
+        done.outcome,
+        Some(Outcome::Error {
+            code: 0,
+            message: "tool `panics` panicked".into(),
+            data: None
+        })
+    );
+    let outcome = Outcome::Result {
+        value: json!({"content": [{"type": "text", "text": "bad args"}], "isError": true}),
+        is_error: true,
+    };
+    let s = e
+        .submit_finished(NewTask::new("panics", json!({})), outcome)
+        .await
+        .unwrap();
+    assert_eq!(s.record.status, TaskStatus::Completed);
+    assert_eq!(s.record.status_message, None);
+}
+
+#[tokio::test]
+async fn new_tasks_have_no_owner_unless_given_one() {
+    let e = engine(Arc::new(MemoryStore::new()), Default::default());
+    let s = e.submit(NewTask::new("sleepy", json!({}))).await.unwrap();
+    assert_eq!(s.record.owner, "");
+    let mut n = NewTask::new("sleepy", json!({}));
+    n.owner = "alice".into();
+    assert_eq!(e.submit(n).await.unwrap().record.owner, "alice");
 }
 
 #[tokio::test]

@@ -70,7 +70,11 @@ fn as_change(e: &Event) -> (Vec<TaskStatus>, TaskChange) {
             active,
             TaskChange {
                 status: Some(TaskStatus::Failed),
-                outcome: Some(Outcome::internal_error("x")),
+                outcome: Some(Outcome::Error {
+                    code: -32603,
+                    message: "x".into(),
+                    data: None,
+                }),
                 ..Default::default()
             },
         ),

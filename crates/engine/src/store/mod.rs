@@ -15,6 +15,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use thiserror::Error;
 
+pub use crate::model::ActiveLimit;
 use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
 
 /// A failure of the storage backend itself.
@@ -114,17 +115,6 @@ pub struct TaskChange {
     pub lease: Option<(Option<String>, Option<u64>)>,
     /// New attempt counter.
     pub attempt: Option<u32>,
-}
-
-/// A cap on unfinished tasks, checked atomically with a create.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ActiveLimit {
-    /// At most this many unfinished (`working` / `input_required`) tasks…
-    pub max: usize,
-    /// …of this owner…
-    pub owner: String,
-    /// …in this session only, when set.
-    pub session: Option<String>,
 }
 
 /// Which tasks [`TaskStore::list`] returns.

@@ -20,7 +20,7 @@ pub fn record(id: &str, owner: &str, created_at: u64) -> TaskRecord {
         era: "test".into(),
         tool: "echo".into(),
         arguments: json!({"x": 1}),
-        request_meta: json!({"progressToken": 7}),
+        request_meta: json!({"token": 7}),
         status: TaskStatus::Working,
         status_message: None,
         progress: None,
@@ -110,7 +110,7 @@ fn input(key: &str, task: &str, at: u64) -> InputRecord {
     InputRecord {
         key: key.into(),
         task_id: task.into(),
-        method: "elicitation/create".into(),
+        method: "ask".into(),
         params: json!({"message": "ok?"}),
         created_at: at,
         response: None,
@@ -215,7 +215,7 @@ async fn update_is_compare_and_set(s: impl TaskStore) {
     let change = TaskChange {
         status: Some(TaskStatus::Completed),
         outcome: Some(Outcome::Result {
-            value: json!({"content": []}),
+            value: json!({"answer": 42}),
             is_error: false,
         }),
         ..Default::default()
