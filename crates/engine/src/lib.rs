@@ -33,6 +33,8 @@
 mod clock;
 mod context;
 mod engine;
+mod fingerprint;
+mod handler;
 mod ids;
 mod model;
 mod notifier;
@@ -41,10 +43,9 @@ pub mod store;
 
 pub use clock::{format_rfc3339, now_ms};
 pub use context::{ContextSink, InputError, LogLevel, TaskContext};
-pub use engine::{
-    fingerprint, Engine, EngineBuilder, EngineConfig, EngineError, InputGuard, Submitted,
-    TaskHandler,
-};
+pub use engine::{Engine, EngineBuilder, EngineConfig, EngineError, InputGuard, Submitted};
+pub use fingerprint::fingerprint;
+pub use handler::TaskHandler;
 pub use ids::random_id;
 pub use model::{
     ActiveLimit, InputRecord, InputResponse, NewTask, Outcome, TaskRecord, TaskStatus,
