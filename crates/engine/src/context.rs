@@ -107,7 +107,8 @@ pub enum InputError {
     /// The client's answer was not what the request asks for.
     #[error("the client's answer is malformed: {0}")]
     Malformed(String),
-    /// The request could not be stored or read.
+    /// The request could not be stored or read. Holds the store error with its causes, rendered
+    /// (see [`error_chain`](crate::error_chain)), so this error stays cheap to clone and compare.
     #[error("input request failed: {0}")]
     Store(String),
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::Engine;
 use crate::clock::now_ms;
 use crate::model::{TaskRecord, TaskStatus};
-use crate::store::{PurgePolicy, StoreError, TaskChange, UpdateError};
+use crate::store::{error_chain, PurgePolicy, StoreError, TaskChange, UpdateError};
 
 impl Engine {
     /// Recovers tasks a previous run left unfinished (failing them, or re-running retry-safe tools) and
@@ -26,7 +26,7 @@ impl Engine {
                 }
                 let Some(engine) = me.upgrade() else { break };
                 if let Err(e) = engine.sweep().await {
-                    tracing::warn!(error = %e, "task sweep failed");
+                    tracing::warn!(error = %error_chain(&e), "task sweep failed");
                 }
             }
         });
@@ -124,7 +124,7 @@ impl Engine {
                             self.spawn_run(rec, handler);
                         }
                         Err(e) => {
-                            tracing::warn!(task = %task.id, error = %e, "could not re-queue interrupted task")
+                            tracing::warn!(task = %task.id, error = %error_chain(&e), "could not re-queue interrupted task")
                         }
                     }
                 }
@@ -142,7 +142,7 @@ impl Engine {
                             tracing::info!(task = %rec.id, tool = %rec.tool, "failed interrupted task")
                         }
                         Err(e) => {
-                            tracing::warn!(task = %task.id, error = %e, "could not fail interrupted task")
+                            tracing::warn!(task = %task.id, error = %error_chain(&e), "could not fail interrupted task")
                         }
                     }
                 }

@@ -15,7 +15,7 @@ use crate::handler::TaskHandler;
 use crate::ids::random_id;
 use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
 use crate::notifier::{TaskEvent, TaskSubscription};
-use crate::store::{Lookup, TaskChange, UpdateError};
+use crate::store::{error_chain, Lookup, TaskChange, UpdateError};
 
 impl Engine {
     pub(super) fn spawn_run(self: &Arc<Self>, rec: TaskRecord, handler: Arc<dyn TaskHandler>) {
@@ -92,7 +92,7 @@ impl Engine {
                 _ = renew.tick() => {
                     let until = now_ms() + self.config.lease_ms;
                     if let Err(e) = self.store.renew_leases(&self.config.node_id, std::slice::from_ref(&id), until).await {
-                        tracing::warn!(task = %id, error = %e, "lease renewal failed");
+                        tracing::warn!(task = %id, error = %error_chain(&e), "lease renewal failed");
                     }
                 }
             }
@@ -130,7 +130,9 @@ impl Engine {
             Err(UpdateError::Conflict(cur)) => {
                 tracing::debug!(task = %id, status = %cur.status, "task already terminal; result discarded");
             }
-            Err(e) => tracing::error!(task = %id, error = %e, "could not store task outcome"),
+            Err(e) => {
+                tracing::error!(task = %id, error = %error_chain(&e), "could not store task outcome")
+            }
         }
     }
 }
@@ -174,7 +176,9 @@ impl ContextSink for TaskSink {
                 });
             }
             Err(UpdateError::Conflict(_)) | Err(UpdateError::NotFound) => {}
-            Err(e) => tracing::warn!(task = %self.id, error = %e, "progress update failed"),
+            Err(e) => {
+                tracing::warn!(task = %self.id, error = %error_chain(&e), "progress update failed")
+            }
         }
     }
 
@@ -189,7 +193,9 @@ impl ContextSink for TaskSink {
             .await
         {
             Ok(_) | Err(UpdateError::Conflict(_)) | Err(UpdateError::NotFound) => {}
-            Err(e) => tracing::warn!(task = %self.id, error = %e, "status update failed"),
+            Err(e) => {
+                tracing::warn!(task = %self.id, error = %error_chain(&e), "status update failed")
+            }
         }
     }
 
@@ -199,7 +205,7 @@ impl ContextSink for TaskSink {
         params: Value,
     ) -> Result<InputResponse, InputError> {
         let engine = &self.engine;
-        let store_err = |e: &dyn std::fmt::Display| InputError::Store(e.to_string());
+        let store_err = |e: &dyn std::error::Error| InputError::Store(error_chain(e));
         let rec = match engine
             .store
             .get(&self.id)

@@ -21,9 +21,17 @@ use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
 /// A failure of the storage backend itself.
 #[derive(Debug, Error)]
 pub enum StoreError {
-    /// The database reported an error.
-    #[error("task store error: {0}")]
-    Backend(String),
+    /// The backend failed. `context` says what the store was doing; the cause, when there is one, is
+    /// the error's [`source()`](std::error::Error::source) (render the whole chain with
+    /// [`StoreError::chain`]).
+    #[error("task store error: {context}")]
+    Backend {
+        /// What the store was doing, e.g. "insert task 1f2e…" or "open /var/lib/tasks.db".
+        context: String,
+        /// The error that caused it, if any.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    },
     /// The owner already has as many unfinished tasks as its limit allows.
     #[error("too many unfinished tasks: {active} running, the limit is {max}")]
     TooManyActive {
@@ -40,6 +48,48 @@ pub enum StoreError {
         /// The task the key belongs to.
         task_id: String,
     },
+}
+
+impl StoreError {
+    /// A backend failure while doing `context`, caused by `source`.
+    pub fn backend(
+        context: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> StoreError {
+        StoreError::Backend {
+            context: context.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// A backend failure with no underlying error to carry (e.g. the writer thread is gone).
+    pub fn message(context: impl Into<String>) -> StoreError {
+        StoreError::Backend {
+            context: context.into(),
+            source: None,
+        }
+    }
+
+    /// This error and its causes as one line, "context: cause: cause…", for logs and messages.
+    pub fn chain(&self) -> String {
+        error_chain(self)
+    }
+}
+
+/// Renders an error and its chain of causes as one line, "error: cause: cause…". A cause whose text
+/// the line already ends with is left out, since some errors repeat their source in their own message.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut next = error.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !text.is_empty() && !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = cause.source();
+    }
+    out
 }
 
 /// Why an [`TaskStore::update`] did not apply.
@@ -319,4 +369,31 @@ pub(crate) fn apply_change(rec: &mut TaskRecord, change: TaskChange, now: u64) {
         rec.attempt = a;
     }
     rec.updated_at = now.max(rec.updated_at);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_shows_the_context_and_each_cause_once() {
+        let e = StoreError::backend("insert task t1", std::io::Error::other("disk full"));
+        assert_eq!(e.chain(), "task store error: insert task t1: disk full");
+        assert_eq!(
+            StoreError::message("the writer stopped").chain(),
+            "task store error: the writer stopped"
+        );
+        let wrapped = UpdateError::Store(StoreError::backend("read task t1", e));
+        assert_eq!(
+            error_chain(&wrapped),
+            "task store error: read task t1: task store error: insert task t1: disk full"
+        );
+
+        /// An error that repeats its cause in its own message, as some library errors do.
+        #[derive(Debug, Error)]
+        #[error("failed: {0}")]
+        struct Repeats(#[source] std::io::Error);
+        let r = Repeats(std::io::Error::other("no space"));
+        assert_eq!(error_chain(&r), "failed: no space");
+    }
 }
