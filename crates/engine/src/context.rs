@@ -107,6 +107,16 @@ pub enum InputError {
     /// The client's answer was not what the request asks for.
     #[error("the client's answer is malformed: {0}")]
     Malformed(String),
+    /// The request's params are larger than the engine stores
+    /// ([`EngineConfig::max_input_request_bytes`](crate::EngineConfig::max_input_request_bytes));
+    /// nothing was stored or sent.
+    #[error("the input request is {size} bytes; the limit is {max}")]
+    TooLarge {
+        /// Serialized size of the params, in bytes.
+        size: usize,
+        /// The limit, in bytes.
+        max: usize,
+    },
     /// The request could not be stored or read. Holds the store error with its causes, rendered
     /// (see [`error_chain`](crate::error_chain)), so this error stays cheap to clone and compare.
     #[error("input request failed: {0}")]

@@ -5,8 +5,8 @@ use async_trait::async_trait;
 use mcp_tasks_engine::store::memory::MemoryStore;
 use mcp_tasks_engine::store::{testkit, Lookup, TaskStore};
 use mcp_tasks_engine::{
-    Engine, EngineConfig, EngineError, NewTask, Outcome, OutcomeRules, TaskContext, TaskHandler,
-    TaskStatus,
+    Engine, EngineConfig, EngineError, InputError, NewTask, Outcome, OutcomeRules, TaskContext,
+    TaskHandler, TaskStatus,
 };
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -311,4 +311,70 @@ async fn recovery_fails_interrupted_tasks_and_reruns_retry_safe_ones() {
     assert_eq!(again.attempt, 2);
     assert_eq!(counter.load(Ordering::SeqCst), 1);
     e.shutdown();
+}
+
+/// Asks its client one question of the size its arguments give, and reports how the asking went.
+struct Asks(tokio::sync::mpsc::UnboundedSender<Result<(), InputError>>);
+
+#[async_trait]
+impl TaskHandler for Asks {
+    async fn run(&self, ctx: TaskContext, args: Value) -> Outcome {
+        let params = json!({"blob": "x".repeat(args["len"].as_u64().unwrap() as usize)});
+        let asked = ctx.request_input("ask", params).await.map(|_| ());
+        let _ = self.0.send(asked);
+        ctx.cancelled().await;
+        WireRules.failure("stopped".into())
+    }
+}
+
+#[tokio::test]
+async fn a_question_larger_than_the_cap_is_refused_and_stores_nothing() {
+    let blob = |len: usize| json!({"blob": "x".repeat(len)});
+    let max = serde_json::to_vec(&blob(100)).unwrap().len();
+    let (tx, mut asked) = tokio::sync::mpsc::unbounded_channel();
+    let config = EngineConfig {
+        max_input_request_bytes: max,
+        cancel_grace: Duration::from_millis(300),
+        ..EngineConfig::default()
+    };
+    let store: Arc<dyn TaskStore> = Arc::new(MemoryStore::new());
+    let e = Engine::builder(store.clone(), config)
+        .handler("asks", Arc::new(Asks(tx)), false)
+        .build();
+
+    let big = e
+        .submit(NewTask::new("asks", json!({"len": 101})))
+        .await
+        .unwrap();
+    assert_eq!(
+        asked.recv().await.unwrap(),
+        Err(InputError::TooLarge { size: max + 1, max })
+    );
+    let Lookup::Found(rec) = e.get(&big.record.id).await.unwrap() else {
+        panic!("task gone")
+    };
+    assert_eq!(rec.status, TaskStatus::Working);
+    assert!(store.inputs(&big.record.id).await.unwrap().is_empty());
+
+    // A question of exactly the cap is asked as usual.
+    let fits = e
+        .submit(NewTask::new("asks", json!({"len": 100})))
+        .await
+        .unwrap();
+    let waiting = async {
+        loop {
+            if let Lookup::Found(t) = e.get(&fits.record.id).await.unwrap() {
+                if t.status == TaskStatus::InputRequired {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("the question was asked");
+    assert_eq!(store.inputs(&fits.record.id).await.unwrap().len(), 1);
+    e.cancel(&big.record.id, None).await.unwrap();
+    e.cancel(&fits.record.id, None).await.unwrap();
 }

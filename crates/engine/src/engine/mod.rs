@@ -52,6 +52,11 @@ pub struct EngineConfig {
     pub sweep_interval: Duration,
     /// How long a cancelled handler may take to stop before it is dropped.
     pub cancel_grace: Duration,
+    /// Largest input request a task may store, in bytes of its serialized params (default 256 KiB).
+    /// A question is kept until its task is purged and is sent to the client, possibly more than
+    /// once, so an unbounded one costs memory, storage and bandwidth; larger ones are refused with
+    /// [`InputError::TooLarge`](crate::InputError::TooLarge).
+    pub max_input_request_bytes: usize,
 }
 
 impl Default for EngineConfig {
@@ -68,6 +73,7 @@ impl Default for EngineConfig {
             session_idle_ms: 86_400_000,
             sweep_interval: Duration::from_secs(30),
             cancel_grace: Duration::from_secs(10),
+            max_input_request_bytes: 256 * 1024,
         }
     }
 }

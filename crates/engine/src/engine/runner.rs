@@ -221,6 +221,11 @@ impl ContextSink for TaskSink {
         if let Some(guard) = &engine.input_guard {
             guard(&rec, method, &params).map_err(InputError::Unsupported)?;
         }
+        let size = serialized_size(&params)?;
+        let max = engine.config.max_input_request_bytes;
+        if size > max {
+            return Err(InputError::TooLarge { size, max });
+        }
         let input = InputRecord {
             key: random_id(),
             task_id: self.id.clone(),
@@ -295,4 +300,23 @@ impl ContextSink for TaskSink {
             }
         }
     }
+}
+
+/// The length of `value` as JSON, counted without building the text.
+fn serialized_size(value: &Value) -> Result<usize, InputError> {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).map_err(|e| {
+        InputError::Malformed(format!("the input request cannot be serialized: {e}"))
+    })?;
+    Ok(count.0)
 }

@@ -5,7 +5,8 @@
 //! - [`TaskStore::update`] is an atomic compare-and-set on the status, so of two racing terminal
 //!   transitions exactly one wins and the loser gets the winner's record;
 //! - a terminal status never changes again; `progress` never decreases;
-//! - nothing that is still running is ever purged.
+//! - nothing that is still running is ever purged, and a purged task's input requests (answered or
+//!   not) are removed with it in the same atomic step.
 
 pub mod memory;
 pub mod sqlite;
@@ -295,7 +296,8 @@ pub trait TaskStore: Send + Sync + 'static {
         lease_until: u64,
     ) -> Result<Vec<TaskRecord>, StoreError>;
 
-    /// Removes finished tasks past retention (leaving tombstones), old tombstones and idle sessions.
+    /// Removes finished tasks past retention (leaving tombstones) together with their input requests,
+    /// old tombstones and idle sessions.
     async fn purge(&self, policy: PurgePolicy) -> Result<Purged, StoreError>;
 
     /// Creates or replaces a session.

@@ -57,6 +57,53 @@ where
     sessions_round_trip_and_expire(make().await).await;
     input_requests_move_the_task_and_take_one_answer(make().await).await;
     active_limit_is_enforced_with_the_create(make().await).await;
+    purge_takes_the_input_requests_of_purged_tasks(make().await).await;
+}
+
+async fn purge_takes_the_input_requests_of_purged_tasks(s: impl TaskStore) {
+    let answer = InputResponse::Result {
+        value: json!({"answer": "yes"}),
+    };
+    // g1 asks twice, gets one answer, then ends; g2 keeps running with a question of its own.
+    s.create(record("g1", "alice", 1_000), None).await.unwrap();
+    s.create(record("g2", "alice", 1_000), None).await.unwrap();
+    s.add_input(input("g1-a", "g1", 1_100), 1_100)
+        .await
+        .unwrap();
+    s.add_input(input("g1-b", "g1", 1_200), 1_200)
+        .await
+        .unwrap();
+    s.add_input(input("g2-a", "g2", 1_300), 1_300)
+        .await
+        .unwrap();
+    s.answer_input("g1-a", answer.clone(), 1_400).await.unwrap();
+    s.answer_input("g2-a", answer, 1_500).await.unwrap();
+    let cancel = TaskChange {
+        status: Some(TaskStatus::Cancelled),
+        ..Default::default()
+    };
+    s.update("g1", &TaskStatus::ACTIVE, cancel, 2_000)
+        .await
+        .unwrap();
+    let policy = PurgePolicy {
+        now: 70_000,
+        finished_grace_ms: 5_000,
+        tombstone_ms: 10_000,
+        session_idle_ms: 1 << 40,
+    };
+    assert_eq!(s.purge(policy).await.unwrap().tasks, 1);
+    assert!(matches!(s.get("g1").await.unwrap(), Lookup::Expired { .. }));
+    assert_eq!(s.get_input("g1-a").await.unwrap(), None, "answered: gone");
+    assert_eq!(s.get_input("g1-b").await.unwrap(), None, "unanswered: gone");
+    assert_eq!(s.inputs("g1").await.unwrap(), Vec::<InputRecord>::new());
+    let kept = s.inputs("g2").await.unwrap();
+    assert_eq!(
+        kept.iter().map(|i| i.key.as_str()).collect::<Vec<_>>(),
+        ["g2-a"],
+        "a running task's inputs stay"
+    );
+    assert!(kept[0].response.is_some());
+    assert!(s.get_input("g2-a").await.unwrap().is_some());
 }
 
 async fn active_limit_is_enforced_with_the_create(s: impl TaskStore) {

@@ -430,6 +430,14 @@ impl TaskStore for SqliteStore {
                 params![now, grace_edge],
             )
             .context("tombstone expired tasks")?;
+            // A purged task's questions and answers go with it; nothing can reach them any more.
+            conn.execute(
+                &format!(
+                    "DELETE FROM input_requests WHERE task_id IN (SELECT id FROM tasks WHERE {cond})"
+                ),
+                params![now, grace_edge],
+            )
+            .context("delete the input requests of expired tasks")?;
             let tasks = conn
                 .execute(
                     &format!("DELETE FROM tasks WHERE {cond}"),
@@ -562,6 +570,46 @@ mod tests {
         assert_eq!(store.get("old").await.unwrap(), Lookup::Found(t));
         let conn = Connection::open(&path).unwrap();
         assert_eq!(schema::version(&conn).unwrap(), schema::latest());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn opening_drops_the_input_requests_earlier_builds_left_behind() {
+        for start in [0, 1] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("orphans.db");
+            let alive = super::super::testkit::record("alive", "alice", 1_000);
+            let question = |key: &str, task: &str| InputRecord {
+                key: key.into(),
+                task_id: task.into(),
+                method: "ask".into(),
+                params: serde_json::json!({"q": key}),
+                created_at: 1_100,
+                response: None,
+                answered_at: None,
+            };
+            {
+                // A database as migration 1 left it (or as it was before versions, at 0), holding
+                // one question of a live task and one of a task purge already removed.
+                let conn = Connection::open(&path).unwrap();
+                conn.execute_batch(schema::MIGRATIONS[0].sql).unwrap();
+                conn.pragma_update(None, "user_version", start).unwrap();
+                insert_task(&conn, &alive).unwrap();
+                insert_input(&conn, &question("kept", "alive")).unwrap();
+                insert_input(&conn, &question("orphan", "purged-long-ago")).unwrap();
+            }
+            let store = SqliteStore::open(&path).unwrap();
+            assert_eq!(
+                store.get_input("orphan").await.unwrap(),
+                None,
+                "from {start}"
+            );
+            assert_eq!(store.inputs("purged-long-ago").await.unwrap(), vec![]);
+            assert_eq!(
+                store.get_input("kept").await.unwrap(),
+                Some(question("kept", "alive")),
+                "from {start}"
+            );
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,10 +23,11 @@ pub(super) struct Migration {
 }
 
 /// Every migration, in order; `version` counts up from 1 without gaps.
-pub(super) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    what: "create the tables",
-    sql: r#"
+pub(super) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        what: "create the tables",
+        sql: r#"
 CREATE TABLE IF NOT EXISTS tasks (
     id TEXT PRIMARY KEY,
     owner TEXT NOT NULL,
@@ -84,7 +85,14 @@ CREATE TABLE IF NOT EXISTS sessions (
     last_seen INTEGER NOT NULL
 );
 "#,
-}];
+    },
+    Migration {
+        version: 2,
+        what: "delete input requests of purged tasks",
+        // Purge used to leave a task's input requests behind; they can never be read again.
+        sql: "DELETE FROM input_requests WHERE task_id NOT IN (SELECT id FROM tasks);",
+    },
+];
 
 /// The version a database is at once every migration is applied.
 pub(super) fn latest() -> u32 {
