@@ -52,4 +52,4 @@ pub use model::{
 };
 pub use notifier::{Notifier, TaskEvent, TaskSubscription};
 pub use rules::{OutcomeRules, PlainRules};
-pub use store::error_chain;
+pub use store::{error_chain, ProgressUpdate};

@@ -132,8 +132,11 @@ pub struct TaskRecord {
     pub status_message: Option<String>,
     /// Progress so far (never decreases).
     pub progress: Option<f64>,
-    /// Total work, when known.
+    /// Total work, when known (never decreases, and never below `progress`).
     pub progress_total: Option<f64>,
+    /// The message of the latest progress report that had one; cleared when the task completes,
+    /// since a note such as "scanning files" is stale once the work is done.
+    pub progress_message: Option<String>,
     /// Creation time, Unix ms.
     pub created_at: u64,
     /// Last change, Unix ms.

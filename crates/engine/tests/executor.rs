@@ -6,7 +6,7 @@ use mcp_tasks_engine::store::memory::MemoryStore;
 use mcp_tasks_engine::store::{testkit, Lookup, TaskStore};
 use mcp_tasks_engine::{
     Engine, EngineConfig, EngineError, InputError, NewTask, Outcome, OutcomeRules, TaskContext,
-    TaskHandler, TaskStatus,
+    TaskEvent, TaskHandler, TaskStatus,
 };
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -377,4 +377,59 @@ async fn a_question_larger_than_the_cap_is_refused_and_stores_nothing() {
     assert_eq!(store.inputs(&fits.record.id).await.unwrap().len(), 1);
     e.cancel(&big.record.id, None).await.unwrap();
     e.cancel(&fits.record.id, None).await.unwrap();
+}
+
+/// Reports a fixed series of progress updates, then finishes.
+struct Reports;
+
+#[async_trait]
+impl TaskHandler for Reports {
+    async fn run(&self, ctx: TaskContext, _args: Value) -> Outcome {
+        ctx.progress(1.0, Some(10.0), None).await;
+        ctx.progress(1.0, Some(10.0), None).await; // changes nothing
+        ctx.progress(1.0, Some(20.0), None).await; // only the total
+        ctx.progress(f64::NAN, Some(30.0), None).await; // ignored
+        ctx.progress(0.5, Some(5.0), Some("halfway".into())).await; // clamped; the message counts
+        ctx.progress(0.5, None, None).await; // changes nothing
+        Outcome::Result {
+            value: json!({"done": true}),
+            is_error: false,
+        }
+    }
+}
+
+#[tokio::test]
+async fn progress_events_go_out_for_every_visible_change_and_only_then() {
+    let e = Engine::builder(Arc::new(MemoryStore::new()), EngineConfig::default())
+        .handler("reports", Arc::new(Reports), false)
+        .build();
+    let mut feed = e.notifier().subscribe_all();
+    let s = e.submit(NewTask::new("reports", json!({}))).await.unwrap();
+    let mut seen = Vec::new();
+    loop {
+        match feed.recv().await.unwrap() {
+            TaskEvent::Progress { task, message } if task.id == s.record.id => seen.push((
+                task.progress,
+                task.progress_total,
+                task.progress_message.clone(),
+                message,
+            )),
+            TaskEvent::Changed(t) if t.id == s.record.id && t.status.is_terminal() => {
+                assert_eq!(t.progress, Some(1.0));
+                assert_eq!(t.progress_total, Some(20.0));
+                assert_eq!(t.progress_message, None, "cleared on completion");
+                break;
+            }
+            _ => {}
+        }
+    }
+    let halfway = Some("halfway".to_string());
+    assert_eq!(
+        seen,
+        [
+            (Some(1.0), Some(10.0), None, None),
+            (Some(1.0), Some(20.0), None, None),
+            (Some(1.0), Some(20.0), halfway.clone(), halfway),
+        ]
+    );
 }

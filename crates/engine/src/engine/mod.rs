@@ -296,6 +296,7 @@ impl Engine {
             status_message: None,
             progress: None,
             progress_total: None,
+            progress_message: None,
             created_at: now,
             updated_at: now,
             ttl_ms: self.config.grant_ttl(new.requested_ttl_ms),

@@ -15,7 +15,7 @@ use crate::handler::TaskHandler;
 use crate::ids::random_id;
 use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
 use crate::notifier::{TaskEvent, TaskSubscription};
-use crate::store::{error_chain, Lookup, TaskChange, UpdateError};
+use crate::store::{error_chain, Lookup, ProgressState, ProgressUpdate, TaskChange, UpdateError};
 
 impl Engine {
     pub(super) fn spawn_run(self: &Arc<Self>, rec: TaskRecord, handler: Arc<dyn TaskHandler>) {
@@ -42,7 +42,7 @@ impl Engine {
         let sink = Arc::new(TaskSink {
             engine: self.clone(),
             id: id.clone(),
-            last_progress: std::sync::Mutex::new(rec.progress),
+            shown: std::sync::Mutex::new(ProgressState::of(&rec)),
         });
         let ctx = TaskContext::new(Some(id.clone()), cancel.clone(), sink);
         let arguments = rec.arguments.clone();
@@ -141,27 +141,42 @@ impl Engine {
 struct TaskSink {
     engine: Arc<Engine>,
     id: String,
-    /// The last progress value published; progress notifications must strictly increase.
-    last_progress: std::sync::Mutex<Option<f64>>,
+    /// The progress the task shows as of this sink's last write. Only this sink changes it while the
+    /// run lasts, so it tells (by the store's own rules) whether a report would change anything,
+    /// without a read.
+    shown: std::sync::Mutex<ProgressState>,
+}
+
+impl TaskSink {
+    fn shown(&self) -> std::sync::MutexGuard<'_, ProgressState> {
+        // The state is replaced in one assignment, so a poisoned lock still holds a whole value.
+        self.shown.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 #[async_trait]
 impl ContextSink for TaskSink {
     async fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
-        if !progress.is_finite() {
+        if !progress.is_finite() || total.is_some_and(|t| !t.is_finite()) {
             return;
         }
-        {
-            let last = self.last_progress.lock().unwrap_or_else(|p| p.into_inner());
-            if last.is_some_and(|l| progress <= l) {
-                return;
-            }
+        let update = ProgressUpdate {
+            progress,
+            total,
+            message,
+        };
+        // Held across the write and the publish, so events leave in commit order.
+        let _held = self.engine.order_lock(&self.id).await;
+        let before = self.shown().clone();
+        if before.after(&update) == before {
+            // Nothing the task shows would change: no write, no event.
+            return;
         }
+        let message = update.message.clone();
         let change = TaskChange {
-            progress: Some((progress, total)),
+            progress: Some(update),
             ..Default::default()
         };
-        let _held = self.engine.order_lock(&self.id).await;
         match self
             .engine
             .store
@@ -169,11 +184,15 @@ impl ContextSink for TaskSink {
             .await
         {
             Ok(rec) => {
-                *self.last_progress.lock().unwrap_or_else(|p| p.into_inner()) = Some(progress);
-                self.engine.notifier.publish(TaskEvent::Progress {
-                    task: Arc::new(rec),
-                    message,
-                });
+                let after = ProgressState::of(&rec);
+                let changed = after != before;
+                *self.shown() = after;
+                if changed {
+                    self.engine.notifier.publish(TaskEvent::Progress {
+                        task: Arc::new(rec),
+                        message,
+                    });
+                }
             }
             Err(UpdateError::Conflict(_)) | Err(UpdateError::NotFound) => {}
             Err(e) => {

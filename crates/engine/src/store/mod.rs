@@ -4,7 +4,8 @@
 //! - a write returns only after it is durable (for SQLite: committed);
 //! - [`TaskStore::update`] is an atomic compare-and-set on the status, so of two racing terminal
 //!   transitions exactly one wins and the loser gets the winner's record;
-//! - a terminal status never changes again; `progress` never decreases;
+//! - a terminal status never changes again; `progress` and `progress_total` never decrease, and the
+//!   total is never below the progress (the rules are in one place, [`TaskChange::progress`]);
 //! - nothing that is still running is ever purged, and a purged task's input requests (answered or
 //!   not) are removed with it in the same atomic step.
 
@@ -158,14 +159,72 @@ pub struct TaskChange {
     pub status: Option<TaskStatus>,
     /// New status message (`Some(None)` clears it).
     pub status_message: Option<Option<String>>,
-    /// New progress and total; ignored when smaller than the stored progress.
-    pub progress: Option<(f64, Option<f64>)>,
+    /// A progress report. It is merged into the task by these rules, the same in every store:
+    /// - progress never decreases: a smaller value keeps the stored one, and the rest of the report
+    ///   still applies;
+    /// - the total never decreases (a smaller one keeps the stored one), is kept when the report has
+    ///   none, and is raised to the progress when it would be below it;
+    /// - a message replaces the stored `progress_message`; a report without one keeps it;
+    /// - a report with a non-finite number changes nothing.
+    ///
+    /// Completion (status `completed`) clears `progress_message`.
+    pub progress: Option<ProgressUpdate>,
     /// The outcome.
     pub outcome: Option<Outcome>,
     /// New lease owner and expiry.
     pub lease: Option<(Option<String>, Option<u64>)>,
     /// New attempt counter.
     pub attempt: Option<u32>,
+}
+
+/// One progress report of a running task; see [`TaskChange::progress`] for how it is applied.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProgressUpdate {
+    /// Work done so far.
+    pub progress: f64,
+    /// Total work, when the handler knows it.
+    pub total: Option<f64>,
+    /// A human-readable note on the progress.
+    pub message: Option<String>,
+}
+
+/// What a task shows of its progress: the fields a [`ProgressUpdate`] can change.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ProgressState {
+    pub(crate) progress: Option<f64>,
+    pub(crate) total: Option<f64>,
+    pub(crate) message: Option<String>,
+}
+
+impl ProgressState {
+    /// The progress `rec` shows.
+    pub(crate) fn of(rec: &TaskRecord) -> ProgressState {
+        ProgressState {
+            progress: rec.progress,
+            total: rec.progress_total,
+            message: rec.progress_message.clone(),
+        }
+    }
+
+    /// The progress after `update`, by the rules of [`TaskChange::progress`].
+    pub(crate) fn after(&self, update: &ProgressUpdate) -> ProgressState {
+        if !update.progress.is_finite() || update.total.is_some_and(|t| !t.is_finite()) {
+            return self.clone();
+        }
+        let progress = self
+            .progress
+            .map_or(update.progress, |old| old.max(update.progress));
+        let total = match (self.total, update.total) {
+            (Some(old), Some(new)) => Some(old.max(new)),
+            (old, new) => old.or(new),
+        }
+        .map(|t| t.max(progress));
+        ProgressState {
+            progress: Some(progress),
+            total,
+            message: update.message.clone().or_else(|| self.message.clone()),
+        }
+    }
 }
 
 /// Which tasks [`TaskStore::list`] returns.
@@ -350,13 +409,15 @@ pub(crate) fn apply_change(rec: &mut TaskRecord, change: TaskChange, now: u64) {
     if let Some(m) = change.status_message {
         rec.status_message = m;
     }
-    if let Some((p, total)) = change.progress {
-        if rec.progress.is_none_or(|old| p >= old) {
-            rec.progress = Some(p);
-            if total.is_some() {
-                rec.progress_total = total;
-            }
-        }
+    if let Some(update) = change.progress {
+        let after = ProgressState::of(rec).after(&update);
+        rec.progress = after.progress;
+        rec.progress_total = after.total;
+        rec.progress_message = after.message;
+    }
+    if change.status == Some(TaskStatus::Completed) {
+        // A progress note is stale once the work is done (the engine clears the status message too).
+        rec.progress_message = None;
     }
     if let Some(o) = change.outcome {
         rec.outcome = Some(o);

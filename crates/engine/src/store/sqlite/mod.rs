@@ -528,6 +528,45 @@ impl TaskStore for SqliteStore {
 mod tests {
     use super::*;
 
+    /// Inserts `t` as builds of schema version 1 wrote tasks (no `progress_message` column yet).
+    fn insert_as_v1(conn: &Connection, t: &TaskRecord) {
+        conn.execute(
+            "INSERT INTO tasks (id, owner, session, era, tool, arguments, request_meta, status, \
+             status_message, progress, progress_total, created_at, updated_at, ttl_ms, \
+             poll_interval_ms, outcome, idempotency_key, fingerprint, attempt, lease_owner, \
+             lease_until, finished_at, expires_at) VALUES \
+             (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23)",
+            params![
+                t.id,
+                t.owner,
+                t.session,
+                t.era,
+                t.tool,
+                t.arguments.to_string(),
+                t.request_meta.to_string(),
+                t.status.as_str(),
+                t.status_message,
+                t.progress,
+                t.progress_total,
+                sql_int(t.created_at),
+                sql_int(t.updated_at),
+                t.ttl_ms.map(sql_int),
+                t.poll_interval_ms.map(sql_int),
+                t.outcome
+                    .as_ref()
+                    .map(|o| serde_json::to_string(o).unwrap()),
+                t.idempotency_key,
+                t.fingerprint,
+                i64::from(t.attempt),
+                t.lease_owner,
+                t.lease_until.map(sql_int),
+                t.finished_at.map(sql_int),
+                t.expires_at().map(sql_int),
+            ],
+        )
+        .unwrap();
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn passes_the_store_test_kit() {
         let dir = tempfile::tempdir().unwrap();
@@ -563,7 +602,7 @@ mod tests {
             // What earlier builds left: the tables, created with IF NOT EXISTS, at user_version 0.
             let conn = Connection::open(&path).unwrap();
             conn.execute_batch(schema::MIGRATIONS[0].sql).unwrap();
-            insert_task(&conn, &t).unwrap();
+            insert_as_v1(&conn, &t);
             assert_eq!(schema::version(&conn).unwrap(), 0);
         }
         let store = SqliteStore::open(&path).unwrap();
@@ -593,7 +632,7 @@ mod tests {
                 let conn = Connection::open(&path).unwrap();
                 conn.execute_batch(schema::MIGRATIONS[0].sql).unwrap();
                 conn.pragma_update(None, "user_version", start).unwrap();
-                insert_task(&conn, &alive).unwrap();
+                insert_as_v1(&conn, &alive);
                 insert_input(&conn, &question("kept", "alive")).unwrap();
                 insert_input(&conn, &question("orphan", "purged-long-ago")).unwrap();
             }

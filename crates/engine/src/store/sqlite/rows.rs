@@ -11,7 +11,7 @@ use crate::store::{SessionRecord, StoreError};
 /// The `tasks` columns a [`TaskRecord`] is read from, in [`task_from_row`]'s order.
 pub(super) const TASK_COLUMNS: &str = "id, owner, session, era, tool, arguments, request_meta, status, status_message, \
     progress, progress_total, created_at, updated_at, ttl_ms, poll_interval_ms, outcome, idempotency_key, \
-    fingerprint, attempt, lease_owner, lease_until, finished_at";
+    fingerprint, attempt, lease_owner, lease_until, finished_at, progress_message";
 
 /// The `input_requests` columns an [`InputRecord`] is read from, in [`input_from_row`]'s order.
 pub(super) const INPUT_COLUMNS: &str =
@@ -82,6 +82,7 @@ pub(super) fn task_from_row(row: &Row<'_>) -> rusqlite::Result<TaskRecord> {
         lease_owner: row.get(19)?,
         lease_until: row.get::<_, Option<i64>>(20)?.map(u64_from_sql),
         finished_at: row.get::<_, Option<i64>>(21)?.map(u64_from_sql),
+        progress_message: row.get(22)?,
     })
 }
 
@@ -156,7 +157,7 @@ pub(super) fn insert_task(conn: &Connection, t: &TaskRecord) -> Result<(), Store
     let outcome = outcome_json(t)?;
     conn.prepare_cached(&format!(
         "INSERT INTO tasks ({TASK_COLUMNS}, expires_at) VALUES \
-         (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23)"
+         (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24)"
     ))
     .and_then(|mut stmt| {
         stmt.execute(params![
@@ -182,6 +183,7 @@ pub(super) fn insert_task(conn: &Connection, t: &TaskRecord) -> Result<(), Store
             t.lease_owner,
             opt_i64(t.lease_until),
             opt_i64(t.finished_at),
+            t.progress_message,
             opt_i64(t.expires_at()),
         ])
     })
@@ -194,7 +196,8 @@ pub(super) fn update_task(conn: &Connection, t: &TaskRecord) -> Result<(), Store
     let outcome = outcome_json(t)?;
     conn.prepare_cached(
         "UPDATE tasks SET status=?2, status_message=?3, progress=?4, progress_total=?5, updated_at=?6, \
-         outcome=?7, attempt=?8, lease_owner=?9, lease_until=?10, finished_at=?11 WHERE id=?1",
+         outcome=?7, attempt=?8, lease_owner=?9, lease_until=?10, finished_at=?11, \
+         progress_message=?12 WHERE id=?1",
     )
     .and_then(|mut stmt| {
         stmt.execute(params![
@@ -209,6 +212,7 @@ pub(super) fn update_task(conn: &Connection, t: &TaskRecord) -> Result<(), Store
             t.lease_owner,
             opt_i64(t.lease_until),
             opt_i64(t.finished_at),
+            t.progress_message,
         ])
     })
     .with_context(|| format!("update task {}", t.id))?;

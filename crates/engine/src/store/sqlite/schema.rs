@@ -92,6 +92,11 @@ CREATE TABLE IF NOT EXISTS sessions (
         // Purge used to leave a task's input requests behind; they can never be read again.
         sql: "DELETE FROM input_requests WHERE task_id NOT IN (SELECT id FROM tasks);",
     },
+    Migration {
+        version: 3,
+        what: "add tasks.progress_message",
+        sql: "ALTER TABLE tasks ADD COLUMN progress_message TEXT;",
+    },
 ];
 
 /// The version a database is at once every migration is applied.
