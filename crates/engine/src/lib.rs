@@ -1,7 +1,7 @@
 //! The mcp-tasks task engine: durable tasks with a strict state machine, behind a storage trait.
 //!
 //! The engine knows tasks and nothing about the MCP wire: one era-agnostic [`TaskRecord`] per task,
-//! stored once through [`TaskStore`] (in memory, or in SQLite with group commit), executed by
+//! stored once through [`TaskStore`](store::TaskStore) (in memory, or in SQLite with group commit), executed by
 //! [`Engine`] under a lease, with wake-ups through a [`Notifier`] rather than polling.
 //!
 //! ```no_run

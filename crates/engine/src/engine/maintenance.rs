@@ -61,7 +61,7 @@ impl Engine {
     }
 
     /// Fails tasks whose retention ran out while they waited for input: their handler is woken with
-    /// [`InputError::TaskEnded`] and a blocked result fetch gets the final answer.
+    /// [`InputError::TaskEnded`](crate::InputError::TaskEnded) and a blocked result fetch gets the final answer.
     async fn expire_waiting(&self) -> Result<(), StoreError> {
         for task in self.store.overdue_waiting(now_ms()).await? {
             let message = format!(

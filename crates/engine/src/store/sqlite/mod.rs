@@ -1,10 +1,10 @@
 //! The default [`TaskStore`]: one SQLite file in WAL mode.
 //!
-//! All writes go through one writer thread that commits them in groups ([`writer`]). A caller is
+//! All writes go through one writer thread that commits them in groups (`writer.rs`). A caller is
 //! answered only after the commit that holds its write (`synchronous=FULL`), so "created" means
 //! "survives kill -9 and power loss". Reads run on a small pool of read connections and never wait for
-//! the writer (WAL). The schema is versioned and migrated on open ([`schema`]); row mapping and the
-//! single-row statements are in [`rows`].
+//! the writer (WAL). The schema is versioned and migrated on open (`schema.rs`); row mapping and the
+//! single-row statements are in `rows.rs`.
 
 mod rows;
 mod schema;
