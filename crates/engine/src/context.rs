@@ -53,8 +53,9 @@ impl LogLevel {
 /// Where a context's reports go: the task store for a task, or straight to the caller for a plain call.
 #[async_trait]
 pub trait ContextSink: Send + Sync {
-    /// Progress so far (`progress` never decreases; smaller values are ignored), with an optional total
-    /// and message.
+    /// Progress so far, with an optional total and message. For a task, the report is merged into
+    /// the task by the store's rules (see [`TaskChange::progress`](crate::store::TaskChange::progress)):
+    /// progress and total never decrease, and the total is never below the progress.
     async fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>);
     /// A new human-readable status message.
     async fn status(&self, message: String);
@@ -107,7 +108,18 @@ pub enum InputError {
     /// The client's answer was not what the request asks for.
     #[error("the client's answer is malformed: {0}")]
     Malformed(String),
-    /// The request could not be stored or read.
+    /// The request's params are larger than the engine stores
+    /// ([`EngineConfig::max_input_request_bytes`](crate::EngineConfig::max_input_request_bytes));
+    /// nothing was stored or sent.
+    #[error("the input request is {size} bytes; the limit is {max}")]
+    TooLarge {
+        /// Serialized size of the params, in bytes.
+        size: usize,
+        /// The limit, in bytes.
+        max: usize,
+    },
+    /// The request could not be stored or read. Holds the store error with its causes, rendered
+    /// (see [`error_chain`](crate::error_chain)), so this error stays cheap to clone and compare.
     #[error("input request failed: {0}")]
     Store(String),
 }
@@ -137,7 +149,8 @@ impl TaskContext {
     pub fn task_id(&self) -> Option<&str> {
         self.task_id.as_deref()
     }
-    /// Reports progress; also visible on the task as `progress` / `progressTotal`.
+    /// Reports progress; also visible on the task as `progress`, `progress_total` and
+    /// `progress_message`. Non-finite numbers are ignored.
     pub async fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
         self.sink.progress(progress, total, message).await
     }

@@ -1,7 +1,7 @@
 //! The mcp-tasks task engine: durable tasks with a strict state machine, behind a storage trait.
 //!
 //! The engine knows tasks and nothing about the MCP wire: one era-agnostic [`TaskRecord`] per task,
-//! stored once through [`TaskStore`] (in memory, or in SQLite with group commit), executed by
+//! stored once through [`TaskStore`](store::TaskStore) (in memory, or in SQLite with group commit), executed by
 //! [`Engine`] under a lease, with wake-ups through a [`Notifier`] rather than polling.
 //!
 //! ```no_run
@@ -28,20 +28,28 @@
 //! # }
 //! ```
 
+#![deny(missing_docs)]
+
 mod clock;
 mod context;
 mod engine;
+mod fingerprint;
+mod handler;
 mod ids;
 mod model;
 mod notifier;
+mod rules;
 pub mod store;
 
 pub use clock::{format_rfc3339, now_ms};
 pub use context::{ContextSink, InputError, LogLevel, TaskContext};
-pub use engine::{
-    fingerprint, Engine, EngineBuilder, EngineConfig, EngineError, InputGuard, Submitted,
-    TaskHandler,
-};
+pub use engine::{Engine, EngineBuilder, EngineConfig, EngineError, InputGuard, Submitted};
+pub use fingerprint::fingerprint;
+pub use handler::TaskHandler;
 pub use ids::random_id;
-pub use model::{InputRecord, InputResponse, NewTask, Outcome, TaskRecord, TaskStatus};
+pub use model::{
+    ActiveLimit, InputRecord, InputResponse, NewTask, Outcome, TaskRecord, TaskStatus,
+};
 pub use notifier::{Notifier, TaskEvent, TaskSubscription};
+pub use rules::{OutcomeRules, PlainRules};
+pub use store::{error_chain, ProgressUpdate};

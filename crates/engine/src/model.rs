@@ -73,7 +73,7 @@ impl fmt::Display for TaskStatus {
     }
 }
 
-/// How a task's work ended: the handler's result, or a JSON-RPC style error.
+/// How a task's work ended: the handler's result, or a protocol-level error (code, message, data).
 ///
 /// A result is kept whole even when it reports a tool-level error (`is_error`): how that maps to a
 /// status is a wire-era decision made by the renderer, not here.
@@ -107,14 +107,6 @@ impl Outcome {
             Outcome::Error { .. } => TaskStatus::Failed,
         }
     }
-    /// An internal error outcome.
-    pub fn internal_error(message: impl Into<String>) -> Outcome {
-        Outcome::Error {
-            code: -32603,
-            message: message.into(),
-            data: None,
-        }
-    }
 }
 
 /// One task, era-agnostic, exactly as stored.
@@ -140,8 +132,11 @@ pub struct TaskRecord {
     pub status_message: Option<String>,
     /// Progress so far (never decreases).
     pub progress: Option<f64>,
-    /// Total work, when known.
+    /// Total work, when known (never decreases, and never below `progress`).
     pub progress_total: Option<f64>,
+    /// The message of the latest progress report that had one; cleared when the task completes,
+    /// since a note such as "scanning files" is stale once the work is done.
+    pub progress_message: Option<String>,
     /// Creation time, Unix ms.
     pub created_at: u64,
     /// Last change, Unix ms.
@@ -173,14 +168,15 @@ impl TaskRecord {
     }
 }
 
-/// What a caller asks for when starting a task. Defaults: anonymous owner, no session.
+/// What a caller asks for when starting a task. Defaults: the empty owner, no session.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NewTask {
     /// Handler name.
     pub tool: String,
     /// Handler arguments.
     pub arguments: Value,
-    /// Principal.
+    /// Principal. Empty unless set: tasks that belong to a principal must set it, since idempotency
+    /// keys, active limits and listing are all per owner.
     pub owner: String,
     /// Session.
     pub session: Option<String>,
@@ -193,16 +189,28 @@ pub struct NewTask {
     /// Idempotency key.
     pub idempotency_key: Option<String>,
     /// Refuse the task when its owner already has this many unfinished tasks.
-    pub active_limit: Option<crate::store::ActiveLimit>,
+    pub active_limit: Option<ActiveLimit>,
+}
+
+/// A cap on unfinished tasks, checked atomically with a create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveLimit {
+    /// At most this many unfinished (`working` / `input_required`) tasks…
+    pub max: usize,
+    /// …of this owner…
+    pub owner: String,
+    /// …in this session only, when set.
+    pub session: Option<String>,
 }
 
 impl NewTask {
-    /// A task for `tool` with `arguments`, owned by the anonymous principal.
+    /// A task for `tool` with `arguments` and every other field at its default. The owner is the
+    /// empty string: set [`NewTask::owner`] for a task that belongs to a principal.
     pub fn new(tool: impl Into<String>, arguments: Value) -> NewTask {
         NewTask {
             tool: tool.into(),
             arguments,
-            owner: "anonymous".into(),
+            owner: String::new(),
             session: None,
             era: String::new(),
             request_meta: Value::Null,

@@ -20,11 +20,12 @@ pub enum TaskEvent {
     Created(Arc<TaskRecord>),
     /// The task's status or status message changed. Carries the new record.
     Changed(Arc<TaskRecord>),
-    /// The handler reported progress. Carries the record after the update.
+    /// The handler reported progress that changed what the task shows (progress, total or message).
+    /// Carries the record after the update.
     Progress {
         /// The record with the new progress.
         task: Arc<TaskRecord>,
-        /// An optional progress message.
+        /// The report's message, if it had one.
         message: Option<String>,
     },
     /// The task asked the client for input. Carries the record (now `input_required`) and the request.

@@ -5,12 +5,35 @@ use async_trait::async_trait;
 use mcp_tasks_engine::store::memory::MemoryStore;
 use mcp_tasks_engine::store::{testkit, Lookup, TaskStore};
 use mcp_tasks_engine::{
-    Engine, EngineConfig, EngineError, NewTask, Outcome, TaskContext, TaskHandler, TaskStatus,
+    Engine, EngineConfig, EngineError, InputError, NewTask, Outcome, OutcomeRules, TaskContext,
+    TaskEvent, TaskHandler, TaskStatus,
 };
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Rules as a JSON-RPC server would set them: failures are internal errors, and a tool error's
+/// status message is its first text block.
+struct WireRules;
+
+impl OutcomeRules for WireRules {
+    fn failure(&self, message: String) -> Outcome {
+        Outcome::Error {
+            code: -32603,
+            message,
+            data: None,
+        }
+    }
+
+    fn error_summary(&self, result: &Value) -> Option<String> {
+        result["content"]
+            .as_array()?
+            .iter()
+            .find_map(|b| b["text"].as_str())
+            .map(String::from)
+    }
+}
 
 struct Sleepy {
     ms: u64,
@@ -24,7 +47,7 @@ impl TaskHandler for Sleepy {
         if self.obey_cancel {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(self.ms)) => {}
-                _ = ctx.cancelled() => return Outcome::internal_error("stopped"),
+                _ = ctx.cancelled() => return WireRules.failure("stopped".into()),
             }
         } else {
             tokio::time::sleep(Duration::from_millis(self.ms)).await;
@@ -63,6 +86,7 @@ fn engine(store: Arc<dyn TaskStore>, counter: Arc<AtomicUsize>) -> Arc<Engine> {
         ..EngineConfig::default()
     };
     Engine::builder(store, config)
+        .outcome_rules(Arc::new(WireRules))
         .handler(
             "sleepy",
             Arc::new(Sleepy {
@@ -191,7 +215,52 @@ async fn a_panicking_handler_fails_the_task_with_a_message() {
     let s = e.submit(NewTask::new("panics", json!({}))).await.unwrap();
     let done = e.wait_terminal(&s.record.id).await.unwrap();
     assert_eq!(done.status, TaskStatus::Failed);
-    assert!(done.status_message.unwrap().contains("panicked"));
+    assert_eq!(
+        done.status_message.as_deref(),
+        Some("tool `panics` panicked")
+    );
+    assert!(
+        matches!(done.outcome, Some(Outcome::Error { code: -32603, .. })),
+        "the failure is worded by the engine's rules: {:?}",
+        done.outcome
+    );
+}
+
+#[tokio::test]
+async fn without_rules_failures_carry_no_wire_code_and_tool_errors_no_summary() {
+    let e = Engine::builder(Arc::new(MemoryStore::new()), EngineConfig::default())
+        .handler("panics", Arc::new(Panics), false)
+        .build();
+    let s = e.submit(NewTask::new("panics", json!({}))).await.unwrap();
+    let done = e.wait_terminal(&s.record.id).await.unwrap();
+    assert_eq!(
+        done.outcome,
+        Some(Outcome::Error {
+            code: 0,
+            message: "tool `panics` panicked".into(),
+            data: None
+        })
+    );
+    let outcome = Outcome::Result {
+        value: json!({"content": [{"type": "text", "text": "bad args"}], "isError": true}),
+        is_error: true,
+    };
+    let s = e
+        .submit_finished(NewTask::new("panics", json!({})), outcome)
+        .await
+        .unwrap();
+    assert_eq!(s.record.status, TaskStatus::Completed);
+    assert_eq!(s.record.status_message, None);
+}
+
+#[tokio::test]
+async fn new_tasks_have_no_owner_unless_given_one() {
+    let e = engine(Arc::new(MemoryStore::new()), Default::default());
+    let s = e.submit(NewTask::new("sleepy", json!({}))).await.unwrap();
+    assert_eq!(s.record.owner, "");
+    let mut n = NewTask::new("sleepy", json!({}));
+    n.owner = "alice".into();
+    assert_eq!(e.submit(n).await.unwrap().record.owner, "alice");
 }
 
 #[tokio::test]
@@ -242,4 +311,125 @@ async fn recovery_fails_interrupted_tasks_and_reruns_retry_safe_ones() {
     assert_eq!(again.attempt, 2);
     assert_eq!(counter.load(Ordering::SeqCst), 1);
     e.shutdown();
+}
+
+/// Asks its client one question of the size its arguments give, and reports how the asking went.
+struct Asks(tokio::sync::mpsc::UnboundedSender<Result<(), InputError>>);
+
+#[async_trait]
+impl TaskHandler for Asks {
+    async fn run(&self, ctx: TaskContext, args: Value) -> Outcome {
+        let params = json!({"blob": "x".repeat(args["len"].as_u64().unwrap() as usize)});
+        let asked = ctx.request_input("ask", params).await.map(|_| ());
+        let _ = self.0.send(asked);
+        ctx.cancelled().await;
+        WireRules.failure("stopped".into())
+    }
+}
+
+#[tokio::test]
+async fn a_question_larger_than_the_cap_is_refused_and_stores_nothing() {
+    let blob = |len: usize| json!({"blob": "x".repeat(len)});
+    let max = serde_json::to_vec(&blob(100)).unwrap().len();
+    let (tx, mut asked) = tokio::sync::mpsc::unbounded_channel();
+    let config = EngineConfig {
+        max_input_request_bytes: max,
+        cancel_grace: Duration::from_millis(300),
+        ..EngineConfig::default()
+    };
+    let store: Arc<dyn TaskStore> = Arc::new(MemoryStore::new());
+    let e = Engine::builder(store.clone(), config)
+        .handler("asks", Arc::new(Asks(tx)), false)
+        .build();
+
+    let big = e
+        .submit(NewTask::new("asks", json!({"len": 101})))
+        .await
+        .unwrap();
+    assert_eq!(
+        asked.recv().await.unwrap(),
+        Err(InputError::TooLarge { size: max + 1, max })
+    );
+    let Lookup::Found(rec) = e.get(&big.record.id).await.unwrap() else {
+        panic!("task gone")
+    };
+    assert_eq!(rec.status, TaskStatus::Working);
+    assert!(store.inputs(&big.record.id).await.unwrap().is_empty());
+
+    // A question of exactly the cap is asked as usual.
+    let fits = e
+        .submit(NewTask::new("asks", json!({"len": 100})))
+        .await
+        .unwrap();
+    let waiting = async {
+        loop {
+            if let Lookup::Found(t) = e.get(&fits.record.id).await.unwrap() {
+                if t.status == TaskStatus::InputRequired {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("the question was asked");
+    assert_eq!(store.inputs(&fits.record.id).await.unwrap().len(), 1);
+    e.cancel(&big.record.id, None).await.unwrap();
+    e.cancel(&fits.record.id, None).await.unwrap();
+}
+
+/// Reports a fixed series of progress updates, then finishes.
+struct Reports;
+
+#[async_trait]
+impl TaskHandler for Reports {
+    async fn run(&self, ctx: TaskContext, _args: Value) -> Outcome {
+        ctx.progress(1.0, Some(10.0), None).await;
+        ctx.progress(1.0, Some(10.0), None).await; // changes nothing
+        ctx.progress(1.0, Some(20.0), None).await; // only the total
+        ctx.progress(f64::NAN, Some(30.0), None).await; // ignored
+        ctx.progress(0.5, Some(5.0), Some("halfway".into())).await; // clamped; the message counts
+        ctx.progress(0.5, None, None).await; // changes nothing
+        Outcome::Result {
+            value: json!({"done": true}),
+            is_error: false,
+        }
+    }
+}
+
+#[tokio::test]
+async fn progress_events_go_out_for_every_visible_change_and_only_then() {
+    let e = Engine::builder(Arc::new(MemoryStore::new()), EngineConfig::default())
+        .handler("reports", Arc::new(Reports), false)
+        .build();
+    let mut feed = e.notifier().subscribe_all();
+    let s = e.submit(NewTask::new("reports", json!({}))).await.unwrap();
+    let mut seen = Vec::new();
+    loop {
+        match feed.recv().await.unwrap() {
+            TaskEvent::Progress { task, message } if task.id == s.record.id => seen.push((
+                task.progress,
+                task.progress_total,
+                task.progress_message.clone(),
+                message,
+            )),
+            TaskEvent::Changed(t) if t.id == s.record.id && t.status.is_terminal() => {
+                assert_eq!(t.progress, Some(1.0));
+                assert_eq!(t.progress_total, Some(20.0));
+                assert_eq!(t.progress_message, None, "cleared on completion");
+                break;
+            }
+            _ => {}
+        }
+    }
+    let halfway = Some("halfway".to_string());
+    assert_eq!(
+        seen,
+        [
+            (Some(1.0), Some(10.0), None, None),
+            (Some(1.0), Some(20.0), None, None),
+            (Some(1.0), Some(20.0), halfway.clone(), halfway),
+        ]
+    );
 }

@@ -1,17 +1,18 @@
 //! Property tests of the task state machine as the stores enforce it: whatever sequence or interleaving
-//! of events arrives, a task ends in exactly one terminal state, never leaves it, and its progress
-//! never goes down.
+//! of events arrives, a task ends in exactly one terminal state, never leaves it, its progress and
+//! total never go down, and the total is never below the progress.
 
 use mcp_tasks_engine::store::memory::MemoryStore;
 use mcp_tasks_engine::store::sqlite::SqliteStore;
 use mcp_tasks_engine::store::{testkit, TaskChange, TaskStore, UpdateError};
-use mcp_tasks_engine::{Outcome, TaskStatus};
+use mcp_tasks_engine::{Outcome, ProgressUpdate, TaskStatus};
 use proptest::prelude::*;
 use std::sync::Arc;
 
 #[derive(Clone, Debug)]
 enum Event {
-    Progress(u8),
+    /// Progress and, maybe, a total (which may be below the progress or an earlier total).
+    Progress(u8, Option<u8>),
     NeedInput,
     InputAnswered,
     Complete,
@@ -21,7 +22,7 @@ enum Event {
 
 fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
-        (0u8..100).prop_map(Event::Progress),
+        (0u8..100, prop::option::of(0u8..120)).prop_map(|(p, t)| Event::Progress(p, t)),
         Just(Event::NeedInput),
         Just(Event::InputAnswered),
         Just(Event::Complete),
@@ -34,10 +35,14 @@ fn event() -> impl Strategy<Value = Event> {
 fn as_change(e: &Event) -> (Vec<TaskStatus>, TaskChange) {
     let active = TaskStatus::ACTIVE.to_vec();
     match e {
-        Event::Progress(p) => (
+        Event::Progress(p, total) => (
             active,
             TaskChange {
-                progress: Some((*p as f64, Some(100.0))),
+                progress: Some(ProgressUpdate {
+                    progress: f64::from(*p),
+                    total: total.map(f64::from),
+                    message: None,
+                }),
                 ..Default::default()
             },
         ),
@@ -70,7 +75,11 @@ fn as_change(e: &Event) -> (Vec<TaskStatus>, TaskChange) {
             active,
             TaskChange {
                 status: Some(TaskStatus::Failed),
-                outcome: Some(Outcome::internal_error("x")),
+                outcome: Some(Outcome::Error {
+                    code: -32603,
+                    message: "x".into(),
+                    data: None,
+                }),
                 ..Default::default()
             },
         ),
@@ -95,6 +104,8 @@ async fn check_sequence(
         .unwrap();
     let mut first_terminal: Option<TaskStatus> = None;
     let mut max_progress: Option<f64> = None;
+    let mut max_reported_total: Option<f64> = None;
+    let mut last_total: Option<f64> = None;
     let mut status = TaskStatus::Working;
     for (i, e) in events.iter().enumerate() {
         let (expect, change) = as_change(e);
@@ -109,10 +120,32 @@ async fn check_sequence(
                 if let Some(w) = wanted {
                     prop_assert!(status.can_become(w), "illegal transition {status} -> {w}");
                 }
-                if let Event::Progress(p) = e {
-                    max_progress = Some(max_progress.map_or(*p as f64, |m: f64| m.max(*p as f64)));
+                if let Event::Progress(p, total) = e {
+                    let p = f64::from(*p);
+                    max_progress = Some(max_progress.map_or(p, |m: f64| m.max(p)));
+                    if let Some(t) = total.map(f64::from) {
+                        max_reported_total = Some(max_reported_total.map_or(t, |m: f64| m.max(t)));
+                    }
                 }
                 prop_assert_eq!(rec.progress, max_progress, "progress never decreases");
+                if let (Some(total), Some(progress)) = (rec.progress_total, rec.progress) {
+                    prop_assert!(
+                        total >= progress,
+                        "total {} below progress {}",
+                        total,
+                        progress
+                    );
+                }
+                prop_assert!(
+                    rec.progress_total >= last_total,
+                    "total decreased: {:?} -> {:?}",
+                    last_total,
+                    rec.progress_total
+                );
+                // Exactly: the largest total reported, raised to the progress, once there is one.
+                let expected_total = max_reported_total.map(|t| t.max(max_progress.unwrap_or(t)));
+                prop_assert_eq!(rec.progress_total, expected_total);
+                last_total = rec.progress_total;
                 status = rec.status;
                 if status.is_terminal() && first_terminal.is_none() {
                     first_terminal = Some(status);

@@ -2,7 +2,7 @@
 //! the process.
 
 use async_trait::async_trait;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
 use super::{
@@ -294,7 +294,12 @@ impl TaskStore for MemoryStore {
             })
             .cloned()
             .collect();
-        for t in expired {
+        let gone: HashSet<&str> = expired.iter().map(|t| t.id.as_str()).collect();
+        // A purged task's questions and answers go with it; nothing can reach them any more.
+        inner
+            .inputs
+            .retain(|_, i| !gone.contains(i.task_id.as_str()));
+        for t in &expired {
             inner.tasks.remove(&t.id);
             inner
                 .by_owner

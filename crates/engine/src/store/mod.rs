@@ -4,8 +4,10 @@
 //! - a write returns only after it is durable (for SQLite: committed);
 //! - [`TaskStore::update`] is an atomic compare-and-set on the status, so of two racing terminal
 //!   transitions exactly one wins and the loser gets the winner's record;
-//! - a terminal status never changes again; `progress` never decreases;
-//! - nothing that is still running is ever purged.
+//! - a terminal status never changes again; `progress` and `progress_total` never decrease, and the
+//!   total is never below the progress (the rules are in one place, [`TaskChange::progress`]);
+//! - nothing that is still running is ever purged, and a purged task's input requests (answered or
+//!   not) are removed with it in the same atomic step.
 
 pub mod memory;
 pub mod sqlite;
@@ -15,14 +17,23 @@ use async_trait::async_trait;
 use serde_json::Value;
 use thiserror::Error;
 
+pub use crate::model::ActiveLimit;
 use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
 
 /// A failure of the storage backend itself.
 #[derive(Debug, Error)]
 pub enum StoreError {
-    /// The database reported an error.
-    #[error("task store error: {0}")]
-    Backend(String),
+    /// The backend failed. `context` says what the store was doing; the cause, when there is one, is
+    /// the error's [`source()`](std::error::Error::source) (render the whole chain with
+    /// [`StoreError::chain`]).
+    #[error("task store error: {context}")]
+    Backend {
+        /// What the store was doing, e.g. "insert task 1f2e…" or "open /var/lib/tasks.db".
+        context: String,
+        /// The error that caused it, if any.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    },
     /// The owner already has as many unfinished tasks as its limit allows.
     #[error("too many unfinished tasks: {active} running, the limit is {max}")]
     TooManyActive {
@@ -39,6 +50,48 @@ pub enum StoreError {
         /// The task the key belongs to.
         task_id: String,
     },
+}
+
+impl StoreError {
+    /// A backend failure while doing `context`, caused by `source`.
+    pub fn backend(
+        context: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> StoreError {
+        StoreError::Backend {
+            context: context.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// A backend failure with no underlying error to carry (e.g. the writer thread is gone).
+    pub fn message(context: impl Into<String>) -> StoreError {
+        StoreError::Backend {
+            context: context.into(),
+            source: None,
+        }
+    }
+
+    /// This error and its causes as one line, "context: cause: cause…", for logs and messages.
+    pub fn chain(&self) -> String {
+        error_chain(self)
+    }
+}
+
+/// Renders an error and its chain of causes as one line, "error: cause: cause…". A cause whose text
+/// the line already ends with is left out, since some errors repeat their source in their own message.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut next = error.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !text.is_empty() && !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = cause.source();
+    }
+    out
 }
 
 /// Why an [`TaskStore::update`] did not apply.
@@ -106,8 +159,16 @@ pub struct TaskChange {
     pub status: Option<TaskStatus>,
     /// New status message (`Some(None)` clears it).
     pub status_message: Option<Option<String>>,
-    /// New progress and total; ignored when smaller than the stored progress.
-    pub progress: Option<(f64, Option<f64>)>,
+    /// A progress report. It is merged into the task by these rules, the same in every store:
+    /// - progress never decreases: a smaller value keeps the stored one, and the rest of the report
+    ///   still applies;
+    /// - the total never decreases (a smaller one keeps the stored one), is kept when the report has
+    ///   none, and is raised to the progress when it would be below it;
+    /// - a message replaces the stored `progress_message`; a report without one keeps it;
+    /// - a report with a non-finite number changes nothing.
+    ///
+    /// Completion (status `completed`) clears `progress_message`.
+    pub progress: Option<ProgressUpdate>,
     /// The outcome.
     pub outcome: Option<Outcome>,
     /// New lease owner and expiry.
@@ -116,15 +177,54 @@ pub struct TaskChange {
     pub attempt: Option<u32>,
 }
 
-/// A cap on unfinished tasks, checked atomically with a create.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ActiveLimit {
-    /// At most this many unfinished (`working` / `input_required`) tasks…
-    pub max: usize,
-    /// …of this owner…
-    pub owner: String,
-    /// …in this session only, when set.
-    pub session: Option<String>,
+/// One progress report of a running task; see [`TaskChange::progress`] for how it is applied.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProgressUpdate {
+    /// Work done so far.
+    pub progress: f64,
+    /// Total work, when the handler knows it.
+    pub total: Option<f64>,
+    /// A human-readable note on the progress.
+    pub message: Option<String>,
+}
+
+/// What a task shows of its progress: the fields a [`ProgressUpdate`] can change.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ProgressState {
+    pub(crate) progress: Option<f64>,
+    pub(crate) total: Option<f64>,
+    pub(crate) message: Option<String>,
+}
+
+impl ProgressState {
+    /// The progress `rec` shows.
+    pub(crate) fn of(rec: &TaskRecord) -> ProgressState {
+        ProgressState {
+            progress: rec.progress,
+            total: rec.progress_total,
+            message: rec.progress_message.clone(),
+        }
+    }
+
+    /// The progress after `update`, by the rules of [`TaskChange::progress`].
+    pub(crate) fn after(&self, update: &ProgressUpdate) -> ProgressState {
+        if !update.progress.is_finite() || update.total.is_some_and(|t| !t.is_finite()) {
+            return self.clone();
+        }
+        let progress = self
+            .progress
+            .map_or(update.progress, |old| old.max(update.progress));
+        let total = match (self.total, update.total) {
+            (Some(old), Some(new)) => Some(old.max(new)),
+            (old, new) => old.or(new),
+        }
+        .map(|t| t.max(progress));
+        ProgressState {
+            progress: Some(progress),
+            total,
+            message: update.message.clone().or_else(|| self.message.clone()),
+        }
+    }
 }
 
 /// Which tasks [`TaskStore::list`] returns.
@@ -255,7 +355,8 @@ pub trait TaskStore: Send + Sync + 'static {
         lease_until: u64,
     ) -> Result<Vec<TaskRecord>, StoreError>;
 
-    /// Removes finished tasks past retention (leaving tombstones), old tombstones and idle sessions.
+    /// Removes finished tasks past retention (leaving tombstones) together with their input requests,
+    /// old tombstones and idle sessions.
     async fn purge(&self, policy: PurgePolicy) -> Result<Purged, StoreError>;
 
     /// Creates or replaces a session.
@@ -308,13 +409,15 @@ pub(crate) fn apply_change(rec: &mut TaskRecord, change: TaskChange, now: u64) {
     if let Some(m) = change.status_message {
         rec.status_message = m;
     }
-    if let Some((p, total)) = change.progress {
-        if rec.progress.is_none_or(|old| p >= old) {
-            rec.progress = Some(p);
-            if total.is_some() {
-                rec.progress_total = total;
-            }
-        }
+    if let Some(update) = change.progress {
+        let after = ProgressState::of(rec).after(&update);
+        rec.progress = after.progress;
+        rec.progress_total = after.total;
+        rec.progress_message = after.message;
+    }
+    if change.status == Some(TaskStatus::Completed) {
+        // A progress note is stale once the work is done (the engine clears the status message too).
+        rec.progress_message = None;
     }
     if let Some(o) = change.outcome {
         rec.outcome = Some(o);
@@ -329,4 +432,31 @@ pub(crate) fn apply_change(rec: &mut TaskRecord, change: TaskChange, now: u64) {
         rec.attempt = a;
     }
     rec.updated_at = now.max(rec.updated_at);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_shows_the_context_and_each_cause_once() {
+        let e = StoreError::backend("insert task t1", std::io::Error::other("disk full"));
+        assert_eq!(e.chain(), "task store error: insert task t1: disk full");
+        assert_eq!(
+            StoreError::message("the writer stopped").chain(),
+            "task store error: the writer stopped"
+        );
+        let wrapped = UpdateError::Store(StoreError::backend("read task t1", e));
+        assert_eq!(
+            error_chain(&wrapped),
+            "task store error: read task t1: task store error: insert task t1: disk full"
+        );
+
+        /// An error that repeats its cause in its own message, as some library errors do.
+        #[derive(Debug, Error)]
+        #[error("failed: {0}")]
+        struct Repeats(#[source] std::io::Error);
+        let r = Repeats(std::io::Error::other("no space"));
+        assert_eq!(error_chain(&r), "failed: no space");
+    }
 }

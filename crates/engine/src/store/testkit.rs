@@ -6,8 +6,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::{
-    ActiveLimit, AnswerError, Created, ListQuery, Lookup, PurgePolicy, SessionRecord, StoreError,
-    TaskChange, TaskStore, UpdateError,
+    ActiveLimit, AnswerError, Created, ListQuery, Lookup, ProgressUpdate, PurgePolicy,
+    SessionRecord, StoreError, TaskChange, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
 
@@ -20,11 +20,12 @@ pub fn record(id: &str, owner: &str, created_at: u64) -> TaskRecord {
         era: "test".into(),
         tool: "echo".into(),
         arguments: json!({"x": 1}),
-        request_meta: json!({"progressToken": 7}),
+        request_meta: json!({"token": 7}),
         status: TaskStatus::Working,
         status_message: None,
         progress: None,
         progress_total: None,
+        progress_message: None,
         created_at,
         updated_at: created_at,
         ttl_ms: Some(60_000),
@@ -51,12 +52,64 @@ where
     update_is_compare_and_set(make().await).await;
     racing_terminal_updates_have_one_winner(Arc::new(make().await)).await;
     progress_never_decreases(make().await).await;
+    a_smaller_progress_is_clamped_and_the_rest_of_the_report_applies(make().await).await;
+    the_total_never_decreases(make().await).await;
+    the_total_is_raised_to_the_progress(make().await).await;
+    a_report_that_changes_only_the_total_is_kept(make().await).await;
+    the_progress_message_is_kept_until_the_task_completes(make().await).await;
     list_pages_by_owner_and_session(make().await).await;
     orphans_are_claimed_by_lease(make().await).await;
     purge_keeps_running_tasks_and_leaves_tombstones(make().await).await;
     sessions_round_trip_and_expire(make().await).await;
     input_requests_move_the_task_and_take_one_answer(make().await).await;
     active_limit_is_enforced_with_the_create(make().await).await;
+    purge_takes_the_input_requests_of_purged_tasks(make().await).await;
+}
+
+async fn purge_takes_the_input_requests_of_purged_tasks(s: impl TaskStore) {
+    let answer = InputResponse::Result {
+        value: json!({"answer": "yes"}),
+    };
+    // g1 asks twice, gets one answer, then ends; g2 keeps running with a question of its own.
+    s.create(record("g1", "alice", 1_000), None).await.unwrap();
+    s.create(record("g2", "alice", 1_000), None).await.unwrap();
+    s.add_input(input("g1-a", "g1", 1_100), 1_100)
+        .await
+        .unwrap();
+    s.add_input(input("g1-b", "g1", 1_200), 1_200)
+        .await
+        .unwrap();
+    s.add_input(input("g2-a", "g2", 1_300), 1_300)
+        .await
+        .unwrap();
+    s.answer_input("g1-a", answer.clone(), 1_400).await.unwrap();
+    s.answer_input("g2-a", answer, 1_500).await.unwrap();
+    let cancel = TaskChange {
+        status: Some(TaskStatus::Cancelled),
+        ..Default::default()
+    };
+    s.update("g1", &TaskStatus::ACTIVE, cancel, 2_000)
+        .await
+        .unwrap();
+    let policy = PurgePolicy {
+        now: 70_000,
+        finished_grace_ms: 5_000,
+        tombstone_ms: 10_000,
+        session_idle_ms: 1 << 40,
+    };
+    assert_eq!(s.purge(policy).await.unwrap().tasks, 1);
+    assert!(matches!(s.get("g1").await.unwrap(), Lookup::Expired { .. }));
+    assert_eq!(s.get_input("g1-a").await.unwrap(), None, "answered: gone");
+    assert_eq!(s.get_input("g1-b").await.unwrap(), None, "unanswered: gone");
+    assert_eq!(s.inputs("g1").await.unwrap(), Vec::<InputRecord>::new());
+    let kept = s.inputs("g2").await.unwrap();
+    assert_eq!(
+        kept.iter().map(|i| i.key.as_str()).collect::<Vec<_>>(),
+        ["g2-a"],
+        "a running task's inputs stay"
+    );
+    assert!(kept[0].response.is_some());
+    assert!(s.get_input("g2-a").await.unwrap().is_some());
 }
 
 async fn active_limit_is_enforced_with_the_create(s: impl TaskStore) {
@@ -110,7 +163,7 @@ fn input(key: &str, task: &str, at: u64) -> InputRecord {
     InputRecord {
         key: key.into(),
         task_id: task.into(),
-        method: "elicitation/create".into(),
+        method: "ask".into(),
         params: json!({"message": "ok?"}),
         created_at: at,
         response: None,
@@ -215,7 +268,7 @@ async fn update_is_compare_and_set(s: impl TaskStore) {
     let change = TaskChange {
         status: Some(TaskStatus::Completed),
         outcome: Some(Outcome::Result {
-            value: json!({"content": []}),
+            value: json!({"answer": 42}),
             is_error: false,
         }),
         ..Default::default()
@@ -290,12 +343,137 @@ async fn racing_terminal_updates_have_one_winner<S: TaskStore>(s: Arc<S>) {
     }
 }
 
-async fn progress_never_decreases(s: impl TaskStore) {
-    s.create(record("p1", "alice", 1_000), None).await.unwrap();
-    let step = |p: f64| TaskChange {
-        progress: Some((p, Some(10.0))),
+/// A change holding only a progress report.
+fn report(progress: f64, total: Option<f64>, message: Option<&str>) -> TaskChange {
+    TaskChange {
+        progress: Some(ProgressUpdate {
+            progress,
+            total,
+            message: message.map(String::from),
+        }),
+        ..Default::default()
+    }
+}
+
+/// Applies `change` to running task `id` and returns (progress, total, message) as stored.
+async fn shown(
+    s: &impl TaskStore,
+    id: &str,
+    change: TaskChange,
+    at: u64,
+) -> (Option<f64>, Option<f64>, Option<String>) {
+    let t = s.update(id, &TaskStatus::ACTIVE, change, at).await.unwrap();
+    let Lookup::Found(stored) = s.get(id).await.unwrap() else {
+        panic!("task {id} vanished")
+    };
+    assert_eq!(stored, t, "what update returns is what is stored");
+    (t.progress, t.progress_total, t.progress_message)
+}
+
+async fn a_smaller_progress_is_clamped_and_the_rest_of_the_report_applies(s: impl TaskStore) {
+    s.create(record("pc", "alice", 1_000), None).await.unwrap();
+    shown(&s, "pc", report(5.0, Some(10.0), None), 2_000).await;
+    assert_eq!(
+        shown(&s, "pc", report(3.0, Some(20.0), Some("later")), 3_000).await,
+        (Some(5.0), Some(20.0), Some("later".into()))
+    );
+    // Non-finite numbers change nothing.
+    assert_eq!(
+        shown(&s, "pc", report(f64::NAN, Some(30.0), Some("x")), 4_000).await,
+        (Some(5.0), Some(20.0), Some("later".into()))
+    );
+    assert_eq!(
+        shown(&s, "pc", report(6.0, Some(f64::INFINITY), None), 5_000).await,
+        (Some(5.0), Some(20.0), Some("later".into()))
+    );
+}
+
+async fn the_total_never_decreases(s: impl TaskStore) {
+    s.create(record("pt", "alice", 1_000), None).await.unwrap();
+    shown(&s, "pt", report(1.0, Some(10.0), None), 2_000).await;
+    assert_eq!(
+        shown(&s, "pt", report(2.0, Some(8.0), None), 3_000).await,
+        (Some(2.0), Some(10.0), None),
+        "a smaller total keeps the old one"
+    );
+    assert_eq!(
+        shown(&s, "pt", report(3.0, None, None), 4_000).await,
+        (Some(3.0), Some(10.0), None),
+        "a report without a total keeps it"
+    );
+}
+
+async fn the_total_is_raised_to_the_progress(s: impl TaskStore) {
+    s.create(record("pr", "alice", 1_000), None).await.unwrap();
+    assert_eq!(
+        shown(&s, "pr", report(5.0, Some(3.0), None), 2_000).await,
+        (Some(5.0), Some(5.0), None)
+    );
+    assert_eq!(
+        shown(&s, "pr", report(7.0, None, None), 3_000).await,
+        (Some(7.0), Some(7.0), None),
+        "progress past the stored total raises it"
+    );
+    s.create(record("pn", "alice", 1_000), None).await.unwrap();
+    assert_eq!(
+        shown(&s, "pn", report(4.0, None, None), 2_000).await,
+        (Some(4.0), None, None),
+        "an unknown total stays unknown"
+    );
+}
+
+async fn a_report_that_changes_only_the_total_is_kept(s: impl TaskStore) {
+    s.create(record("po", "alice", 1_000), None).await.unwrap();
+    shown(&s, "po", report(5.0, Some(10.0), None), 2_000).await;
+    assert_eq!(
+        shown(&s, "po", report(5.0, Some(20.0), None), 3_000).await,
+        (Some(5.0), Some(20.0), None)
+    );
+}
+
+async fn the_progress_message_is_kept_until_the_task_completes(s: impl TaskStore) {
+    s.create(record("pm", "alice", 1_000), None).await.unwrap();
+    s.create(record("pf", "alice", 1_000), None).await.unwrap();
+    for id in ["pm", "pf"] {
+        assert_eq!(
+            shown(&s, id, report(1.0, None, Some("scanning")), 2_000).await,
+            (Some(1.0), None, Some("scanning".into()))
+        );
+        assert_eq!(
+            shown(&s, id, report(2.0, None, None), 3_000).await,
+            (Some(2.0), None, Some("scanning".into())),
+            "a report without a message keeps the last one"
+        );
+    }
+    let complete = TaskChange {
+        status: Some(TaskStatus::Completed),
         ..Default::default()
     };
+    let done = s
+        .update("pm", &TaskStatus::ACTIVE, complete, 4_000)
+        .await
+        .unwrap();
+    assert_eq!(done.progress_message, None, "stale once the work is done");
+    assert_eq!(done.progress, Some(2.0), "the progress itself stays");
+    assert_eq!(s.get("pm").await.unwrap(), Lookup::Found(done));
+    let fail = TaskChange {
+        status: Some(TaskStatus::Failed),
+        ..Default::default()
+    };
+    let failed = s
+        .update("pf", &TaskStatus::ACTIVE, fail, 4_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        failed.progress_message.as_deref(),
+        Some("scanning"),
+        "a failure keeps the note of where the work stopped"
+    );
+}
+
+async fn progress_never_decreases(s: impl TaskStore) {
+    s.create(record("p1", "alice", 1_000), None).await.unwrap();
+    let step = |p: f64| report(p, Some(10.0), None);
     s.update("p1", &TaskStatus::ACTIVE, step(5.0), 2_000)
         .await
         .unwrap();

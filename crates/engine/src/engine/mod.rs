@@ -1,0 +1,487 @@
+//! The executor: creates tasks durably, runs their handlers under a lease, applies every transition
+//! through the store's compare-and-set, and sweeps expired tasks.
+//!
+//! This module holds the engine itself and what callers ask of it (submit, look up, cancel, wait,
+//! answer input). How a run proceeds is in [`runner`]; start-up recovery and the sweeper are in
+//! [`maintenance`].
+
+mod maintenance;
+mod runner;
+
+use dashmap::DashMap;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::now_ms;
+use crate::fingerprint::fingerprint;
+use crate::handler::TaskHandler;
+use crate::ids::random_id;
+use crate::model::{
+    ActiveLimit, InputRecord, InputResponse, NewTask, Outcome, TaskRecord, TaskStatus,
+};
+use crate::notifier::{Notifier, TaskEvent};
+use crate::rules::{OutcomeRules, PlainRules};
+use crate::store::{AnswerError, Created, Lookup, StoreError, TaskChange, TaskStore, UpdateError};
+
+/// Engine settings. Times in milliseconds unless the type says otherwise.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// This node's name, used as lease owner. Unique per process.
+    pub node_id: String,
+    /// Retention when the caller asks for none. `None`: unlimited.
+    pub default_ttl_ms: Option<u64>,
+    /// Longest retention granted. `None`: no upper bound (unlimited allowed).
+    pub max_ttl_ms: Option<u64>,
+    /// Shortest retention granted.
+    pub min_ttl_ms: u64,
+    /// Poll interval suggested to clients.
+    pub poll_interval_ms: u64,
+    /// Execution lease length; renewed every third of it while a handler runs.
+    pub lease_ms: u64,
+    /// A finished task stays readable at least this long after finishing, even past its TTL.
+    pub finished_grace_ms: u64,
+    /// How long an expired task answers "expired" instead of "not found".
+    pub tombstone_ms: u64,
+    /// Sessions idle longer than this are removed.
+    pub session_idle_ms: u64,
+    /// How often the sweeper runs.
+    pub sweep_interval: Duration,
+    /// How long a cancelled handler may take to stop before it is dropped.
+    pub cancel_grace: Duration,
+    /// Largest input request a task may store, in bytes of its serialized params (default 256 KiB).
+    /// A question is kept until its task is purged and is sent to the client, possibly more than
+    /// once, so an unbounded one costs memory, storage and bandwidth; larger ones are refused with
+    /// [`InputError::TooLarge`](crate::InputError::TooLarge).
+    pub max_input_request_bytes: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            node_id: format!("node-{}", &random_id()[..12]),
+            default_ttl_ms: Some(3_600_000),
+            max_ttl_ms: Some(86_400_000),
+            min_ttl_ms: 1_000,
+            poll_interval_ms: 1_000,
+            lease_ms: 30_000,
+            finished_grace_ms: 300_000,
+            tombstone_ms: 3_600_000,
+            session_idle_ms: 86_400_000,
+            sweep_interval: Duration::from_secs(30),
+            cancel_grace: Duration::from_secs(10),
+            max_input_request_bytes: 256 * 1024,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// The retention granted for a request: the default when none is asked, clamped to the bounds.
+    pub fn grant_ttl(&self, requested: Option<u64>) -> Option<u64> {
+        let wanted = requested.or(self.default_ttl_ms);
+        match (wanted, self.max_ttl_ms) {
+            (None, max) => max,
+            (Some(t), Some(max)) => Some(t.clamp(self.min_ttl_ms.min(max), max)),
+            (Some(t), None) => Some(t.max(self.min_ttl_ms)),
+        }
+    }
+}
+
+/// Why the engine could not do what was asked.
+#[derive(Debug, Error)]
+pub enum EngineError {
+    /// No handler is registered under this name.
+    #[error("no handler registered for tool `{0}`")]
+    UnknownTool(String),
+    /// The task does not exist (or was purged).
+    #[error("task not found")]
+    NotFound,
+    /// The task's retention ran out.
+    #[error("task has expired")]
+    Expired,
+    /// The task is already terminal; carries its record.
+    #[error("task is already {}", .0.status)]
+    AlreadyTerminal(Box<TaskRecord>),
+    /// The store failed or rejected the write.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A submitted task and whether it was new.
+#[derive(Debug, Clone)]
+pub struct Submitted {
+    /// The task as stored.
+    pub record: TaskRecord,
+    /// `false` when an idempotency key matched an earlier task.
+    pub created: bool,
+}
+
+/// Decides whether a task may send an input request to its client (e.g. only when the client declared
+/// the capability). Gets the task, the request method and params; `Err` explains why not.
+pub type InputGuard = Arc<dyn Fn(&TaskRecord, &str, &Value) -> Result<(), String> + Send + Sync>;
+
+struct Registered {
+    handler: Arc<dyn TaskHandler>,
+    retry_on_restart: bool,
+}
+
+/// Builds an [`Engine`].
+pub struct EngineBuilder {
+    store: Arc<dyn TaskStore>,
+    notifier: Notifier,
+    config: EngineConfig,
+    handlers: HashMap<String, Registered>,
+    input_guard: Option<InputGuard>,
+    rules: Arc<dyn OutcomeRules>,
+}
+
+impl EngineBuilder {
+    /// Sets how the engine words the outcomes it makes up itself (failures it detects, the status
+    /// message of a tool-level error). Without this the engine uses [`PlainRules`].
+    pub fn outcome_rules(mut self, rules: Arc<dyn OutcomeRules>) -> Self {
+        self.rules = rules;
+        self
+    }
+    /// Sets the check run before a task's input request is stored and sent.
+    pub fn input_guard(mut self, guard: InputGuard) -> Self {
+        self.input_guard = Some(guard);
+        self
+    }
+    /// Registers `handler` under `name`. With `retry_on_restart`, a run interrupted by a crash is
+    /// started again on recovery instead of failing.
+    pub fn handler(
+        mut self,
+        name: impl Into<String>,
+        handler: Arc<dyn TaskHandler>,
+        retry_on_restart: bool,
+    ) -> Self {
+        self.handlers.insert(
+            name.into(),
+            Registered {
+                handler,
+                retry_on_restart,
+            },
+        );
+        self
+    }
+    /// Uses `notifier` instead of a fresh in-process one.
+    pub fn notifier(mut self, notifier: Notifier) -> Self {
+        self.notifier = notifier;
+        self
+    }
+    /// Finishes the engine. Call [`Engine::start`] to recover orphans and run the sweeper.
+    pub fn build(self) -> Arc<Engine> {
+        Arc::new(Engine {
+            store: self.store,
+            notifier: self.notifier,
+            config: self.config,
+            handlers: self.handlers,
+            shutdown: CancellationToken::new(),
+            running: DashMap::new(),
+            order: DashMap::new(),
+            input_guard: self.input_guard,
+            rules: self.rules,
+        })
+    }
+}
+
+/// Runs tasks. Shared as `Arc<Engine>`.
+pub struct Engine {
+    store: Arc<dyn TaskStore>,
+    notifier: Notifier,
+    config: EngineConfig,
+    handlers: HashMap<String, Registered>,
+    shutdown: CancellationToken,
+    /// Tasks whose handler runs in this process (never recovered as orphans by this node).
+    running: DashMap<String, ()>,
+    /// Per-task locks that make "apply a change, then publish it" one step, so events leave in the
+    /// order their changes were committed (a progress report can never be published after the
+    /// cancel that followed it).
+    order: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
+    input_guard: Option<InputGuard>,
+    rules: Arc<dyn OutcomeRules>,
+}
+
+/// Holds a task's ordering lock; on release, drops the map entry unless someone else holds or waits for it.
+struct OrderGuard<'a> {
+    order: &'a DashMap<String, Arc<tokio::sync::Mutex<()>>>,
+    id: String,
+    held: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for OrderGuard<'_> {
+    fn drop(&mut self) {
+        drop(self.held.take());
+        self.order
+            .remove_if(&self.id, |_, m| Arc::strong_count(m) == 1);
+    }
+}
+
+impl Engine {
+    /// Starts building an engine over `store`.
+    pub fn builder(store: Arc<dyn TaskStore>, config: EngineConfig) -> EngineBuilder {
+        EngineBuilder {
+            store,
+            notifier: Notifier::new(),
+            config,
+            handlers: HashMap::new(),
+            input_guard: None,
+            rules: Arc::new(PlainRules),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn TaskStore> {
+        &self.store
+    }
+    /// The notifier.
+    pub fn notifier(&self) -> &Notifier {
+        &self.notifier
+    }
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Records a client's answer to input request `key` and wakes the handler waiting for it.
+    pub async fn answer_input(
+        &self,
+        key: &str,
+        response: InputResponse,
+    ) -> Result<(TaskRecord, InputRecord), AnswerError> {
+        let input = self
+            .store
+            .get_input(key)
+            .await?
+            .ok_or(AnswerError::Unknown)?;
+        let _held = self.order_lock(&input.task_id).await;
+        let (rec, answered) = self.store.answer_input(key, response, now_ms()).await?;
+        let task = Arc::new(rec.clone());
+        if rec.status == TaskStatus::Working {
+            self.notifier.publish(TaskEvent::Changed(task.clone()));
+        }
+        self.notifier.publish(TaskEvent::InputAnswered {
+            task,
+            input: Arc::new(answered.clone()),
+        });
+        Ok((rec, answered))
+    }
+
+    /// A task's input requests still waiting for an answer.
+    pub async fn pending_inputs(&self, task_id: &str) -> Result<Vec<InputRecord>, StoreError> {
+        Ok(self
+            .store
+            .inputs(task_id)
+            .await?
+            .into_iter()
+            .filter(|i| i.response.is_none())
+            .collect())
+    }
+
+    fn new_record(&self, new: NewTask) -> TaskRecord {
+        let now = now_ms();
+        TaskRecord {
+            id: random_id(),
+            fingerprint: fingerprint(&new.tool, &new.arguments),
+            owner: new.owner,
+            session: new.session,
+            era: new.era,
+            tool: new.tool,
+            arguments: new.arguments,
+            request_meta: new.request_meta,
+            status: TaskStatus::Working,
+            status_message: None,
+            progress: None,
+            progress_total: None,
+            progress_message: None,
+            created_at: now,
+            updated_at: now,
+            ttl_ms: self.config.grant_ttl(new.requested_ttl_ms),
+            poll_interval_ms: Some(self.config.poll_interval_ms),
+            outcome: None,
+            idempotency_key: new.idempotency_key,
+            attempt: 1,
+            lease_owner: Some(self.config.node_id.clone()),
+            lease_until: Some(now + self.config.lease_ms),
+            finished_at: None,
+        }
+    }
+
+    /// Creates a task durably and starts its handler. With an idempotency key that matches an earlier
+    /// call of the same owner, returns that task instead (and starts nothing).
+    pub async fn submit(self: &Arc<Self>, new: NewTask) -> Result<Submitted, EngineError> {
+        let reg = self
+            .handlers
+            .get(&new.tool)
+            .ok_or_else(|| EngineError::UnknownTool(new.tool.clone()))?;
+        let limit = new.active_limit.clone();
+        let record = self.new_record(new);
+        let submitted = self.store_new(record, limit).await?;
+        if submitted.created {
+            self.spawn_run(submitted.record.clone(), reg.handler.clone());
+        }
+        Ok(submitted)
+    }
+
+    /// Creates a task that is finished from the start with `outcome` (for calls that fail before any
+    /// work starts, such as invalid arguments, when the caller asked for a task and must get one).
+    pub async fn submit_finished(
+        &self,
+        new: NewTask,
+        outcome: Outcome,
+    ) -> Result<Submitted, EngineError> {
+        let limit = new.active_limit.clone();
+        let mut record = self.new_record(new);
+        record.status = outcome.status();
+        record.status_message = match &outcome {
+            Outcome::Result {
+                value,
+                is_error: true,
+            } => self.rules.error_summary(value),
+            Outcome::Error { message, .. } => Some(message.clone()),
+            Outcome::Result { .. } => None,
+        };
+        record.outcome = Some(outcome);
+        record.finished_at = Some(record.created_at);
+        record.lease_owner = None;
+        record.lease_until = None;
+        self.store_new(record, limit).await
+    }
+
+    /// Stores a new task (or finds the one its idempotency key names) and announces a new one.
+    async fn store_new(
+        &self,
+        record: TaskRecord,
+        limit: Option<ActiveLimit>,
+    ) -> Result<Submitted, EngineError> {
+        match self.store.create(record, limit).await? {
+            Created::New(rec) => {
+                tracing::info!(target: "mcp_tasks::audit", task = %rec.id, tool = %rec.tool, owner = %rec.owner, status = %rec.status, "task created");
+                self.notifier
+                    .publish(TaskEvent::Created(Arc::new(rec.clone())));
+                Ok(Submitted {
+                    record: rec,
+                    created: true,
+                })
+            }
+            Created::Existing(rec) => Ok(Submitted {
+                record: rec,
+                created: false,
+            }),
+        }
+    }
+
+    /// Looks a task up.
+    pub async fn get(&self, id: &str) -> Result<Lookup, StoreError> {
+        self.store.get(id).await
+    }
+
+    /// Moves a task to `cancelled` (durably, before returning) and tells its handler to stop.
+    pub async fn cancel(
+        &self,
+        id: &str,
+        reason: Option<String>,
+    ) -> Result<TaskRecord, EngineError> {
+        let change = TaskChange {
+            status: Some(TaskStatus::Cancelled),
+            status_message: Some(Some(
+                reason.unwrap_or_else(|| "cancelled at the client's request".into()),
+            )),
+            ..Default::default()
+        };
+        match self.apply(id, &TaskStatus::ACTIVE, change).await {
+            Ok(rec) => {
+                tracing::info!(target: "mcp_tasks::audit", task = %rec.id, owner = %rec.owner, "task cancelled");
+                Ok(rec)
+            }
+            Err(UpdateError::NotFound) => Err(EngineError::NotFound),
+            Err(UpdateError::Conflict(cur)) => Err(EngineError::AlreadyTerminal(cur)),
+            Err(UpdateError::Store(e)) => Err(e.into()),
+        }
+    }
+
+    /// Waits until the task is terminal and returns it. Woken by the notifier; on a lagging feed it
+    /// re-reads the store, so no wake-up is lost.
+    pub async fn wait_terminal(&self, id: &str) -> Result<TaskRecord, EngineError> {
+        let mut events = self.notifier.subscribe_task(id);
+        loop {
+            match self.store.get(id).await? {
+                Lookup::Found(t) if t.status.is_terminal() => return Ok(t),
+                Lookup::Found(_) => {}
+                Lookup::Expired { .. } => return Err(EngineError::Expired),
+                Lookup::Missing => return Err(EngineError::NotFound),
+            }
+            loop {
+                match events.recv().await {
+                    Ok(TaskEvent::Changed(t)) if t.status.is_terminal() => return Ok((*t).clone()),
+                    Ok(_) => continue,
+                    Err(_) => break, // lagged: re-read the store
+                }
+            }
+        }
+    }
+
+    /// Ordering locks currently held or waited for (for tests and metrics).
+    pub fn ordering_locks(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Takes the task's ordering lock. The map entry goes away when its last holder lets go, so the map
+    /// only holds tasks that are being changed right now.
+    async fn order_lock(&self, id: &str) -> OrderGuard<'_> {
+        let lock = self.order.entry(id.to_string()).or_default().clone();
+        let held = lock.lock_owned().await;
+        OrderGuard {
+            order: &self.order,
+            id: id.to_string(),
+            held: Some(held),
+        }
+    }
+
+    /// Applies a change (compare-and-set) and publishes it, in commit order for this task.
+    async fn apply(
+        &self,
+        id: &str,
+        expect: &[TaskStatus],
+        change: TaskChange,
+    ) -> Result<TaskRecord, UpdateError> {
+        let _held = self.order_lock(id).await;
+        let progress_only =
+            change.status.is_none() && change.status_message.is_none() && change.progress.is_some();
+        let rec = self.store.update(id, expect, change, now_ms()).await?;
+        if !progress_only {
+            self.notifier
+                .publish(TaskEvent::Changed(Arc::new(rec.clone())));
+        }
+
+        Ok(rec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_is_clamped_and_defaulted() {
+        let c = EngineConfig {
+            default_ttl_ms: Some(60_000),
+            max_ttl_ms: Some(120_000),
+            min_ttl_ms: 1_000,
+            ..Default::default()
+        };
+        assert_eq!(c.grant_ttl(None), Some(60_000));
+        assert_eq!(c.grant_ttl(Some(10)), Some(1_000));
+        assert_eq!(c.grant_ttl(Some(10_000_000)), Some(120_000));
+        let unlimited = EngineConfig {
+            default_ttl_ms: None,
+            max_ttl_ms: None,
+            ..c
+        };
+        assert_eq!(unlimited.grant_ttl(None), None);
+        assert_eq!(unlimited.grant_ttl(Some(5_000)), Some(5_000));
+    }
+}

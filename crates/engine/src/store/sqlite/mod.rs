@@ -1,0 +1,678 @@
+//! The default [`TaskStore`]: one SQLite file in WAL mode.
+//!
+//! All writes go through one writer thread that commits them in groups (`writer.rs`). A caller is
+//! answered only after the commit that holds its write (`synchronous=FULL`), so "created" means
+//! "survives kill -9 and power loss". Reads run on a small pool of read connections and never wait for
+//! the writer (WAL). The schema is versioned and migrated on open (`schema.rs`); row mapping and the
+//! single-row statements are in `rows.rs`.
+
+mod rows;
+mod schema;
+mod writer;
+
+use async_trait::async_trait;
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, oneshot};
+
+use self::rows::{
+    insert_input, insert_task, select_input, select_task, select_tasks, session_from_row, sql_int,
+    update_task, INPUT_COLUMNS, SESSION_COLUMNS, TASK_COLUMNS,
+};
+use self::writer::{Completion, Job};
+use super::{
+    apply_change, decode_cursor, encode_cursor, ActiveLimit, AnswerError, Created, InvalidCursor,
+    ListQuery, Lookup, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskPage,
+    TaskStore, UpdateError,
+};
+use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
+
+/// Idle read connections kept open.
+const MAX_IDLE_READERS: usize = 8;
+
+/// Turns a failed backend call into a [`StoreError`] that says what was being done and keeps the
+/// failure as its source.
+trait Context<T> {
+    /// Fails with `what` as the context.
+    fn context(self, what: &str) -> Result<T, StoreError>;
+    /// Fails with `what()` as the context; for contexts that must be formatted.
+    fn with_context(self, what: impl FnOnce() -> String) -> Result<T, StoreError>;
+}
+
+impl<T, E: std::error::Error + Send + Sync + 'static> Context<T> for Result<T, E> {
+    fn context(self, what: &str) -> Result<T, StoreError> {
+        self.map_err(|e| StoreError::backend(what, e))
+    }
+    fn with_context(self, what: impl FnOnce() -> String) -> Result<T, StoreError> {
+        self.map_err(|e| StoreError::backend(what(), e))
+    }
+}
+
+/// A [`TaskStore`] on one SQLite file.
+pub struct SqliteStore {
+    path: PathBuf,
+    jobs: mpsc::Sender<Job>,
+    readers: Arc<Mutex<Vec<Connection>>>,
+}
+
+fn open(path: &Path, flags: OpenFlags) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(path, flags)
+        .with_context(|| format!("open SQLite database {}", path.display()))?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))
+        .with_context(|| format!("set the busy timeout of {}", path.display()))?;
+    Ok(conn)
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path`, creating its folder too, brings its schema
+    /// up to date and starts the writer thread. Must be called inside a tokio runtime.
+    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("create folder {}", dir.display()))?;
+        }
+        let mut writer = open(&path, OpenFlags::default())?;
+        writer
+            .execute_batch(
+                "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
+            )
+            .with_context(|| format!("configure {}", path.display()))?;
+        schema::migrate(&mut writer, &path)?;
+        let jobs = writer::spawn(writer)?;
+        Ok(SqliteStore {
+            path,
+            jobs,
+            readers: Arc::new(Mutex::new(Vec::new())),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` inside the next group transaction and returns its value once that transaction is
+    /// committed. An `Err` from `f` rolls back only `f`'s own writes.
+    async fn write<T, E, F>(&self, f: F) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel::<Result<T, E>>();
+        let job: Job = Box::new(move |conn| {
+            let result = f(conn);
+            let ok = result.is_ok();
+            let done: Completion = Box::new(move |commit| {
+                let _ = tx.send(match commit {
+                    Ok(()) => result,
+                    Err(e) => Err(E::from(e)),
+                });
+            });
+            (ok, done)
+        });
+        self.jobs
+            .send(job)
+            .await
+            .map_err(|_| E::from(StoreError::message("the SQLite writer thread has stopped")))?;
+        rx.await.map_err(|_| {
+            E::from(StoreError::message(
+                "the SQLite writer thread dropped a write",
+            ))
+        })?
+    }
+
+    /// Runs `f` on a read connection on the blocking pool.
+    async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let readers = self.readers.clone();
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
+            let conn = match conn {
+                Some(c) => c,
+                None => open(
+                    &path,
+                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )?,
+            };
+            let out = f(&conn);
+            let mut pool = readers.lock().unwrap_or_else(|p| p.into_inner());
+            if pool.len() < MAX_IDLE_READERS {
+                pool.push(conn);
+            }
+            out
+        })
+        .await
+        .context("run a read on the blocking pool")?
+    }
+}
+
+#[async_trait]
+impl TaskStore for SqliteStore {
+    async fn create(
+        &self,
+        task: TaskRecord,
+        limit: Option<ActiveLimit>,
+    ) -> Result<Created, StoreError> {
+        self.write(move |conn| {
+            if let Some(key) = &task.idempotency_key {
+                let existing: Option<TaskRecord> = conn
+                    .prepare_cached(&format!(
+                        "SELECT {TASK_COLUMNS} FROM tasks WHERE owner = ?1 AND idempotency_key = ?2"
+                    ))
+                    .and_then(|mut s| {
+                        s.query_row(params![task.owner, key], rows::task_from_row)
+                            .optional()
+                    })
+                    .with_context(|| format!("look up idempotency key {key:?}"))?;
+                if let Some(existing) = existing {
+                    if existing.fingerprint == task.fingerprint {
+                        return Ok(Created::Existing(existing));
+                    }
+                    return Err(StoreError::IdempotencyConflict {
+                        key: key.clone(),
+                        task_id: existing.id,
+                    });
+                }
+            }
+            if let Some(l) = &limit {
+                let active: i64 = conn
+                    .prepare_cached(
+                        "SELECT COUNT(*) FROM tasks WHERE owner = ?1 AND (?2 IS NULL OR session = ?2) \
+                         AND status IN ('working', 'input_required')",
+                    )
+                    .and_then(|mut s| s.query_row(params![l.owner, l.session], |r| r.get(0)))
+                    .context("count unfinished tasks")?;
+                let active = usize::try_from(active).unwrap_or(0);
+                if active >= l.max {
+                    return Err(StoreError::TooManyActive { active, max: l.max });
+                }
+            }
+            insert_task(conn, &task)?;
+            Ok(Created::New(task))
+        })
+        .await
+    }
+
+    async fn get(&self, id: &str) -> Result<Lookup, StoreError> {
+        let id = id.to_string();
+        self.read(move |conn| {
+            if let Some(t) = select_task(conn, &id)? {
+                return Ok(Lookup::Found(t));
+            }
+            let tomb = conn
+                .prepare_cached("SELECT owner, session FROM tombstones WHERE id = ?1")
+                .and_then(|mut s| {
+                    s.query_row([&id], |r| {
+                        Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+                    })
+                    .optional()
+                })
+                .with_context(|| format!("read the tombstone of task {id}"))?;
+            Ok(match tomb {
+                Some((owner, session)) => Lookup::Expired { owner, session },
+                None => Lookup::Missing,
+            })
+        })
+        .await
+    }
+
+    async fn update(
+        &self,
+        id: &str,
+        expect: &[TaskStatus],
+        change: TaskChange,
+        now: u64,
+    ) -> Result<TaskRecord, UpdateError> {
+        let id = id.to_string();
+        let expect = expect.to_vec();
+        self.write(move |conn| {
+            // The writer thread is the only writer, so read-check-write here is atomic.
+            let mut rec = select_task(conn, &id)?.ok_or(UpdateError::NotFound)?;
+            if !expect.contains(&rec.status) {
+                return Err(UpdateError::Conflict(Box::new(rec)));
+            }
+            apply_change(&mut rec, change, now);
+            update_task(conn, &rec)?;
+            Ok(rec)
+        })
+        .await
+    }
+
+    async fn list(&self, q: &ListQuery) -> Result<Result<TaskPage, InvalidCursor>, StoreError> {
+        let q = q.clone();
+        self.read(move |conn| {
+            let (after_at, after_id) = match &q.cursor {
+                None => (-1i64, String::new()),
+                Some(c) => match decode_cursor(c) {
+                    Ok((at, id)) => (sql_int(at), id),
+                    Err(e) => return Ok(Err(e)),
+                },
+            };
+            let limit = sql_int(q.limit as u64).saturating_add(1);
+            let sql = format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE owner = ?1 AND (?2 IS NULL OR session = ?2) \
+                 AND (created_at > ?3 OR (created_at = ?3 AND id > ?4)) ORDER BY created_at, id LIMIT ?5"
+            );
+            let mut tasks = select_tasks(
+                conn,
+                &sql,
+                params![q.owner, q.session, after_at, after_id, limit],
+                || format!("list the tasks of {:?}", q.owner),
+            )?;
+            let more = tasks.len() > q.limit;
+            tasks.truncate(q.limit);
+            let next_cursor = if more {
+                tasks.last().map(|t| encode_cursor(t.created_at, &t.id))
+            } else {
+                None
+            };
+            Ok(Ok(TaskPage { tasks, next_cursor }))
+        })
+        .await
+    }
+
+    async fn add_input(&self, input: InputRecord, now: u64) -> Result<TaskRecord, UpdateError> {
+        self.write(move |conn| {
+            let mut rec = select_task(conn, &input.task_id)?.ok_or(UpdateError::NotFound)?;
+            if rec.status.is_terminal() {
+                return Err(UpdateError::Conflict(Box::new(rec)));
+            }
+            let change = TaskChange {
+                status: Some(TaskStatus::InputRequired),
+                ..Default::default()
+            };
+            apply_change(&mut rec, change, now);
+            update_task(conn, &rec)?;
+            insert_input(conn, &input)?;
+            Ok(rec)
+        })
+        .await
+    }
+
+    async fn answer_input(
+        &self,
+        key: &str,
+        response: InputResponse,
+        now: u64,
+    ) -> Result<(TaskRecord, InputRecord), AnswerError> {
+        let key = key.to_string();
+        self.write(move |conn| {
+            let input = select_input(conn, &key)?.ok_or(AnswerError::Unknown)?;
+            if input.response.is_some() {
+                return Err(AnswerError::AlreadyAnswered);
+            }
+            let mut rec = select_task(conn, &input.task_id)?.ok_or(AnswerError::Unknown)?;
+            if rec.status.is_terminal() {
+                return Err(AnswerError::TaskEnded(rec.status));
+            }
+            rows::answer_input(conn, &key, &response, now)?;
+            let pending = rows::pending_inputs(conn, &input.task_id)?;
+            let back_to_work = pending == 0 && rec.status == TaskStatus::InputRequired;
+            let change = TaskChange {
+                status: back_to_work.then_some(TaskStatus::Working),
+                ..Default::default()
+            };
+            apply_change(&mut rec, change, now);
+            update_task(conn, &rec)?;
+            Ok((
+                rec,
+                InputRecord {
+                    response: Some(response),
+                    answered_at: Some(now),
+                    ..input
+                },
+            ))
+        })
+        .await
+    }
+
+    async fn get_input(&self, key: &str) -> Result<Option<InputRecord>, StoreError> {
+        let key = key.to_string();
+        self.read(move |conn| select_input(conn, &key)).await
+    }
+
+    async fn inputs(&self, task_id: &str) -> Result<Vec<InputRecord>, StoreError> {
+        let task_id = task_id.to_string();
+        self.read(move |conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {INPUT_COLUMNS} FROM input_requests WHERE task_id = ?1 ORDER BY created_at, key"
+            ))
+            .and_then(|mut stmt| {
+                stmt.query_map([&task_id], rows::input_from_row)?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .with_context(|| format!("read the input requests of task {task_id}"))
+        })
+        .await
+    }
+
+    async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError> {
+        self.read(move |conn| {
+            let sql = format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE status = 'input_required' \
+                 AND expires_at IS NOT NULL AND expires_at <= ?1"
+            );
+            select_tasks(conn, &sql, [sql_int(now)], || {
+                "find tasks that expired waiting for input".into()
+            })
+        })
+        .await
+    }
+
+    async fn renew_leases(&self, node: &str, ids: &[String], until: u64) -> Result<(), StoreError> {
+        let node = node.to_string();
+        let ids = ids.to_vec();
+        self.write(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "UPDATE tasks SET lease_until = ?1 WHERE id = ?2 AND lease_owner = ?3 \
+                     AND status IN ('working', 'input_required')",
+                )
+                .context("prepare the lease renewal")?;
+            for id in &ids {
+                stmt.execute(params![sql_int(until), id, node])
+                    .with_context(|| format!("renew the lease on task {id}"))?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn claim_orphans(
+        &self,
+        node: &str,
+        now: u64,
+        all: bool,
+        lease_until: u64,
+    ) -> Result<Vec<TaskRecord>, StoreError> {
+        let node = node.to_string();
+        self.write(move |conn| {
+            let sql = format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE status IN ('working', 'input_required') \
+                 AND (?1 OR lease_until IS NULL OR lease_until < ?2)"
+            );
+            let mut found = select_tasks(conn, &sql, params![all, sql_int(now)], || {
+                "find unfinished tasks nobody runs".into()
+            })?;
+            let mut claim = conn
+                .prepare_cached("UPDATE tasks SET lease_owner = ?1, lease_until = ?2 WHERE id = ?3")
+                .context("prepare the orphan claim")?;
+            for t in &mut found {
+                claim
+                    .execute(params![node, sql_int(lease_until), t.id])
+                    .with_context(|| format!("claim orphaned task {}", t.id))?;
+                t.lease_owner = Some(node.clone());
+                t.lease_until = Some(lease_until);
+            }
+            Ok(found)
+        })
+        .await
+    }
+
+    async fn purge(&self, p: PurgePolicy) -> Result<Purged, StoreError> {
+        self.write(move |conn| {
+            let now = sql_int(p.now);
+            let grace_edge = sql_int(p.now.saturating_sub(p.finished_grace_ms));
+            let cond = "expires_at IS NOT NULL AND expires_at <= ?1 \
+                        AND status IN ('completed', 'failed', 'cancelled') AND finished_at <= ?2";
+            conn.execute(
+                &format!(
+                    "INSERT OR REPLACE INTO tombstones (id, owner, session, expired_at) \
+                     SELECT id, owner, session, ?1 FROM tasks WHERE {cond}"
+                ),
+                params![now, grace_edge],
+            )
+            .context("tombstone expired tasks")?;
+            // A purged task's questions and answers go with it; nothing can reach them any more.
+            conn.execute(
+                &format!(
+                    "DELETE FROM input_requests WHERE task_id IN (SELECT id FROM tasks WHERE {cond})"
+                ),
+                params![now, grace_edge],
+            )
+            .context("delete the input requests of expired tasks")?;
+            let tasks = conn
+                .execute(
+                    &format!("DELETE FROM tasks WHERE {cond}"),
+                    params![now, grace_edge],
+                )
+                .context("delete expired tasks")?;
+            let tomb_edge = sql_int(p.now.saturating_sub(p.tombstone_ms));
+            let tombstones = conn
+                .execute("DELETE FROM tombstones WHERE expired_at < ?1", [tomb_edge])
+                .context("delete old tombstones")?;
+            let idle_edge = sql_int(p.now.saturating_sub(p.session_idle_ms));
+            let sessions = conn
+                .execute("DELETE FROM sessions WHERE last_seen < ?1", [idle_edge])
+                .context("delete idle sessions")?;
+            Ok(Purged {
+                tasks,
+                tombstones,
+                sessions,
+            })
+        })
+        .await
+    }
+
+    async fn put_session(&self, s: &SessionRecord) -> Result<(), StoreError> {
+        let s = s.clone();
+        self.write(move |conn| {
+            conn.prepare_cached(&format!(
+                "INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}) VALUES (?1,?2,?3,?4,?5)"
+            ))
+            .and_then(|mut st| {
+                st.execute(params![
+                    s.id,
+                    s.owner,
+                    s.data.to_string(),
+                    sql_int(s.created_at),
+                    sql_int(s.last_seen)
+                ])
+            })
+            .with_context(|| format!("store session {}", s.id))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let id = id.to_string();
+        self.read(move |conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"
+            ))
+            .and_then(|mut s| s.query_row([&id], session_from_row).optional())
+            .with_context(|| format!("read session {id}"))
+        })
+        .await
+    }
+
+    async fn touch_session(&self, id: &str, now: u64) -> Result<bool, StoreError> {
+        let id = id.to_string();
+        self.write(move |conn| {
+            let n = conn
+                .execute(
+                    "UPDATE sessions SET last_seen = MAX(last_seen, ?2) WHERE id = ?1",
+                    params![id, sql_int(now)],
+                )
+                .with_context(|| format!("touch session {id}"))?;
+            Ok(n > 0)
+        })
+        .await
+    }
+
+    async fn delete_session(&self, id: &str) -> Result<bool, StoreError> {
+        let id = id.to_string();
+        self.write(move |conn| {
+            let n = conn
+                .execute("DELETE FROM sessions WHERE id = ?1", [&id])
+                .with_context(|| format!("delete session {id}"))?;
+            Ok(n > 0)
+        })
+        .await
+    }
+
+    fn is_exclusive(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Inserts `t` as builds of schema version 1 wrote tasks (no `progress_message` column yet).
+    fn insert_as_v1(conn: &Connection, t: &TaskRecord) {
+        conn.execute(
+            "INSERT INTO tasks (id, owner, session, era, tool, arguments, request_meta, status, \
+             status_message, progress, progress_total, created_at, updated_at, ttl_ms, \
+             poll_interval_ms, outcome, idempotency_key, fingerprint, attempt, lease_owner, \
+             lease_until, finished_at, expires_at) VALUES \
+             (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23)",
+            params![
+                t.id,
+                t.owner,
+                t.session,
+                t.era,
+                t.tool,
+                t.arguments.to_string(),
+                t.request_meta.to_string(),
+                t.status.as_str(),
+                t.status_message,
+                t.progress,
+                t.progress_total,
+                sql_int(t.created_at),
+                sql_int(t.updated_at),
+                t.ttl_ms.map(sql_int),
+                t.poll_interval_ms.map(sql_int),
+                t.outcome
+                    .as_ref()
+                    .map(|o| serde_json::to_string(o).unwrap()),
+                t.idempotency_key,
+                t.fingerprint,
+                i64::from(t.attempt),
+                t.lease_owner,
+                t.lease_until.map(sql_int),
+                t.finished_at.map(sql_int),
+                t.expires_at().map(sql_int),
+            ],
+        )
+        .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn passes_the_store_test_kit() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir_path = dir.path().to_path_buf();
+        let counter = std::sync::atomic::AtomicUsize::new(0);
+        super::super::testkit::run_all(|| {
+            let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let path = dir_path.join(format!("kit-{n}.db"));
+            async move { SqliteStore::open(path).unwrap() }
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn data_survives_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("reopen.db");
+        let t = super::super::testkit::record("reopen", "alice", 1_000);
+        {
+            let store = SqliteStore::open(&path).unwrap();
+            store.create(t.clone(), None).await.unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.get(&t.id).await.unwrap(), Lookup::Found(t));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_database_made_before_schema_versions_is_upgraded_and_keeps_its_tasks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let t = super::super::testkit::record("old", "alice", 1_000);
+        {
+            // What earlier builds left: the tables, created with IF NOT EXISTS, at user_version 0.
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(schema::MIGRATIONS[0].sql).unwrap();
+            insert_as_v1(&conn, &t);
+            assert_eq!(schema::version(&conn).unwrap(), 0);
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.get("old").await.unwrap(), Lookup::Found(t));
+        let conn = Connection::open(&path).unwrap();
+        assert_eq!(schema::version(&conn).unwrap(), schema::latest());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn opening_drops_the_input_requests_earlier_builds_left_behind() {
+        for start in [0, 1] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("orphans.db");
+            let alive = super::super::testkit::record("alive", "alice", 1_000);
+            let question = |key: &str, task: &str| InputRecord {
+                key: key.into(),
+                task_id: task.into(),
+                method: "ask".into(),
+                params: serde_json::json!({"q": key}),
+                created_at: 1_100,
+                response: None,
+                answered_at: None,
+            };
+            {
+                // A database as migration 1 left it (or as it was before versions, at 0), holding
+                // one question of a live task and one of a task purge already removed.
+                let conn = Connection::open(&path).unwrap();
+                conn.execute_batch(schema::MIGRATIONS[0].sql).unwrap();
+                conn.pragma_update(None, "user_version", start).unwrap();
+                insert_as_v1(&conn, &alive);
+                insert_input(&conn, &question("kept", "alive")).unwrap();
+                insert_input(&conn, &question("orphan", "purged-long-ago")).unwrap();
+            }
+            let store = SqliteStore::open(&path).unwrap();
+            assert_eq!(
+                store.get_input("orphan").await.unwrap(),
+                None,
+                "from {start}"
+            );
+            assert_eq!(store.inputs("purged-long-ago").await.unwrap(), vec![]);
+            assert_eq!(
+                store.get_input("kept").await.unwrap(),
+                Some(question("kept", "alive")),
+                "from {start}"
+            );
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn errors_say_what_failed_and_keep_their_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        // A file where the database's folder should be.
+        let blocker = dir.path().join("file");
+        std::fs::write(&blocker, b"x").unwrap();
+        let err = match SqliteStore::open(blocker.join("tasks.db")) {
+            Err(e) => e,
+            Ok(_) => panic!("opened a database under a file"),
+        };
+        assert!(
+            matches!(&err, StoreError::Backend { context, source: Some(_) } if context.starts_with("create folder")),
+            "{err:?}"
+        );
+        let chain = err.chain();
+        assert!(
+            chain.starts_with("task store error: create folder"),
+            "{chain}"
+        );
+        assert!(
+            chain.len() > err.to_string().len() + 2,
+            "the cause is rendered too: {chain}"
+        );
+    }
+}

@@ -1,0 +1,269 @@
+//! Between records and rows: the column lists, row mapping, and the statements that read and write
+//! one task or input request.
+
+use rusqlite::types::Type;
+use rusqlite::{params, Connection, OptionalExtension, Params, Row};
+
+use super::Context;
+use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
+use crate::store::{SessionRecord, StoreError};
+
+/// The `tasks` columns a [`TaskRecord`] is read from, in [`task_from_row`]'s order.
+pub(super) const TASK_COLUMNS: &str = "id, owner, session, era, tool, arguments, request_meta, status, status_message, \
+    progress, progress_total, created_at, updated_at, ttl_ms, poll_interval_ms, outcome, idempotency_key, \
+    fingerprint, attempt, lease_owner, lease_until, finished_at, progress_message";
+
+/// The `input_requests` columns an [`InputRecord`] is read from, in [`input_from_row`]'s order.
+pub(super) const INPUT_COLUMNS: &str =
+    "key, task_id, method, params, created_at, response, answered_at";
+
+/// The `sessions` columns a [`SessionRecord`] is read from, in [`session_from_row`]'s order.
+pub(super) const SESSION_COLUMNS: &str = "id, owner, data, created_at, last_seen";
+
+fn status_from_sql(idx: usize, s: String) -> rusqlite::Result<TaskStatus> {
+    TaskStatus::parse(&s).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            idx,
+            Type::Text,
+            format!("bad status {s:?}").into(),
+        )
+    })
+}
+
+fn json_from_sql<T: serde::de::DeserializeOwned>(idx: usize, s: &str) -> rusqlite::Result<T> {
+    serde_json::from_str(s)
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(idx, Type::Text, Box::new(e)))
+}
+
+fn opt_json_from_sql<T: serde::de::DeserializeOwned>(
+    idx: usize,
+    s: Option<String>,
+) -> rusqlite::Result<Option<T>> {
+    s.map(|s| json_from_sql(idx, &s)).transpose()
+}
+
+fn u64_from_sql(v: i64) -> u64 {
+    // Every time and count is written from a u64 clamped to i64::MAX, so a negative value can only
+    // come from outside; reading it as 0 is the closest valid value.
+    u64::try_from(v).unwrap_or(0)
+}
+
+fn opt_i64(v: Option<u64>) -> Option<i64> {
+    v.map(sql_int)
+}
+
+/// A time or count as SQLite stores it: an i64, clamped (no real time reaches `i64::MAX` ms).
+pub(super) fn sql_int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Maps a row selected with [`TASK_COLUMNS`].
+pub(super) fn task_from_row(row: &Row<'_>) -> rusqlite::Result<TaskRecord> {
+    Ok(TaskRecord {
+        id: row.get(0)?,
+        owner: row.get(1)?,
+        session: row.get(2)?,
+        era: row.get(3)?,
+        tool: row.get(4)?,
+        arguments: json_from_sql(5, &row.get::<_, String>(5)?)?,
+        request_meta: json_from_sql(6, &row.get::<_, String>(6)?)?,
+        status: status_from_sql(7, row.get(7)?)?,
+        status_message: row.get(8)?,
+        progress: row.get(9)?,
+        progress_total: row.get(10)?,
+        created_at: u64_from_sql(row.get(11)?),
+        updated_at: u64_from_sql(row.get(12)?),
+        ttl_ms: row.get::<_, Option<i64>>(13)?.map(u64_from_sql),
+        poll_interval_ms: row.get::<_, Option<i64>>(14)?.map(u64_from_sql),
+        outcome: opt_json_from_sql::<Outcome>(15, row.get(15)?)?,
+        idempotency_key: row.get(16)?,
+        fingerprint: row.get(17)?,
+        attempt: u32::try_from(row.get::<_, i64>(18)?).unwrap_or(u32::MAX),
+        lease_owner: row.get(19)?,
+        lease_until: row.get::<_, Option<i64>>(20)?.map(u64_from_sql),
+        finished_at: row.get::<_, Option<i64>>(21)?.map(u64_from_sql),
+        progress_message: row.get(22)?,
+    })
+}
+
+/// Maps a row selected with [`INPUT_COLUMNS`].
+pub(super) fn input_from_row(row: &Row<'_>) -> rusqlite::Result<InputRecord> {
+    Ok(InputRecord {
+        key: row.get(0)?,
+        task_id: row.get(1)?,
+        method: row.get(2)?,
+        params: json_from_sql(3, &row.get::<_, String>(3)?)?,
+        created_at: u64_from_sql(row.get(4)?),
+        response: opt_json_from_sql::<InputResponse>(5, row.get(5)?)?,
+        answered_at: row.get::<_, Option<i64>>(6)?.map(u64_from_sql),
+    })
+}
+
+/// Maps a row selected with [`SESSION_COLUMNS`].
+pub(super) fn session_from_row(row: &Row<'_>) -> rusqlite::Result<SessionRecord> {
+    Ok(SessionRecord {
+        id: row.get(0)?,
+        owner: row.get(1)?,
+        data: json_from_sql(2, &row.get::<_, String>(2)?)?,
+        created_at: u64_from_sql(row.get(3)?),
+        last_seen: u64_from_sql(row.get(4)?),
+    })
+}
+
+/// One task by id.
+pub(super) fn select_task(conn: &Connection, id: &str) -> Result<Option<TaskRecord>, StoreError> {
+    conn.prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1"))
+        .and_then(|mut s| s.query_row([id], task_from_row).optional())
+        .with_context(|| format!("read task {id}"))
+}
+
+/// The tasks `sql` (which selects [`TASK_COLUMNS`]) returns; `what` names the query for errors.
+pub(super) fn select_tasks(
+    conn: &Connection,
+    sql: &str,
+    params: impl Params,
+    what: impl FnOnce() -> String,
+) -> Result<Vec<TaskRecord>, StoreError> {
+    conn.prepare_cached(sql)
+        .and_then(|mut s| {
+            s.query_map(params, task_from_row)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .with_context(what)
+}
+
+/// One input request by key.
+pub(super) fn select_input(
+    conn: &Connection,
+    key: &str,
+) -> Result<Option<InputRecord>, StoreError> {
+    conn.prepare_cached(&format!(
+        "SELECT {INPUT_COLUMNS} FROM input_requests WHERE key = ?1"
+    ))
+    .and_then(|mut s| s.query_row([key], input_from_row).optional())
+    .with_context(|| format!("read input request {key}"))
+}
+
+fn outcome_json(t: &TaskRecord) -> Result<Option<String>, StoreError> {
+    t.outcome
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .with_context(|| format!("serialize the outcome of task {}", t.id))
+}
+
+/// Stores a new task.
+pub(super) fn insert_task(conn: &Connection, t: &TaskRecord) -> Result<(), StoreError> {
+    let outcome = outcome_json(t)?;
+    conn.prepare_cached(&format!(
+        "INSERT INTO tasks ({TASK_COLUMNS}, expires_at) VALUES \
+         (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24)"
+    ))
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            t.id,
+            t.owner,
+            t.session,
+            t.era,
+            t.tool,
+            t.arguments.to_string(),
+            t.request_meta.to_string(),
+            t.status.as_str(),
+            t.status_message,
+            t.progress,
+            t.progress_total,
+            sql_int(t.created_at),
+            sql_int(t.updated_at),
+            opt_i64(t.ttl_ms),
+            opt_i64(t.poll_interval_ms),
+            outcome,
+            t.idempotency_key,
+            t.fingerprint,
+            i64::from(t.attempt),
+            t.lease_owner,
+            opt_i64(t.lease_until),
+            opt_i64(t.finished_at),
+            t.progress_message,
+            opt_i64(t.expires_at()),
+        ])
+    })
+    .with_context(|| format!("insert task {}", t.id))?;
+    Ok(())
+}
+
+/// Writes back the fields a [`TaskChange`](crate::store::TaskChange) can touch.
+pub(super) fn update_task(conn: &Connection, t: &TaskRecord) -> Result<(), StoreError> {
+    let outcome = outcome_json(t)?;
+    conn.prepare_cached(
+        "UPDATE tasks SET status=?2, status_message=?3, progress=?4, progress_total=?5, updated_at=?6, \
+         outcome=?7, attempt=?8, lease_owner=?9, lease_until=?10, finished_at=?11, \
+         progress_message=?12 WHERE id=?1",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            t.id,
+            t.status.as_str(),
+            t.status_message,
+            t.progress,
+            t.progress_total,
+            sql_int(t.updated_at),
+            outcome,
+            i64::from(t.attempt),
+            t.lease_owner,
+            opt_i64(t.lease_until),
+            opt_i64(t.finished_at),
+            t.progress_message,
+        ])
+    })
+    .with_context(|| format!("update task {}", t.id))?;
+    Ok(())
+}
+
+/// Stores a new, unanswered input request.
+pub(super) fn insert_input(conn: &Connection, input: &InputRecord) -> Result<(), StoreError> {
+    conn.prepare_cached(&format!(
+        "INSERT INTO input_requests ({INPUT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, NULL, NULL)"
+    ))
+    .and_then(|mut st| {
+        st.execute(params![
+            input.key,
+            input.task_id,
+            input.method,
+            input.params.to_string(),
+            sql_int(input.created_at),
+        ])
+    })
+    .with_context(|| {
+        format!(
+            "insert input request {} of task {}",
+            input.key, input.task_id
+        )
+    })?;
+    Ok(())
+}
+
+/// Records the answer to input request `key`.
+pub(super) fn answer_input(
+    conn: &Connection,
+    key: &str,
+    response: &InputResponse,
+    now: u64,
+) -> Result<(), StoreError> {
+    let text = serde_json::to_string(response)
+        .with_context(|| format!("serialize the answer to input request {key}"))?;
+    conn.prepare_cached("UPDATE input_requests SET response = ?2, answered_at = ?3 WHERE key = ?1")
+        .and_then(|mut st| st.execute(params![key, text, sql_int(now)]))
+        .with_context(|| format!("store the answer to input request {key}"))?;
+    Ok(())
+}
+
+/// How many of a task's input requests are unanswered.
+pub(super) fn pending_inputs(conn: &Connection, task_id: &str) -> Result<usize, StoreError> {
+    let n: i64 = conn
+        .prepare_cached(
+            "SELECT COUNT(*) FROM input_requests WHERE task_id = ?1 AND response IS NULL",
+        )
+        .and_then(|mut st| st.query_row([task_id], |r| r.get(0)))
+        .with_context(|| format!("count the unanswered input requests of task {task_id}"))?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}

@@ -1,0 +1,197 @@
+//! The database schema as a list of versioned migrations.
+//!
+//! The version a database is at is kept in `PRAGMA user_version`. Opening a database applies, in
+//! order and in one transaction, every migration above that version, so a database is either wholly
+//! at the old version or wholly at the new one. Migration 1 is the schema that databases made before
+//! versioning already have (created with `IF NOT EXISTS`, at user_version 0), so for them it changes
+//! nothing but the version. Migrations are append-only: never edit one that has shipped.
+
+use rusqlite::{Connection, TransactionBehavior};
+use std::path::Path;
+
+use super::Context;
+use crate::store::StoreError;
+
+/// One step of the schema.
+pub(super) struct Migration {
+    /// The user_version a database is at after this step.
+    pub(super) version: u32,
+    /// What the step does, for error messages.
+    pub(super) what: &'static str,
+    /// The statements.
+    pub(super) sql: &'static str,
+}
+
+/// Every migration, in order; `version` counts up from 1 without gaps.
+pub(super) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        what: "create the tables",
+        sql: r#"
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    session TEXT,
+    era TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    arguments TEXT NOT NULL,
+    request_meta TEXT NOT NULL,
+    status TEXT NOT NULL,
+    status_message TEXT,
+    progress REAL,
+    progress_total REAL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    ttl_ms INTEGER,
+    poll_interval_ms INTEGER,
+    outcome TEXT,
+    idempotency_key TEXT,
+    fingerprint TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    lease_owner TEXT,
+    lease_until INTEGER,
+    finished_at INTEGER,
+    expires_at INTEGER
+);
+CREATE UNIQUE INDEX IF NOT EXISTS tasks_idempotency ON tasks(owner, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS tasks_owner_order ON tasks(owner, created_at, id);
+CREATE INDEX IF NOT EXISTS tasks_unfinished ON tasks(lease_until)
+    WHERE status IN ('working', 'input_required');
+CREATE INDEX IF NOT EXISTS tasks_unfinished_by_owner ON tasks(owner, session)
+    WHERE status IN ('working', 'input_required');
+CREATE INDEX IF NOT EXISTS tasks_expiry ON tasks(expires_at) WHERE expires_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS tombstones (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    session TEXT,
+    expired_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS input_requests (
+    key TEXT PRIMARY KEY,
+    task_id TEXT NOT NULL,
+    method TEXT NOT NULL,
+    params TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    response TEXT,
+    answered_at INTEGER
+);
+CREATE INDEX IF NOT EXISTS input_requests_task ON input_requests(task_id, created_at);
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    data TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    last_seen INTEGER NOT NULL
+);
+"#,
+    },
+    Migration {
+        version: 2,
+        what: "delete input requests of purged tasks",
+        // Purge used to leave a task's input requests behind; they can never be read again.
+        sql: "DELETE FROM input_requests WHERE task_id NOT IN (SELECT id FROM tasks);",
+    },
+    Migration {
+        version: 3,
+        what: "add tasks.progress_message",
+        sql: "ALTER TABLE tasks ADD COLUMN progress_message TEXT;",
+    },
+];
+
+/// The version a database is at once every migration is applied.
+pub(super) fn latest() -> u32 {
+    MIGRATIONS.last().map_or(0, |m| m.version)
+}
+
+/// Reads the database's schema version.
+pub(super) fn version(conn: &Connection) -> Result<u32, StoreError> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+        .context("read the schema version")
+}
+
+/// Brings the database at `path` (open as `conn`) up to the latest schema. Refuses a database from a
+/// newer build, whose schema this one does not know.
+pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    let db = path.display();
+    // IMMEDIATE takes the write lock before reading the version, so two processes opening the same
+    // new file cannot both apply the same migration.
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .with_context(|| format!("begin the schema migration of {db}"))?;
+    let current = version(&tx)?;
+    if current > latest() {
+        return Err(StoreError::message(format!(
+            "{db} is at schema version {current}, newer than this build knows ({}); \
+             use a newer build",
+            latest()
+        )));
+    }
+    for m in MIGRATIONS.iter().filter(|m| m.version > current) {
+        tx.execute_batch(m.sql).with_context(|| {
+            format!("migrate {db} to schema version {} ({})", m.version, m.what)
+        })?;
+        // user_version is part of the database header, so it commits or rolls back with the step.
+        tx.pragma_update(None, "user_version", m.version)
+            .with_context(|| format!("record schema version {} in {db}", m.version))?;
+    }
+    tx.commit()
+        .with_context(|| format!("commit the schema migration of {db}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_count_up_from_one_without_gaps() {
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(m.version as usize, i + 1, "migration {}", m.what);
+        }
+    }
+
+    #[test]
+    fn a_new_database_gets_every_migration_once() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn, Path::new(":memory:")).unwrap();
+        assert_eq!(version(&conn).unwrap(), latest());
+        // A second open finds nothing to do (and would fail if a step ran twice and was not
+        // idempotent, e.g. an ALTER TABLE ADD COLUMN).
+        migrate(&mut conn, Path::new(":memory:")).unwrap();
+        assert_eq!(version(&conn).unwrap(), latest());
+    }
+
+    #[test]
+    fn a_database_from_a_newer_build_is_refused() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "user_version", latest() + 1)
+            .unwrap();
+        let err = migrate(&mut conn, Path::new(":memory:")).unwrap_err();
+        assert!(err.to_string().contains("newer than this build"), "{err}");
+        assert_eq!(version(&conn).unwrap(), latest() + 1, "left untouched");
+    }
+
+    #[test]
+    fn a_failing_migration_leaves_the_database_as_it_was() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        // A table named like migration 1's last index makes the step fail after it made its tables.
+        conn.execute_batch("CREATE TABLE input_requests_task (x TEXT)")
+            .unwrap();
+        let err = migrate(&mut conn, Path::new(":memory:")).unwrap_err();
+        assert!(
+            err.chain()
+                .contains("to schema version 1 (create the tables)"),
+            "{}",
+            err.chain()
+        );
+        assert_eq!(version(&conn).unwrap(), 0);
+        let tables: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(tables, 1, "nothing of the failed step stays");
+    }
+}

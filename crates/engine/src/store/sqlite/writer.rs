@@ -1,0 +1,100 @@
+//! The one writer thread and its group commit.
+//!
+//! Whatever queued up while the previous transaction was being made durable goes into the next one,
+//! each job in its own savepoint so one failing job does not undo the others. A job's caller is
+//! answered only after the commit that holds its write.
+
+use rusqlite::Connection;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+use crate::store::StoreError;
+
+/// Tells a job's caller how the transaction holding its write ended.
+pub(super) type Completion = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
+/// A write: runs against the writer's connection inside a savepoint and says whether it succeeded
+/// (a failed job's savepoint is rolled back) and how to answer its caller once the group commits.
+pub(super) type Job = Box<dyn FnOnce(&Connection) -> (bool, Completion) + Send>;
+
+/// Most jobs one transaction takes; bounds the latency a job can add to the others in its group.
+const MAX_GROUP: usize = 512;
+/// Writes that may wait for the writer before senders have to wait too.
+const QUEUE: usize = 8192;
+
+/// Starts the writer thread on `conn` and returns the queue to send it jobs. The thread ends when
+/// every sender is dropped.
+pub(super) fn spawn(conn: Connection) -> Result<mpsc::Sender<Job>, StoreError> {
+    let (tx, rx) = mpsc::channel::<Job>(QUEUE);
+    std::thread::Builder::new()
+        .name("mcp-tasks-sqlite-writer".into())
+        .spawn(move || writer_loop(conn, rx))
+        .map_err(|e| StoreError::backend("start the SQLite writer thread", e))?;
+    Ok(tx)
+}
+
+fn writer_loop(conn: Connection, mut rx: mpsc::Receiver<Job>) {
+    while let Some(first) = rx.blocking_recv() {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(job) => group.push(job),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+            // Every job of the group is told the same cause, so it is shared rather than copied.
+            let cause = Arc::new(e);
+            for job in group {
+                // The job never ran; answer it with the error without touching the database.
+                let (_, complete) = job_without_db(job);
+                complete(Err(StoreError::backend(
+                    "begin a write transaction",
+                    cause.clone(),
+                )));
+            }
+            continue;
+        }
+        let mut done: Vec<Completion> = Vec::with_capacity(group.len());
+        for job in group {
+            if let Err(e) = conn.execute_batch("SAVEPOINT job") {
+                let (_, complete) = job_without_db(job);
+                complete(Err(StoreError::backend("open a savepoint for a write", e)));
+                continue;
+            }
+            let (ok, complete) = job(&conn);
+            let end = if ok {
+                "RELEASE job"
+            } else {
+                "ROLLBACK TO job; RELEASE job"
+            };
+            if let Err(e) = conn.execute_batch(end) {
+                tracing::error!(error = %crate::store::error_chain(&e), "SQLite savepoint release failed");
+            }
+            done.push(complete);
+        }
+        let commit = conn.execute_batch("COMMIT").map_err(Arc::new);
+        if commit.is_err() {
+            // Leave no transaction open for the next group; if this fails too there was none.
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        for complete in done {
+            complete(match &commit {
+                Ok(()) => Ok(()),
+                Err(cause) => Err(StoreError::backend(
+                    "commit a write transaction",
+                    cause.clone(),
+                )),
+            });
+        }
+    }
+}
+
+/// Extracts a job's completion without running it against the database. Jobs are closures, so the only
+/// way to get their completion is to run them; an in-memory connection with no tables makes every
+/// statement fail, which is what an unrun job should report anyway.
+fn job_without_db(job: Job) -> (bool, Completion) {
+    match Connection::open_in_memory() {
+        Ok(scratch) => job(&scratch),
+        Err(_) => (false, Box::new(|_| {})),
+    }
+}
