@@ -27,6 +27,9 @@ pub enum TaskEvent {
         task: Arc<TaskRecord>,
         /// The report's message, if it had one.
         message: Option<String>,
+        /// Whether the progress value itself went up (a change of the total or the message alone
+        /// does not move it; push channels that require a rising value skip such events).
+        advanced: bool,
     },
     /// The task asked the client for input. Carries the record (now `input_required`) and the request.
     InputRequested {

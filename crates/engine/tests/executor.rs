@@ -408,7 +408,7 @@ async fn progress_events_go_out_for_every_visible_change_and_only_then() {
     let mut seen = Vec::new();
     loop {
         match feed.recv().await.unwrap() {
-            TaskEvent::Progress { task, message } if task.id == s.record.id => seen.push((
+            TaskEvent::Progress { task, message, .. } if task.id == s.record.id => seen.push((
                 task.progress,
                 task.progress_total,
                 task.progress_message.clone(),

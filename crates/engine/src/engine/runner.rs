@@ -186,11 +186,14 @@ impl ContextSink for TaskSink {
             Ok(rec) => {
                 let after = ProgressState::of(&rec);
                 let changed = after != before;
+                let advanced = after.progress.unwrap_or(f64::NEG_INFINITY)
+                    > before.progress.unwrap_or(f64::NEG_INFINITY);
                 *self.shown() = after;
                 if changed {
                     self.engine.notifier.publish(TaskEvent::Progress {
                         task: Arc::new(rec),
                         message,
+                        advanced,
                     });
                 }
             }

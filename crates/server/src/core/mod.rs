@@ -142,10 +142,12 @@ impl Failure {
     }
 }
 
-/// Logs a store failure and turns it into an internal error the client can read.
-pub(crate) fn internal(e: impl std::fmt::Display) -> Failure {
-    tracing::error!(error = %e, "internal error while serving a request");
-    ErrorObject::internal(format!("Internal error: {e}")).into()
+/// Logs a failure of the store or engine, with its causes, and turns it into an internal error the
+/// client can read.
+pub(crate) fn internal(e: impl std::error::Error) -> Failure {
+    let chain = mcp_tasks_engine::error_chain(&e);
+    tracing::error!(error = %chain, "internal error while serving a request");
+    ErrorObject::internal(format!("Internal error: {chain}")).into()
 }
 
 /// A reply and how it goes out over HTTP.
@@ -223,7 +225,11 @@ impl ServerBuilder {
     /// Finishes the server. Call [`Server::start`] before serving.
     pub fn build(self) -> Arc<Server> {
         Arc::new(Server {
-            engine: self.engine.input_guard(inputs::input_guard()).build(),
+            engine: self
+                .engine
+                .input_guard(inputs::input_guard())
+                .outcome_rules(Arc::new(rules::WireRules))
+                .build(),
             sessions: Sessions::new(self.store),
             tools: self.tools,
             catalog: self.catalog,

@@ -1,7 +1,7 @@
 //! How the engine's outcomes read on the wire: the error a failure the engine detects itself carries
 //! (JSON-RPC internal error), and the status message drawn from a tool result that reports an error.
 
-use mcp_tasks_engine::Outcome;
+use mcp_tasks_engine::{Outcome, OutcomeRules};
 use mcp_tasks_protocol::error_codes;
 use serde_json::Value;
 
@@ -15,7 +15,6 @@ pub(crate) fn failure(message: String) -> Outcome {
 }
 
 /// The status message of a task whose result reports a tool error: the start of its first text block.
-#[allow(dead_code)] // used once the engine takes its outcome rules from the server
 pub(crate) fn error_summary(value: &Value) -> Option<String> {
     let text = value
         .get("content")
@@ -27,4 +26,16 @@ pub(crate) fn error_summary(value: &Value) -> Option<String> {
         s.push('…');
     }
     Some(s)
+}
+
+/// The rules the engine words its own outcomes by, on every wire this server speaks.
+pub(crate) struct WireRules;
+
+impl OutcomeRules for WireRules {
+    fn failure(&self, message: String) -> Outcome {
+        failure(message)
+    }
+    fn error_summary(&self, result: &Value) -> Option<String> {
+        error_summary(result)
+    }
 }

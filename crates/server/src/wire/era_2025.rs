@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use mcp_tasks_engine::{
     ContextSink, InputError, InputRecord, InputResponse, LogLevel, TaskContext, TaskEvent,
-    TaskHandler, TaskRecord, TaskStatus,
+    TaskHandler, TaskRecord,
 };
 use mcp_tasks_protocol::jsonrpc::{ErrorObject, Message, Request, RequestId};
 use mcp_tasks_protocol::mcp_2025::TaskSupport;
@@ -578,21 +578,30 @@ pub(crate) fn notifications_for(event: &TaskEvent, session: Option<&Session>) ->
                 render_2025::task_object(t),
             )]
         }
-        TaskEvent::Progress { task, message } => {
-            // Progress uses the original request's token and stops once the task is terminal.
-            let Some(token) = task.request_meta.get(meta::PROGRESS_TOKEN) else {
-                return Vec::new();
-            };
-            if task.status.is_terminal() || task.status == TaskStatus::Cancelled {
+        TaskEvent::Progress {
+            task,
+            message,
+            advanced,
+        } => {
+            if task.status.is_terminal() {
                 return Vec::new();
             }
-            vec![messages::progress(
-                token,
-                task.progress.unwrap_or(0.0),
-                task.progress_total,
-                message.as_deref(),
-                Some(render_2025::related_meta(&task.id)),
-            )]
+            // Progress goes out on the original request's token while the value rises (the progress
+            // rule of the base protocol); any other change of what the task shows (no token, or only
+            // the total or message changed) is told as the task itself, which carries progress.
+            match task.request_meta.get(meta::PROGRESS_TOKEN) {
+                Some(token) if *advanced => vec![messages::progress(
+                    token,
+                    task.progress.unwrap_or(0.0),
+                    task.progress_total,
+                    message.as_deref(),
+                    Some(render_2025::related_meta(&task.id)),
+                )],
+                _ => vec![Message::notification(
+                    "notifications/tasks/status",
+                    render_2025::task_object(task),
+                )],
+            }
         }
         TaskEvent::InputRequested { task, input } => vec![input_request_message(&task.id, input)],
         TaskEvent::Log {

@@ -22,7 +22,10 @@ pub fn task(rec: &TaskRecord) -> Task {
     Task {
         task_id: rec.id.clone(),
         status: status(rec).to_string(),
-        status_message: rec.status_message.clone(),
+        status_message: rec
+            .status_message
+            .clone()
+            .or_else(|| rec.progress_message.clone()),
         created_at: format_rfc3339(rec.created_at),
         last_updated_at: format_rfc3339(rec.updated_at),
         ttl: rec.ttl_ms,

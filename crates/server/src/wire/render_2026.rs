@@ -12,7 +12,12 @@ pub fn task_fields(rec: &TaskRecord) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("taskId".into(), json!(rec.id));
     m.insert("status".into(), json!(rec.status.as_str()));
-    if let Some(msg) = &rec.status_message {
+    // A progress note stands in for a status message the tool did not set (Tasks are Progress).
+    if let Some(msg) = rec
+        .status_message
+        .as_ref()
+        .or(rec.progress_message.as_ref())
+    {
         m.insert("statusMessage".into(), json!(msg));
     }
     m.insert("createdAt".into(), json!(format_rfc3339(rec.created_at)));
@@ -24,6 +29,13 @@ pub fn task_fields(rec: &TaskRecord) -> Map<String, Value> {
     m.insert("ttlMs".into(), json!(rec.ttl_ms));
     if let Some(p) = rec.poll_interval_ms {
         m.insert("pollIntervalMs".into(), json!(p.max(1)));
+    }
+    // Tasks are Progress: the extension's task allows extra fields.
+    if let Some(p) = rec.progress {
+        m.insert("progress".into(), json!(p));
+    }
+    if let Some(t) = rec.progress_total {
+        m.insert("progressTotal".into(), json!(t));
     }
     m
 }
@@ -41,7 +53,12 @@ pub fn detailed(rec: &TaskRecord, pending: &[InputRecord]) -> Map<String, Value>
     let mut m = task_fields(rec);
     match (rec.status, &rec.outcome) {
         (TaskStatus::Completed, Some(Outcome::Result { value, .. })) => {
-            m.insert("result".into(), value.clone());
+            // Exactly what the plain call would have returned, which carries its result type.
+            let mut result = value.clone();
+            if let Value::Object(r) = &mut result {
+                r.entry("resultType").or_insert_with(|| json!("complete"));
+            }
+            m.insert("result".into(), result);
         }
         (
             TaskStatus::Failed,
