@@ -38,6 +38,10 @@ else
   echo "    up to date"
 fi
 
+echo "==> cargo fmt --check and clippy (warnings are errors)"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+
 echo "==> cargo tests"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast

@@ -11,6 +11,7 @@
 //! let msg = parse_message(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).unwrap();
 //! assert!(matches!(msg, Message::Request(ref r) if r.method == "ping"));
 //! ```
+#![deny(missing_docs)]
 
 pub mod error_codes;
 pub mod jsonrpc;
