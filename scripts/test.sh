@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of mcp-tasks. Installs what the interop tests need first (pinned versions):
 #   - interop/ts: the official TypeScript SDK v1 client (npm ci from package-lock.json)
+#   - interop/ext-tasks: the official MCP Tasks client (@modelcontextprotocol/ext-tasks) on the TypeScript SDK v2 client (npm ci)
 #   - interop/python: the official Python SDK v1 client (a venv from requirements.txt)
 #   - conformance: the official MCP conformance suite and Node 22 to run it (npm ci)
 # then runs the Rust test suites (unit, property, HTTP/stdio integration, crash, interop) and doc tests.
@@ -14,6 +15,15 @@ ts_stamp=$(stamp interop/ts/package-lock.json)
 if [ "$(cat interop/ts/node_modules/.mcp-tasks-stamp 2>/dev/null)" != "$ts_stamp" ]; then
   npm ci --prefix interop/ts --no-audit --no-fund --loglevel=error
   echo "$ts_stamp" > interop/ts/node_modules/.mcp-tasks-stamp
+else
+  echo "    up to date"
+fi
+
+echo "==> interop/ext-tasks: npm ci (MCP Tasks client ext-tasks + TypeScript SDK v2 client)"
+et_stamp=$(stamp interop/ext-tasks/package-lock.json)
+if [ "$(cat interop/ext-tasks/node_modules/.mcp-tasks-stamp 2>/dev/null)" != "$et_stamp" ]; then
+  npm ci --prefix interop/ext-tasks --no-audit --no-fund --loglevel=error
+  echo "$et_stamp" > interop/ext-tasks/node_modules/.mcp-tasks-stamp
 else
   echo "    up to date"
 fi

@@ -37,6 +37,7 @@ impl Server {
                 tick.tick().await;
                 let Some(server) = weak.upgrade() else { break };
                 server.sweep_caches();
+                server.expire_announcements(&crate::wire::notifications_for);
             }
         });
         let mut events = self.engine().notifier().subscribe_all();
@@ -89,7 +90,7 @@ impl Server {
             self.track_request(&session, &id)
         };
         let closed = out.clone();
-        let work = async {
+        let work = crate::core::CREATED.scope(std::cell::Cell::new(None), async {
             let result = match era {
                 Era::Session => era_2025::dispatch(self, peer, req, out, cancel.clone()).await,
                 Era::Stateless => era_2026::dispatch(self, peer, req, out, cancel.clone()).await,
@@ -97,8 +98,10 @@ impl Server {
                     async_tools::dispatch(self, peer, req, out, cancel.clone()).await
                 }
             };
-            Reply::of(id.clone(), result)
-        };
+            let mut reply = Reply::of(id.clone(), result);
+            reply.announces = crate::core::CREATED.with(|c| c.take());
+            reply
+        });
         let reply = tokio::select! {
             r = work => Some(r),
             _ = cancel.cancelled() => None,
@@ -108,6 +111,14 @@ impl Server {
             self.untrack_request(&session, &id);
         }
         reply
+    }
+
+    /// The transport has written `reply` to the client: messages about the task it announces may
+    /// follow now. Call it for every reply (it does nothing for most).
+    pub fn reply_written(&self, reply: &Reply) {
+        if let Some(task) = &reply.announces {
+            self.announced(task, &crate::wire::notifications_for);
+        }
     }
 
     /// Handles one notification from the client.

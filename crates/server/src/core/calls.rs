@@ -163,6 +163,12 @@ impl Server {
             }
             None => self.engine.submit(new).await,
         };
+        if let Ok(s) = &submitted {
+            if s.created && s.record.session.is_some() {
+                // The reply to this request announces the task (see `Server::reply_written`).
+                let _ = super::CREATED.try_with(|c| c.set(Some(s.record.id.clone())));
+            }
+        }
         let key = start.idempotency_key.as_deref().unwrap_or_default();
         submitted.map(|s| s.record).map_err(|e| match e {
             EngineError::Store(StoreError::IdempotencyConflict { .. }) => ErrorObject::invalid_params(format!(

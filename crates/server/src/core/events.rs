@@ -2,18 +2,98 @@
 //! exactly one open stream of the task's session — its `tasks/result` stream if one is open, else the
 //! session's standalone stream — or are held briefly when none is open yet.
 
+use dashmap::mapref::entry::Entry;
 use mcp_tasks_engine::TaskEvent;
 use mcp_tasks_protocol::jsonrpc::Message;
+use std::time::{Duration, Instant};
 
 use super::Server;
 use crate::session::Session;
+
+/// How long a new task's events wait for the reply that creates it before they go out anyway (the
+/// reply was lost with its connection, say).
+const ANNOUNCE_WAIT: Duration = Duration::from_secs(10);
+
+/// Whether the client knows a new session task yet. Nothing about a task may reach the client before
+/// the reply that tells it the task id has been written: a question on the GET stream that overtakes
+/// the `tools/call` reply cannot be matched to its task.
+pub(crate) enum Announce {
+    /// The creating reply has not been written: the task's events wait here, in order.
+    Pending(Instant, Vec<TaskEvent>),
+    /// The reply was written before the router saw the task's creation.
+    Written(Instant),
+}
+
+tokio::task_local! {
+    /// The task a request created, set by `start_task` so the transport learns which task its reply
+    /// announces.
+    pub(crate) static CREATED: std::cell::Cell<Option<String>>;
+}
 
 /// Renders an event as the messages its task's wire sends, for a session (if cached here).
 pub(crate) type Render<'a> = &'a dyn Fn(&TaskEvent, Option<&Session>) -> Vec<Message>;
 
 impl Server {
-    /// Delivers one engine event to the client it concerns.
+    /// Delivers one engine event to the client it concerns, once the client knows the task.
     pub(crate) fn route_event(&self, event: &TaskEvent, render: Render<'_>) {
+        let task = event.task();
+        if task.session.is_some() {
+            match self.announce.entry(task.id.clone()) {
+                Entry::Occupied(mut e) => match e.get_mut() {
+                    Announce::Pending(_, queue) => {
+                        queue.push(event.clone());
+                        return;
+                    }
+                    Announce::Written(_) => {
+                        e.remove();
+                    }
+                },
+                Entry::Vacant(e) => {
+                    if matches!(event, TaskEvent::Created(_)) {
+                        e.insert(Announce::Pending(Instant::now(), Vec::new()));
+                        return;
+                    }
+                }
+            }
+        }
+        self.deliver_event(event, render);
+    }
+
+    /// The reply announcing `task` has been written: its waiting events go out, in order.
+    pub(crate) fn announced(&self, task: &str, render: Render<'_>) {
+        match self.announce.entry(task.to_string()) {
+            Entry::Occupied(mut e) => {
+                if let Announce::Pending(_, queue) = e.get_mut() {
+                    // Delivered under the entry's lock, so the router cannot slip a later event in.
+                    for event in queue.drain(..) {
+                        self.deliver_event(&event, render);
+                    }
+                }
+                e.remove();
+            }
+            Entry::Vacant(e) => {
+                e.insert(Announce::Written(Instant::now()));
+            }
+        }
+    }
+
+    /// Lets out the events of tasks whose creating reply never came, and forgets old marks.
+    pub(crate) fn expire_announcements(&self, render: Render<'_>) {
+        let stale: Vec<String> = self
+            .announce
+            .iter()
+            .filter(|e| match e.value() {
+                Announce::Pending(at, _) | Announce::Written(at) => at.elapsed() >= ANNOUNCE_WAIT,
+            })
+            .map(|e| e.key().clone())
+            .collect();
+        for id in stale {
+            self.announced(&id, render);
+            self.announce.remove(&id);
+        }
+    }
+
+    fn deliver_event(&self, event: &TaskEvent, render: Render<'_>) {
         self.forget_sent(event);
         let task = event.task();
         // A `tasks/result` stream for the task may be open in another session of the same principal

@@ -16,6 +16,7 @@ mod seal;
 pub(crate) mod tasks;
 
 pub(crate) use calls::{HandlerRun, TaskStart};
+pub(crate) use events::CREATED;
 pub(crate) use inputs::check_capability;
 pub(crate) use resources::CATALOG_METHODS;
 pub(crate) use seal::{Sealer, Unsealed};
@@ -159,6 +160,9 @@ pub struct Reply {
     pub http_status: u16,
     /// For a refused call: milliseconds until it may be retried (`Retry-After`).
     pub retry_after_ms: Option<u64>,
+    /// The task this reply tells the client about for the first time: the transport calls
+    /// [`Server::reply_written`] once the reply is out, and only then do the task's messages follow.
+    pub announces: Option<String>,
 }
 
 impl Reply {
@@ -169,11 +173,13 @@ impl Reply {
                 message: Message::response(id, v),
                 http_status: 200,
                 retry_after_ms: None,
+                announces: None,
             },
             Err(f) => Reply {
                 message: Message::error(Some(id), f.error),
                 http_status: f.status,
                 retry_after_ms: f.retry_after_ms,
+                announces: None,
             },
         }
     }
@@ -249,6 +255,7 @@ impl ServerBuilder {
             sent_inputs: DashMap::new(),
             inline_inputs: DashMap::new(),
             shutdown: CancellationToken::new(),
+            announce: DashMap::new(),
         })
     }
 }
@@ -278,6 +285,8 @@ pub struct Server {
     sealer: Sealer,
     /// Raised when the server stops: long waits (blocked results, listen streams) end.
     shutdown: CancellationToken,
+    /// New session tasks whose creating reply the client may not have yet.
+    announce: DashMap<String, events::Announce>,
 }
 
 impl Server {

@@ -418,24 +418,50 @@ async fn answer_request(server: Arc<Server>, era: Era, peer: Peer, req: Request)
     let first = if may_stream {
         match tokio::time::timeout(server.config().sse_after, rx.recv()).await {
             Ok(m) => m,
-            Err(_) => return sse(keep_alive, None, rx), // still running: stream
+            // Still running: stream.
+            Err(_) => return sse(server, keep_alive, None, rx, reply_rx),
         }
     } else {
         rx.recv().await
     };
     match first {
         Some(m) if is_reply(&m) => match reply_rx.await {
-            Ok(reply) => reply.into_response(),
+            Ok(reply) => json_reply(server, reply),
             Err(_) => json_response(StatusCode::OK, &m),
         },
         // Something to send before the reply: only a stream can carry it. Cancelled (`None`): a
         // request is answered with JSON or a stream, so a stream that ends without a reply.
-        first => sse(keep_alive, first, rx),
+        first => sse(server, keep_alive, first, rx, reply_rx),
     }
 }
 
-/// An SSE response from a channel; it ends after the first reply.
-fn sse(keep_alive: Duration, first: Option<Message>, rx: mpsc::Receiver<Message>) -> Response {
+/// A reply as a JSON response. A reply that announces a new task tells the server once its body has
+/// been written, so the task's messages on other streams cannot overtake it.
+fn json_reply(server: Arc<Server>, reply: Reply) -> Response {
+    if reply.announces.is_none() {
+        return reply.into_response();
+    }
+    let mut resp = reply.clone().into_response();
+    let body = reply.message.to_json();
+    let written = stream::once(async move {
+        server.reply_written(&reply);
+        None
+    })
+    .filter_map(|x: Option<Result<Bytes, Infallible>>| async move { x });
+    *resp.body_mut() =
+        Body::from_stream(stream::iter([Ok::<_, Infallible>(Bytes::from(body))]).chain(written));
+    resp
+}
+
+/// An SSE response from a channel; it ends after the reply, and then tells the server the reply was
+/// written.
+fn sse(
+    server: Arc<Server>,
+    keep_alive: Duration,
+    first: Option<Message>,
+    rx: mpsc::Receiver<Message>,
+    mut reply: tokio::sync::oneshot::Receiver<Reply>,
+) -> Response {
     let rest = stream::unfold((rx, false), move |(mut rx, done)| async move {
         if done {
             return None;
@@ -444,9 +470,18 @@ fn sse(keep_alive: Duration, first: Option<Message>, rx: mpsc::Receiver<Message>
         let finished = is_reply(&m);
         Some((m, (rx, finished)))
     });
+    // Polled once the last event has been handed on: the reply (if any) is out.
+    let written = stream::once(async move {
+        if let Ok(r) = reply.try_recv() {
+            server.reply_written(&r);
+        }
+        None
+    })
+    .filter_map(|x: Option<Message>| async move { x });
     let events: std::pin::Pin<Box<dyn Stream<Item = Result<Event, Infallible>> + Send>> = Box::pin(
         stream::iter(first)
             .chain(rest)
+            .chain(written)
             .map(|m| Ok(Event::default().event("message").data(m.to_json()))),
     );
     Sse::new(events)

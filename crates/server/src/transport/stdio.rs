@@ -98,7 +98,9 @@ where
                         .handle_request(era, &peer, Transport::Stdio, req, tx.clone())
                         .await
                     {
-                        let _ = tx.send(reply.message).await;
+                        // One writer, in order: once the reply is queued, what follows it comes after.
+                        let _ = tx.send(reply.message.clone()).await;
+                        server.reply_written(&reply);
                     }
                 });
             }
