@@ -1067,3 +1067,46 @@ async fn notifications_before_the_get_stream_opens_are_delivered_when_it_does() 
         "held messages go out once"
     );
 }
+
+#[tokio::test]
+async fn graceful_shutdown_lets_in_flight_replies_finish_and_ends_streams() {
+    let mut s = support::start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let mut stream = c.open_stream().await;
+    let mut caller = Client::connect(&s.url).await;
+    // A plain call that takes a second, started before the shutdown begins.
+    let call = tokio::spawn(async move {
+        caller
+            .request(
+                "tools/call",
+                json!({"name": "slow_compute", "arguments": {"seconds": 1}}),
+            )
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.stop();
+    // The open GET stream ends at once…
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while stream.recv().await.is_some() {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the GET stream did not end on shutdown");
+    // …and the call in flight still gets its whole reply.
+    let ex = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("the in-flight call finished")
+        .unwrap();
+    assert_eq!(ex.status, 200);
+    let text = ex.result()["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(text.contains("finished"), "{text}");
+    // New connections are refused once the server has stopped.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let refused = reqwest::Client::new()
+        .get(s.url.replace("/mcp", "/healthz"))
+        .send()
+        .await;
+    assert!(refused.is_err(), "still serving after shutdown");
+}

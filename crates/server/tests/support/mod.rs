@@ -22,6 +22,15 @@ pub struct TestServer {
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
+impl TestServer {
+    /// Begins a graceful shutdown, as SIGTERM does for the binary.
+    pub fn stop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
 impl Drop for TestServer {
     fn drop(&mut self) {
         if let Some(tx) = self.shutdown.take() {
