@@ -1071,7 +1071,7 @@ async fn notifications_before_the_get_stream_opens_are_delivered_when_it_does() 
 #[tokio::test]
 async fn graceful_shutdown_lets_in_flight_replies_finish_and_ends_streams() {
     let mut s = support::start(vec![]).await;
-    let mut c = Client::connect(&s.url).await;
+    let c = Client::connect(&s.url).await;
     let mut stream = c.open_stream().await;
     let mut caller = Client::connect(&s.url).await;
     // A plain call that takes a second, started before the shutdown begins.
