@@ -478,16 +478,6 @@ impl ContextSink for InlineSink {
     }
 }
 
-fn task_id_param(params: &Map<String, Value>, method: &str) -> Result<String, Failure> {
-    // The taskId param is the source of truth; related-task metadata and a stray `task` are ignored.
-    match params.get("taskId") {
-        Some(Value::String(s)) => Ok(s.clone()),
-        _ => {
-            Err(ErrorObject::invalid_params(format!("{method}: missing string \"taskId\"")).into())
-        }
-    }
-}
-
 /// A task of this wire the caller may see; anything else answers exactly like a missing task.
 async fn find(
     server: &Server,
@@ -495,11 +485,7 @@ async fn find(
     params: &Map<String, Value>,
     method: &str,
 ) -> Result<TaskRecord, Failure> {
-    let id = task_id_param(params, method)?;
-    server
-        .visible_task(peer, &id, method, shows)
-        .await
-        .map_err(|u| u.task_error())
+    messages::named_task(server, peer, params, method, shows).await
 }
 
 async fn tasks_result(

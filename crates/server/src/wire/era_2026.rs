@@ -464,15 +464,6 @@ async fn tools_call(
     Ok(Value::Object(render_2026::create_result(&rec)))
 }
 
-fn task_id(params: &Map<String, Value>, method: &str) -> Result<String, Failure> {
-    match params.get("taskId") {
-        Some(Value::String(s)) => Ok(s.clone()),
-        _ => {
-            Err(ErrorObject::invalid_params(format!("{method}: missing string \"taskId\"")).into())
-        }
-    }
-}
-
 /// A task the caller may see (created under any wire: one store); anything else is "not found".
 async fn find(
     server: &Server,
@@ -480,11 +471,7 @@ async fn find(
     params: &Map<String, Value>,
     method: &str,
 ) -> Result<TaskRecord, Failure> {
-    let id = task_id(params, method)?;
-    server
-        .visible_task(peer, &id, method, |_| true)
-        .await
-        .map_err(|u| u.task_error())
+    messages::named_task(server, peer, params, method, |_| true).await
 }
 
 async fn detailed(server: &Server, rec: &TaskRecord) -> Result<Map<String, Value>, Failure> {

@@ -100,3 +100,27 @@ pub(crate) fn page_of<T>(
     let next = (end < all.len()).then(|| format!("t{end}"));
     Ok((start..end, next))
 }
+
+/// The task a `tasks/*` request names in `taskId`, if the caller may see it and `era_visible` accepts
+/// its era; anything else answers exactly like a missing task. The `taskId` param is the source of
+/// truth: related-task metadata and a stray `task` are ignored.
+pub(crate) async fn named_task(
+    server: &crate::core::Server,
+    peer: &crate::core::Peer,
+    params: &Map<String, Value>,
+    method: &str,
+    era_visible: impl Fn(&str) -> bool,
+) -> Result<mcp_tasks_engine::TaskRecord, crate::core::Failure> {
+    let Some(Value::String(id)) = params.get("taskId") else {
+        return Err(
+            mcp_tasks_protocol::jsonrpc::ErrorObject::invalid_params(format!(
+                "{method}: missing string \"taskId\""
+            ))
+            .into(),
+        );
+    };
+    server
+        .visible_task(peer, id, method, era_visible)
+        .await
+        .map_err(|u| u.task_error())
+}
