@@ -33,6 +33,21 @@ impl Stateless {
             next: 1,
         }
     }
+    /// The same client, authenticating with API key `key`.
+    fn bearer(mut self, key: &str) -> Stateless {
+        self.http = reqwest::Client::builder()
+            .default_headers(
+                [(
+                    reqwest::header::AUTHORIZATION,
+                    format!("Bearer {key}").parse().unwrap(),
+                )]
+                .into_iter()
+                .collect(),
+            )
+            .build()
+            .unwrap();
+        self
+    }
     fn with_tasks(url: &str) -> Stateless {
         Self::new(
             url,
@@ -51,12 +66,20 @@ impl Stateless {
     }
 
     /// Sends a well-formed request (meta and headers filled in) and reads the whole answer.
-    async fn call(&mut self, method: &str, mut params: Value) -> Answer {
+    async fn call(&mut self, method: &str, params: Value) -> Answer {
+        self.call_with_meta(method, params, json!({})).await
+    }
+
+    /// Like [`Stateless::call`], with `extra` merged into `_meta`.
+    async fn call_with_meta(&mut self, method: &str, mut params: Value, extra: Value) -> Answer {
         params["_meta"] = json!({
             "io.modelcontextprotocol/protocolVersion": V,
             "io.modelcontextprotocol/clientCapabilities": self.caps,
             "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
         });
+        if let (Some(meta), Some(extra)) = (params["_meta"].as_object_mut(), extra.as_object()) {
+            meta.extend(extra.clone());
+        }
         let mut headers = vec![
             ("mcp-protocol-version".to_string(), V.to_string()),
             ("mcp-method".to_string(), method.to_string()),
@@ -936,4 +959,68 @@ async fn listen(url: &str, body: Value) -> tokio::sync::mpsc::UnboundedReceiver<
         .await
         .unwrap();
     support::sse_reader_with(resp, check_notification_2026)
+}
+
+#[tokio::test]
+async fn a_retried_call_with_the_same_idempotency_key_gets_the_same_task() {
+    let s = start(vec![]).await;
+    let mut c = Stateless::with_tasks(&s.url);
+    let key = json!({"io.github.mcp-tasks/idempotency-key": "job-42"});
+    let args = json!({"name": "slow_compute", "arguments": {"seconds": 0.2}});
+    let first = c
+        .call_with_meta("tools/call", args.clone(), key.clone())
+        .await;
+    assert_eq!(first.status, 200);
+    let id = first.body["result"]["taskId"].as_str().unwrap().to_string();
+    // The retry (say, after a lost reply) names the same task, and no second run starts.
+    let again = c
+        .call_with_meta("tools/call", args.clone(), key.clone())
+        .await;
+    assert_eq!(again.body["result"]["taskId"], json!(id));
+    assert_eq!(again.body["result"]["resultType"], json!("task"));
+    // Other work under the same key is refused with a message that says what to do.
+    let other = c
+        .call_with_meta(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 5}}),
+            key.clone(),
+        )
+        .await;
+    assert_eq!(other.body["error"]["code"], -32602, "{}", other.body);
+    assert!(other.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("already used for a different call"));
+    // Another principal with the same key gets a task of its own.
+    let mut config = mcp_tasks_server::ServerConfig::default();
+    config.auth.keys = vec![
+        mcp_tasks_server::auth::ApiKey {
+            principal: "alice".into(),
+            sha256: mcp_tasks_server::auth::hash_key("ka"),
+            limits: Default::default(),
+        },
+        mcp_tasks_server::auth::ApiKey {
+            principal: "bob".into(),
+            sha256: mcp_tasks_server::auth::hash_key("kb"),
+            limits: Default::default(),
+        },
+    ];
+    let keyed = start_with(
+        std::sync::Arc::new(mcp_tasks_engine::store::memory::MemoryStore::new()),
+        support::fast_engine(),
+        config,
+        vec![],
+    )
+    .await;
+    let mut ids = Vec::new();
+    for token in ["ka", "kb"] {
+        let mut c = Stateless::with_tasks(&keyed.url).bearer(token);
+        let a = c
+            .call_with_meta("tools/call", args.clone(), key.clone())
+            .await;
+        ids.push(a.body["result"]["taskId"].as_str().unwrap().to_string());
+    }
+    assert_ne!(ids[0], ids[1], "keys are per principal");
+    let done = wait_status(&mut c, &id, &["completed"]).await;
+    assert_eq!(done["status"], "completed");
 }

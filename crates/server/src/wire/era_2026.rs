@@ -456,7 +456,8 @@ async fn tools_call(
                 era: ERA,
                 request_meta: json!({"clientCapabilities": rm.caps}),
                 ttl_ms: None,
-                idempotency_key: None,
+                // A retried call with the same key gets the same task (other arguments: -32602).
+                idempotency_key: calls::idempotency_key(params.get("_meta"))?,
                 invalid,
             },
         )
