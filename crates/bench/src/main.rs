@@ -69,7 +69,7 @@ async fn start_server(store: Arc<dyn TaskStore>) -> Result<(Arc<Server>, String)
     let mut config = ServerConfig::default();
     config.auth.anonymous_limits = mcp_tasks_server::auth::Limits {
         max_running_tasks: 1_000_000,
-        calls_per_minute: u32::MAX,
+        calls_per_minute: None,
     };
     let server = Server::builder(store, engine, config).tool(noop)?.build();
     server.start().await?;

@@ -78,7 +78,7 @@ impl AuthSection {
                 sha256: hash,
                 limits: Limits {
                     max_running_tasks: k.max_running_tasks.unwrap_or(defaults.max_running_tasks),
-                    calls_per_minute: k.calls_per_minute.unwrap_or(defaults.calls_per_minute),
+                    calls_per_minute: k.calls_per_minute.or(defaults.calls_per_minute),
                 },
             });
         }
@@ -92,7 +92,7 @@ impl AuthSection {
                     .unwrap_or(defaults.max_running_tasks),
                 calls_per_minute: self
                     .anonymous_calls_per_minute
-                    .unwrap_or(defaults.calls_per_minute),
+                    .or(defaults.calls_per_minute),
             },
             local_limits: base.local_limits,
         })

@@ -89,7 +89,7 @@ fn main() -> Result<()> {
             println!("principal = {}", toml::Value::String(principal));
             println!("sha256 = \"{}\"", mcp_tasks_server::auth::hash_key(&key));
             println!("# max_running_tasks = 100");
-            println!("# calls_per_minute = 1200");
+            println!("# calls_per_minute = 1200   # no rate limit unless set");
             Ok(())
         }
     }

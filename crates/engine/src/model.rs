@@ -116,7 +116,8 @@ pub struct TaskRecord {
     pub id: String,
     /// The principal that created the task.
     pub owner: String,
-    /// The session that created it, where the wire era has sessions.
+    /// The session that created it; for a caller without one, whatever scope the server tells such
+    /// callers apart by (opaque here: it counts for [`ActiveLimit`] and list filters).
     pub session: Option<String>,
     /// The wire era it was created under (an opaque label chosen by the server).
     pub era: String,

@@ -22,15 +22,18 @@ pub const LOCAL_USER: &str = "local-user";
 pub struct Limits {
     /// Unfinished tasks a principal may have at once (for anonymous callers: per session).
     pub max_running_tasks: usize,
-    /// Task-management calls (task-augmented `tools/call`, `tasks/*`) per minute.
-    pub calls_per_minute: u32,
+    /// Task-management calls (task-augmented `tools/call`, `tasks/*`) per minute; `None` (the default):
+    /// no limit. Unfinished tasks are capped either way (`max_running_tasks`).
+    pub calls_per_minute: Option<u32>,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_running_tasks: 100,
-            calls_per_minute: 1200,
+            // Off by default: any rate that lets many clients on one address poll at full speed is more
+            // than one machine serves, so it would bind nothing; configure one for exposed servers.
+            calls_per_minute: None,
         }
     }
 }
@@ -67,7 +70,7 @@ impl Default for AuthConfig {
             anonymous_limits: Limits::default(),
             local_limits: Limits {
                 max_running_tasks: 1000,
-                calls_per_minute: 60_000,
+                calls_per_minute: None,
             },
         }
     }

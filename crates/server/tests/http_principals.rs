@@ -24,14 +24,14 @@ fn auth(allow_anonymous: bool) -> AuthConfig {
                 "capped",
                 Limits {
                     max_running_tasks: 2,
-                    calls_per_minute: 6000,
+                    calls_per_minute: Some(6000),
                 },
             ),
             key(
                 "slow",
                 Limits {
                     max_running_tasks: 100,
-                    calls_per_minute: 6,
+                    calls_per_minute: Some(6),
                 },
             ),
         ],

@@ -129,11 +129,18 @@ impl Server {
             Some(s) => format!("{s}:{k}"),
             None => k,
         });
+        // Where tasks are counted and listed: the session; for an anonymous caller without one, the
+        // scope that tells it apart (its address), so one client cannot use up the others' tasks.
+        let session = match (&peer.session, &scope) {
+            (Some(s), _) => Some(s.id.clone()),
+            (None, Some(scope)) => Some(scope.clone()),
+            (None, None) => None,
+        };
         let new = NewTask {
             tool: start.tool,
             arguments: start.arguments,
             owner: peer.name().to_string(),
-            session: peer.session.as_ref().map(|s| s.id.clone()),
+            session: session.clone(),
             era: start.era.to_string(),
             request_meta: start.request_meta,
             requested_ttl_ms: start.ttl_ms,
@@ -141,12 +148,8 @@ impl Server {
             active_limit: Some(ActiveLimit {
                 max: peer.principal.limits.max_running_tasks,
                 owner: peer.name().to_string(),
-                // Anonymous callers share one principal: on the session wire, count per session.
-                session: peer
-                    .session
-                    .as_ref()
-                    .filter(|_| scope.is_some())
-                    .map(|s| s.id.clone()),
+                // Anonymous callers share one principal: count per session or address.
+                session: session.filter(|_| scope.is_some()),
             }),
         };
         let submitted = match start.invalid {
@@ -164,7 +167,7 @@ impl Server {
             None => self.engine.submit(new).await,
         };
         if let Ok(s) = &submitted {
-            if s.created && s.record.session.is_some() {
+            if s.created && peer.session.is_some() {
                 // The reply to this request announces the task (see `Server::reply_written`).
                 let _ = super::CREATED.try_with(|c| c.set(Some(s.record.id.clone())));
             }

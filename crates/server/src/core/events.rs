@@ -37,7 +37,8 @@ impl Server {
     /// Delivers one engine event to the client it concerns, once the client knows the task.
     pub(crate) fn route_event(&self, event: &TaskEvent, render: Render<'_>) {
         let task = event.task();
-        if task.session.is_some() {
+        // Session tasks only: the stateless wire pushes nothing unasked.
+        if task.session.is_some() && task.era != super::Era::Stateless.task_label() {
             match self.announce.entry(task.id.clone()) {
                 Entry::Occupied(mut e) => match e.get_mut() {
                     Announce::Pending(_, queue) => {

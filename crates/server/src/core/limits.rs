@@ -11,7 +11,9 @@ impl Server {
     /// Takes one task-management call from the caller's bucket, or refuses it: -32005 with
     /// `data.retryAfterMs`, sent as HTTP 429 with `Retry-After`.
     pub(crate) fn check_rate(&self, peer: &Peer, method: &str) -> Result<(), Failure> {
-        let per_minute = peer.principal.limits.calls_per_minute;
+        let Some(per_minute) = peer.principal.limits.calls_per_minute else {
+            return Ok(());
+        };
         let key = match peer.anonymous_scope() {
             Some(scope) => format!("{}:{scope}", peer.name()),
             None => peer.name().to_string(),
