@@ -138,6 +138,9 @@ pub struct TaskRecord {
     /// The message of the latest progress report that had one; cleared when the task completes,
     /// since a note such as "scanning files" is stale once the work is done.
     pub progress_message: Option<String>,
+    /// How long the task stays after it finishes, when retention counts from the end rather than from
+    /// creation: on finishing, `ttl_ms` becomes the time it ran plus this.
+    pub retain_after_finish_ms: Option<u64>,
     /// Creation time, Unix ms.
     pub created_at: u64,
     /// Last change, Unix ms.
@@ -187,6 +190,9 @@ pub struct NewTask {
     pub request_meta: Value,
     /// Requested retention in ms (`None`: the configured default). Clamped to the configured bounds.
     pub requested_ttl_ms: Option<u64>,
+    /// Retention counted from when the task finishes instead of from creation (already granted by the
+    /// caller, e.g. with [`EngineConfig::grant_ttl`](crate::EngineConfig::grant_ttl)).
+    pub retain_after_finish_ms: Option<u64>,
     /// Idempotency key.
     pub idempotency_key: Option<String>,
     /// Refuse the task when its owner already has this many unfinished tasks.
@@ -216,6 +222,7 @@ impl NewTask {
             era: String::new(),
             request_meta: Value::Null,
             requested_ttl_ms: None,
+            retain_after_finish_ms: None,
             idempotency_key: None,
             active_limit: None,
         }

@@ -135,6 +135,9 @@ impl Server {
                 };
                 if self.cancel_request(peer.session_id(), &id) {
                     tracing::debug!(request = %id, "request cancelled by client");
+                } else if self.cancel_operation_of(peer, &id).await {
+                    // The call was answered long ago; what it started is what the client cancels.
+                    tracing::debug!(request = %id, "operation cancelled by client");
                 }
             }
             "notifications/initialized"

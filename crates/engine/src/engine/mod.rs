@@ -297,9 +297,14 @@ impl Engine {
             progress: None,
             progress_total: None,
             progress_message: None,
+            retain_after_finish_ms: new.retain_after_finish_ms,
             created_at: now,
             updated_at: now,
-            ttl_ms: self.config.grant_ttl(new.requested_ttl_ms),
+            // Retention counted from the end replaces retention from creation.
+            ttl_ms: match new.retain_after_finish_ms {
+                Some(_) => None,
+                None => self.config.grant_ttl(new.requested_ttl_ms),
+            },
             poll_interval_ms: Some(self.config.poll_interval_ms),
             outcome: None,
             idempotency_key: new.idempotency_key,

@@ -88,6 +88,15 @@ impl TaskStore for MemoryStore {
         Ok(Created::New(task))
     }
 
+    async fn find_by_key(&self, owner: &str, key: &str) -> Result<Option<TaskRecord>, StoreError> {
+        let inner = self.lock();
+        Ok(inner
+            .idempotency
+            .get(&(owner.to_string(), key.to_string()))
+            .and_then(|id| inner.tasks.get(id))
+            .cloned())
+    }
+
     async fn get(&self, id: &str) -> Result<Lookup, StoreError> {
         let inner = self.lock();
         if let Some(t) = inner.tasks.get(id) {

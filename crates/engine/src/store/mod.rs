@@ -305,6 +305,10 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Looks a task up by id.
     async fn get(&self, id: &str) -> Result<Lookup, StoreError>;
 
+    /// The task `owner` created with idempotency key `key`, while it is stored (a purged task frees its
+    /// key).
+    async fn find_by_key(&self, owner: &str, key: &str) -> Result<Option<TaskRecord>, StoreError>;
+
     /// Applies `change` if the task's status is in `expect` (compare-and-set), stamping `updated_at`
     /// with `now`. Returns the updated record.
     async fn update(
@@ -404,6 +408,10 @@ pub(crate) fn apply_change(rec: &mut TaskRecord, change: TaskChange, now: u64) {
             rec.finished_at = Some(now);
             rec.lease_owner = None;
             rec.lease_until = None;
+            if let Some(keep) = rec.retain_after_finish_ms {
+                // Retention counts from now: expires_at (created_at + ttl) becomes now + keep.
+                rec.ttl_ms = Some(now.saturating_sub(rec.created_at).saturating_add(keep));
+            }
         }
     }
     if let Some(m) = change.status_message {

@@ -26,6 +26,7 @@ pub fn record(id: &str, owner: &str, created_at: u64) -> TaskRecord {
         progress: None,
         progress_total: None,
         progress_message: None,
+        retain_after_finish_ms: None,
         created_at,
         updated_at: created_at,
         ttl_ms: Some(60_000),
@@ -48,6 +49,8 @@ where
     Fut: Future<Output = S>,
 {
     create_then_get_returns_the_same_record(make().await).await;
+    a_task_is_found_by_its_key_for_its_owner_only(make().await).await;
+    retention_after_finish_counts_from_the_end(make().await).await;
     idempotency_key_returns_existing_or_conflicts(make().await).await;
     update_is_compare_and_set(make().await).await;
     racing_terminal_updates_have_one_winner(Arc::new(make().await)).await;
@@ -635,4 +638,49 @@ async fn sessions_round_trip_and_expire(s: impl TaskStore) {
     s.put_session(&sess).await.unwrap();
     assert!(s.delete_session("sess").await.unwrap());
     assert!(!s.delete_session("sess").await.unwrap());
+}
+
+async fn a_task_is_found_by_its_key_for_its_owner_only(s: impl TaskStore) {
+    let mut t = record("keyed", "alice", 1_000);
+    t.idempotency_key = Some("op-1".into());
+    s.create(t.clone(), None).await.unwrap();
+    assert_eq!(s.find_by_key("alice", "op-1").await.unwrap(), Some(t));
+    assert_eq!(s.find_by_key("bob", "op-1").await.unwrap(), None);
+    assert_eq!(s.find_by_key("alice", "op-2").await.unwrap(), None);
+}
+
+async fn retention_after_finish_counts_from_the_end(s: impl TaskStore) {
+    let mut t = record("kept", "alice", 1_000);
+    t.ttl_ms = None;
+    t.retain_after_finish_ms = Some(5_000);
+    s.create(t.clone(), None).await.unwrap();
+    let change = TaskChange {
+        status: Some(TaskStatus::Completed),
+        ..TaskChange::default()
+    };
+    let done = s
+        .update("kept", &TaskStatus::ACTIVE, change, 61_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        done.expires_at(),
+        Some(66_000),
+        "five seconds after it finished"
+    );
+    let policy = |now| PurgePolicy {
+        now,
+        finished_grace_ms: 0,
+        tombstone_ms: 60_000,
+        session_idle_ms: 60_000,
+    };
+    s.purge(policy(65_999)).await.unwrap();
+    assert!(
+        matches!(s.get("kept").await.unwrap(), Lookup::Found(_)),
+        "kept until then"
+    );
+    s.purge(policy(66_000)).await.unwrap();
+    assert!(matches!(
+        s.get("kept").await.unwrap(),
+        Lookup::Expired { .. }
+    ));
 }

@@ -81,6 +81,10 @@ pub(crate) struct TaskStart {
     pub(crate) ttl_ms: Option<u64>,
     /// The client's idempotency key, as it sent it.
     pub(crate) idempotency_key: Option<String>,
+    /// What the wire calls that key, for the error on reuse ("Idempotency key", "Operation token").
+    pub(crate) key_label: &'static str,
+    /// Retention counted from when the task finishes, instead of `ttl_ms` from creation.
+    pub(crate) retain_after_finish_ms: Option<u64>,
     /// The tool-error result of invalid arguments: the task is created finished with it.
     pub(crate) invalid: Option<Value>,
 }
@@ -125,10 +129,10 @@ impl Server {
         start: TaskStart,
     ) -> Result<TaskRecord, Failure> {
         let scope = peer.anonymous_scope();
-        let scoped_key = start.idempotency_key.clone().map(|k| match &scope {
-            Some(s) => format!("{s}:{k}"),
-            None => k,
-        });
+        let scoped_key = start
+            .idempotency_key
+            .as_deref()
+            .map(|k| scoped_key(peer, start.era, k));
         // Where tasks are counted and listed: the session; for an anonymous caller without one, the
         // scope that tells it apart (its address), so one client cannot use up the others' tasks.
         let session = match (&peer.session, &scope) {
@@ -144,6 +148,7 @@ impl Server {
             era: start.era.to_string(),
             request_meta: start.request_meta,
             requested_ttl_ms: start.ttl_ms,
+            retain_after_finish_ms: start.retain_after_finish_ms,
             idempotency_key: scoped_key,
             active_limit: Some(ActiveLimit {
                 max: peer.principal.limits.max_running_tasks,
@@ -173,9 +178,10 @@ impl Server {
             }
         }
         let key = start.idempotency_key.as_deref().unwrap_or_default();
+        let label = start.key_label;
         submitted.map(|s| s.record).map_err(|e| match e {
             EngineError::Store(StoreError::IdempotencyConflict { .. }) => ErrorObject::invalid_params(format!(
-                "Idempotency key {key:?} was already used for a different call; use a new key for new work"
+                "{label} {key:?} was already used for a different call; use a new one for new work"
             ))
             .into(),
             EngineError::Store(StoreError::TooManyActive { active, max }) => ErrorObject::new(
@@ -218,4 +224,19 @@ pub(crate) fn idempotency_key(meta: Option<&Value>) -> Result<Option<String>, Fa
         }
     }
     Ok(None)
+}
+
+/// The stored form of a client's key: its wire's namespace (operation tokens and idempotency keys never
+/// collide), and for an anonymous caller its session or address, so one client can neither collide
+/// with nor find another's tasks through a guessable key.
+pub(crate) fn scoped_key(peer: &Peer, era: &str, key: &str) -> String {
+    let key = if era == super::ASYNC_TOOLS_LABEL {
+        format!("operation:{key}")
+    } else {
+        key.to_string()
+    };
+    match peer.anonymous_scope() {
+        Some(s) => format!("{s}:{key}"),
+        None => key,
+    }
 }

@@ -154,6 +154,9 @@ impl Server {
             }
             TaskEvent::Changed(t) if t.status.is_terminal() => {
                 self.sent_inputs.retain(|_, sent| sent.task != t.id);
+                if t.era == super::ASYNC_TOOLS_LABEL {
+                    self.forget_operation(&t.id);
+                }
             }
             _ => {}
         }

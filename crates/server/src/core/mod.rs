@@ -256,6 +256,7 @@ impl ServerBuilder {
             inline_inputs: DashMap::new(),
             shutdown: CancellationToken::new(),
             announce: DashMap::new(),
+            operations: DashMap::new(),
         })
     }
 }
@@ -287,6 +288,9 @@ pub struct Server {
     shutdown: CancellationToken,
     /// New session tasks whose creating reply the client may not have yet.
     announce: DashMap<String, events::Announce>,
+    /// Asynchronous Tool Execution operations by the (session, request id) of the call that started
+    /// them, so `notifications/cancelled` for that call cancels the operation after it was answered.
+    operations: DashMap<(String, RequestId), String>,
 }
 
 impl Server {

@@ -3,7 +3,7 @@
 
 use mcp_tasks_engine::store::{ListQuery, Lookup, TaskPage};
 use mcp_tasks_engine::{EngineError, TaskRecord};
-use mcp_tasks_protocol::jsonrpc::ErrorObject;
+use mcp_tasks_protocol::jsonrpc::{ErrorObject, RequestId};
 
 use super::{internal, Failure, Peer, Server};
 use crate::transport::streams::StreamSender;
@@ -43,6 +43,58 @@ pub(crate) enum Cancel {
 }
 
 impl Server {
+    /// The task `peer` started with key `key` on wire `era` (an operation token), if it is still
+    /// stored.
+    pub(crate) async fn task_by_key(
+        &self,
+        peer: &Peer,
+        era: &str,
+        key: &str,
+    ) -> Result<Option<TaskRecord>, Failure> {
+        let stored = super::calls::scoped_key(peer, era, key);
+        let found = self
+            .engine
+            .store()
+            .find_by_key(peer.name(), &stored)
+            .await
+            .map_err(internal)?;
+        Ok(found.filter(|t| t.era == era))
+    }
+
+    /// Remembers that request `id` of `peer`'s session started operation `task`.
+    pub(crate) fn remember_operation(&self, peer: &Peer, id: &RequestId, task: &str) {
+        self.operations.insert(
+            (peer.session_id().to_string(), id.clone()),
+            task.to_string(),
+        );
+    }
+
+    /// Cancels the operation that request `id` of `peer`'s session started, if any and still running;
+    /// returns whether there was one.
+    pub(crate) async fn cancel_operation_of(&self, peer: &Peer, id: &RequestId) -> bool {
+        let Some((_, task)) = self
+            .operations
+            .remove(&(peer.session_id().to_string(), id.clone()))
+        else {
+            return false;
+        };
+        match self
+            .visible_task(peer, &task, "notifications/cancelled", |_| true)
+            .await
+        {
+            Ok(t) => {
+                let _ = self.cancel_task(&t).await;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Forgets the request that started a finished operation.
+    pub(crate) fn forget_operation(&self, task: &str) {
+        self.operations.retain(|_, t| t != task);
+    }
+
     /// The task `id` if `peer` may see it and `era_visible` accepts its era; anything else answers
     /// exactly like a missing task.
     pub(crate) async fn visible_task(

@@ -382,6 +382,8 @@ async fn tools_call(
                 request_meta: task_meta(session, req_meta),
                 ttl_ms,
                 idempotency_key: calls::idempotency_key(req_meta)?,
+                key_label: "Idempotency key",
+                retain_after_finish_ms: None,
                 invalid,
             },
         )

@@ -458,6 +458,8 @@ async fn tools_call(
                 ttl_ms: None,
                 // A retried call with the same key gets the same task (other arguments: -32602).
                 idempotency_key: calls::idempotency_key(params.get("_meta"))?,
+                key_label: "Idempotency key",
+                retain_after_finish_ms: None,
                 invalid,
             },
         )

@@ -23,6 +23,12 @@ fn schema_doc(doc: &str) -> &'static Value {
             )),
         );
         m.insert(
+            "async-tools",
+            parse(include_str!(
+                "../../../protocol/schemas/async-tool-execution/schema.json"
+            )),
+        );
+        m.insert(
             "ext-tasks",
             parse(include_str!(
                 "../../../protocol/schemas/ext-tasks-2026-07-28/schema.json"

@@ -200,6 +200,21 @@ impl TaskStore for SqliteStore {
         .await
     }
 
+    async fn find_by_key(&self, owner: &str, key: &str) -> Result<Option<TaskRecord>, StoreError> {
+        let (owner, key) = (owner.to_string(), key.to_string());
+        self.read(move |conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE owner = ?1 AND idempotency_key = ?2"
+            ))
+            .and_then(|mut s| {
+                s.query_row(params![owner, key], rows::task_from_row)
+                    .optional()
+            })
+            .with_context(|| format!("find the task of {owner} with key {key:?}"))
+        })
+        .await
+    }
+
     async fn get(&self, id: &str) -> Result<Lookup, StoreError> {
         let id = id.to_string();
         self.read(move |conn| {

@@ -97,6 +97,11 @@ CREATE TABLE IF NOT EXISTS sessions (
         what: "add tasks.progress_message",
         sql: "ALTER TABLE tasks ADD COLUMN progress_message TEXT;",
     },
+    Migration {
+        version: 4,
+        what: "add tasks.retain_after_finish_ms",
+        sql: "ALTER TABLE tasks ADD COLUMN retain_after_finish_ms INTEGER;",
+    },
 ];
 
 /// The version a database is at once every migration is applied.
