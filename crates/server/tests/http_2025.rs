@@ -1110,3 +1110,49 @@ async fn graceful_shutdown_lets_in_flight_replies_finish_and_ends_streams() {
         .await;
     assert!(refused.is_err(), "still serving after shutdown");
 }
+
+#[tokio::test]
+async fn progress_rules_on_the_session_wire() {
+    let s = start(vec![support::progress_script(150)]).await;
+    let mut c = Client::connect(&s.url).await;
+    let mut stream = c.open_stream().await;
+    let created = c
+        .request(
+            "tools/call",
+            json!({"name": "progress_script", "arguments": {}, "task": {}, "_meta": {"progressToken": "pr"}}),
+        )
+        .await;
+    let id = created.result()["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut progress = Vec::new();
+    let mut total_only = None;
+    while progress.last() != Some(&25.0) {
+        let m = support::next_msg(&mut stream).await;
+        match m["method"].as_str() {
+            Some("notifications/progress") => {
+                assert_eq!(m["params"]["progressToken"], "pr");
+                let p = m["params"]["progress"].as_f64().unwrap();
+                let t = m["params"]["total"].as_f64().unwrap();
+                assert!(t >= p, "total below progress: {m}");
+                progress.push(p);
+            }
+            Some("notifications/tasks/status") if m["params"]["progressTotal"] == 20.0 => {
+                total_only = Some(m);
+            }
+            _ => {}
+        }
+    }
+    // Each progress notification rises; the decreasing report produced none.
+    assert_eq!(progress, vec![1.0, 25.0]);
+    // The total-only change went out as the task, which carries progress.
+    let t = total_only.expect("a change of the total alone is told");
+    assert_eq!(t["params"]["progress"], 1.0);
+    // Pollers see the clamped values and the progress message as the status message.
+    let task = c.get_task(&id).await;
+    assert_eq!(task["progress"], 25.0);
+    assert_eq!(task["progressTotal"], 25.0, "raised to the progress");
+    assert_eq!(task["statusMessage"], "far");
+    c.request("tasks/cancel", json!({"taskId": id})).await;
+}

@@ -1024,3 +1024,65 @@ async fn a_retried_call_with_the_same_idempotency_key_gets_the_same_task() {
     let done = wait_status(&mut c, &id, &["completed"]).await;
     assert_eq!(done["status"], "completed");
 }
+
+#[tokio::test]
+async fn progress_rules_on_the_stateless_wire() {
+    let s = start(vec![support::progress_script(150)]).await;
+    let mut c = Stateless::with_tasks(&s.url);
+    let id = c
+        .call(
+            "tools/call",
+            json!({"name": "progress_script", "arguments": {}}),
+        )
+        .await
+        .result()["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let params = json!({
+        "notifications": {"taskIds": [id]},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": V, "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXT: {}}}},
+    });
+    let body =
+        json!({"jsonrpc": "2.0", "id": 5, "method": "subscriptions/listen", "params": params});
+    let mut rx = listen(&s.url, body).await;
+    let mut seen = Vec::new();
+    loop {
+        let n = support::next_msg(&mut rx).await;
+        if n["method"] != "notifications/tasks" {
+            continue;
+        }
+        let (p, t) = (
+            n["params"]["progress"].clone(),
+            n["params"]["progressTotal"].clone(),
+        );
+        if p.is_null() {
+            continue;
+        }
+        assert!(t.as_f64().unwrap() >= p.as_f64().unwrap(), "{n}");
+        seen.push((p.as_f64().unwrap(), t.as_f64().unwrap()));
+        if p == 25.0 {
+            assert_eq!(n["params"]["statusMessage"], "far");
+            break;
+        }
+    }
+    // A listener hears every change of what the task shows, the total-only one included, and never
+    // a value going down.
+    assert!(seen.contains(&(1.0, 20.0)), "{seen:?}");
+    assert_eq!(seen.last(), Some(&(25.0, 25.0)));
+    assert!(
+        seen.windows(2)
+            .all(|w| w[1].0 >= w[0].0 && w[1].1 >= w[0].1),
+        "{seen:?}"
+    );
+    let t = c
+        .call("tasks/get", json!({"taskId": id}))
+        .await
+        .result()
+        .clone();
+    assert_eq!(
+        (t["progress"].clone(), t["progressTotal"].clone()),
+        (json!(25.0), json!(25.0))
+    );
+    c.call("tasks/cancel", json!({"taskId": id})).await;
+}

@@ -478,3 +478,27 @@ pub async fn read_exchange(resp: reqwest::Response) -> Exchange {
 pub fn raw(m: Message) -> String {
     m.to_json()
 }
+
+/// `progress_script`: reports 1 of 10 ("one"); then 0.5 of 5 (both smaller: clamped, no change);
+/// then 1 of 20 (only the total changes); then 25 with no total ("far"; the total is raised to it);
+/// then waits until cancelled. Steps are `step_ms` apart.
+pub fn progress_script(step_ms: u64) -> mcp_tasks_server::Tool {
+    use mcp_tasks_protocol::mcp_2025::TaskSupport;
+    use mcp_tasks_server::tool::{handler_fn, text_result, Tool};
+    Tool::new(
+        "progress_script",
+        handler_fn(move |ctx, _args| async move {
+            let pause = || tokio::time::sleep(Duration::from_millis(step_ms));
+            ctx.progress(1.0, Some(10.0), Some("one".into())).await;
+            pause().await;
+            ctx.progress(0.5, Some(5.0), None).await;
+            pause().await;
+            ctx.progress(1.0, Some(20.0), None).await;
+            pause().await;
+            ctx.progress(25.0, None, Some("far".into())).await;
+            ctx.cancelled().await;
+            text_result("stopped", true)
+        }),
+    )
+    .task_support(TaskSupport::Optional)
+}
