@@ -433,3 +433,28 @@ async fn progress_events_go_out_for_every_visible_change_and_only_then() {
         ]
     );
 }
+
+#[tokio::test]
+async fn retention_after_finish_bounds_every_task_that_has_it() {
+    let e = engine(Arc::new(MemoryStore::new()), Default::default());
+    // Finished at creation: kept for the retention from now, not forever.
+    let mut new = NewTask::new("long", json!({}));
+    new.retain_after_finish_ms = Some(7_000);
+    let outcome = Outcome::Result {
+        value: json!({"content": []}),
+        is_error: true,
+    };
+    let done = e.submit_finished(new, outcome).await.unwrap().record;
+    assert_eq!(done.expires_at(), Some(done.created_at + 7_000));
+    // Still running: the ordinary ttl bounds how long it may wait for input until it finishes.
+    let mut new = NewTask::new("long", json!({}));
+    new.retain_after_finish_ms = Some(7_000);
+    let running = e.submit(new).await.unwrap().record;
+    assert_eq!(running.ttl_ms, e.config().grant_ttl(None));
+    let cancelled = e.cancel(&running.id, None).await.unwrap();
+    assert_eq!(
+        cancelled.expires_at(),
+        cancelled.finished_at.map(|f| f + 7_000),
+        "from when it finished"
+    );
+}

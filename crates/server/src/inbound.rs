@@ -37,6 +37,15 @@ impl Server {
                 tick.tick().await;
                 let Some(server) = weak.upgrade() else { break };
                 server.sweep_caches();
+            }
+        });
+        // Held messages of tasks whose announcing reply was never written go out after 10 s.
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let Some(server) = weak.upgrade() else { break };
                 server.expire_announcements(&crate::wire::notifications_for);
             }
         });
@@ -135,8 +144,9 @@ impl Server {
                 };
                 if self.cancel_request(peer.session_id(), &id) {
                     tracing::debug!(request = %id, "request cancelled by client");
-                } else if self.cancel_operation_of(peer, &id).await {
-                    // The call was answered long ago; what it started is what the client cancels.
+                }
+                // An operation the call started is cancelled too, also after the call was answered.
+                if self.cancel_operation_of(peer, &id).await {
                     tracing::debug!(request = %id, "operation cancelled by client");
                 }
             }

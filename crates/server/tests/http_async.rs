@@ -438,3 +438,26 @@ async fn keep_alive_counts_from_completion() {
     }
     assert!(gone, "the operation outlived its keepAlive");
 }
+
+#[tokio::test]
+async fn idempotency_keys_cannot_pose_as_operation_tokens() {
+    let s = start(vec![]).await;
+    let mut c = opted_in(&s.url).await;
+    start_op(
+        &mut c,
+        json!({"name": "slow_compute", "arguments": {"seconds": 0}, "operation": {"token": "x"}}),
+    )
+    .await;
+    let posing = c
+        .request(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 0}, "task": {},
+                   "_meta": {"io.github.mcp-tasks/idempotency-key": "operation:x"}}),
+        )
+        .await;
+    assert_eq!(posing.error_code(), -32602);
+    assert!(posing.error()["message"]
+        .as_str()
+        .unwrap()
+        .contains("kept for operation tokens"));
+}

@@ -300,11 +300,9 @@ impl Engine {
             retain_after_finish_ms: new.retain_after_finish_ms,
             created_at: now,
             updated_at: now,
-            // Retention counted from the end replaces retention from creation.
-            ttl_ms: match new.retain_after_finish_ms {
-                Some(_) => None,
-                None => self.config.grant_ttl(new.requested_ttl_ms),
-            },
+            // Also for retention counted from the end: until then it bounds how long the task may wait
+            // for input (the sweeper fails it after), and finishing replaces it.
+            ttl_ms: self.config.grant_ttl(new.requested_ttl_ms),
             poll_interval_ms: Some(self.config.poll_interval_ms),
             outcome: None,
             idempotency_key: new.idempotency_key,
@@ -351,6 +349,10 @@ impl Engine {
         };
         record.outcome = Some(outcome);
         record.finished_at = Some(record.created_at);
+        if let Some(keep) = record.retain_after_finish_ms {
+            // Finished at creation: retention from the end is retention from now.
+            record.ttl_ms = Some(keep);
+        }
         record.lease_owner = None;
         record.lease_until = None;
         self.store_new(record, limit).await

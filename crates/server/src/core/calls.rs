@@ -10,6 +10,12 @@ use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
 use super::{internal, Failure, Peer, Server};
+use tokio_util::sync::CancellationToken;
+
+/// A task that stopped before it could report (it panicked): the error [`internal`] reports.
+#[derive(Debug, thiserror::Error)]
+#[error("the task that stores the call stopped: {0}")]
+struct JoinFailure(String);
 use crate::tool::RegisteredTool;
 
 /// A handler running inside a request (no task). Dropping it stops the handler, so a plain call never
@@ -85,6 +91,9 @@ pub(crate) struct TaskStart {
     pub(crate) key_label: &'static str,
     /// Retention counted from when the task finishes, instead of `ttl_ms` from creation.
     pub(crate) retain_after_finish_ms: Option<u64>,
+    /// The call's request id, when `notifications/cancelled` for it must reach the task after the
+    /// reply (Asynchronous Tool Execution).
+    pub(crate) cancellable_by: Option<mcp_tasks_protocol::jsonrpc::RequestId>,
     /// The tool-error result of invalid arguments: the task is created finished with it.
     pub(crate) invalid: Option<Value>,
 }
@@ -124,9 +133,10 @@ impl Server {
     /// Anonymous callers' idempotency keys and running-task counts are scoped to their session or
     /// address, so one client can neither collide with nor find another's tasks.
     pub(crate) async fn start_task(
-        &self,
+        self: &Arc<Self>,
         peer: &Peer,
         start: TaskStart,
+        cancel: &CancellationToken,
     ) -> Result<TaskRecord, Failure> {
         let scope = peer.anonymous_scope();
         let scoped_key = start
@@ -157,23 +167,50 @@ impl Server {
                 session: session.filter(|_| scope.is_some()),
             }),
         };
-        let submitted = match start.invalid {
-            Some(value) => {
-                self.engine
-                    .submit_finished(
-                        new,
-                        Outcome::Result {
-                            value,
-                            is_error: true,
-                        },
-                    )
-                    .await
+        // The create runs to its end in a task of its own: a call cancelled or dropped half-way must
+        // not leave a stored task that nothing runs. A task whose call was cancelled meanwhile is
+        // cancelled in turn; an operation is remembered under its call's id first, so a cancel that
+        // comes later still reaches it.
+        let server = self.clone();
+        let (invalid, cancel) = (start.invalid, cancel.clone());
+        let remember = start
+            .cancellable_by
+            .map(|id| (peer.session_id().to_string(), id));
+        let submitted = tokio::spawn(async move {
+            let submitted = match invalid {
+                Some(value) => {
+                    server
+                        .engine
+                        .submit_finished(
+                            new,
+                            Outcome::Result {
+                                value,
+                                is_error: true,
+                            },
+                        )
+                        .await
+                }
+                None => server.engine.submit(new).await,
+            };
+            if let Ok(s) = &submitted {
+                if s.created && !s.record.status.is_terminal() {
+                    if let Some(key) = remember {
+                        server.operations.insert(key, s.record.id.clone());
+                    }
+                    if cancel.is_cancelled() {
+                        let why = "cancelled with the call that started it".to_string();
+                        let _ = server.engine.cancel(&s.record.id, Some(why)).await;
+                    }
+                }
             }
-            None => self.engine.submit(new).await,
-        };
+            submitted
+        })
+        .await
+        .map_err(|e| internal(JoinFailure(e.to_string())))?;
         if let Ok(s) = &submitted {
-            if s.created && peer.session.is_some() {
-                // The reply to this request announces the task (see `Server::reply_written`).
+            if peer.session.is_some() && start.era != super::Era::Stateless.task_label() {
+                // The reply to this request names the task (see `Server::reply_written`), also when
+                // a retry finds it: that releases messages a lost first reply left waiting.
                 let _ = super::CREATED.try_with(|c| c.set(Some(s.record.id.clone())));
             }
         }
@@ -212,6 +249,12 @@ pub(crate) fn idempotency_key(meta: Option<&Value>) -> Result<Option<String>, Fa
     for key in [meta::IDEMPOTENCY_KEY, meta::LEGACY_TASK_ID_KEY] {
         match meta.get(key) {
             None | Some(Value::Null) => {}
+            Some(Value::String(s)) if s.starts_with("operation:") => {
+                return Err(ErrorObject::invalid_params(format!(
+                    "tools/call: _meta[{key:?}] must not start with \"operation:\" (kept for operation tokens)"
+                ))
+                .into());
+            }
             Some(Value::String(s)) if !s.is_empty() && s.len() <= 256 => {
                 return Ok(Some(s.clone()))
             }

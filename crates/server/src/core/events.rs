@@ -90,7 +90,6 @@ impl Server {
             .collect();
         for id in stale {
             self.announced(&id, render);
-            self.announce.remove(&id);
         }
     }
 

@@ -396,6 +396,7 @@ impl Server {
         self.streams.close_session(id);
         self.streams.drop_held(id);
         self.subscriptions.remove(id);
+        self.operations.retain(|(session, _), _| session != id);
         self.inflight.retain(|(session, _), token| {
             if session == id {
                 token.cancel();

@@ -61,14 +61,6 @@ impl Server {
         Ok(found.filter(|t| t.era == era))
     }
 
-    /// Remembers that request `id` of `peer`'s session started operation `task`.
-    pub(crate) fn remember_operation(&self, peer: &Peer, id: &RequestId, task: &str) {
-        self.operations.insert(
-            (peer.session_id().to_string(), id.clone()),
-            task.to_string(),
-        );
-    }
-
     /// Cancels the operation that request `id` of `peer`'s session started, if any and still running;
     /// returns whether there was one.
     pub(crate) async fn cancel_operation_of(&self, peer: &Peer, id: &RequestId) -> bool {

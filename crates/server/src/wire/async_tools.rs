@@ -10,7 +10,7 @@
 //! is spelt `canceled` here), with `submitted` for an operation just accepted. A tool result with
 //! `isError` is a `completed` operation whose result says so.
 
-use mcp_tasks_engine::{random_id, Outcome, TaskEvent, TaskRecord, TaskStatus};
+use mcp_tasks_engine::{now_ms, random_id, Outcome, TaskEvent, TaskRecord, TaskStatus};
 use mcp_tasks_protocol::jsonrpc::{ErrorObject, Message, Request, RequestId};
 use mcp_tasks_protocol::mcp_2025::TaskSupport;
 use mcp_tasks_protocol::meta;
@@ -153,6 +153,11 @@ async fn find(
         }
     };
     match server.task_by_key(peer, ASYNC_TOOLS_LABEL, token).await? {
+        // Past its keepAlive it is gone, whether or not the sweeper has purged it yet.
+        Some(t) if t.status.is_terminal() && t.expires_at().is_some_and(|e| e <= now_ms()) => Err(
+            ErrorObject::invalid_params("Failed to retrieve operation: Operation has expired")
+                .into(),
+        ),
         Some(t) => Ok(t),
         None => {
             tracing::info!(target: "mcp_tasks::audit", principal = %peer.name(), method, "operation lookup failed");
@@ -214,6 +219,12 @@ async fn call(
         ))
         .into());
     }
+    if tool.tool.prepare.is_some() {
+        // A retry must not ask its questions again: the token already names the operation.
+        if let Some(rec) = server.task_by_key(peer, ASYNC_TOOLS_LABEL, &token).await? {
+            return Ok(accepted(name, &token, &rec));
+        }
+    }
     let invalid = calls::invalid_arguments(tool, &arguments);
     let req_meta = call_params.get("_meta").or(params.get("_meta"));
     let arguments = match invalid {
@@ -248,30 +259,35 @@ async fn call(
                 idempotency_key: Some(token.clone()),
                 key_label: "Operation token",
                 retain_after_finish_ms: keep_ms,
+                cancellable_by: Some(request_id.clone()),
                 invalid,
             },
+            &cancel,
         )
         .await?;
-    if !rec.status.is_terminal() {
-        server.remember_operation(peer, request_id, &rec.id);
-    }
+    Ok(accepted(name, &token, &rec))
+}
+
+/// The immediate `CallToolResult` of a call that started (or, retried, found) operation `rec`.
+fn accepted(tool: &str, token: &str, rec: &TaskRecord) -> Value {
     // Just accepted: `submitted`; a retry of a call that already ran reports where it is.
     let status = match rec.status {
         TaskStatus::Working if rec.progress.is_none() && rec.attempt == 1 => "submitted",
-        _ => status_of(&rec),
+        _ => status_of(rec),
     };
     let poll_secs = rec.poll_interval_ms.unwrap_or(1000).div_ceil(1000).max(1);
-    Ok(json!({
+    json!({
         "content": [{"type": "text", "text": format!(
-            "Started {name} as operation {token}. Poll tools/async/status with this token; fetch the result with tools/async/result once it is completed."
+            "Started {tool} as operation {token}. Poll tools/async/status with this token; fetch the result with tools/async/result once it is completed."
         )}],
         "operation": {
             "token": token,
-            "keepAlive": keep_ms.map(|ms| ms.div_ceil(1000)),
+            // What the operation has (a retry reports the first call's grant).
+            "keepAlive": rec.retain_after_finish_ms.map(|ms| ms.div_ceil(1000)),
             "pollFrequency": poll_secs,
             "status": status,
         },
-    }))
+    })
 }
 
 /// An operation waiting for input: its questions go (again) to the session's open stream, unless they

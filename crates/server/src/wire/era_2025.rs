@@ -384,8 +384,10 @@ async fn tools_call(
                 idempotency_key: calls::idempotency_key(req_meta)?,
                 key_label: "Idempotency key",
                 retain_after_finish_ms: None,
+                cancellable_by: None,
                 invalid,
             },
+            &cancel,
         )
         .await?;
     let mut result_meta = Map::new();

@@ -436,7 +436,16 @@ async fn tools_call(
     // A tool may ask its questions before the task starts (in rounds, like a plain call).
     let arguments = match (&tool.tool.prepare, &invalid) {
         (Some(prepare), None) => {
-            match run_round(prepare.clone(), arguments, answers, rm, &out, cancel).await {
+            match run_round(
+                prepare.clone(),
+                arguments,
+                answers,
+                rm,
+                &out,
+                cancel.clone(),
+            )
+            .await
+            {
                 Round::Done(Outcome::Result {
                     value,
                     is_error: false,
@@ -460,8 +469,10 @@ async fn tools_call(
                 idempotency_key: calls::idempotency_key(params.get("_meta"))?,
                 key_label: "Idempotency key",
                 retain_after_finish_ms: None,
+                cancellable_by: None,
                 invalid,
             },
+            &cancel,
         )
         .await?;
     Ok(Value::Object(render_2026::create_result(&rec)))
