@@ -126,8 +126,13 @@ impl Server {
     /// follow now. Call it for every reply (it does nothing for most).
     pub fn reply_written(&self, reply: &Reply) {
         if let Some(task) = &reply.announces {
-            self.announced(task, &crate::wire::notifications_for);
+            self.task_announced(task);
         }
+    }
+
+    /// The reply that tells the client about `task` has been written.
+    pub(crate) fn task_announced(&self, task: &str) {
+        self.announced(task, &crate::wire::notifications_for);
     }
 
     /// Handles one notification from the client.

@@ -39,21 +39,21 @@ impl Server {
         let task = event.task();
         // Session tasks only: the stateless wire pushes nothing unasked.
         if task.session.is_some() && task.era != super::Era::Stateless.task_label() {
-            match self.announce.entry(task.id.clone()) {
-                Entry::Occupied(mut e) => match e.get_mut() {
-                    Announce::Pending(_, queue) => {
-                        queue.push(event.clone());
-                        return;
-                    }
-                    Announce::Written(_) => {
-                        e.remove();
-                    }
-                },
-                Entry::Vacant(e) => {
-                    if matches!(event, TaskEvent::Created(_)) {
+            if matches!(event, TaskEvent::Created(_)) {
+                // The one insert per task; a reply written before the router got here leaves a mark.
+                match self.announce.entry(task.id.clone()) {
+                    Entry::Vacant(e) => {
                         e.insert(Announce::Pending(Instant::now(), Vec::new()));
                         return;
                     }
+                    Entry::Occupied(e) => {
+                        e.remove();
+                    }
+                }
+            } else if let Some(mut e) = self.announce.get_mut(&task.id) {
+                if let Announce::Pending(_, queue) = e.value_mut() {
+                    queue.push(event.clone());
+                    return;
                 }
             }
         }

@@ -132,16 +132,44 @@ impl IntoResponse for HttpError {
     }
 }
 
-impl IntoResponse for Reply {
-    fn into_response(self) -> Response {
+/// How a reply goes out, carried beside its message (which travels on the request's channel).
+struct Envelope {
+    http_status: u16,
+    retry_after_ms: Option<u64>,
+    /// The task the reply tells the client about for the first time.
+    announces: Option<String>,
+}
+
+impl Envelope {
+    fn of(reply: Reply) -> (Envelope, Message) {
+        let envelope = Envelope {
+            http_status: reply.http_status,
+            retry_after_ms: reply.retry_after_ms,
+            announces: reply.announces,
+        };
+        (envelope, reply.message)
+    }
+
+    /// The reply as a JSON response. One that announces a new task tells the server once its body
+    /// has been written, so the task's messages on other streams cannot overtake it.
+    fn json(self, server: Arc<Server>, message: &Message) -> Response {
         let status = StatusCode::from_u16(self.http_status).unwrap_or(StatusCode::OK);
-        let mut resp = json_response(status, &self.message);
+        let mut resp = json_response(status, message);
         if let Some(ms) = self.retry_after_ms {
             // Whole seconds, rounded up: a client that waits this long is let through.
             let secs = ms.div_ceil(1000).max(1);
             if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
                 resp.headers_mut().insert(header::RETRY_AFTER, v);
             }
+        }
+        if let Some(task) = self.announces {
+            let body = std::mem::take(resp.body_mut());
+            let written = stream::once(async move {
+                server.task_announced(&task);
+                None
+            })
+            .filter_map(|x: Option<Result<Bytes, axum::Error>>| async move { x });
+            *resp.body_mut() = Body::from_stream(body.into_data_stream().chain(written));
         }
         resp
     }
@@ -400,7 +428,7 @@ async fn answer_request(server: Arc<Server>, era: Era, peer: Peer, req: Request)
     // above all: the client wants to poll) are always answered with plain JSON.
     let may_stream = crate::wire::may_stream(&req.method);
     let (tx, mut rx) = mpsc::channel::<Message>(256);
-    let (reply_tx, reply_rx) = tokio::sync::oneshot::channel::<Reply>();
+    let (envelope_tx, envelope_rx) = tokio::sync::oneshot::channel::<Envelope>();
     let worker = server.clone();
     tokio::spawn(async move {
         let out = tx.clone();
@@ -408,9 +436,10 @@ async fn answer_request(server: Arc<Server>, era: Era, peer: Peer, req: Request)
             .handle_request(era, &peer, Transport::Http, req, out)
             .await
         {
-            // The reply goes on the stream when one is open, else as the JSON body.
-            let message = reply.message.clone();
-            let _ = reply_tx.send(reply);
+            // The message goes on the channel: a stream carries it when one is open, else it is the
+            // JSON body.
+            let (envelope, message) = Envelope::of(reply);
+            let _ = envelope_tx.send(envelope);
             let _ = tx.send(message).await;
         }
     });
@@ -419,38 +448,20 @@ async fn answer_request(server: Arc<Server>, era: Era, peer: Peer, req: Request)
         match tokio::time::timeout(server.config().sse_after, rx.recv()).await {
             Ok(m) => m,
             // Still running: stream.
-            Err(_) => return sse(server, keep_alive, None, rx, reply_rx),
+            Err(_) => return sse(server, keep_alive, None, rx, envelope_rx),
         }
     } else {
         rx.recv().await
     };
     match first {
-        Some(m) if is_reply(&m) => match reply_rx.await {
-            Ok(reply) => json_reply(server, reply),
+        Some(m) if is_reply(&m) => match envelope_rx.await {
+            Ok(envelope) => envelope.json(server, &m),
             Err(_) => json_response(StatusCode::OK, &m),
         },
         // Something to send before the reply: only a stream can carry it. Cancelled (`None`): a
         // request is answered with JSON or a stream, so a stream that ends without a reply.
-        first => sse(server, keep_alive, first, rx, reply_rx),
+        first => sse(server, keep_alive, first, rx, envelope_rx),
     }
-}
-
-/// A reply as a JSON response. A reply that announces a new task tells the server once its body has
-/// been written, so the task's messages on other streams cannot overtake it.
-fn json_reply(server: Arc<Server>, reply: Reply) -> Response {
-    if reply.announces.is_none() {
-        return reply.into_response();
-    }
-    let mut resp = reply.clone().into_response();
-    let body = reply.message.to_json();
-    let written = stream::once(async move {
-        server.reply_written(&reply);
-        None
-    })
-    .filter_map(|x: Option<Result<Bytes, Infallible>>| async move { x });
-    *resp.body_mut() =
-        Body::from_stream(stream::iter([Ok::<_, Infallible>(Bytes::from(body))]).chain(written));
-    resp
 }
 
 /// An SSE response from a channel; it ends after the reply, and then tells the server the reply was
@@ -460,7 +471,7 @@ fn sse(
     keep_alive: Duration,
     first: Option<Message>,
     rx: mpsc::Receiver<Message>,
-    mut reply: tokio::sync::oneshot::Receiver<Reply>,
+    mut envelope: tokio::sync::oneshot::Receiver<Envelope>,
 ) -> Response {
     let rest = stream::unfold((rx, false), move |(mut rx, done)| async move {
         if done {
@@ -472,8 +483,8 @@ fn sse(
     });
     // Polled once the last event has been handed on: the reply (if any) is out.
     let written = stream::once(async move {
-        if let Ok(r) = reply.try_recv() {
-            server.reply_written(&r);
+        if let Some(task) = envelope.try_recv().ok().and_then(|e| e.announces) {
+            server.task_announced(&task);
         }
         None
     })
