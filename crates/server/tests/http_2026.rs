@@ -744,24 +744,8 @@ async fn principals_apply_on_this_wire_too() {
     .await;
     let mut anon = Stateless::with_tasks(&s.url);
     assert_eq!(anon.call("tools/list", json!({})).await.status, 401);
-    let call = |c: &mut Stateless, key: &str| {
-        let key = key.to_string();
-        c.http = reqwest::Client::builder()
-            .default_headers(
-                [(
-                    reqwest::header::AUTHORIZATION,
-                    format!("Bearer {key}").parse().unwrap(),
-                )]
-                .into_iter()
-                .collect(),
-            )
-            .build()
-            .unwrap();
-    };
-    let mut alice = Stateless::with_tasks(&s.url);
-    call(&mut alice, "ka");
-    let mut bob = Stateless::with_tasks(&s.url);
-    call(&mut bob, "kb");
+    let mut alice = Stateless::with_tasks(&s.url).bearer("ka");
+    let mut bob = Stateless::with_tasks(&s.url).bearer("kb");
     let id = alice
         .call(
             "tools/call",

@@ -227,22 +227,20 @@ async fn call(
     }
     let invalid = calls::invalid_arguments(tool, &arguments);
     let req_meta = call_params.get("_meta").or(params.get("_meta"));
-    let arguments = match invalid {
-        Some(_) => arguments,
-        None => match era_2025::prepared_arguments(
-            server,
-            session,
-            tool.tool.prepare.as_ref(),
-            arguments,
-            req_meta,
-            &out,
-            &cancel,
-        )
-        .await?
-        {
-            Ok(args) => args,
-            Err(tool_error) => return Ok(tool_error),
-        },
+    let arguments = match era_2025::prepared_arguments(
+        server,
+        session,
+        tool.tool.prepare.as_ref(),
+        arguments,
+        invalid.is_some(),
+        req_meta,
+        &out,
+        &cancel,
+    )
+    .await?
+    {
+        Ok(args) => args,
+        Err(tool_error) => return Ok(tool_error),
     };
     let keep_ms = server.engine().config().grant_ttl(keep_alive_ms);
     let mut stored = era_2025::task_meta(session, req_meta);

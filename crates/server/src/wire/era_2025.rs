@@ -196,24 +196,13 @@ pub(crate) fn tools_list(
     params: &Map<String, Value>,
     invocation_modes: bool,
 ) -> Result<Value, Failure> {
-    let all = server.tools().all();
-    let cursor = messages::cursor("tools/list", params)?;
-    let (range, next) = messages::page_of(
-        "tools/list",
-        all,
-        cursor.as_deref(),
-        server.config().page_size,
-    )?;
-    let tools: Vec<Value> = all[range]
-        .iter()
-        .map(|t| {
-            let mut d = t.describe(session.has_tasks());
-            if invocation_modes {
-                super::async_tools::add_invocation_mode(&mut d, t.tool.task_support);
-            }
-            d
-        })
-        .collect();
+    let (tools, next) = messages::tools_page(server, params, |t| {
+        let mut d = t.describe(session.has_tasks());
+        if invocation_modes {
+            super::async_tools::add_invocation_mode(&mut d, t.tool.task_support);
+        }
+        d
+    })?;
     let mut result = json!({"tools": tools});
     if let Some(c) = next {
         result["nextCursor"] = json!(c);
@@ -261,16 +250,19 @@ pub(crate) fn task_meta(session: &Session, req_meta: Option<&Value>) -> Value {
 
 /// A tool's prepare step, run inside the call before its task is created (it may ask for input on
 /// this call's stream): the task's arguments, or the tool-error result to answer with instead.
+/// Arguments that failed validation are kept as they are (the task records the failure).
+#[allow(clippy::too_many_arguments)] // one call's context, passed through
 pub(crate) async fn prepared_arguments(
     server: &Arc<Server>,
     session: &Arc<Session>,
     prepare: Option<&Arc<dyn TaskHandler>>,
     arguments: Value,
+    invalid: bool,
     req_meta: Option<&Value>,
     out: &StreamSender,
     cancel: &CancellationToken,
 ) -> Result<Result<Value, Value>, Failure> {
-    let Some(prepare) = prepare else {
+    let Some(prepare) = prepare.filter(|_| !invalid) else {
         return Ok(Ok(arguments));
     };
     let prepared = run_inline(
@@ -343,22 +335,20 @@ async fn tools_call(
         )
         .await;
     }
-    let arguments = match invalid {
-        Some(_) => arguments,
-        None => match prepared_arguments(
-            server,
-            session,
-            tool.tool.prepare.as_ref(),
-            arguments,
-            req_meta,
-            &out,
-            &cancel,
-        )
-        .await?
-        {
-            Ok(args) => args,
-            Err(tool_error) => return Ok(tool_error),
-        },
+    let arguments = match prepared_arguments(
+        server,
+        session,
+        tool.tool.prepare.as_ref(),
+        arguments,
+        invalid.is_some(),
+        req_meta,
+        &out,
+        &cancel,
+    )
+    .await?
+    {
+        Ok(args) => args,
+        Err(tool_error) => return Ok(tool_error),
     };
     let ttl_ms = match task_meta_param.and_then(|t| t.get("ttl")) {
         None | Some(Value::Null) => None,

@@ -261,15 +261,7 @@ fn discover(server: &Server) -> Value {
 }
 
 fn tools_list(server: &Server, params: &Map<String, Value>) -> Result<Value, Failure> {
-    let all = server.tools().all();
-    let cursor = messages::cursor("tools/list", params)?;
-    let (range, next) = messages::page_of(
-        "tools/list",
-        all,
-        cursor.as_deref(),
-        server.config().page_size,
-    )?;
-    let tools: Vec<Value> = all[range].iter().map(|t| t.describe(false)).collect();
+    let (tools, next) = messages::tools_page(server, params, |t| t.describe(false))?;
     let mut r = json!({"tools": tools, "ttlMs": 60_000, "cacheScope": "public"});
     if let Some(c) = next {
         r["nextCursor"] = json!(c);

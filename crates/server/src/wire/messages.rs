@@ -124,3 +124,20 @@ pub(crate) async fn named_task(
         .await
         .map_err(|u| u.task_error())
 }
+
+/// A page of the server's tools for `tools/list`, each shown by `describe`, and the next cursor.
+pub(crate) fn tools_page(
+    server: &crate::core::Server,
+    params: &Map<String, Value>,
+    describe: impl Fn(&crate::tool::RegisteredTool) -> Value,
+) -> Result<(Vec<Value>, Option<String>), crate::core::Failure> {
+    let all = server.tools().all();
+    let cursor = cursor("tools/list", params)?;
+    let (range, next) = page_of(
+        "tools/list",
+        all,
+        cursor.as_deref(),
+        server.config().page_size,
+    )?;
+    Ok((all[range].iter().map(describe).collect(), next))
+}
