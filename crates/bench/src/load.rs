@@ -1,0 +1,161 @@
+//! The load: `clients` concurrent clients doing one mode's operation until `ops` are done, with the
+//! latency of each operation recorded.
+
+use anyhow::{anyhow, Result};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::wire::{Client, Wire};
+
+/// What a run measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// `tools/call` → task handle.
+    Create,
+    /// `tasks/get` on tasks that exist (and are finished).
+    Get,
+    /// One task from call to result: create, poll until finished, fetch the result.
+    E2e,
+}
+
+impl Mode {
+    /// All modes, in the order a run takes them.
+    pub const ALL: [Mode; 3] = [Mode::Create, Mode::Get, Mode::E2e];
+    /// Short name.
+    pub fn label(self) -> &'static str {
+        match self {
+            Mode::Create => "create",
+            Mode::Get => "get",
+            Mode::E2e => "e2e",
+        }
+    }
+}
+
+/// The figures of one mode against one target.
+#[derive(Clone, Debug, Default)]
+pub struct Figures {
+    /// Operations completed.
+    pub ops: usize,
+    /// Operations per second.
+    pub rate: f64,
+    /// Latency percentiles in ms.
+    pub p50: f64,
+    /// 90th percentile, ms.
+    pub p90: f64,
+    /// 99th percentile, ms.
+    pub p99: f64,
+    /// Failed operations.
+    pub errors: usize,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)].as_secs_f64() * 1000.0
+}
+
+/// Creates `n` tasks with `clients` clients and waits until each is finished; returns their ids (for
+/// the get mode).
+pub async fn prefill(url: &str, wire: Wire, clients: usize, n: usize) -> Result<Vec<String>> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..clients {
+        let (url, next) = (url.to_string(), next.clone());
+        workers.push(tokio::spawn(async move {
+            let mut c = Client::connect(&url, wire).await?;
+            let mut ids = Vec::new();
+            while next.fetch_add(1, Ordering::Relaxed) < n {
+                let id = c.create().await?;
+                while !c.get(&id).await?.terminal {}
+                ids.push(id);
+            }
+            Ok::<_, anyhow::Error>(ids)
+        }));
+    }
+    let mut all = Vec::new();
+    for w in workers {
+        all.extend(w.await??);
+    }
+    Ok(all)
+}
+
+/// Runs `mode` against `url` with `clients` clients for `ops` operations (or until `limit`).
+pub async fn run(
+    url: &str,
+    wire: Wire,
+    mode: Mode,
+    clients: usize,
+    ops: usize,
+    existing: Arc<Vec<String>>,
+    limit: Duration,
+) -> Result<Figures> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let deadline = started + limit;
+    let mut workers = Vec::new();
+    for k in 0..clients {
+        let (url, next, existing) = (url.to_string(), next.clone(), existing.clone());
+        workers.push(tokio::spawn(async move {
+            let mut c = Client::connect(&url, wire).await?;
+            let mut lat = Vec::new();
+            let mut errors = 0;
+            let mut pick = k;
+            while next.fetch_add(1, Ordering::Relaxed) < ops && Instant::now() < deadline {
+                let t0 = Instant::now();
+                let done: Result<()> = async {
+                    match mode {
+                        Mode::Create => {
+                            c.create().await?;
+                        }
+                        Mode::Get => {
+                            pick = (pick + clients) % existing.len().max(1);
+                            let id = existing.get(pick).ok_or_else(|| anyhow!("no tasks"))?;
+                            c.get(id).await?;
+                        }
+                        Mode::E2e => {
+                            let id = c.create().await?;
+                            let mut polls = 0;
+                            let status = loop {
+                                let s = c.get(&id).await?;
+                                polls += 1;
+                                if s.terminal || polls > 10_000 {
+                                    break s;
+                                }
+                            };
+                            if !status.has_result {
+                                c.result(&id).await?;
+                            }
+                        }
+                    }
+                    Ok(())
+                }
+                .await;
+                match done {
+                    Ok(()) => lat.push(t0.elapsed()),
+                    Err(_) => errors += 1,
+                }
+            }
+            Ok::<_, anyhow::Error>((lat, errors))
+        }));
+    }
+    let mut lat = Vec::new();
+    let mut errors = 0;
+    for w in workers {
+        let (l, e) = w.await??;
+        lat.extend(l);
+        errors += e;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    lat.sort();
+    Ok(Figures {
+        ops: lat.len(),
+        rate: lat.len() as f64 / elapsed.max(1e-9),
+        p50: percentile(&lat, 0.50),
+        p90: percentile(&lat, 0.90),
+        p99: percentile(&lat, 0.99),
+        errors,
+    })
+}

@@ -1,0 +1,117 @@
+//! The servers a run measures, each in a process of its own so its memory can be read: our server on
+//! each store and wire, the peers under `bench/peers/`, and the ceiling.
+
+use anyhow::{bail, Context, Result};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::wire::Wire;
+
+/// A server to measure.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// Name in tables and charts.
+    pub name: String,
+    /// The wire the load speaks to it.
+    pub wire: Wire,
+    /// The command that starts it (it prints `listening on URL` first).
+    pub command: Vec<String>,
+}
+
+/// A running target; killed when dropped.
+pub struct Running {
+    child: Child,
+    /// Its MCP endpoint.
+    pub url: String,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Target {
+    /// Starts the target and waits (at most 60 s) for its URL.
+    pub fn start(&self) -> Result<Running> {
+        let (program, args) = self
+            .command
+            .split_first()
+            .context("a target needs a command")?;
+        let mut child = Command::new(program)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .env("RUST_LOG", "error")
+            .spawn()
+            .with_context(|| format!("cannot start {}: {:?}", self.name, self.command))?;
+        let stdout = child.stdout.take().context("no stdout")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            if let Some(Ok(line)) = lines.next() {
+                let _ = tx.send(line);
+            }
+            for _ in lines {}
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(l) => l,
+            Err(_) => {
+                let _ = child.kill();
+                bail!("{} did not print its URL within 60 s", self.name);
+            }
+        };
+        let url = line
+            .strip_prefix("listening on ")
+            .with_context(|| format!("{}: unexpected first line {line:?}", self.name))?
+            .trim()
+            .to_string();
+        Ok(Running { child, url })
+    }
+}
+
+impl Running {
+    /// The server's resident memory now and at its peak, in MiB (Linux `/proc`).
+    pub fn rss_mib(&self) -> (f64, f64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|kb| kb.parse::<f64>().ok())
+                .map_or(0.0, |kb| kb / 1024.0)
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+}
+
+/// Our server on `store` (`sqlite` or `memory`) speaking `wire`, run by this very binary.
+pub fn ours(store: &str, wire: Wire, scratch: &std::path::Path) -> Result<Target> {
+    let exe = std::env::current_exe()?.display().to_string();
+    let store_arg = match store {
+        "sqlite" => format!(
+            "sqlite://{}",
+            scratch.join(format!("bench-{}.db", wire.label())).display()
+        ),
+        _ => "memory:".to_string(),
+    };
+    Ok(Target {
+        name: format!("mcp-tasks {store} ({})", wire.label()),
+        wire,
+        command: vec![exe, "serve-ours".into(), "--store".into(), store_arg],
+    })
+}
+
+/// The ceiling: every request answered with one canned reply.
+pub fn ceiling() -> Result<Target> {
+    let exe = std::env::current_exe()?.display().to_string();
+    Ok(Target {
+        name: "ceiling (canned reply)".into(),
+        wire: Wire::Canned,
+        command: vec![exe, "ceiling".into()],
+    })
+}
