@@ -21,6 +21,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::load::Mode;
+
+/// The same allocator as the `mcp-tasks` binary, so the servers measured here are the ones users run.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use crate::wire::Wire;
 
 #[derive(Parser, Debug)]
@@ -62,6 +66,24 @@ enum Command {
     },
     /// Serve the ceiling: a canned reply to every request (run by the suite).
     Ceiling,
+    /// Run one mode against a server that is already running (e.g. under a profiler).
+    Drive {
+        /// Its MCP endpoint.
+        #[arg(long)]
+        url: String,
+        /// 2025 or 2026.
+        #[arg(long, default_value = "2025")]
+        wire: String,
+        /// create, get or e2e.
+        #[arg(long, default_value = "create")]
+        mode: String,
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+        /// Operations.
+        #[arg(long, default_value_t = 3000)]
+        ops: usize,
+    },
 }
 
 fn main() -> Result<()> {
@@ -70,14 +92,60 @@ fn main() -> Result<()> {
     match args.command {
         Some(Command::ServeOurs { store }) => runtime.block_on(serve::ours(&store)),
         Some(Command::Ceiling) => runtime.block_on(serve::ceiling()),
+        Some(Command::Drive {
+            url,
+            wire,
+            mode,
+            clients,
+            ops,
+        }) => runtime.block_on(drive(&url, &wire, &mode, clients, ops)),
         None => runtime.block_on(suite(args.suite)),
     }
 }
 
+async fn drive(url: &str, wire: &str, mode: &str, clients: usize, ops: usize) -> Result<()> {
+    let wire = match wire {
+        "2026" => Wire::Stateless2026,
+        _ => Wire::Session2025,
+    };
+    let mode = Mode::ALL
+        .into_iter()
+        .find(|m| m.label() == mode)
+        .context("mode is create, get or e2e")?;
+    let existing = if mode == Mode::Get {
+        Arc::new(load::prefill(url, wire, clients, (clients * 50).max(1000)).await?)
+    } else {
+        Arc::new(Vec::new())
+    };
+    let f = load::run(
+        url,
+        wire,
+        mode,
+        clients,
+        ops,
+        existing,
+        Duration::from_secs(600),
+    )
+    .await?;
+    println!(
+        "{} {}: {} ops, {:.0} ops/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
+        wire.label(),
+        mode.label(),
+        f.ops,
+        f.rate,
+        f.p50,
+        f.p99,
+        f.errors
+    );
+    Ok(())
+}
+
+/// Whether target `key` is in the `--only` list (`all`, and `ours` for every target of our server).
 fn wanted(only: &str, key: &str) -> bool {
-    only == "all"
-        || (only == "ours" && !matches!(key, "ceiling" | "ts-sdk-v1" | "rmcp"))
-        || only.split(',').any(|k| k.trim() == key)
+    let ours = !matches!(key, "ceiling" | "ts-sdk-v1" | "rmcp");
+    only.split(',')
+        .map(str::trim)
+        .any(|k| k == "all" || k == key || (k == "ours" && ours))
 }
 
 async fn suite(args: SuiteArgs) -> Result<()> {

@@ -21,6 +21,51 @@ struct Inner {
     tombstones: HashMap<String, (String, Option<String>, u64)>,
     sessions: HashMap<String, SessionRecord>,
     inputs: HashMap<String, InputRecord>,
+    /// Unfinished tasks by (owner, session), and their number per owner: the limit check on every
+    /// create reads these instead of scanning every task ever stored.
+    unfinished: HashMap<(String, Option<String>), HashSet<String>>,
+    unfinished_per_owner: HashMap<String, usize>,
+}
+
+impl Inner {
+    /// Keeps the unfinished index right for `rec` after a change (or its creation).
+    fn track(&mut self, rec: &TaskRecord) {
+        let key = (rec.owner.clone(), rec.session.clone());
+        let set = self.unfinished.entry(key.clone()).or_default();
+        let changed = if rec.status.is_terminal() {
+            set.remove(&rec.id)
+        } else {
+            set.insert(rec.id.clone())
+        };
+        if set.is_empty() {
+            self.unfinished.remove(&key);
+        }
+        if changed {
+            let n = self
+                .unfinished_per_owner
+                .entry(rec.owner.clone())
+                .or_default();
+            if rec.status.is_terminal() {
+                *n = n.saturating_sub(1);
+            } else {
+                *n += 1;
+            }
+            if *n == 0 {
+                self.unfinished_per_owner.remove(&rec.owner);
+            }
+        }
+    }
+
+    /// Unfinished tasks of `owner`, of one session when given.
+    fn unfinished_of(&self, owner: &str, session: Option<&String>) -> usize {
+        match session {
+            Some(s) => self
+                .unfinished
+                .get(&(owner.to_string(), Some(s.clone())))
+                .map_or(0, HashSet::len),
+            None => self.unfinished_per_owner.get(owner).copied().unwrap_or(0),
+        }
+    }
 }
 
 /// Tasks, tombstones and sessions in a mutex-guarded map.
@@ -66,12 +111,7 @@ impl TaskStore for MemoryStore {
             }
         }
         if let Some(l) = &limit {
-            let active = inner
-                .tasks
-                .values()
-                .filter(|t| t.owner == l.owner && !t.status.is_terminal())
-                .filter(|t| l.session.is_none() || t.session == l.session)
-                .count();
+            let active = inner.unfinished_of(&l.owner, l.session.as_ref());
             if active >= l.max {
                 return Err(StoreError::TooManyActive { active, max: l.max });
             }
@@ -84,6 +124,7 @@ impl TaskStore for MemoryStore {
         inner
             .by_owner
             .insert((task.owner.clone(), task.created_at, task.id.clone()), ());
+        inner.track(&task);
         inner.tasks.insert(task.id.clone(), task.clone());
         Ok(Created::New(task))
     }
@@ -124,7 +165,9 @@ impl TaskStore for MemoryStore {
             return Err(UpdateError::Conflict(Box::new(rec.clone())));
         }
         apply_change(rec, change, now);
-        Ok(rec.clone())
+        let rec = rec.clone();
+        inner.track(&rec);
+        Ok(rec)
     }
 
     async fn list(&self, q: &ListQuery) -> Result<Result<TaskPage, InvalidCursor>, StoreError> {

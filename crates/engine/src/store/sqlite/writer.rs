@@ -32,6 +32,12 @@ pub(super) fn spawn(conn: Connection) -> Result<mpsc::Sender<Job>, StoreError> {
     Ok(tx)
 }
 
+/// Runs one transaction-control statement through the statement cache (they run several times per
+/// write; compiling them each time was a measurable share of a create).
+fn control(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
 fn writer_loop(conn: Connection, mut rx: mpsc::Receiver<Job>) {
     while let Some(first) = rx.blocking_recv() {
         let mut group = vec![first];
@@ -41,7 +47,7 @@ fn writer_loop(conn: Connection, mut rx: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        if let Err(e) = control(&conn, "BEGIN IMMEDIATE") {
             // Every job of the group is told the same cause, so it is shared rather than copied.
             let cause = Arc::new(e);
             for job in group {
@@ -56,26 +62,26 @@ fn writer_loop(conn: Connection, mut rx: mpsc::Receiver<Job>) {
         }
         let mut done: Vec<Completion> = Vec::with_capacity(group.len());
         for job in group {
-            if let Err(e) = conn.execute_batch("SAVEPOINT job") {
+            if let Err(e) = control(&conn, "SAVEPOINT job") {
                 let (_, complete) = job_without_db(job);
                 complete(Err(StoreError::backend("open a savepoint for a write", e)));
                 continue;
             }
             let (ok, complete) = job(&conn);
             let end = if ok {
-                "RELEASE job"
+                control(&conn, "RELEASE job")
             } else {
-                "ROLLBACK TO job; RELEASE job"
+                control(&conn, "ROLLBACK TO job").and_then(|()| control(&conn, "RELEASE job"))
             };
-            if let Err(e) = conn.execute_batch(end) {
+            if let Err(e) = end {
                 tracing::error!(error = %crate::store::error_chain(&e), "SQLite savepoint release failed");
             }
             done.push(complete);
         }
-        let commit = conn.execute_batch("COMMIT").map_err(Arc::new);
+        let commit = control(&conn, "COMMIT").map_err(Arc::new);
         if commit.is_err() {
             // Leave no transaction open for the next group; if this fails too there was none.
-            let _ = conn.execute_batch("ROLLBACK");
+            let _ = control(&conn, "ROLLBACK");
         }
         for complete in done {
             complete(match &commit {
