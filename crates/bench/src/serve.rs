@@ -50,6 +50,10 @@ pub async fn ceiling() -> Result<()> {
         .fallback(|| async { ([(header::CONTENT_TYPE, "application/json")], REPLY) });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     println!("listening on http://{}/mcp", listener.local_addr()?);
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app).await?;
     Ok(())
 }

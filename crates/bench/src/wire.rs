@@ -72,7 +72,8 @@ impl Client {
     pub async fn create(&mut self) -> Result<String> {
         let params = match self.wire {
             Wire::Stateless2026 => json!({"name": "noop", "arguments": {}}),
-            _ => json!({"name": "noop", "arguments": {}, "task": {}}),
+            // A ttl, so stores that keep tasks without one forever (the TypeScript SDK's) purge them.
+            _ => json!({"name": "noop", "arguments": {}, "task": {"ttl": 300_000}}),
         };
         let r = self.call("tools/call", params).await?;
         let id = match self.wire {

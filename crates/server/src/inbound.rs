@@ -130,6 +130,15 @@ impl Server {
         }
     }
 
+    /// Opens a session's standalone stream (the HTTP GET stream); events held for it go out first.
+    pub(crate) fn open_standalone(
+        &self,
+        session: &str,
+        tx: StreamSender,
+    ) -> crate::transport::streams::StreamGuard {
+        self.open_standalone_with(session, tx, &crate::wire::notifications_for)
+    }
+
     /// The reply that tells the client about `task` has been written.
     pub(crate) fn task_announced(&self, task: &str) {
         self.announced(task, &crate::wire::notifications_for);

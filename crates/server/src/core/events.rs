@@ -14,6 +14,12 @@ use crate::session::Session;
 /// reply was lost with its connection, say).
 const ANNOUNCE_WAIT: Duration = Duration::from_secs(10);
 
+/// How many events are kept for a session with no open stream (a client opens its GET stream a moment
+/// after initialize)…
+const HELD_MAX: usize = 64;
+/// …and for how long.
+const HELD_FOR: Duration = Duration::from_secs(10);
+
 /// Whether the client knows a new session task yet. Nothing about a task may reach the client before
 /// the reply that tells it the task id has been written: a question on the GET stream that overtakes
 /// the `tools/call` reply cannot be matched to its task.
@@ -93,6 +99,32 @@ impl Server {
         }
     }
 
+    /// Opens a session's standalone stream: what was held for it goes out first, rendered now.
+    pub(crate) fn open_standalone_with(
+        &self,
+        session: &str,
+        tx: crate::transport::streams::StreamSender,
+        render: Render<'_>,
+    ) -> crate::transport::streams::StreamGuard {
+        let cached = self.sessions.cached(session);
+        let first: Vec<Message> = self
+            .held
+            .remove(session)
+            .map(|(_, q)| q)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(at, _)| at.elapsed() < HELD_FOR)
+            .flat_map(|(_, event)| render(&event, cached.as_deref()))
+            .collect();
+        self.streams.register_standalone(session, tx, first)
+    }
+
+    /// Forgets held events that are too old to be useful.
+    pub(crate) fn expire_held(&self) {
+        self.held
+            .retain(|_, q| q.back().is_some_and(|(at, _)| at.elapsed() < HELD_FOR));
+    }
+
     fn deliver_event(&self, event: &TaskEvent, render: Render<'_>) {
         self.forget_sent(event);
         let task = event.task();
@@ -107,9 +139,15 @@ impl Server {
             // No stream open yet (a client opens its GET stream a moment after initialize): keep the
             // notifications briefly for the first stream that opens. Input requests are not kept:
             // they have their own path (re-sent on tasks/result).
+            // Held as events and rendered only if a stream opens: most sessions never open one.
             if session.is_some() && !matches!(event, TaskEvent::InputRequested { .. }) {
-                self.streams
-                    .hold(session_id, render(event, session.as_deref()));
+                let mut q = self.held.entry(session_id.to_string()).or_default();
+                q.push_back((Instant::now(), event.clone()));
+                while q.len() > HELD_MAX
+                    || q.front().is_some_and(|(at, _)| at.elapsed() >= HELD_FOR)
+                {
+                    q.pop_front();
+                }
             }
             return;
         }

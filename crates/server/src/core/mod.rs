@@ -256,6 +256,7 @@ impl ServerBuilder {
             inline_inputs: DashMap::new(),
             shutdown: CancellationToken::new(),
             announce: DashMap::new(),
+            held: DashMap::new(),
             operations: DashMap::new(),
         })
     }
@@ -288,6 +289,11 @@ pub struct Server {
     shutdown: CancellationToken,
     /// New session tasks whose creating reply the client may not have yet.
     announce: DashMap<String, events::Announce>,
+    /// Events for sessions with no stream open yet, unrendered, oldest first (bounded, short-lived).
+    held: DashMap<
+        String,
+        std::collections::VecDeque<(std::time::Instant, mcp_tasks_engine::TaskEvent)>,
+    >,
     /// Asynchronous Tool Execution operations by the (session, request id) of the call that started
     /// them, so `notifications/cancelled` for that call cancels the operation after it was answered.
     operations: DashMap<(String, RequestId), String>,
@@ -362,7 +368,7 @@ impl Server {
     pub(crate) fn sweep_caches(&self) {
         self.sessions
             .evict_idle(self.engine.config().session_idle_ms);
-        self.streams.expire_held();
+        self.expire_held();
         self.rate.forget_idle(std::time::Duration::from_secs(600));
     }
 
@@ -394,7 +400,7 @@ impl Server {
     pub async fn end_session(&self, id: &str) -> Result<bool, StoreError> {
         let existed = self.sessions.delete(id).await?;
         self.streams.close_session(id);
-        self.streams.drop_held(id);
+        self.held.remove(id);
         self.subscriptions.remove(id);
         self.operations.retain(|(session, _), _| session != id);
         self.inflight.retain(|(session, _), token| {

@@ -74,6 +74,14 @@ pub async fn serve_listener(
         stopper.shutdown();
         let _ = stopping_tx.send(());
     };
+    // No Nagle: a reply is small and often written in parts (a streamed body, SSE events); waiting
+    // for the peer's delayed ACK before the last part would add tens of milliseconds.
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not turn Nagle off on a connection");
+        }
+    });
     let serving = axum::serve(
         listener,
         router(server).into_make_service_with_connect_info::<SocketAddr>(),
@@ -550,7 +558,7 @@ async fn get_stream(State(server): State<Arc<Server>>, req: HttpRequest) -> Resp
         Err(resp) => return resp,
     };
     let (tx, rx) = mpsc::channel::<Message>(256);
-    let guard = server.streams().register_standalone(&session.id, tx);
+    let guard = server.open_standalone(&session.id, tx);
     // The guard lives as long as the stream: when the client disconnects, the stream is dropped and
     // the session's standalone stream is unregistered.
     let events = stream::unfold((rx, guard), |(mut rx, guard)| async move {

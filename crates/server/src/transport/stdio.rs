@@ -77,11 +77,11 @@ where
                 let reply = match server.initialize(&principal, req.params.as_ref()).await {
                     Ok((session, result)) => {
                         // stdout is this session's standalone stream for task notifications.
-                        _standalone = Some(
-                            server
-                                .streams()
-                                .register_standalone(&session.id, tx.clone()),
-                        );
+                        _standalone = Some(server.streams().register_standalone(
+                            &session.id,
+                            tx.clone(),
+                            Vec::new(),
+                        ));
                         peer.write().await.session = Some(session);
                         Message::response(req.id, result)
                     }

@@ -28,16 +28,9 @@ struct SessionStreams {
     per_task: HashMap<String, Vec<TaskStream>>,
 }
 
-/// How many notifications are kept for a session with no open stream…
-const HELD_MAX: usize = 64;
-/// …and for how long.
-const HELD_FOR: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// Open client streams by session.
 #[derive(Default, Clone)]
 pub struct Streams {
-    /// Notifications for sessions with no open stream yet, oldest first (bounded, short-lived).
-    held: Arc<DashMap<String, std::collections::VecDeque<(std::time::Instant, Message)>>>,
     inner: Arc<DashMap<String, Mutex<SessionStreams>>>,
     /// task id → (session, number of open task streams), for tasks/result opened in another session.
     task_sessions: Arc<DashMap<String, (String, usize)>>,
@@ -103,43 +96,20 @@ impl Drop for StreamGuard {
 }
 
 impl Streams {
-    /// Registers a session's standalone stream (HTTP GET, or stdout).
-    pub fn register_standalone(&self, session: &str, tx: StreamSender) -> StreamGuard {
-        // What was held for this session goes out first, on this stream only.
-        if let Some((_, held)) = self.held.remove(session) {
-            for (at, msg) in held {
-                if at.elapsed() < HELD_FOR && tx.try_send(msg).is_err() {
-                    break;
-                }
+    /// Registers a session's standalone stream (HTTP GET, or stdout); `first` goes out on it before
+    /// anything else.
+    pub fn register_standalone(
+        &self,
+        session: &str,
+        tx: StreamSender,
+        first: Vec<Message>,
+    ) -> StreamGuard {
+        for msg in first {
+            if tx.try_send(msg).is_err() {
+                break;
             }
         }
         self.register(session, None, tx)
-    }
-
-    /// Keeps notifications for a session that has no stream open (at most 64, for 10 s).
-    pub fn hold(&self, session: &str, msgs: Vec<Message>) {
-        if msgs.is_empty() {
-            return;
-        }
-        let mut q = self.held.entry(session.to_string()).or_default();
-        let now = std::time::Instant::now();
-        for m in msgs {
-            q.push_back((now, m));
-        }
-        while q.len() > HELD_MAX || q.front().is_some_and(|(at, _)| at.elapsed() >= HELD_FOR) {
-            q.pop_front();
-        }
-    }
-
-    /// Forgets what was held for a session (it ended).
-    pub fn drop_held(&self, session: &str) {
-        self.held.remove(session);
-    }
-
-    /// Forgets held notifications that are too old to be useful.
-    pub fn expire_held(&self) {
-        self.held
-            .retain(|_, q| q.back().is_some_and(|(at, _)| at.elapsed() < HELD_FOR));
     }
 
     /// Registers a stream that belongs to one task (an open `tasks/result`).
@@ -238,7 +208,6 @@ impl Streams {
     /// Closes every stream (the server is stopping): their receivers see the end of the stream.
     pub fn close_all(&self) {
         self.inner.clear();
-        self.held.clear();
     }
 
     /// Whether a session has any open stream here.
