@@ -57,52 +57,47 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)].as_secs_f64() * 1000.0
 }
 
-/// Creates `n` tasks with `clients` clients and waits until each is finished; returns their ids (for
-/// the get mode).
-pub async fn prefill(url: &str, wire: Wire, clients: usize, n: usize) -> Result<Vec<String>> {
-    let next = Arc::new(AtomicUsize::new(0));
-    let mut workers = Vec::new();
-    for _ in 0..clients {
-        let (url, next) = (url.to_string(), next.clone());
-        workers.push(tokio::spawn(async move {
-            let mut c = Client::connect(&url, wire).await?;
-            let mut ids = Vec::new();
-            while next.fetch_add(1, Ordering::Relaxed) < n {
-                let id = c.create().await?;
-                while !c.get(&id).await?.terminal {}
-                ids.push(id);
-            }
-            Ok::<_, anyhow::Error>(ids)
-        }));
+/// Creates `n` tasks with one client and waits until each is finished; returns their ids.
+async fn own_tasks(c: &mut Client, n: usize) -> Result<Vec<String>> {
+    let mut ids = Vec::with_capacity(n);
+    for _ in 0..n {
+        let id = c.create().await?;
+        while !c.get(&id).await?.terminal {}
+        ids.push(id);
     }
-    let mut all = Vec::new();
-    for w in workers {
-        all.extend(w.await??);
-    }
-    Ok(all)
+    Ok(ids)
 }
 
-/// Runs `mode` against `url` with `clients` clients for `ops` operations (or until `limit`).
+/// Runs `mode` against `url` with `clients` clients for `ops` operations (or until `limit`). For the
+/// get mode each client first creates `per_client` tasks of its own and waits until they are finished
+/// (not timed; some servers show a task only to the session that made it), then reads those.
 pub async fn run(
     url: &str,
     wire: Wire,
     mode: Mode,
     clients: usize,
     ops: usize,
-    existing: Arc<Vec<String>>,
+    per_client: usize,
     limit: Duration,
 ) -> Result<Figures> {
     let next = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let deadline = started + limit;
+    let ready = Arc::new(tokio::sync::Barrier::new(clients + 1));
     let mut workers = Vec::new();
-    for k in 0..clients {
-        let (url, next, existing) = (url.to_string(), next.clone(), existing.clone());
+    for _ in 0..clients {
+        let (url, next, ready) = (url.to_string(), next.clone(), ready.clone());
         workers.push(tokio::spawn(async move {
-            let mut c = Client::connect(&url, wire).await?;
+            let mut c = Client::connect(&url, wire).await;
+            let existing = match (&mut c, mode) {
+                (Ok(c), Mode::Get) => own_tasks(c, per_client).await,
+                _ => Ok(Vec::new()),
+            };
+            // Everyone starts the timed part together, also a client that failed to prepare.
+            ready.wait().await;
+            let (mut c, existing) = (c?, existing?);
+            let deadline = Instant::now() + limit;
             let mut lat = Vec::new();
             let mut errors = 0;
-            let mut pick = k;
+            let mut pick = 0;
             while next.fetch_add(1, Ordering::Relaxed) < ops && Instant::now() < deadline {
                 let t0 = Instant::now();
                 let done: Result<()> = async {
@@ -111,7 +106,7 @@ pub async fn run(
                             c.create().await?;
                         }
                         Mode::Get => {
-                            pick = (pick + clients) % existing.len().max(1);
+                            pick = (pick + 1) % existing.len().max(1);
                             let id = existing.get(pick).ok_or_else(|| anyhow!("no tasks"))?;
                             c.get(id).await?;
                         }
@@ -141,6 +136,8 @@ pub async fn run(
             Ok::<_, anyhow::Error>((lat, errors))
         }));
     }
+    ready.wait().await;
+    let started = Instant::now();
     let mut lat = Vec::new();
     let mut errors = 0;
     for w in workers {

@@ -17,7 +17,6 @@ mod wire;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::load::Mode;
@@ -112,21 +111,7 @@ async fn drive(url: &str, wire: &str, mode: &str, clients: usize, ops: usize) ->
         .into_iter()
         .find(|m| m.label() == mode)
         .context("mode is create, get or e2e")?;
-    let existing = if mode == Mode::Get {
-        Arc::new(load::prefill(url, wire, clients, (clients * 50).max(1000)).await?)
-    } else {
-        Arc::new(Vec::new())
-    };
-    let f = load::run(
-        url,
-        wire,
-        mode,
-        clients,
-        ops,
-        existing,
-        Duration::from_secs(600),
-    )
-    .await?;
+    let f = load::run(url, wire, mode, clients, ops, 64, Duration::from_secs(600)).await?;
     println!(
         "{} {}: {} ops, {:.0} ops/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
         wire.label(),
@@ -164,25 +149,22 @@ async fn suite(args: SuiteArgs) -> Result<()> {
     if wanted(&args.only, "ceiling") {
         list.push(targets::ceiling()?);
     }
+    let (peers, versions) =
+        targets::peers(wanted(&args.only, "ts-sdk-v1"), wanted(&args.only, "rmcp"))?;
+    list.extend(peers);
     let mut rows = Vec::new();
     let limit = Duration::from_secs(args.max_seconds);
     for target in &list {
         eprintln!("== {}", target.name);
         let running = target.start()?;
         for mode in Mode::ALL {
-            let existing = if mode == Mode::Get && target.wire != Wire::Canned {
-                let n = (args.clients * 50).max(1000);
-                Arc::new(load::prefill(&running.url, target.wire, args.clients, n).await?)
-            } else {
-                Arc::new(vec!["ceiling".to_string()])
-            };
             let figures = load::run(
                 &running.url,
                 target.wire,
                 mode,
                 args.clients,
                 args.ops,
-                existing,
+                64,
                 limit,
             )
             .await
@@ -205,7 +187,7 @@ async fn suite(args: SuiteArgs) -> Result<()> {
         }
     }
     std::fs::create_dir_all(&args.out)?;
-    let md = report::markdown(&rows, args.clients, args.ops, &[]);
+    let md = report::markdown(&rows, args.clients, args.ops, &versions);
     std::fs::write(args.out.join("README.md"), &md)?;
     report::charts(&rows, &args.out)?;
     println!("{md}");

@@ -115,3 +115,68 @@ pub fn ceiling() -> Result<Target> {
         command: vec![exe, "ceiling".into()],
     })
 }
+
+/// Names and versions of what was measured, for the report's header.
+pub type Versions = Vec<(String, String)>;
+
+/// The peer servers under `bench/peers/`, built or installed first by their `build.sh` (pinned
+/// versions; quick when nothing changed): the TypeScript SDK v1 on 2025-11-25 and rmcp 3 on 2026-07-28
+/// (it serves no other task form). Also returns their versions for the report.
+pub fn peers(want_ts: bool, want_rmcp: bool) -> Result<(Vec<Target>, Versions)> {
+    if !want_ts && !want_rmcp {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/peers");
+    eprintln!("== building the peers (bench/peers/build.sh)");
+    let out = Command::new("bash")
+        .arg(dir.join("build.sh"))
+        .stderr(Stdio::inherit())
+        .output()
+        .context("cannot run bench/peers/build.sh")?;
+    if !out.status.success() {
+        bail!("bench/peers/build.sh failed ({})", out.status);
+    }
+    let listing = String::from_utf8_lossy(&out.stdout);
+    let command = |name: &str| -> Result<Vec<String>> {
+        let line = listing
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .with_context(|| format!("build.sh printed no command for {name}"))?;
+        Ok(line.split_whitespace().map(String::from).collect())
+    };
+    let version = |file: &str, after: &str| {
+        std::fs::read_to_string(dir.join(file))
+            .ok()
+            .and_then(|t| {
+                let rest = &t[t.find(after)? + after.len()..];
+                let v: String = rest
+                    .chars()
+                    .skip_while(|c| !c.is_ascii_digit())
+                    .take_while(|c| c.is_ascii_digit() || *c == '.')
+                    .collect();
+                (!v.is_empty()).then_some(v)
+            })
+            .unwrap_or_else(|| "unknown".into())
+    };
+    let mut targets = Vec::new();
+    let mut versions = Vec::new();
+    if want_ts {
+        let v = version("ts-sdk-v1/package.json", "\"@modelcontextprotocol/sdk\"");
+        targets.push(Target {
+            name: "TypeScript SDK v1 (InMemoryTaskStore)".into(),
+            wire: Wire::Session2025,
+            command: command("ts-sdk-v1")?,
+        });
+        versions.push(("TypeScript SDK (npm @modelcontextprotocol/sdk)".into(), v));
+    }
+    if want_rmcp {
+        let v = version("rmcp/Cargo.toml", "rmcp = { version = \"=");
+        targets.push(Target {
+            name: "rmcp 3 (TaskManager)".into(),
+            wire: Wire::Stateless2026,
+            command: command("rmcp")?,
+        });
+        versions.push(("rmcp (crates.io)".into(), v));
+    }
+    Ok((targets, versions))
+}
