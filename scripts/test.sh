@@ -4,6 +4,7 @@
 #   - interop/ext-tasks: the official MCP Tasks client (@modelcontextprotocol/ext-tasks) on the TypeScript SDK v2 client (npm ci)
 #   - interop/python: the official Python SDK v1 client (a venv from requirements.txt)
 #   - conformance: the official MCP conformance suite and Node 22 to run it (npm ci)
+#   - valgrind (Debian package, when missing): the performance guard counts instructions with callgrind
 # then runs the Rust test suites (unit, property, HTTP/stdio integration, crash, interop) and doc tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +47,14 @@ if [ "$(cat interop/python/.venv/.mcp-tasks-stamp 2>/dev/null)" != "$py_stamp" ]
   echo "$py_stamp" > interop/python/.venv/.mcp-tasks-stamp
 else
   echo "    up to date"
+fi
+
+echo "==> valgrind (the performance guard counts instructions with callgrind)"
+if command -v valgrind >/dev/null 2>&1; then
+  echo "    $(valgrind --version)"
+else
+  echo "    installing Debian's valgrind"
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; else sudo apt-get update -qq && sudo apt-get install -y -qq valgrind >/dev/null; fi
 fi
 
 echo "==> cargo fmt --check and clippy (warnings are errors)"
