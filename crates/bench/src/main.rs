@@ -11,6 +11,7 @@
 
 mod load;
 mod report;
+mod scale;
 mod serve;
 mod targets;
 mod wire;
@@ -53,15 +54,31 @@ struct SuiteArgs {
     /// Where the report goes.
     #[arg(long, default_value = "docs/bench")]
     out: std::path::PathBuf,
+    /// Also run the scenarios at scale (1,000,000 stored tasks, 100,000 unfinished, restart, blocked
+    /// results); several minutes.
+    #[arg(long)]
+    scale: bool,
+    /// Tasks stored for the large case of --scale.
+    #[arg(long, default_value_t = 1_000_000)]
+    scale_stored: usize,
+    /// Unfinished tasks for --scale.
+    #[arg(long, default_value_t = 100_000)]
+    scale_unfinished: usize,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Serve our server with a no-op task tool (run by the suite).
     ServeOurs {
-        /// `memory:` or `sqlite://PATH` (the file is started afresh).
+        /// `memory:` or `sqlite://PATH` (the file is started afresh unless --keep).
         #[arg(long)]
         store: String,
+        /// Keep the SQLite file (a restart).
+        #[arg(long)]
+        keep: bool,
+        /// Store this many finished tasks before serving.
+        #[arg(long, default_value_t = 0)]
+        prefill: usize,
     },
     /// Serve the ceiling: a canned reply to every request (run by the suite).
     Ceiling,
@@ -89,7 +106,11 @@ fn main() -> Result<()> {
     let args = Args::parse();
     let runtime = tokio::runtime::Runtime::new()?;
     match args.command {
-        Some(Command::ServeOurs { store }) => runtime.block_on(serve::ours(&store)),
+        Some(Command::ServeOurs {
+            store,
+            keep,
+            prefill,
+        }) => runtime.block_on(serve::ours(&store, keep, prefill)),
         Some(Command::Ceiling) => runtime.block_on(serve::ceiling()),
         Some(Command::Drive {
             url,
@@ -187,7 +208,10 @@ async fn suite(args: SuiteArgs) -> Result<()> {
         }
     }
     std::fs::create_dir_all(&args.out)?;
-    let md = report::markdown(&rows, args.clients, args.ops, &versions);
+    let mut md = report::markdown(&rows, args.clients, args.ops, &versions);
+    if args.scale {
+        md.push_str(&scale::all(scratch.path(), args.scale_stored, args.scale_unfinished).await?);
+    }
     std::fs::write(args.out.join("README.md"), &md)?;
     report::charts(&rows, &args.out)?;
     println!("{md}");

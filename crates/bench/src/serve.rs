@@ -10,12 +10,16 @@ use mcp_tasks_server::tool::{handler_fn, text_result, Tool};
 use mcp_tasks_server::{Server, ServerConfig};
 use std::sync::Arc;
 
-/// Serves our server with one tool, `noop` (a task when asked, done at once), on `store`
-/// (`memory:` or `sqlite://PATH`, a fresh file), with limits lifted so the load measures the server.
-pub async fn ours(store: &str) -> Result<()> {
+/// Serves our server on `store` (`memory:` or `sqlite://PATH`; the file is started afresh unless
+/// `keep`), with limits lifted so the load measures the server, and these tools (each a task when
+/// asked): `noop` (done at once), `wait` (runs until cancelled), `stamp {ms}` (sleeps `ms`, then answers
+/// the Unix ms at which it finished). With `prefill`, first stores that many finished tasks.
+pub async fn ours(store: &str, keep: bool, prefill: usize) -> Result<()> {
     let store: Arc<dyn TaskStore> = match store.strip_prefix("sqlite://") {
         Some(path) => {
-            let _ = std::fs::remove_file(path);
+            if !keep {
+                let _ = std::fs::remove_file(path);
+            }
             Arc::new(SqliteStore::open(path)?)
         }
         None => Arc::new(MemoryStore::new()),
@@ -26,6 +30,28 @@ pub async fn ours(store: &str) -> Result<()> {
     )
     .description("Does nothing, at once.")
     .task_support(TaskSupport::Optional);
+    let wait = Tool::new(
+        "wait",
+        handler_fn(|ctx, _args| async move {
+            ctx.cancelled().await;
+            text_result("stopped", false)
+        }),
+    )
+    .description("Runs until cancelled.")
+    .task_support(TaskSupport::Optional);
+    let stamp = Tool::new(
+        "stamp",
+        handler_fn(|_ctx, args| async move {
+            let ms = args
+                .get("ms")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0);
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            text_result(mcp_tasks_engine::now_ms().to_string(), false)
+        }),
+    )
+    .description("Sleeps `ms`, then answers the Unix ms at which it finished.")
+    .task_support(TaskSupport::Optional);
     let mut config = ServerConfig::default();
     config.auth.anonymous_limits = mcp_tasks_server::auth::Limits {
         max_running_tasks: 10_000_000,
@@ -33,8 +59,45 @@ pub async fn ours(store: &str) -> Result<()> {
     };
     let server = Server::builder(store, EngineConfig::default(), config)
         .tool(noop)?
+        .tool(wait)?
+        .tool(stamp)?
         .build();
-    server.start().await?;
+    // Recovery of what a previous run left unfinished is part of starting (and of restart time).
+    let recovered = server.start().await?;
+    if recovered > 0 {
+        eprintln!("recovered {recovered} unfinished tasks");
+    }
+    if prefill > 0 {
+        use futures::StreamExt;
+        let started = std::time::Instant::now();
+        let engine = server.engine().clone();
+        // Concurrent submits, so the SQLite writer commits them in groups.
+        futures::stream::iter(0..prefill)
+            .map(|i| {
+                let engine = engine.clone();
+                async move {
+                    let mut new =
+                        mcp_tasks_engine::NewTask::new("noop", serde_json::json!({"i": i}));
+                    new.owner = "prefill".into();
+                    let outcome = mcp_tasks_engine::Outcome::Result {
+                        value: serde_json::json!({"content": [{"type": "text", "text": "ok"}]}),
+                        is_error: false,
+                    };
+                    engine.submit_finished(new, outcome).await
+                }
+            })
+            .buffer_unordered(512)
+            .for_each(|r| async move {
+                if let Err(e) = r {
+                    eprintln!("prefill failed: {e}");
+                }
+            })
+            .await;
+        eprintln!(
+            "prefilled {prefill} tasks in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     println!("listening on http://{}/mcp", listener.local_addr()?);
     mcp_tasks_server::http::serve_listener(server, listener, std::future::pending()).await?;

@@ -36,6 +36,11 @@ impl Drop for Running {
 impl Target {
     /// Starts the target and waits (at most 60 s) for its URL.
     pub fn start(&self) -> Result<Running> {
+        self.start_within(Duration::from_secs(60))
+    }
+
+    /// Starts the target and waits at most `limit` for its URL.
+    pub fn start_within(&self, limit: Duration) -> Result<Running> {
         let (program, args) = self
             .command
             .split_first()
@@ -56,11 +61,11 @@ impl Target {
             }
             for _ in lines {}
         });
-        let line = match rx.recv_timeout(Duration::from_secs(60)) {
+        let line = match rx.recv_timeout(limit) {
             Ok(l) => l,
             Err(_) => {
                 let _ = child.kill();
-                bail!("{} did not print its URL within 60 s", self.name);
+                bail!("{} did not print its URL within {limit:?}", self.name);
             }
         };
         let url = line
@@ -73,6 +78,12 @@ impl Target {
 }
 
 impl Running {
+    /// Kills the server at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// The server's resident memory now and at its peak, in MiB (Linux `/proc`).
     pub fn rss_mib(&self) -> (f64, f64) {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))

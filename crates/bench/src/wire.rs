@@ -70,10 +70,15 @@ impl Client {
 
     /// Starts a task of `noop`; returns its id.
     pub async fn create(&mut self) -> Result<String> {
+        self.create_of("noop", json!({})).await
+    }
+
+    /// Starts a task of `tool` with `arguments`; returns its id.
+    pub async fn create_of(&mut self, tool: &str, arguments: Value) -> Result<String> {
         let params = match self.wire {
-            Wire::Stateless2026 => json!({"name": "noop", "arguments": {}}),
+            Wire::Stateless2026 => json!({"name": tool, "arguments": arguments}),
             // A ttl, so stores that keep tasks without one forever (the TypeScript SDK's) purge them.
-            _ => json!({"name": "noop", "arguments": {}, "task": {"ttl": 300_000}}),
+            _ => json!({"name": tool, "arguments": arguments, "task": {"ttl": 300_000}}),
         };
         let r = self.call("tools/call", params).await?;
         let id = match self.wire {
@@ -102,8 +107,16 @@ impl Client {
 
     /// Fetches a finished task's result (2025: `tasks/result`).
     pub async fn result(&mut self, id: &str) -> Result<()> {
-        self.call("tasks/result", json!({"taskId": id})).await?;
-        Ok(())
+        self.result_text(id).await.map(|_| ())
+    }
+
+    /// `tasks/result` (2025; it blocks until the task is finished): the result's first text.
+    pub async fn result_text(&mut self, id: &str) -> Result<String> {
+        let r = self.call("tasks/result", json!({"taskId": id})).await?;
+        Ok(r["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string())
     }
 
     async fn notify(&mut self, method: &str) -> Result<()> {

@@ -71,6 +71,12 @@ impl TaskEvent {
     }
 }
 
+/// Events buffered per task topic for a slow subscriber. A topic lives as long as someone waits on the
+/// task (its runner, a blocked result), and tokio allocates every slot up front: with 64 slots the
+/// topics of 100,000 running tasks held most of the server's memory. A subscriber that lags re-reads
+/// the store, so a few slots are enough.
+const TOPIC_CAPACITY: usize = 8;
+
 /// Publish/subscribe for task events. Cheap to clone.
 #[derive(Clone)]
 pub struct Notifier {
@@ -123,7 +129,7 @@ impl Notifier {
             .inner
             .per_task
             .entry(id.to_string())
-            .or_insert_with(|| broadcast::channel(64).0)
+            .or_insert_with(|| broadcast::channel(TOPIC_CAPACITY).0)
             .subscribe();
         TaskSubscription {
             rx: Some(rx),

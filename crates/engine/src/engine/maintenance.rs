@@ -8,6 +8,9 @@ use crate::clock::now_ms;
 use crate::model::{TaskRecord, TaskStatus};
 use crate::store::{error_chain, PurgePolicy, StoreError, TaskChange, UpdateError};
 
+/// How many interrupted tasks recovery works on at once.
+const RECOVER_AT_ONCE: usize = 512;
+
 impl Engine {
     /// Recovers tasks a previous run left unfinished (failing them, or re-running retry-safe tools) and
     /// starts the background sweeper. Returns how many tasks were recovered.
@@ -99,55 +102,68 @@ impl Engine {
             .filter(|t| !self.running.contains_key(&t.id))
             .collect();
         let n = orphans.len();
+        // Recovered side by side, a bounded number at a time: each change is its own
+        // compare-and-set, and the SQLite writer commits concurrent ones in groups (one after
+        // another, 100,000 orphans took half a minute of commits before the server listened).
+        let mut pending = tokio::task::JoinSet::new();
         for task in orphans {
-            let retry = self
-                .handlers
-                .get(&task.tool)
-                .filter(|r| r.retry_on_restart)
-                .map(|r| r.handler.clone());
-            match retry {
-                Some(handler) => {
-                    let change = TaskChange {
-                        status: Some(TaskStatus::Working),
-                        status_message: Some(Some(format!(
-                            "restarted after an interruption (attempt {})",
-                            task.attempt + 1
-                        ))),
-                        attempt: Some(task.attempt + 1),
-                        ..Default::default()
-                    };
-                    let expect = [TaskStatus::Working, TaskStatus::InputRequired];
-                    // `working` -> `working` is not a state change, so the CAS expects either status.
-                    match self.apply(&task.id, &expect, change).await {
-                        Ok(rec) => {
-                            tracing::info!(task = %rec.id, tool = %rec.tool, attempt = rec.attempt, "re-running interrupted task");
-                            self.spawn_run(rec, handler);
-                        }
-                        Err(e) => {
-                            tracing::warn!(task = %task.id, error = %error_chain(&e), "could not re-queue interrupted task")
-                        }
+            if pending.len() >= RECOVER_AT_ONCE {
+                let _ = pending.join_next().await;
+            }
+            let engine = self.clone();
+            pending.spawn(async move { engine.recover_one(task).await });
+        }
+        while pending.join_next().await.is_some() {}
+        Ok(n)
+    }
+
+    /// Fails one interrupted task, or re-runs it when its tool is safe to retry.
+    async fn recover_one(self: Arc<Self>, task: TaskRecord) {
+        let retry = self
+            .handlers
+            .get(&task.tool)
+            .filter(|r| r.retry_on_restart)
+            .map(|r| r.handler.clone());
+        match retry {
+            Some(handler) => {
+                let change = TaskChange {
+                    status: Some(TaskStatus::Working),
+                    status_message: Some(Some(format!(
+                        "restarted after an interruption (attempt {})",
+                        task.attempt + 1
+                    ))),
+                    attempt: Some(task.attempt + 1),
+                    ..Default::default()
+                };
+                let expect = [TaskStatus::Working, TaskStatus::InputRequired];
+                // `working` -> `working` is not a state change, so the CAS expects either status.
+                match self.apply(&task.id, &expect, change).await {
+                    Ok(rec) => {
+                        tracing::info!(task = %rec.id, tool = %rec.tool, attempt = rec.attempt, "re-running interrupted task");
+                        self.spawn_run(rec, handler);
+                    }
+                    Err(e) => {
+                        tracing::warn!(task = %task.id, error = %error_chain(&e), "could not re-queue interrupted task")
                     }
                 }
-                None => {
-                    let message =
-                        "interrupted: server restarted before the task finished".to_string();
-                    let change = TaskChange {
-                        status: Some(TaskStatus::Failed),
-                        status_message: Some(Some(message.clone())),
-                        outcome: Some(self.rules.failure(message)),
-                        ..Default::default()
-                    };
-                    match self.apply(&task.id, &TaskStatus::ACTIVE, change).await {
-                        Ok(rec) => {
-                            tracing::info!(task = %rec.id, tool = %rec.tool, "failed interrupted task")
-                        }
-                        Err(e) => {
-                            tracing::warn!(task = %task.id, error = %error_chain(&e), "could not fail interrupted task")
-                        }
+            }
+            None => {
+                let message = "interrupted: server restarted before the task finished".to_string();
+                let change = TaskChange {
+                    status: Some(TaskStatus::Failed),
+                    status_message: Some(Some(message.clone())),
+                    outcome: Some(self.rules.failure(message)),
+                    ..Default::default()
+                };
+                match self.apply(&task.id, &TaskStatus::ACTIVE, change).await {
+                    Ok(rec) => {
+                        tracing::info!(task = %rec.id, tool = %rec.tool, "failed interrupted task")
+                    }
+                    Err(e) => {
+                        tracing::warn!(task = %task.id, error = %error_chain(&e), "could not fail interrupted task")
                     }
                 }
             }
         }
-        Ok(n)
     }
 }
