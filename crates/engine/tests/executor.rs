@@ -458,3 +458,37 @@ async fn retention_after_finish_bounds_every_task_that_has_it() {
         "from when it finished"
     );
 }
+
+#[tokio::test]
+async fn a_running_task_keeps_its_lease_ahead_of_the_clock() {
+    let store = Arc::new(MemoryStore::new());
+    let config = EngineConfig {
+        lease_ms: 300,
+        ..EngineConfig::default()
+    };
+    let e = Engine::builder(store.clone(), config)
+        .handler(
+            "long",
+            Arc::new(Sleepy {
+                ms: 900,
+                obey_cancel: true,
+            }),
+            false,
+        )
+        .build();
+    e.start().await.unwrap();
+    let s = e.submit(NewTask::new("long", json!({}))).await.unwrap();
+    // Three leases' worth later the task still runs, and its lease reaches past now.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let Lookup::Found(t) = store.get(&s.record.id).await.unwrap() else {
+        panic!("task gone")
+    };
+    assert_eq!(t.status, TaskStatus::Working);
+    let now = mcp_tasks_engine::now_ms();
+    assert!(
+        t.lease_until.is_some_and(|u| u > now),
+        "lease {:?} expired before {now}",
+        t.lease_until
+    );
+    e.shutdown();
+}

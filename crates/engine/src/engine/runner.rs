@@ -5,7 +5,6 @@
 use async_trait::async_trait;
 use serde_json::Value;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 
 use super::Engine;
@@ -47,9 +46,6 @@ impl Engine {
         let ctx = TaskContext::new(Some(id.clone()), cancel.clone(), sink);
         let arguments = rec.arguments.clone();
         let mut work = tokio::spawn(async move { handler.run(ctx, arguments).await });
-        let renew_every = Duration::from_millis((self.config.lease_ms / 3).max(1));
-        let mut renew = tokio::time::interval(renew_every);
-        renew.tick().await;
         let mut deadline: Option<tokio::time::Instant> = None;
         let outcome = loop {
             let grace_over = async {
@@ -88,12 +84,6 @@ impl Engine {
                     tracing::warn!(task = %id, "handler ignored cancellation for the grace period; dropped");
                     work.abort();
                     break None;
-                }
-                _ = renew.tick() => {
-                    let until = now_ms() + self.config.lease_ms;
-                    if let Err(e) = self.store.renew_leases(&self.config.node_id, std::slice::from_ref(&id), until).await {
-                        tracing::warn!(task = %id, error = %error_chain(&e), "lease renewal failed");
-                    }
                 }
             }
         };
