@@ -159,21 +159,75 @@ async fn cancel_wins_over_a_later_completion_and_stops_the_handler() {
 async fn a_handler_that_ignores_cancel_is_dropped_after_the_grace() {
     let e = engine(Arc::new(MemoryStore::new()), Default::default());
     let s = e.submit(NewTask::new("deaf", json!({}))).await.unwrap();
-    assert_eq!(
-        e.notifier().topic_count(),
-        1,
-        "the runner listens on the task's topic"
-    );
+    assert_eq!(e.running_count(), 1);
+    let cancelled = std::time::Instant::now();
     e.cancel(&s.record.id, None).await.unwrap();
-    // After the 300 ms grace the runner stops waiting for the handler and lets go of the topic.
+    // After the 300 ms grace the runner stops waiting for the handler and drops it.
     let released = async {
-        while e.notifier().topic_count() > 0 {
+        while e.running_count() > 0 {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
     tokio::time::timeout(Duration::from_secs(3), released)
         .await
         .expect("runner let go of the task");
+    assert!(
+        cancelled.elapsed() >= Duration::from_millis(300),
+        "the handler had its grace period"
+    );
+}
+
+#[tokio::test]
+async fn a_handler_whose_lease_was_taken_over_stops_and_writes_nothing() {
+    let store: Arc<dyn TaskStore> = Arc::new(MemoryStore::new());
+    let config = EngineConfig {
+        cancel_grace: Duration::from_millis(300),
+        lease_ms: 300,
+        ..EngineConfig::default()
+    };
+    let e = Engine::builder(store.clone(), config)
+        .outcome_rules(Arc::new(WireRules))
+        .handler(
+            "long",
+            Arc::new(Sleepy {
+                ms: 60_000,
+                obey_cancel: true,
+            }),
+            false,
+        )
+        .build();
+    e.start().await.unwrap();
+    let s = e.submit(NewTask::new("long", json!({}))).await.unwrap();
+    assert_eq!(e.running_count(), 1);
+    // Another node takes the task over (as after a lease that looked expired to it).
+    let far = mcp_tasks_engine::now_ms() + 60_000;
+    let taken = store
+        .claim_orphans(
+            "node-b",
+            0,
+            true,
+            far,
+            Arc::new(|_| Some(Default::default())),
+        )
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 1);
+    // The next renewal (every lease/3) finds the lease lost and stops the handler.
+    let stopped = async {
+        while e.running_count() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(3), stopped)
+        .await
+        .expect("the handler stopped after losing its lease");
+    let Lookup::Found(after) = e.get(&s.record.id).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(after.status, TaskStatus::Working, "node-b's task now");
+    assert_eq!(after.lease_owner.as_deref(), Some("node-b"));
+    assert_eq!(after.outcome, None, "the stopped handler wrote nothing");
+    e.shutdown();
 }
 
 #[tokio::test]

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use super::Engine;
 use crate::clock::now_ms;
 use crate::model::{TaskRecord, TaskStatus};
-use crate::store::{error_chain, PurgePolicy, StoreError, TaskChange, UpdateError};
+use crate::notifier::TaskEvent;
+use crate::store::{error_chain, OrphanPlan, PurgePolicy, StoreError, TaskChange, UpdateError};
+use tokio::sync::broadcast::error::RecvError;
 
-/// How many interrupted tasks recovery works on at once.
-const RECOVER_AT_ONCE: usize = 512;
 /// How many leases one write renews (a write holds the SQLite writer; keep each one short).
 const RENEW_AT_ONCE: usize = 1_000;
 
@@ -18,6 +18,7 @@ impl Engine {
     /// starts the background sweeper. Returns how many tasks were recovered.
     pub async fn start(self: &Arc<Self>) -> Result<usize, StoreError> {
         let n = self.recover(self.store.is_exclusive()).await?;
+        self.start_stopper();
         self.start_lease_renewal();
         let me = Arc::downgrade(self);
         let interval = self.config.sweep_interval;
@@ -41,7 +42,8 @@ impl Engine {
 
     /// Renews the leases of every task this node runs, every third of the lease, in a few writes: one
     /// timer per node rather than one per task (with 100,000 running tasks, a timer each meant 10,000
-    /// single-row writes a second and 100,000 timers held).
+    /// single-row writes a second and 100,000 timers held). A lease that cannot be renewed (the task
+    /// was finished or taken over elsewhere) stops its handler: a task never runs on two nodes.
     fn start_lease_renewal(self: &Arc<Self>) {
         let me = Arc::downgrade(self);
         let every = std::time::Duration::from_millis((self.config.lease_ms / 3).max(1));
@@ -50,21 +52,70 @@ impl Engine {
             let mut tick = tokio::time::interval(every);
             tick.tick().await;
             loop {
+                let Some(engine) = me.upgrade() else { break };
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
                     _ = tick.tick() => {}
+                    _ = engine.renew_now.notified() => {}
                 }
-                let Some(engine) = me.upgrade() else { break };
                 let ids: Vec<String> = engine.running.iter().map(|e| e.key().clone()).collect();
                 let until = now_ms() + engine.config.lease_ms;
                 for chunk in ids.chunks(RENEW_AT_ONCE) {
-                    if let Err(e) = engine
+                    match engine
                         .store
                         .renew_leases(&engine.config.node_id, chunk, until)
                         .await
                     {
-                        tracing::warn!(error = %error_chain(&e), tasks = chunk.len(), "lease renewal failed");
+                        Ok(lost) => {
+                            for id in lost {
+                                if let Some(stop) = engine.running.get(&id) {
+                                    tracing::info!(task = %id, "lease lost (task finished or taken over elsewhere); stopping its handler");
+                                    stop.cancel();
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %error_chain(&e), tasks = chunk.len(), "lease renewal failed")
+                        }
                     }
+                }
+            }
+        });
+    }
+
+    /// Stops the handler of a task this node runs as soon as the task is finished by anyone (a
+    /// cancel, an expiry, another node): one subscriber to every task event for the whole node,
+    /// instead of a topic per running task. Started by the first run (or [`Engine::start`]). When it misses events it asks the lease loop for a pass,
+    /// which finds the finished tasks in the store.
+    pub(super) fn start_stopper(self: &Arc<Self>) {
+        if self.stopper.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
+        let me = Arc::downgrade(self);
+        let mut events = self.notifier.subscribe_all();
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            loop {
+                let event = tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    event = events.recv() => event,
+                };
+                let Some(engine) = me.upgrade() else { break };
+                match event {
+                    Ok(TaskEvent::Changed(t)) if t.status.is_terminal() => {
+                        if let Some(stop) = engine.running.get(&t.id) {
+                            stop.cancel();
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(missed)) => {
+                        tracing::debug!(
+                            missed,
+                            "task events missed; checking running tasks in the store"
+                        );
+                        engine.renew_now.notify_one();
+                    }
+                    Err(RecvError::Closed) => break,
                 }
             }
         });
@@ -127,40 +178,20 @@ impl Engine {
 
     async fn recover(self: &Arc<Self>, all: bool) -> Result<usize, StoreError> {
         let now = now_ms();
-        let orphans = self
-            .store
-            .claim_orphans(&self.config.node_id, now, all, now + self.config.lease_ms)
-            .await?;
-        let orphans: Vec<TaskRecord> = orphans
-            .into_iter()
-            .filter(|t| !self.running.contains_key(&t.id))
-            .collect();
-        let n = orphans.len();
-        // Recovered side by side, a bounded number at a time: each change is its own
-        // compare-and-set, and the SQLite writer commits concurrent ones in groups (one after
-        // another, 100,000 orphans took half a minute of commits before the server listened).
-        let mut pending = tokio::task::JoinSet::new();
-        for task in orphans {
-            if pending.len() >= RECOVER_AT_ONCE {
-                let _ = pending.join_next().await;
+        let engine = self.clone();
+        // Decided inside the store's write, per orphan: fail it, or set it up to run again when its
+        // tool is safe to retry. A task whose handler runs here (its renewal was late) is left alone.
+        let plan: OrphanPlan = Arc::new(move |task: &TaskRecord| {
+            if engine.running.contains_key(&task.id) {
+                return None;
             }
-            let engine = self.clone();
-            pending.spawn(async move { engine.recover_one(task).await });
-        }
-        while pending.join_next().await.is_some() {}
-        Ok(n)
-    }
-
-    /// Fails one interrupted task, or re-runs it when its tool is safe to retry.
-    async fn recover_one(self: Arc<Self>, task: TaskRecord) {
-        let retry = self
-            .handlers
-            .get(&task.tool)
-            .filter(|r| r.retry_on_restart)
-            .map(|r| r.handler.clone());
-        match retry {
-            Some(handler) => {
-                let change = TaskChange {
+            let retry = engine
+                .handlers
+                .get(&task.tool)
+                .is_some_and(|r| r.retry_on_restart);
+            Some(if retry {
+                TaskChange {
+                    // `working` -> `working` is no state change; from `input_required` it is.
                     status: Some(TaskStatus::Working),
                     status_message: Some(Some(format!(
                         "restarted after an interruption (attempt {})",
@@ -168,36 +199,47 @@ impl Engine {
                     ))),
                     attempt: Some(task.attempt + 1),
                     ..Default::default()
-                };
-                let expect = [TaskStatus::Working, TaskStatus::InputRequired];
-                // `working` -> `working` is not a state change, so the CAS expects either status.
-                match self.apply(&task.id, &expect, change).await {
-                    Ok(rec) => {
-                        tracing::info!(task = %rec.id, tool = %rec.tool, attempt = rec.attempt, "re-running interrupted task");
-                        self.spawn_run(rec, handler);
-                    }
-                    Err(e) => {
-                        tracing::warn!(task = %task.id, error = %error_chain(&e), "could not re-queue interrupted task")
-                    }
                 }
-            }
-            None => {
+            } else {
                 let message = "interrupted: server restarted before the task finished".to_string();
-                let change = TaskChange {
+                TaskChange {
                     status: Some(TaskStatus::Failed),
                     status_message: Some(Some(message.clone())),
-                    outcome: Some(self.rules.failure(message)),
+                    outcome: Some(engine.rules.failure(message)),
                     ..Default::default()
-                };
-                match self.apply(&task.id, &TaskStatus::ACTIVE, change).await {
-                    Ok(rec) => {
-                        tracing::info!(task = %rec.id, tool = %rec.tool, "failed interrupted task")
-                    }
-                    Err(e) => {
-                        tracing::warn!(task = %task.id, error = %error_chain(&e), "could not fail interrupted task")
-                    }
+                }
+            })
+        });
+        let recovered = self
+            .store
+            .claim_orphans(
+                &self.config.node_id,
+                now,
+                all,
+                now + self.config.lease_ms,
+                plan,
+            )
+            .await?;
+        let n = recovered.len();
+        for rec in recovered {
+            if rec.status.is_terminal() {
+                tracing::info!(target: "mcp_tasks::audit", task = %rec.id, tool = %rec.tool, owner = %rec.owner, "failed interrupted task");
+                self.notifier.publish(TaskEvent::Changed(Arc::new(rec)));
+                continue;
+            }
+            match self.handlers.get(&rec.tool) {
+                Some(reg) => {
+                    tracing::info!(task = %rec.id, tool = %rec.tool, attempt = rec.attempt, "re-running interrupted task");
+                    let handler = reg.handler.clone();
+                    self.spawn_run(&rec, handler);
+                    self.notifier.publish(TaskEvent::Changed(Arc::new(rec)));
+                }
+                // The plan re-runs only tools it found registered.
+                None => {
+                    tracing::error!(task = %rec.id, tool = %rec.tool, "no handler for a task set to re-run")
                 }
             }
         }
+        Ok(n)
     }
 }

@@ -181,6 +181,8 @@ impl EngineBuilder {
             handlers: self.handlers,
             shutdown: CancellationToken::new(),
             running: DashMap::new(),
+            renew_now: tokio::sync::Notify::new(),
+            stopper: std::sync::atomic::AtomicBool::new(false),
             order: DashMap::new(),
             input_guard: self.input_guard,
             rules: self.rules,
@@ -195,8 +197,13 @@ pub struct Engine {
     config: EngineConfig,
     handlers: HashMap<String, Registered>,
     shutdown: CancellationToken,
-    /// Tasks whose handler runs in this process (never recovered as orphans by this node).
-    running: DashMap<String, ()>,
+    /// Tasks whose handler runs in this process (never recovered as orphans by this node), with the
+    /// token that stops the handler (a child of `shutdown`).
+    running: DashMap<String, CancellationToken>,
+    /// Whether the stopper (the node's one subscriber that stops handlers of finished tasks) runs.
+    stopper: std::sync::atomic::AtomicBool,
+    /// Asks the lease loop for a pass now (the stopper missed events and must find finished tasks).
+    renew_now: tokio::sync::Notify,
     /// Per-task locks that make "apply a change, then publish it" one step, so events leave in the
     /// order their changes were committed (a progress report can never be published after the
     /// cancel that followed it).
@@ -244,6 +251,10 @@ impl Engine {
     /// The configuration.
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+    /// How many handlers run in this process now.
+    pub fn running_count(&self) -> usize {
+        self.running.len()
     }
 
     /// Records a client's answer to input request `key` and wakes the handler waiting for it.
@@ -324,7 +335,7 @@ impl Engine {
         let record = self.new_record(new);
         let submitted = self.store_new(record, limit).await?;
         if submitted.created {
-            self.spawn_run(submitted.record.clone(), reg.handler.clone());
+            self.spawn_run(&submitted.record, reg.handler.clone());
         }
         Ok(submitted)
     }

@@ -3,9 +3,10 @@
 //! handler's reports reach the store and the notifier through [`TaskSink`].
 
 use async_trait::async_trait;
+use futures::FutureExt;
 use serde_json::Value;
 use std::sync::Arc;
-use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
 
 use super::Engine;
 use crate::clock::now_ms;
@@ -13,87 +14,81 @@ use crate::context::{ContextSink, InputError, LogLevel, TaskContext};
 use crate::handler::TaskHandler;
 use crate::ids::random_id;
 use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
-use crate::notifier::{TaskEvent, TaskSubscription};
+use crate::notifier::TaskEvent;
 use crate::store::{error_chain, Lookup, ProgressState, ProgressUpdate, TaskChange, UpdateError};
 
 impl Engine {
-    pub(super) fn spawn_run(self: &Arc<Self>, rec: TaskRecord, handler: Arc<dyn TaskHandler>) {
-        // Subscribe and mark as running before the task exists, so a cancel that lands at once is seen
-        // and the sweeper never takes this task for an orphan.
-        let events = self.notifier.subscribe_task(&rec.id);
-        self.running.insert(rec.id.clone(), ());
+    /// Starts `rec`'s handler in the background. The run holds only what it needs (id, tool name,
+    /// arguments, shown progress), not the record: with 100,000 tasks running, every byte of the
+    /// run's future counts a hundred thousand times.
+    pub(super) fn spawn_run(self: &Arc<Self>, rec: &TaskRecord, handler: Arc<dyn TaskHandler>) {
+        // Marked as running before the handler starts, so a cancel that lands at once finds its
+        // token and the sweeper never takes this task for an orphan.
+        self.start_stopper();
+        let stop = self.shutdown.child_token();
+        self.running.insert(rec.id.clone(), stop.clone());
+        let run = Run {
+            id: rec.id.clone(),
+            tool: rec.tool.clone(),
+            shown: ProgressState::of(rec),
+        };
+        let arguments = rec.arguments.clone();
         let engine = self.clone();
         tokio::spawn(async move {
-            let id = rec.id.clone();
-            engine.clone().run(rec, handler, events).await;
+            let id = run.id.clone();
+            engine.clone().run(run, arguments, handler, stop).await;
             engine.running.remove(&id);
         });
     }
 
+    /// Runs the handler until it returns, or until `stop` fires (the task was finished elsewhere, its
+    /// lease was lost, or the server is stopping) and the grace period after it ends.
     async fn run(
         self: Arc<Self>,
-        rec: TaskRecord,
+        run: Run,
+        arguments: Value,
         handler: Arc<dyn TaskHandler>,
-        mut events: TaskSubscription,
+        stop: CancellationToken,
     ) {
-        let id = rec.id.clone();
-        let cancel = self.shutdown.child_token();
+        let Run { id, tool, shown } = run;
         let sink = Arc::new(TaskSink {
             engine: self.clone(),
             id: id.clone(),
-            shown: std::sync::Mutex::new(ProgressState::of(&rec)),
+            shown: std::sync::Mutex::new(shown),
         });
-        let ctx = TaskContext::new(Some(id.clone()), cancel.clone(), sink);
-        let arguments = rec.arguments.clone();
-        let mut work = tokio::spawn(async move { handler.run(ctx, arguments).await });
-        let mut deadline: Option<tokio::time::Instant> = None;
-        let outcome = loop {
-            let grace_over = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                joined = &mut work => break match joined {
-                    Ok(outcome) => Some(outcome),
-                    Err(e) if e.is_panic() => Some(self.rules.failure(format!("tool `{}` panicked", rec.tool))),
-                    Err(_) => None,
-                },
-                ev = events.recv(), if deadline.is_none() => match ev {
-                    Ok(TaskEvent::Changed(t)) if t.status.is_terminal() => {
-                        cancel.cancel();
-                        deadline = Some(tokio::time::Instant::now() + self.config.cancel_grace);
+        let ctx = TaskContext::new(Some(id.clone()), stop.clone(), sink);
+        // Run inline rather than as a task of its own: one task per running handler, not two. A
+        // panic is caught here, and dropping the future is what aborting it means.
+        let mut work = std::panic::AssertUnwindSafe(handler.run(ctx, arguments)).catch_unwind();
+        let outcome = tokio::select! {
+            joined = &mut work => Some(joined),
+            _ = stop.cancelled() => {
+                // Told to stop: give the handler its grace period to return, then drop it. (Boxed:
+                // the timer is needed only now, not held in every running task's future.)
+                match Box::pin(tokio::time::timeout(self.config.cancel_grace, &mut work)).await {
+                    Ok(joined) => Some(joined),
+                    Err(_) => {
+                        tracing::warn!(task = %id, "handler ignored cancellation for the grace period; dropped");
+                        None
                     }
-                    Ok(_) => {}
-                    Err(RecvError::Lagged(_)) => {
-                        if let Ok(Lookup::Found(t)) = self.store.get(&id).await {
-                            if t.status.is_terminal() {
-                                cancel.cancel();
-                                deadline = Some(tokio::time::Instant::now() + self.config.cancel_grace);
-                            }
-                        }
-                    }
-                    Err(RecvError::Closed) => {}
-                },
-                _ = cancel.cancelled(), if deadline.is_none() => {
-                    // Server shutdown: give the handler its grace period, then leave the task to recovery.
-                    deadline = Some(tokio::time::Instant::now() + self.config.cancel_grace);
-                }
-                _ = grace_over => {
-                    tracing::warn!(task = %id, "handler ignored cancellation for the grace period; dropped");
-                    work.abort();
-                    break None;
                 }
             }
         };
-        let Some(outcome) = outcome else { return };
-        if self.shutdown.is_cancelled() {
-            // The server is stopping: whatever the handler returned after being told to stop is not
-            // the task's result. Leave the task unfinished for recovery on the next start.
+        drop(work);
+        let outcome = match outcome {
+            Some(Ok(outcome)) => outcome,
+            Some(Err(_)) => self.rules.failure(format!("tool `{tool}` panicked")),
+            None => return,
+        };
+        if stop.is_cancelled() {
+            // Whatever the handler returned after being told to stop is not the task's result: the
+            // task is already finished, another node holds it now, or the server is stopping and
+            // leaves it unfinished for recovery on the next start.
             return;
         }
-        self.finish(&id, outcome).await;
+        // Boxed: the write's future is large and needed once, at the end; inline it would sit in
+        // every running task's future for the whole run.
+        Box::pin(self.finish(&id, outcome)).await;
     }
 
     async fn finish(&self, id: &str, outcome: Outcome) {
@@ -125,6 +120,13 @@ impl Engine {
             }
         }
     }
+}
+
+/// What a run keeps of its task's record.
+struct Run {
+    id: String,
+    tool: String,
+    shown: ProgressState,
 }
 
 /// Reports from a running task: into the store, then out through the notifier.

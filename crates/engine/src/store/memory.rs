@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
 use super::{
-    apply_change, decode_cursor, encode_cursor, ActiveLimit, AnswerError, Created, InvalidCursor,
-    ListQuery, Lookup, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskPage,
-    TaskStore, UpdateError,
+    apply_change, claim_orphan, decode_cursor, encode_cursor, ActiveLimit, AnswerError, Created,
+    InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError,
+    TaskChange, TaskPage, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
 
@@ -298,16 +298,23 @@ impl TaskStore for MemoryStore {
             .collect())
     }
 
-    async fn renew_leases(&self, node: &str, ids: &[String], until: u64) -> Result<(), StoreError> {
+    async fn renew_leases(
+        &self,
+        node: &str,
+        ids: &[String],
+        until: u64,
+    ) -> Result<Vec<String>, StoreError> {
         let mut inner = self.lock();
+        let mut lost = Vec::new();
         for id in ids {
-            if let Some(t) = inner.tasks.get_mut(id) {
-                if t.lease_owner.as_deref() == Some(node) && !t.status.is_terminal() {
+            match inner.tasks.get_mut(id) {
+                Some(t) if t.lease_owner.as_deref() == Some(node) && !t.status.is_terminal() => {
                     t.lease_until = Some(until);
                 }
+                _ => lost.push(id.clone()),
             }
         }
-        Ok(())
+        Ok(lost)
     }
 
     async fn claim_orphans(
@@ -316,18 +323,20 @@ impl TaskStore for MemoryStore {
         now: u64,
         all: bool,
         lease_until: u64,
+        plan: OrphanPlan,
     ) -> Result<Vec<TaskRecord>, StoreError> {
         let mut inner = self.lock();
         let mut out = Vec::new();
         for t in inner.tasks.values_mut() {
-            if t.status.is_terminal() {
+            if t.status.is_terminal() || !(all || t.lease_until.is_none_or(|u| u < now)) {
                 continue;
             }
-            if all || t.lease_until.is_none_or(|u| u < now) {
-                t.lease_owner = Some(node.to_string());
-                t.lease_until = Some(lease_until);
+            if claim_orphan(t, &plan, node, lease_until, now) {
                 out.push(t.clone());
             }
+        }
+        for t in &out {
+            inner.track(t);
         }
         Ok(out)
     }

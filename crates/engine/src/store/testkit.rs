@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::{
-    ActiveLimit, AnswerError, Created, ListQuery, Lookup, ProgressUpdate, PurgePolicy,
+    ActiveLimit, AnswerError, Created, ListQuery, Lookup, OrphanPlan, ProgressUpdate, PurgePolicy,
     SessionRecord, StoreError, TaskChange, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
@@ -62,6 +62,7 @@ where
     the_progress_message_is_kept_until_the_task_completes(make().await).await;
     list_pages_by_owner_and_session(make().await).await;
     orphans_are_claimed_by_lease(make().await).await;
+    orphans_are_changed_by_the_plan_in_one_step(make().await).await;
     purge_keeps_running_tasks_and_leaves_tombstones(make().await).await;
     sessions_round_trip_and_expire(make().await).await;
     input_requests_move_the_task_and_take_one_answer(make().await).await;
@@ -546,7 +547,7 @@ async fn orphans_are_claimed_by_lease(s: impl TaskStore) {
         s.create(t, None).await.unwrap();
     }
     let claimed = s
-        .claim_orphans("node-b", 10_000, false, 40_000)
+        .claim_orphans("node-b", 10_000, false, 40_000, claim_only())
         .await
         .unwrap();
     assert_eq!(
@@ -554,11 +555,18 @@ async fn orphans_are_claimed_by_lease(s: impl TaskStore) {
         ["o2"]
     );
     assert_eq!(claimed[0].lease_owner.as_deref(), Some("node-b"));
-    s.renew_leases("node-a", &["o1".into()], 90_000)
+    // node-a keeps o1; it lost o2 to node-b, o3 is finished and o4 never existed.
+    let lost = s
+        .renew_leases(
+            "node-a",
+            &["o1".into(), "o2".into(), "o3".into(), "o4".into()],
+            90_000,
+        )
         .await
         .unwrap();
+    assert_eq!(lost, ["o2", "o3", "o4"]);
     let mut all = s
-        .claim_orphans("node-c", 10_000, true, 40_000)
+        .claim_orphans("node-c", 10_000, true, 40_000, claim_only())
         .await
         .unwrap();
     all.sort_by(|a, b| a.id.cmp(&b.id));
@@ -566,6 +574,82 @@ async fn orphans_are_claimed_by_lease(s: impl TaskStore) {
         all.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
         ["o1", "o2"]
     );
+}
+
+/// A plan that only claims (changes nothing else).
+fn claim_only() -> OrphanPlan {
+    Arc::new(|_| Some(TaskChange::default()))
+}
+
+async fn orphans_are_changed_by_the_plan_in_one_step(s: impl TaskStore) {
+    let mut keep_me = record("k1", "alice", 1_000);
+    keep_me.retain_after_finish_ms = Some(5_000);
+    let mut rerun = record("r1", "alice", 1_000);
+    rerun.status = TaskStatus::InputRequired;
+    let mine = record("m1", "alice", 1_000);
+    for t in [keep_me, rerun, mine] {
+        s.create(t, None).await.unwrap();
+    }
+    let plan: OrphanPlan = Arc::new(|t: &TaskRecord| match t.id.as_str() {
+        "m1" => None,
+        "r1" => Some(TaskChange {
+            status: Some(TaskStatus::Working),
+            attempt: Some(t.attempt + 1),
+            ..Default::default()
+        }),
+        _ => Some(TaskChange {
+            status: Some(TaskStatus::Failed),
+            status_message: Some(Some("interrupted".into())),
+            outcome: Some(Outcome::Error {
+                code: 1,
+                message: "interrupted".into(),
+                data: None,
+            }),
+            ..Default::default()
+        }),
+    });
+    let mut changed = s
+        .claim_orphans("node-b", 10_000, true, 40_000, plan)
+        .await
+        .unwrap();
+    changed.sort_by(|a, b| a.id.cmp(&b.id));
+    assert_eq!(
+        changed.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+        ["k1", "r1"],
+        "m1 left alone"
+    );
+    // Stored as returned.
+    for t in &changed {
+        assert_eq!(s.get(&t.id).await.unwrap(), Lookup::Found(t.clone()));
+    }
+    let failed = &changed[0];
+    assert_eq!(failed.status, TaskStatus::Failed);
+    assert_eq!(failed.finished_at, Some(10_000));
+    assert_eq!(failed.lease_owner, None, "a finished task holds no lease");
+    assert_eq!(failed.ttl_ms, Some(9_000 + 5_000), "retention from the end");
+    assert_eq!(failed.status_message.as_deref(), Some("interrupted"));
+    let again = &changed[1];
+    assert_eq!(again.status, TaskStatus::Working);
+    assert_eq!(again.attempt, 2);
+    assert_eq!(again.lease_owner.as_deref(), Some("node-b"));
+    assert_eq!(again.lease_until, Some(40_000));
+    let Lookup::Found(untouched) = s.get("m1").await.unwrap() else {
+        panic!("m1 is gone")
+    };
+    assert_eq!(untouched.lease_owner.as_deref(), Some("node-a"));
+    // The failed task no longer counts against a limit; the two unfinished ones do.
+    let limit = ActiveLimit {
+        max: 3,
+        owner: "alice".into(),
+        session: None,
+    };
+    s.create(record("n1", "alice", 11_000), Some(limit.clone()))
+        .await
+        .unwrap();
+    match s.create(record("n2", "alice", 12_000), Some(limit)).await {
+        Err(StoreError::TooManyActive { active: 3, max: 3 }) => {}
+        other => panic!("expected the limit, got {other:?}"),
+    }
 }
 
 async fn purge_keeps_running_tasks_and_leaves_tombstones(s: impl TaskStore) {

@@ -22,9 +22,9 @@ use self::rows::{
 };
 use self::writer::{Completion, Job};
 use super::{
-    apply_change, decode_cursor, encode_cursor, ActiveLimit, AnswerError, Created, InvalidCursor,
-    ListQuery, Lookup, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskPage,
-    TaskStore, UpdateError,
+    apply_change, claim_orphan, decode_cursor, encode_cursor, ActiveLimit, AnswerError, Created,
+    InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError,
+    TaskChange, TaskPage, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
 
@@ -404,7 +404,12 @@ impl TaskStore for SqliteStore {
         .await
     }
 
-    async fn renew_leases(&self, node: &str, ids: &[String], until: u64) -> Result<(), StoreError> {
+    async fn renew_leases(
+        &self,
+        node: &str,
+        ids: &[String],
+        until: u64,
+    ) -> Result<Vec<String>, StoreError> {
         let node = node.to_string();
         let ids = ids.to_vec();
         self.write(move |conn| {
@@ -414,11 +419,16 @@ impl TaskStore for SqliteStore {
                      AND status IN ('working', 'input_required')",
                 )
                 .context("prepare the lease renewal")?;
-            for id in &ids {
-                stmt.execute(params![sql_int(until), id, node])
+            let mut lost = Vec::new();
+            for id in ids {
+                let renewed = stmt
+                    .execute(params![sql_int(until), id, node])
                     .with_context(|| format!("renew the lease on task {id}"))?;
+                if renewed == 0 {
+                    lost.push(id);
+                }
             }
-            Ok(())
+            Ok(lost)
         })
         .await
     }
@@ -429,6 +439,7 @@ impl TaskStore for SqliteStore {
         now: u64,
         all: bool,
         lease_until: u64,
+        plan: OrphanPlan,
     ) -> Result<Vec<TaskRecord>, StoreError> {
         let node = node.to_string();
         self.write(move |conn| {
@@ -436,20 +447,17 @@ impl TaskStore for SqliteStore {
                 "SELECT {TASK_COLUMNS} FROM tasks WHERE status IN ('working', 'input_required') \
                  AND (?1 OR lease_until IS NULL OR lease_until < ?2)"
             );
-            let mut found = select_tasks(conn, &sql, params![all, sql_int(now)], || {
+            let found = select_tasks(conn, &sql, params![all, sql_int(now)], || {
                 "find unfinished tasks nobody runs".into()
             })?;
-            let mut claim = conn
-                .prepare_cached("UPDATE tasks SET lease_owner = ?1, lease_until = ?2 WHERE id = ?3")
-                .context("prepare the orphan claim")?;
-            for t in &mut found {
-                claim
-                    .execute(params![node, sql_int(lease_until), t.id])
-                    .with_context(|| format!("claim orphaned task {}", t.id))?;
-                t.lease_owner = Some(node.clone());
-                t.lease_until = Some(lease_until);
+            let mut changed = Vec::with_capacity(found.len());
+            for mut t in found {
+                if claim_orphan(&mut t, &plan, &node, lease_until, now) {
+                    update_task(conn, &t)?;
+                    changed.push(t);
+                }
             }
-            Ok(found)
+            Ok(changed)
         })
         .await
     }
