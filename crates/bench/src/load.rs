@@ -17,6 +17,9 @@ pub enum Mode {
     Get,
     /// One task from call to result: create, poll until finished, fetch the result.
     E2e,
+    /// `tools/call` of our `wait` tool: tasks that stay unfinished (for memory and restart
+    /// profiles with `drive`; not one of the suite's modes).
+    Hold,
 }
 
 impl Mode {
@@ -28,6 +31,7 @@ impl Mode {
             Mode::Create => "create",
             Mode::Get => "get",
             Mode::E2e => "e2e",
+            Mode::Hold => "hold",
         }
     }
 }
@@ -104,6 +108,9 @@ pub async fn run(
                     match mode {
                         Mode::Create => {
                             c.create().await?;
+                        }
+                        Mode::Hold => {
+                            c.create_of("wait", serde_json::json!({})).await?;
                         }
                         Mode::Get => {
                             pick = (pick + 1) % existing.len().max(1);

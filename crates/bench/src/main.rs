@@ -64,6 +64,10 @@ struct SuiteArgs {
     /// Unfinished tasks for --scale.
     #[arg(long, default_value_t = 100_000)]
     scale_unfinished: usize,
+    /// Which scenarios of --scale: all, or a comma-separated list of flat (rates with many tasks
+    /// stored), unfinished (RSS and restart with unfinished tasks), blocked (blocked results).
+    #[arg(long, default_value = "all")]
+    scale_parts: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -90,7 +94,7 @@ enum Command {
         /// 2025 or 2026.
         #[arg(long, default_value = "2025")]
         wire: String,
-        /// create, get or e2e.
+        /// create, get, e2e, or hold (tasks of the `wait` tool, left unfinished).
         #[arg(long, default_value = "create")]
         mode: String,
         /// Concurrent clients.
@@ -130,8 +134,9 @@ async fn drive(url: &str, wire: &str, mode: &str, clients: usize, ops: usize) ->
     };
     let mode = Mode::ALL
         .into_iter()
+        .chain([Mode::Hold])
         .find(|m| m.label() == mode)
-        .context("mode is create, get or e2e")?;
+        .context("mode is create, get, e2e or hold")?;
     let f = load::run(url, wire, mode, clients, ops, 64, Duration::from_secs(600)).await?;
     println!(
         "{} {}: {} ops, {:.0} ops/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
@@ -210,7 +215,15 @@ async fn suite(args: SuiteArgs) -> Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let mut md = report::markdown(&rows, args.clients, args.ops, &versions);
     if args.scale {
-        md.push_str(&scale::all(scratch.path(), args.scale_stored, args.scale_unfinished).await?);
+        md.push_str(
+            &scale::all(
+                scratch.path(),
+                args.scale_stored,
+                args.scale_unfinished,
+                &args.scale_parts,
+            )
+            .await?,
+        );
     }
     std::fs::write(args.out.join("README.md"), &md)?;
     report::charts(&rows, &args.out)?;

@@ -159,7 +159,7 @@ async fn blocked_result(label: &str, store: &str, n: usize, out: &mut String) ->
             while next.fetch_add(1, Ordering::Relaxed) < n {
                 let id = c.create_of("stamp", serde_json::json!({"ms": 20})).await?;
                 let done_at: u64 = c.result_text(&id).await?.parse().context("stamp")?;
-                let now = mcp_tasks_engine::now_ms();
+                let now = crate::serve::now_us();
                 lags.push(now.saturating_sub(done_at));
             }
             Ok::<_, anyhow::Error>(lags)
@@ -170,24 +170,42 @@ async fn blocked_result(label: &str, store: &str, n: usize, out: &mut String) ->
         lags.extend(w.await??);
     }
     lags.sort_unstable();
-    let pct = |p: f64| lags[((lags.len() - 1) as f64 * p).round() as usize];
+    let pct = |p: f64| lags[((lags.len() - 1) as f64 * p).round() as usize] as f64 / 1000.0;
     let (p50, p99) = (pct(0.5), pct(0.99));
-    eprintln!("   p50 {p50} ms, p99 {p99} ms");
+    eprintln!("   p50 {p50:.2} ms, p99 {p99:.2} ms");
     let _ = writeln!(
         out,
-        "- blocked `tasks/result` ({label}, 16 clients, {n} tasks): answered p50 {p50} ms, p99 {p99} ms after the task finished (ms clock)"
+        "- blocked `tasks/result` ({label}, 16 clients, {n} tasks): answered p50 {p50:.2} ms, p99 {p99:.2} ms after the task finished"
     );
     Ok(())
 }
 
-/// All scenarios; Markdown for the report.
-pub async fn all(scratch: &std::path::Path, large: usize, unfinished_n: usize) -> Result<String> {
+/// The scenarios `parts` names (`all`, or some of `flat`, `unfinished`, `blocked`); Markdown for the
+/// report.
+pub async fn all(
+    scratch: &std::path::Path,
+    large: usize,
+    unfinished_n: usize,
+    parts: &str,
+) -> Result<String> {
+    let wanted = |part: &str| {
+        parts
+            .split(',')
+            .map(str::trim)
+            .any(|p| p == "all" || p == part)
+    };
     let mut out = String::from("\n## At scale (our server)\n\n");
-    flat(scratch, 1_000, large, &mut out).await?;
-    unfinished(scratch, unfinished_n, &mut out).await?;
-    let _ = writeln!(out, "\n### Blocked result\n");
-    blocked_result("memory", "memory:", 1_000, &mut out).await?;
-    let db = format!("sqlite://{}", scratch.join("blocked.db").display());
-    blocked_result("SQLite", &db, 1_000, &mut out).await?;
+    if wanted("flat") {
+        flat(scratch, 1_000, large, &mut out).await?;
+    }
+    if wanted("unfinished") {
+        unfinished(scratch, unfinished_n, &mut out).await?;
+    }
+    if wanted("blocked") {
+        let _ = writeln!(out, "\n### Blocked result\n");
+        blocked_result("memory", "memory:", 1_000, &mut out).await?;
+        let db = format!("sqlite://{}", scratch.join("blocked.db").display());
+        blocked_result("SQLite", &db, 1_000, &mut out).await?;
+    }
     Ok(out)
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 /// Serves our server on `store` (`memory:` or `sqlite://PATH`; the file is started afresh unless
 /// `keep`), with limits lifted so the load measures the server, and these tools (each a task when
 /// asked): `noop` (done at once), `wait` (runs until cancelled), `stamp {ms}` (sleeps `ms`, then answers
-/// the Unix ms at which it finished). With `prefill`, first stores that many finished tasks.
+/// the Unix time in µs at which it finished). With `prefill`, first stores that many finished tasks.
 pub async fn ours(store: &str, keep: bool, prefill: usize) -> Result<()> {
     let store: Arc<dyn TaskStore> = match store.strip_prefix("sqlite://") {
         Some(path) => {
@@ -47,10 +47,10 @@ pub async fn ours(store: &str, keep: bool, prefill: usize) -> Result<()> {
                 .and_then(serde_json::Value::as_u64)
                 .unwrap_or(0);
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
-            text_result(mcp_tasks_engine::now_ms().to_string(), false)
+            text_result(now_us().to_string(), false)
         }),
     )
-    .description("Sleeps `ms`, then answers the Unix ms at which it finished.")
+    .description("Sleeps `ms`, then answers the Unix time in µs at which it finished.")
     .task_support(TaskSupport::Optional);
     let mut config = ServerConfig::default();
     config.auth.anonymous_limits = mcp_tasks_server::auth::Limits {
@@ -119,4 +119,12 @@ pub async fn ceiling() -> Result<()> {
     });
     axum::serve(listener, app).await?;
     Ok(())
+}
+
+/// Unix time in µs (the blocked-result scenario measures lags well under a millisecond).
+pub fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
 }
