@@ -25,7 +25,12 @@ fn ours(name: &str, args: &[String]) -> Result<Target> {
     })
 }
 
-/// Create and get rates with `small` and `large` finished tasks already stored, on each store.
+/// Rounds of the flat-with-size comparison; the median of each side is compared.
+const FLAT_ROUNDS: usize = 5;
+
+/// Create and get rates with `small` and `large` finished tasks already stored, on each store. Both
+/// servers run at once and are measured in alternation, several rounds, so a drift of the machine
+/// (these machines are shared) touches both sides alike; the medians are compared.
 async fn flat(
     scratch: &std::path::Path,
     small: usize,
@@ -34,12 +39,12 @@ async fn flat(
 ) -> Result<()> {
     let _ = writeln!(
         out,
-        "### Rates with many tasks stored (16 clients, 2025-11-25)\n"
+        "### Rates with many tasks stored (16 clients, 2025-11-25; median of {FLAT_ROUNDS} alternating rounds)\n"
     );
     let _ = writeln!(out, "| store | stored | create ops/s | get ops/s |");
     let _ = writeln!(out, "|---|---:|---:|---:|");
     for store in ["memory:", "sqlite"] {
-        let mut rates = Vec::new();
+        let mut servers = Vec::new();
         for stored in [small, large] {
             let store_arg = match store {
                 "sqlite" => format!(
@@ -58,36 +63,44 @@ async fn flat(
                     stored.to_string(),
                 ],
             )?;
-            let running = t.start_within(Duration::from_secs(600))?;
-            let create = load::run(
-                &running.url,
-                Wire::Session2025,
-                Mode::Create,
-                16,
-                3000,
-                64,
-                Duration::from_secs(60),
-            )
-            .await?;
-            let get = load::run(
-                &running.url,
-                Wire::Session2025,
-                Mode::Get,
-                16,
-                3000,
-                64,
-                Duration::from_secs(60),
-            )
-            .await?;
-            eprintln!("   create {:.0}/s, get {:.0}/s", create.rate, get.rate);
-            let _ = writeln!(
-                out,
-                "| {store} | {stored} | {:.0} | {:.0} |",
-                create.rate, get.rate
-            );
-            rates.push((create.rate, get.rate));
+            servers.push(t.start_within(Duration::from_secs(600))?);
         }
-        if let [(c0, g0), (c1, g1)] = rates[..] {
+        // rates[size][mode] over the rounds.
+        let mut rates = vec![vec![Vec::new(), Vec::new()]; servers.len()];
+        for round in 0..FLAT_ROUNDS {
+            for (m, mode) in [Mode::Create, Mode::Get].into_iter().enumerate() {
+                for (i, running) in servers.iter().enumerate() {
+                    let f = load::run(
+                        &running.url,
+                        Wire::Session2025,
+                        mode,
+                        16,
+                        3000,
+                        64,
+                        Duration::from_secs(60),
+                    )
+                    .await?;
+                    rates[i][m].push(f.rate);
+                }
+            }
+            eprintln!(
+                "   round {}: create {:.0} / {:.0}, get {:.0} / {:.0}",
+                round + 1,
+                rates[0][0][round],
+                rates[1][0][round],
+                rates[0][1][round],
+                rates[1][1][round]
+            );
+        }
+        drop(servers);
+        let medians: Vec<(f64, f64)> = rates
+            .iter()
+            .map(|r| (median(&r[0]), median(&r[1])))
+            .collect();
+        for ((c, g), stored) in medians.iter().zip([small, large]) {
+            let _ = writeln!(out, "| {store} | {stored} | {c:.0} | {g:.0} |");
+        }
+        if let [(c0, g0), (c1, g1)] = medians[..] {
             let _ = writeln!(
                 out,
                 "| {store}: large / small | | {:.2}× | {:.2}× |",
@@ -97,6 +110,12 @@ async fn flat(
         }
     }
     Ok(())
+}
+
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// Memory with `n` unfinished (`wait`) tasks, then a kill -9 and a restart on the same SQLite file.

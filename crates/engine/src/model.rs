@@ -112,7 +112,7 @@ impl Outcome {
 /// One task, era-agnostic, exactly as stored.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskRecord {
-    /// 128-bit random id (hex).
+    /// Creation time (Unix ms) and 128 random bits, in 44 hex digits.
     pub id: String,
     /// The principal that created the task.
     pub owner: String,

@@ -477,7 +477,7 @@ async fn create_task_result_is_durable_working_task_with_granted_ttl() {
     assert_eq!(task["status"], "working");
     assert_eq!(task["ttl"], 60000);
     assert!(task["pollInterval"].is_u64());
-    assert_eq!(task["taskId"].as_str().unwrap().len(), 32);
+    assert_eq!(task["taskId"].as_str().unwrap().len(), 44);
     assert!(ex.result()["_meta"]["io.modelcontextprotocol/model-immediate-response"].is_string());
     // Durable before the reply: the store has it.
     let id = task["taskId"].as_str().unwrap();

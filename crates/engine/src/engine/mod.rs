@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::now_ms;
 use crate::fingerprint::fingerprint;
 use crate::handler::TaskHandler;
-use crate::ids::random_id;
+use crate::ids::{random_id, task_id};
 use crate::model::{
     ActiveLimit, InputRecord, InputResponse, NewTask, Outcome, TaskRecord, TaskStatus,
 };
@@ -295,7 +295,7 @@ impl Engine {
     fn new_record(&self, new: NewTask) -> TaskRecord {
         let now = now_ms();
         TaskRecord {
-            id: random_id(),
+            id: task_id(now),
             fingerprint: fingerprint(&new.tool, &new.arguments),
             owner: new.owner,
             session: new.session,
