@@ -10,6 +10,7 @@
 //!   not) are removed with it in the same atomic step.
 
 pub mod memory;
+pub mod postgres;
 pub mod sqlite;
 pub mod testkit;
 
@@ -412,6 +413,24 @@ pub(crate) fn decode_cursor(cursor: &str) -> Result<(u64, String), InvalidCursor
 
 /// Applies a change to a record in memory, following the store invariants. Shared by the stores so
 /// the rules live in one place.
+/// Turns a failed backend call into a [`StoreError`] that says what was being done and keeps the
+/// failure as its source.
+pub(crate) trait Context<T> {
+    /// Fails with `what` as the context.
+    fn context(self, what: &str) -> Result<T, StoreError>;
+    /// Fails with `what()` as the context; for contexts that must be formatted.
+    fn with_context(self, what: impl FnOnce() -> String) -> Result<T, StoreError>;
+}
+
+impl<T, E: std::error::Error + Send + Sync + 'static> Context<T> for Result<T, E> {
+    fn context(self, what: &str) -> Result<T, StoreError> {
+        self.map_err(|e| StoreError::backend(what, e))
+    }
+    fn with_context(self, what: impl FnOnce() -> String) -> Result<T, StoreError> {
+        self.map_err(|e| StoreError::backend(what(), e))
+    }
+}
+
 /// What recovery does with one orphaned task (see [`TaskStore::claim_orphans`]): the change to
 /// apply, or `None` to leave the task alone. Called inside the store's write, so keep it quick.
 pub type OrphanPlan = Arc<dyn Fn(&TaskRecord) -> Option<TaskChange> + Send + Sync>;

@@ -22,32 +22,14 @@ use self::rows::{
 };
 use self::writer::{Completion, Job};
 use super::{
-    apply_change, claim_orphan, decode_cursor, encode_cursor, ActiveLimit, AnswerError, Created,
-    InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError,
-    TaskChange, TaskPage, TaskStore, UpdateError,
+    apply_change, claim_orphan, decode_cursor, encode_cursor, ActiveLimit, AnswerError, Context,
+    Created, InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionRecord,
+    StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
 
 /// Idle read connections kept open.
 const MAX_IDLE_READERS: usize = 8;
-
-/// Turns a failed backend call into a [`StoreError`] that says what was being done and keeps the
-/// failure as its source.
-trait Context<T> {
-    /// Fails with `what` as the context.
-    fn context(self, what: &str) -> Result<T, StoreError>;
-    /// Fails with `what()` as the context; for contexts that must be formatted.
-    fn with_context(self, what: impl FnOnce() -> String) -> Result<T, StoreError>;
-}
-
-impl<T, E: std::error::Error + Send + Sync + 'static> Context<T> for Result<T, E> {
-    fn context(self, what: &str) -> Result<T, StoreError> {
-        self.map_err(|e| StoreError::backend(what, e))
-    }
-    fn with_context(self, what: impl FnOnce() -> String) -> Result<T, StoreError> {
-        self.map_err(|e| StoreError::backend(what(), e))
-    }
-}
 
 /// A [`TaskStore`] on one SQLite file.
 pub struct SqliteStore {

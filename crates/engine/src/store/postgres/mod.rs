@@ -1,0 +1,752 @@
+//! A [`TaskStore`] on PostgreSQL, for several replicas on one database.
+//!
+//! Every change is a transaction that locks the rows it reads (`FOR UPDATE`), so a compare-and-set is
+//! atomic across replicas. Creates of one owner are serialized by a transaction advisory lock on the
+//! owner, which makes the running-task limit and idempotency keys exact across replicas. Orphans are
+//! claimed with `FOR UPDATE SKIP LOCKED`, so replicas sweeping at once never take the same task. The
+//! schema is versioned and migrated on open under an advisory lock (`schema.rs`); row mapping and the
+//! single-row statements are in `rows.rs`.
+
+mod rows;
+mod schema;
+
+use async_trait::async_trait;
+use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Pool, RecyclingMethod};
+use std::time::Duration;
+use tokio_postgres::NoTls;
+
+use self::rows::{
+    input_from_row, insert_input, insert_task, pg_int, select_input, select_task, session_from_row,
+    tasks_from_rows, update_task, INPUT_COLUMNS, SESSION_COLUMNS, TASK_COLUMNS,
+};
+use super::{
+    apply_change, claim_orphan, decode_cursor, encode_cursor, ActiveLimit, AnswerError, Context,
+    Created, InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionRecord,
+    StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
+};
+use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
+
+/// Connections a store keeps at most.
+const POOL_SIZE: usize = 16;
+/// How long a request waits for a connection (or for one to be made) before it fails.
+const CONNECT_WAIT: Duration = Duration::from_secs(5);
+
+/// A [`TaskStore`] on a PostgreSQL database shared by any number of replicas.
+pub struct PostgresStore {
+    pool: Pool,
+    config: tokio_postgres::Config,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("hosts", &self.config.get_hosts())
+            .field("dbname", &self.config.get_dbname())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A connection URL without its password, for messages.
+fn redact(url: &str) -> String {
+    // postgres://USER:PASSWORD@HOST…: the password sits between the user's ':' and the '@'.
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end..];
+    let Some(at) = rest.find('@') else {
+        return url.to_string();
+    };
+    match rest[..at].find(':') {
+        Some(colon) => format!(
+            "{}{}:***{}",
+            &url[..scheme_end],
+            &rest[..colon],
+            &rest[at..]
+        ),
+        None => url.to_string(),
+    }
+}
+
+impl PostgresStore {
+    /// Connects to `url` (`postgres://USER@HOST:PORT/DB`, or any form tokio-postgres accepts) and
+    /// brings the schema up to date (several replicas may do this at once).
+    pub async fn open(url: &str) -> Result<PostgresStore, StoreError> {
+        let config: tokio_postgres::Config = url
+            .parse()
+            .with_context(|| format!("parse the PostgreSQL URL {}", redact(url)))?;
+        Self::with_config(config).await
+    }
+
+    /// Like [`PostgresStore::open`], with the store's tables in `schema` (created if missing): for
+    /// tests, and for several stores in one database.
+    pub async fn open_in_schema(url: &str, schema_name: &str) -> Result<PostgresStore, StoreError> {
+        if schema_name.is_empty()
+            || !schema_name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Err(StoreError::message(format!(
+                "schema name {schema_name:?}: use letters, digits and underscores"
+            )));
+        }
+        let mut config: tokio_postgres::Config = url
+            .parse()
+            .with_context(|| format!("parse the PostgreSQL URL {}", redact(url)))?;
+        let (client, connection) = config
+            .connect(NoTls)
+            .await
+            .with_context(|| format!("connect to {}", redact(url)))?;
+        tokio::spawn(connection);
+        schema::create_schema(&client, schema_name).await?;
+        config.options(format!("-c search_path={schema_name}"));
+        Self::with_config(config).await
+    }
+
+    async fn with_config(config: tokio_postgres::Config) -> Result<PostgresStore, StoreError> {
+        let (mut client, connection) = config
+            .connect(NoTls)
+            .await
+            .context("connect to PostgreSQL")?;
+        let conn_task = tokio::spawn(connection);
+        schema::migrate(&mut client).await?;
+        drop(client);
+        let _ = conn_task.await;
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .wait_timeout(Some(CONNECT_WAIT))
+            .create_timeout(Some(CONNECT_WAIT))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .context("build the PostgreSQL connection pool")?;
+        Ok(PostgresStore { pool, config })
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.context("get a PostgreSQL connection")
+    }
+
+    /// Runs `f` in a transaction and commits it when `f` succeeds (rolls back otherwise).
+    async fn in_tx<T, E, F>(&self, f: F) -> Result<T, E>
+    where
+        E: From<StoreError>,
+        F: for<'t> FnOnce(
+            &'t deadpool_postgres::Transaction<'t>,
+        ) -> futures::future::BoxFuture<'t, Result<T, E>>,
+    {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.context("begin a transaction")?;
+        let value = f(&tx).await?;
+        tx.commit().await.context("commit")?;
+        Ok(value)
+    }
+}
+
+/// Serializes creates of one owner across replicas until the transaction ends.
+async fn lock_owner(db: &impl GenericClient, owner: &str) -> Result<(), StoreError> {
+    let stmt = db
+        .prepare_cached("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .await
+        .context("prepare the owner lock")?;
+    db.execute(&stmt, &[&owner])
+        .await
+        .with_context(|| format!("lock the creates of {owner}"))?;
+    Ok(())
+}
+
+#[async_trait]
+impl TaskStore for PostgresStore {
+    async fn create(
+        &self,
+        task: TaskRecord,
+        limit: Option<ActiveLimit>,
+    ) -> Result<Created, StoreError> {
+        self.in_tx(move |tx| {
+            Box::pin(async move {
+                if task.idempotency_key.is_some() || limit.is_some() {
+                    lock_owner(tx, &task.owner).await?;
+                }
+                if let Some(key) = &task.idempotency_key {
+                    let stmt = tx
+                        .prepare_cached(&format!(
+                            "SELECT {TASK_COLUMNS} FROM tasks WHERE owner = $1 AND idempotency_key = $2"
+                        ))
+                        .await
+                        .context("prepare the idempotency lookup")?;
+                    let found = tx
+                        .query_opt(&stmt, &[&task.owner, key])
+                        .await
+                        .with_context(|| format!("look up idempotency key {key:?}"))?;
+                    if let Some(row) = found {
+                        let existing = rows::task_from_row(&row)?;
+                        if existing.fingerprint == task.fingerprint {
+                            return Ok(Created::Existing(existing));
+                        }
+                        return Err(StoreError::IdempotencyConflict {
+                            key: key.clone(),
+                            task_id: existing.id,
+                        });
+                    }
+                }
+                if let Some(l) = &limit {
+                    // Counting stops at the limit: the check costs at most `max` index entries.
+                    let max = i64::try_from(l.max).unwrap_or(i64::MAX);
+                    let stmt = tx
+                        .prepare_cached(
+                            "SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE owner = $1 \
+                             AND ($2::TEXT IS NULL OR session = $2) \
+                             AND status IN ('working', 'input_required') LIMIT $3) AS active",
+                        )
+                        .await
+                        .context("prepare the unfinished count")?;
+                    let active: i64 = tx
+                        .query_one(&stmt, &[&l.owner, &l.session, &max])
+                        .await
+                        .context("count unfinished tasks")?
+                        .get(0);
+                    let active = usize::try_from(active).unwrap_or(0);
+                    if active >= l.max {
+                        return Err(StoreError::TooManyActive { active, max: l.max });
+                    }
+                }
+                insert_task(tx, &task).await?;
+                Ok(Created::New(task))
+            })
+        })
+        .await
+    }
+
+    async fn get(&self, id: &str) -> Result<Lookup, StoreError> {
+        let client = self.client().await?;
+        if let Some(t) = select_task(&client, id, false).await? {
+            return Ok(Lookup::Found(t));
+        }
+        let stmt = client
+            .prepare_cached("SELECT owner, session FROM tombstones WHERE id = $1")
+            .await
+            .context("prepare the tombstone read")?;
+        let tomb = client
+            .query_opt(&stmt, &[&id])
+            .await
+            .with_context(|| format!("read the tombstone of task {id}"))?;
+        Ok(match tomb {
+            Some(row) => Lookup::Expired {
+                owner: row.get(0),
+                session: row.get(1),
+            },
+            None => Lookup::Missing,
+        })
+    }
+
+    async fn find_by_key(&self, owner: &str, key: &str) -> Result<Option<TaskRecord>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE owner = $1 AND idempotency_key = $2"
+            ))
+            .await
+            .context("prepare the idempotency lookup")?;
+        client
+            .query_opt(&stmt, &[&owner, &key])
+            .await
+            .with_context(|| format!("find the task of {owner} with key {key:?}"))?
+            .as_ref()
+            .map(rows::task_from_row)
+            .transpose()
+    }
+
+    async fn update(
+        &self,
+        id: &str,
+        expect: &[TaskStatus],
+        change: TaskChange,
+        now: u64,
+    ) -> Result<TaskRecord, UpdateError> {
+        let id = id.to_string();
+        let expect = expect.to_vec();
+        self.in_tx(move |tx| {
+            Box::pin(async move {
+                let mut rec = select_task(tx, &id, true)
+                    .await?
+                    .ok_or(UpdateError::NotFound)?;
+                if !expect.contains(&rec.status) {
+                    return Err(UpdateError::Conflict(Box::new(rec)));
+                }
+                apply_change(&mut rec, change, now);
+                update_task(tx, &rec).await?;
+                Ok(rec)
+            })
+        })
+        .await
+    }
+
+    async fn list(&self, q: &ListQuery) -> Result<Result<TaskPage, InvalidCursor>, StoreError> {
+        let (after_at, after_id) = match &q.cursor {
+            None => (-1i64, String::new()),
+            Some(c) => match decode_cursor(c) {
+                Ok((at, id)) => (pg_int(at), id),
+                Err(e) => return Ok(Err(e)),
+            },
+        };
+        let limit = pg_int(q.limit as u64).saturating_add(1);
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE owner = $1 \
+                 AND ($2::TEXT IS NULL OR session = $2) \
+                 AND (created_at > $3 OR (created_at = $3 AND id > $4)) \
+                 ORDER BY created_at, id LIMIT $5"
+            ))
+            .await
+            .context("prepare the task list")?;
+        let found = client
+            .query(&stmt, &[&q.owner, &q.session, &after_at, &after_id, &limit])
+            .await
+            .with_context(|| format!("list the tasks of {:?}", q.owner))?;
+        let mut tasks = tasks_from_rows(&found)?;
+        let more = tasks.len() > q.limit;
+        tasks.truncate(q.limit);
+        let next_cursor = if more {
+            tasks.last().map(|t| encode_cursor(t.created_at, &t.id))
+        } else {
+            None
+        };
+        Ok(Ok(TaskPage { tasks, next_cursor }))
+    }
+
+    async fn add_input(&self, input: InputRecord, now: u64) -> Result<TaskRecord, UpdateError> {
+        self.in_tx(move |tx| {
+            Box::pin(async move {
+                let mut rec = select_task(tx, &input.task_id, true)
+                    .await?
+                    .ok_or(UpdateError::NotFound)?;
+                if rec.status.is_terminal() {
+                    return Err(UpdateError::Conflict(Box::new(rec)));
+                }
+                let change = TaskChange {
+                    status: Some(TaskStatus::InputRequired),
+                    ..Default::default()
+                };
+                apply_change(&mut rec, change, now);
+                update_task(tx, &rec).await?;
+                insert_input(tx, &input).await?;
+                Ok(rec)
+            })
+        })
+        .await
+    }
+
+    async fn answer_input(
+        &self,
+        key: &str,
+        response: InputResponse,
+        now: u64,
+    ) -> Result<(TaskRecord, InputRecord), AnswerError> {
+        let key = key.to_string();
+        self.in_tx(move |tx| {
+            Box::pin(async move {
+                let input = select_input(tx, &key, true)
+                    .await?
+                    .ok_or(AnswerError::Unknown)?;
+                if input.response.is_some() {
+                    return Err(AnswerError::AlreadyAnswered);
+                }
+                let mut rec = select_task(tx, &input.task_id, true)
+                    .await?
+                    .ok_or(AnswerError::Unknown)?;
+                if rec.status.is_terminal() {
+                    return Err(AnswerError::TaskEnded(rec.status));
+                }
+                rows::answer_input(tx, &key, &response, now).await?;
+                let pending = rows::pending_inputs(tx, &input.task_id).await?;
+                let back_to_work = pending == 0 && rec.status == TaskStatus::InputRequired;
+                let change = TaskChange {
+                    status: back_to_work.then_some(TaskStatus::Working),
+                    ..Default::default()
+                };
+                apply_change(&mut rec, change, now);
+                update_task(tx, &rec).await?;
+                Ok((
+                    rec,
+                    InputRecord {
+                        response: Some(response),
+                        answered_at: Some(now),
+                        ..input
+                    },
+                ))
+            })
+        })
+        .await
+    }
+
+    async fn get_input(&self, key: &str) -> Result<Option<InputRecord>, StoreError> {
+        let client = self.client().await?;
+        select_input(&client, key, false).await
+    }
+
+    async fn inputs(&self, task_id: &str) -> Result<Vec<InputRecord>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {INPUT_COLUMNS} FROM input_requests WHERE task_id = $1 ORDER BY created_at, key"
+            ))
+            .await
+            .context("prepare the input request list")?;
+        client
+            .query(&stmt, &[&task_id])
+            .await
+            .with_context(|| format!("read the input requests of task {task_id}"))?
+            .iter()
+            .map(input_from_row)
+            .collect()
+    }
+
+    async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE status = 'input_required' \
+                 AND expires_at IS NOT NULL AND expires_at <= $1"
+            ))
+            .await
+            .context("prepare the overdue query")?;
+        let found = client
+            .query(&stmt, &[&pg_int(now)])
+            .await
+            .context("find tasks that expired waiting for input")?;
+        tasks_from_rows(&found)
+    }
+
+    async fn renew_leases(
+        &self,
+        node: &str,
+        ids: &[String],
+        until: u64,
+    ) -> Result<Vec<String>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "UPDATE tasks SET lease_until = $1 WHERE id = ANY($2) AND lease_owner = $3 \
+                 AND status IN ('working', 'input_required') RETURNING id",
+            )
+            .await
+            .context("prepare the lease renewal")?;
+        let renewed: std::collections::HashSet<String> = client
+            .query(&stmt, &[&pg_int(until), &ids, &node])
+            .await
+            .with_context(|| format!("renew {} leases", ids.len()))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        Ok(ids
+            .iter()
+            .filter(|id| !renewed.contains(*id))
+            .cloned()
+            .collect())
+    }
+
+    async fn claim_orphans(
+        &self,
+        node: &str,
+        now: u64,
+        all: bool,
+        lease_until: u64,
+        plan: OrphanPlan,
+    ) -> Result<Vec<TaskRecord>, StoreError> {
+        let node = node.to_string();
+        self.in_tx(move |tx| {
+            Box::pin(async move {
+                // SKIP LOCKED: a task another replica is changing right now is not an orphan to
+                // fight over; the next sweep sees it again if it still is one.
+                let stmt = tx
+                    .prepare_cached(&format!(
+                        "SELECT {TASK_COLUMNS} FROM tasks WHERE status IN ('working', 'input_required') \
+                         AND ($1 OR lease_until IS NULL OR lease_until < $2) FOR UPDATE SKIP LOCKED"
+                    ))
+                    .await
+                    .context("prepare the orphan query")?;
+                let found = tx
+                    .query(&stmt, &[&all, &pg_int(now)])
+                    .await
+                    .context("find unfinished tasks nobody runs")?;
+                let mut changed = Vec::new();
+                for mut t in tasks_from_rows(&found)? {
+                    if claim_orphan(&mut t, &plan, &node, lease_until, now) {
+                        changed.push(t);
+                    }
+                }
+                // Pipelined: the updates go out together on the one connection.
+                futures::future::try_join_all(changed.iter().map(|t| update_task(tx, t))).await?;
+                Ok(changed)
+            })
+        })
+        .await
+    }
+
+    async fn purge(&self, p: PurgePolicy) -> Result<Purged, StoreError> {
+        self.in_tx(move |tx| {
+            Box::pin(async move {
+                let now = pg_int(p.now);
+                let grace_edge = pg_int(p.now.saturating_sub(p.finished_grace_ms));
+                let cond = "expires_at IS NOT NULL AND expires_at <= $1 \
+                            AND status IN ('completed', 'failed', 'cancelled') AND finished_at <= $2";
+                tx.execute(
+                    &format!(
+                        "INSERT INTO tombstones (id, owner, session, expired_at) \
+                         SELECT id, owner, session, $1 FROM tasks WHERE {cond} \
+                         ON CONFLICT (id) DO UPDATE SET owner = EXCLUDED.owner, \
+                         session = EXCLUDED.session, expired_at = EXCLUDED.expired_at"
+                    ),
+                    &[&now, &grace_edge],
+                )
+                .await
+                .context("tombstone expired tasks")?;
+                // A purged task's questions and answers go with it; nothing can reach them any more.
+                tx.execute(
+                    &format!(
+                        "DELETE FROM input_requests WHERE task_id IN (SELECT id FROM tasks WHERE {cond})"
+                    ),
+                    &[&now, &grace_edge],
+                )
+                .await
+                .context("delete the input requests of expired tasks")?;
+                let tasks = tx
+                    .execute(&format!("DELETE FROM tasks WHERE {cond}"), &[&now, &grace_edge])
+                    .await
+                    .context("delete expired tasks")?;
+                let tomb_edge = pg_int(p.now.saturating_sub(p.tombstone_ms));
+                let tombstones = tx
+                    .execute("DELETE FROM tombstones WHERE expired_at < $1", &[&tomb_edge])
+                    .await
+                    .context("delete old tombstones")?;
+                let idle_edge = pg_int(p.now.saturating_sub(p.session_idle_ms));
+                let sessions = tx
+                    .execute("DELETE FROM sessions WHERE last_seen < $1", &[&idle_edge])
+                    .await
+                    .context("delete idle sessions")?;
+                let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+                Ok(Purged {
+                    tasks: count(tasks),
+                    tombstones: count(tombstones),
+                    sessions: count(sessions),
+                })
+            })
+        })
+        .await
+    }
+
+    async fn put_session(&self, s: &SessionRecord) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ($1,$2,$3,$4,$5) \
+                 ON CONFLICT (id) DO UPDATE SET owner = EXCLUDED.owner, data = EXCLUDED.data, \
+                 created_at = EXCLUDED.created_at, last_seen = EXCLUDED.last_seen"
+            ))
+            .await
+            .context("prepare the session write")?;
+        client
+            .execute(
+                &stmt,
+                &[
+                    &s.id,
+                    &s.owner,
+                    &s.data.to_string(),
+                    &pg_int(s.created_at),
+                    &pg_int(s.last_seen),
+                ],
+            )
+            .await
+            .with_context(|| format!("store session {}", s.id))?;
+        Ok(())
+    }
+
+    async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1"
+            ))
+            .await
+            .context("prepare the session read")?;
+        client
+            .query_opt(&stmt, &[&id])
+            .await
+            .with_context(|| format!("read session {id}"))?
+            .as_ref()
+            .map(session_from_row)
+            .transpose()
+    }
+
+    async fn touch_session(&self, id: &str, now: u64) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached("UPDATE sessions SET last_seen = GREATEST(last_seen, $2) WHERE id = $1")
+            .await
+            .context("prepare the session touch")?;
+        let n = client
+            .execute(&stmt, &[&id, &pg_int(now)])
+            .await
+            .with_context(|| format!("touch session {id}"))?;
+        Ok(n > 0)
+    }
+
+    async fn delete_session(&self, id: &str) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached("DELETE FROM sessions WHERE id = $1")
+            .await
+            .context("prepare the session delete")?;
+        let n = client
+            .execute(&stmt, &[&id])
+            .await
+            .with_context(|| format!("delete session {id}"))?;
+        Ok(n > 0)
+    }
+
+    fn is_exclusive(&self) -> bool {
+        // Other replicas may run tasks from this database: only expired leases are orphans.
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The test database (`MCP_TASKS_TEST_PG`, else the machine's server).
+    fn test_url() -> String {
+        std::env::var("MCP_TASKS_TEST_PG")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+    }
+
+    /// A schema name no other test run uses.
+    fn fresh_schema(tag: &str) -> String {
+        format!("t_{tag}_{}", &crate::ids::random_id()[..12])
+    }
+
+    async fn drop_schema(schema: &str) {
+        if let Ok((client, conn)) = tokio_postgres::connect(&test_url(), NoTls).await {
+            tokio::spawn(conn);
+            let _ = client
+                .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                .await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn passes_the_store_test_kit() {
+        let run = fresh_schema("kit");
+        let counter = std::sync::atomic::AtomicUsize::new(0);
+        let url = test_url();
+        let made = std::sync::Mutex::new(Vec::new());
+        super::super::testkit::run_all(|| {
+            let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let schema = format!("{run}_{n}");
+            made.lock().unwrap().push(schema.clone());
+            let url = url.clone();
+            async move { PostgresStore::open_in_schema(&url, &schema).await.unwrap() }
+        })
+        .await;
+        for schema in made.into_inner().unwrap() {
+            drop_schema(&schema).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn replicas_migrating_at_once_apply_each_migration_once() {
+        let schema = fresh_schema("migrate");
+        let url = test_url();
+        let opens = (0..4).map(|_| PostgresStore::open_in_schema(&url, &schema));
+        for store in futures::future::join_all(opens).await {
+            store.unwrap();
+        }
+        let (client, conn) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+        tokio::spawn(conn);
+        let n: i64 = client
+            .query_one(
+                &format!("SELECT COUNT(*) FROM {schema}.mcp_tasks_migrations"),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(n, i64::from(schema::latest()));
+        drop_schema(&schema).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_newer_schema_is_refused() {
+        let schema = fresh_schema("newer");
+        let url = test_url();
+        PostgresStore::open_in_schema(&url, &schema).await.unwrap();
+        let (client, conn) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+        tokio::spawn(conn);
+        client
+            .execute(
+                &format!(
+                    "INSERT INTO {schema}.mcp_tasks_migrations VALUES ($1, 'from the future', 0)"
+                ),
+                &[&(schema::latest() + 1)],
+            )
+            .await
+            .unwrap();
+        let err = PostgresStore::open_in_schema(&url, &schema)
+            .await
+            .unwrap_err();
+        assert!(
+            err.chain().contains("newer than this build"),
+            "{}",
+            err.chain()
+        );
+        drop_schema(&schema).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_running_task_limit_is_exact_under_concurrent_creates() {
+        let schema = fresh_schema("limit");
+        let url = test_url();
+        // Two stores on one schema: two replicas.
+        let a = std::sync::Arc::new(PostgresStore::open_in_schema(&url, &schema).await.unwrap());
+        let b = std::sync::Arc::new(PostgresStore::open_in_schema(&url, &schema).await.unwrap());
+        let limit = ActiveLimit {
+            max: 5,
+            owner: "alice".into(),
+            session: None,
+        };
+        let creates = (0..40).map(|i| {
+            let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let limit = limit.clone();
+            async move {
+                let t = super::super::testkit::record(&format!("c{i}"), "alice", 1_000 + i);
+                store.create(t, Some(limit)).await
+            }
+        });
+        let results = futures::future::join_all(creates).await;
+        let made = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(made, 5, "exactly the limit: {results:?}");
+        assert!(results
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .all(|e| matches!(e, StoreError::TooManyActive { .. })));
+        drop_schema(&schema).await;
+    }
+
+    #[test]
+    fn passwords_are_not_shown() {
+        assert_eq!(
+            redact("postgres://alice:secret@db:5432/tasks"),
+            "postgres://alice:***@db:5432/tasks"
+        );
+        assert_eq!(
+            redact("postgres://alice@db/tasks"),
+            "postgres://alice@db/tasks"
+        );
+    }
+}

@@ -1,0 +1,362 @@
+//! Between records and PostgreSQL rows: the column lists, row mapping, and the statements that read
+//! and write one task or input request.
+
+use deadpool_postgres::GenericClient;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
+
+use super::Context;
+use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
+use crate::store::{SessionRecord, StoreError};
+
+/// The `tasks` columns a [`TaskRecord`] is read from, in [`task_from_row`]'s order (the same as the
+/// SQLite store's).
+pub(super) const TASK_COLUMNS: &str = "id, owner, session, era, tool, arguments, request_meta, status, status_message, \
+    progress, progress_total, created_at, updated_at, ttl_ms, poll_interval_ms, outcome, idempotency_key, \
+    fingerprint, attempt, lease_owner, lease_until, finished_at, progress_message, retain_after_finish_ms";
+
+/// The `input_requests` columns an [`InputRecord`] is read from, in [`input_from_row`]'s order.
+pub(super) const INPUT_COLUMNS: &str =
+    "key, task_id, method, params, created_at, response, answered_at";
+
+/// The `sessions` columns a [`SessionRecord`] is read from, in [`session_from_row`]'s order.
+pub(super) const SESSION_COLUMNS: &str = "id, owner, data, created_at, last_seen";
+
+/// A time or count as a BIGINT, clamped (no real time reaches `i64::MAX` ms).
+pub(super) fn pg_int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn opt_pg_int(v: Option<u64>) -> Option<i64> {
+    v.map(pg_int)
+}
+
+fn u64_from_pg(v: i64) -> u64 {
+    // Every time and count is written from a u64 clamped to i64::MAX, so a negative value can only
+    // come from outside; reading it as 0 is the closest valid value.
+    u64::try_from(v).unwrap_or(0)
+}
+
+fn bad_row(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::backend(format!("read {what} from a row"), e)
+}
+
+fn json<T: serde::de::DeserializeOwned>(what: &str, s: &str) -> Result<T, StoreError> {
+    serde_json::from_str(s).map_err(|e| bad_row(what, e))
+}
+
+fn opt_json<T: serde::de::DeserializeOwned>(
+    what: &str,
+    s: Option<String>,
+) -> Result<Option<T>, StoreError> {
+    s.map(|s| json(what, &s)).transpose()
+}
+
+fn text<T: serde::Serialize>(what: &str, v: &T) -> Result<String, StoreError> {
+    serde_json::to_string(v).with_context(|| format!("serialize {what}"))
+}
+
+/// Maps a row selected with [`TASK_COLUMNS`].
+pub(super) fn task_from_row(row: &Row) -> Result<TaskRecord, StoreError> {
+    let get = |e| bad_row("a task", e);
+    let status: String = row.try_get(7).map_err(get)?;
+    Ok(TaskRecord {
+        id: row.try_get(0).map_err(get)?,
+        owner: row.try_get(1).map_err(get)?,
+        session: row.try_get(2).map_err(get)?,
+        era: row.try_get(3).map_err(get)?,
+        tool: row.try_get(4).map_err(get)?,
+        arguments: json("task arguments", row.try_get(5).map_err(get)?)?,
+        request_meta: json("task request metadata", row.try_get(6).map_err(get)?)?,
+        status: TaskStatus::parse(&status)
+            .ok_or_else(|| StoreError::message(format!("bad task status {status:?} in a row")))?,
+        status_message: row.try_get(8).map_err(get)?,
+        progress: row.try_get(9).map_err(get)?,
+        progress_total: row.try_get(10).map_err(get)?,
+        created_at: u64_from_pg(row.try_get(11).map_err(get)?),
+        updated_at: u64_from_pg(row.try_get(12).map_err(get)?),
+        ttl_ms: row
+            .try_get::<_, Option<i64>>(13)
+            .map_err(get)?
+            .map(u64_from_pg),
+        poll_interval_ms: row
+            .try_get::<_, Option<i64>>(14)
+            .map_err(get)?
+            .map(u64_from_pg),
+        outcome: opt_json::<Outcome>("a task outcome", row.try_get(15).map_err(get)?)?,
+        idempotency_key: row.try_get(16).map_err(get)?,
+        fingerprint: row.try_get(17).map_err(get)?,
+        attempt: u32::try_from(row.try_get::<_, i32>(18).map_err(get)?).unwrap_or(0),
+        lease_owner: row.try_get(19).map_err(get)?,
+        lease_until: row
+            .try_get::<_, Option<i64>>(20)
+            .map_err(get)?
+            .map(u64_from_pg),
+        finished_at: row
+            .try_get::<_, Option<i64>>(21)
+            .map_err(get)?
+            .map(u64_from_pg),
+        progress_message: row.try_get(22).map_err(get)?,
+        retain_after_finish_ms: row
+            .try_get::<_, Option<i64>>(23)
+            .map_err(get)?
+            .map(u64_from_pg),
+    })
+}
+
+/// Maps rows selected with [`TASK_COLUMNS`].
+pub(super) fn tasks_from_rows(rows: &[Row]) -> Result<Vec<TaskRecord>, StoreError> {
+    rows.iter().map(task_from_row).collect()
+}
+
+/// Maps a row selected with [`INPUT_COLUMNS`].
+pub(super) fn input_from_row(row: &Row) -> Result<InputRecord, StoreError> {
+    let get = |e| bad_row("an input request", e);
+    Ok(InputRecord {
+        key: row.try_get(0).map_err(get)?,
+        task_id: row.try_get(1).map_err(get)?,
+        method: row.try_get(2).map_err(get)?,
+        params: json("input request params", row.try_get(3).map_err(get)?)?,
+        created_at: u64_from_pg(row.try_get(4).map_err(get)?),
+        response: opt_json::<InputResponse>("an input response", row.try_get(5).map_err(get)?)?,
+        answered_at: row
+            .try_get::<_, Option<i64>>(6)
+            .map_err(get)?
+            .map(u64_from_pg),
+    })
+}
+
+/// Maps a row selected with [`SESSION_COLUMNS`].
+pub(super) fn session_from_row(row: &Row) -> Result<SessionRecord, StoreError> {
+    let get = |e| bad_row("a session", e);
+    Ok(SessionRecord {
+        id: row.try_get(0).map_err(get)?,
+        owner: row.try_get(1).map_err(get)?,
+        data: json("session data", row.try_get(2).map_err(get)?)?,
+        created_at: u64_from_pg(row.try_get(3).map_err(get)?),
+        last_seen: u64_from_pg(row.try_get(4).map_err(get)?),
+    })
+}
+
+/// One task by id; `lock` takes its row lock for the rest of the transaction.
+pub(super) async fn select_task(
+    db: &impl GenericClient,
+    id: &str,
+    lock: bool,
+) -> Result<Option<TaskRecord>, StoreError> {
+    let sql = if lock {
+        format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1 FOR UPDATE")
+    } else {
+        format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1")
+    };
+    let stmt = db
+        .prepare_cached(&sql)
+        .await
+        .context("prepare a task read")?;
+    db.query_opt(&stmt, &[&id])
+        .await
+        .with_context(|| format!("read task {id}"))?
+        .as_ref()
+        .map(task_from_row)
+        .transpose()
+}
+
+/// The column values of `t` in [`TASK_COLUMNS`] order, then `expires_at`.
+struct TaskValues {
+    status: &'static str,
+    arguments: String,
+    request_meta: String,
+    outcome: Option<String>,
+    created_at: i64,
+    updated_at: i64,
+    ttl_ms: Option<i64>,
+    poll_interval_ms: Option<i64>,
+    attempt: i32,
+    lease_until: Option<i64>,
+    finished_at: Option<i64>,
+    retain_after_finish_ms: Option<i64>,
+    expires_at: Option<i64>,
+}
+
+impl TaskValues {
+    fn of(t: &TaskRecord) -> Result<TaskValues, StoreError> {
+        Ok(TaskValues {
+            status: t.status.as_str(),
+            arguments: text("task arguments", &t.arguments)?,
+            request_meta: text("task request metadata", &t.request_meta)?,
+            outcome: t
+                .outcome
+                .as_ref()
+                .map(|o| text("a task outcome", o))
+                .transpose()?,
+            created_at: pg_int(t.created_at),
+            updated_at: pg_int(t.updated_at),
+            ttl_ms: opt_pg_int(t.ttl_ms),
+            poll_interval_ms: opt_pg_int(t.poll_interval_ms),
+            attempt: i32::try_from(t.attempt).unwrap_or(i32::MAX),
+            lease_until: opt_pg_int(t.lease_until),
+            finished_at: opt_pg_int(t.finished_at),
+            retain_after_finish_ms: opt_pg_int(t.retain_after_finish_ms),
+            expires_at: opt_pg_int(t.expires_at()),
+        })
+    }
+
+    fn params<'a>(&'a self, t: &'a TaskRecord) -> [&'a (dyn ToSql + Sync); 25] {
+        [
+            &t.id,
+            &t.owner,
+            &t.session,
+            &t.era,
+            &t.tool,
+            &self.arguments,
+            &self.request_meta,
+            &self.status,
+            &t.status_message,
+            &t.progress,
+            &t.progress_total,
+            &self.created_at,
+            &self.updated_at,
+            &self.ttl_ms,
+            &self.poll_interval_ms,
+            &self.outcome,
+            &t.idempotency_key,
+            &t.fingerprint,
+            &self.attempt,
+            &t.lease_owner,
+            &self.lease_until,
+            &self.finished_at,
+            &t.progress_message,
+            &self.retain_after_finish_ms,
+            &self.expires_at,
+        ]
+    }
+}
+
+/// Inserts a new task.
+pub(super) async fn insert_task(db: &impl GenericClient, t: &TaskRecord) -> Result<(), StoreError> {
+    let values = TaskValues::of(t)?;
+    let stmt = db
+        .prepare_cached(&format!(
+            "INSERT INTO tasks ({TASK_COLUMNS}, expires_at) VALUES \
+             ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25)"
+        ))
+        .await
+        .context("prepare the task insert")?;
+    db.execute(&stmt, &values.params(t))
+        .await
+        .with_context(|| format!("insert task {}", t.id))?;
+    Ok(())
+}
+
+/// Writes every column of an existing task.
+pub(super) async fn update_task(db: &impl GenericClient, t: &TaskRecord) -> Result<(), StoreError> {
+    let values = TaskValues::of(t)?;
+    let stmt = db
+        .prepare_cached(
+            "UPDATE tasks SET owner = $2, session = $3, era = $4, tool = $5, arguments = $6, \
+             request_meta = $7, status = $8, status_message = $9, progress = $10, \
+             progress_total = $11, created_at = $12, updated_at = $13, ttl_ms = $14, \
+             poll_interval_ms = $15, outcome = $16, idempotency_key = $17, fingerprint = $18, \
+             attempt = $19, lease_owner = $20, lease_until = $21, finished_at = $22, \
+             progress_message = $23, retain_after_finish_ms = $24, expires_at = $25 WHERE id = $1",
+        )
+        .await
+        .context("prepare the task update")?;
+    db.execute(&stmt, &values.params(t))
+        .await
+        .with_context(|| format!("update task {}", t.id))?;
+    Ok(())
+}
+
+/// One input request by key; `lock` takes its row lock for the rest of the transaction.
+pub(super) async fn select_input(
+    db: &impl GenericClient,
+    key: &str,
+    lock: bool,
+) -> Result<Option<InputRecord>, StoreError> {
+    let sql = if lock {
+        format!("SELECT {INPUT_COLUMNS} FROM input_requests WHERE key = $1 FOR UPDATE")
+    } else {
+        format!("SELECT {INPUT_COLUMNS} FROM input_requests WHERE key = $1")
+    };
+    let stmt = db
+        .prepare_cached(&sql)
+        .await
+        .context("prepare an input request read")?;
+    db.query_opt(&stmt, &[&key])
+        .await
+        .with_context(|| format!("read input request {key}"))?
+        .as_ref()
+        .map(input_from_row)
+        .transpose()
+}
+
+/// Inserts a new input request.
+pub(super) async fn insert_input(
+    db: &impl GenericClient,
+    i: &InputRecord,
+) -> Result<(), StoreError> {
+    let params = text("input request params", &i.params)?;
+    let response = i
+        .response
+        .as_ref()
+        .map(|r| text("an input response", r))
+        .transpose()?;
+    let stmt = db
+        .prepare_cached(&format!(
+            "INSERT INTO input_requests ({INPUT_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6,$7)"
+        ))
+        .await
+        .context("prepare the input request insert")?;
+    db.execute(
+        &stmt,
+        &[
+            &i.key,
+            &i.task_id,
+            &i.method,
+            &params,
+            &pg_int(i.created_at),
+            &response,
+            &opt_pg_int(i.answered_at),
+        ],
+    )
+    .await
+    .with_context(|| format!("insert input request {}", i.key))?;
+    Ok(())
+}
+
+/// Records the answer to input request `key`.
+pub(super) async fn answer_input(
+    db: &impl GenericClient,
+    key: &str,
+    response: &InputResponse,
+    now: u64,
+) -> Result<(), StoreError> {
+    let response = text("an input response", response)?;
+    let stmt = db
+        .prepare_cached("UPDATE input_requests SET response = $2, answered_at = $3 WHERE key = $1")
+        .await
+        .context("prepare the answer write")?;
+    db.execute(&stmt, &[&key, &response, &pg_int(now)])
+        .await
+        .with_context(|| format!("store the answer to input request {key}"))?;
+    Ok(())
+}
+
+/// How many of a task's input requests wait for an answer.
+pub(super) async fn pending_inputs(
+    db: &impl GenericClient,
+    task_id: &str,
+) -> Result<i64, StoreError> {
+    let stmt = db
+        .prepare_cached(
+            "SELECT COUNT(*) FROM input_requests WHERE task_id = $1 AND response IS NULL",
+        )
+        .await
+        .context("prepare the pending input count")?;
+    Ok(db
+        .query_one(&stmt, &[&task_id])
+        .await
+        .with_context(|| format!("count the open input requests of task {task_id}"))?
+        .get(0))
+}

@@ -1,0 +1,171 @@
+//! The PostgreSQL schema and its versioned migrations.
+//!
+//! Applied versions are rows of `mcp_tasks_migrations`. Opening a store takes a session advisory lock
+//! for the whole migration, so replicas that start together apply each migration once: the first
+//! applies, the others wait and then find nothing left to do. A database at a version newer than this
+//! build knows is refused rather than used half-understood.
+
+use tokio_postgres::Client;
+
+use super::Context;
+use crate::store::StoreError;
+
+/// The advisory lock key migrations run under ("mcptasks" in ASCII).
+const MIGRATION_LOCK: i64 = 0x6d63_7074_6173_6b73;
+
+/// One schema change.
+struct Migration {
+    version: i32,
+    what: &'static str,
+    sql: &'static str,
+}
+
+/// Every migration, in order; `version` counts up from 1 without gaps. The columns mirror the SQLite
+/// schema's (times are Unix ms in BIGINT; JSON is stored as text, exactly as serialized).
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    what: "create the tables",
+    sql: r#"
+CREATE TABLE tasks (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    session TEXT,
+    era TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    arguments TEXT NOT NULL,
+    request_meta TEXT NOT NULL,
+    status TEXT NOT NULL,
+    status_message TEXT,
+    progress DOUBLE PRECISION,
+    progress_total DOUBLE PRECISION,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL,
+    ttl_ms BIGINT,
+    poll_interval_ms BIGINT,
+    outcome TEXT,
+    idempotency_key TEXT,
+    fingerprint TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    lease_owner TEXT,
+    lease_until BIGINT,
+    finished_at BIGINT,
+    expires_at BIGINT,
+    progress_message TEXT,
+    retain_after_finish_ms BIGINT
+);
+CREATE UNIQUE INDEX tasks_idempotency ON tasks(owner, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+CREATE INDEX tasks_owner_order ON tasks(owner, created_at, id);
+CREATE INDEX tasks_unfinished ON tasks(lease_until)
+    WHERE status IN ('working', 'input_required');
+CREATE INDEX tasks_unfinished_by_owner ON tasks(owner, session)
+    WHERE status IN ('working', 'input_required');
+CREATE INDEX tasks_expiry ON tasks(expires_at) WHERE expires_at IS NOT NULL;
+CREATE TABLE tombstones (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    session TEXT,
+    expired_at BIGINT NOT NULL
+);
+CREATE TABLE input_requests (
+    key TEXT PRIMARY KEY,
+    task_id TEXT NOT NULL,
+    method TEXT NOT NULL,
+    params TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    response TEXT,
+    answered_at BIGINT
+);
+CREATE INDEX input_requests_task ON input_requests(task_id, created_at);
+CREATE TABLE sessions (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    data TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    last_seen BIGINT NOT NULL
+);
+"#,
+}];
+
+/// The version a database is at once every migration is applied.
+pub(super) fn latest() -> i32 {
+    MIGRATIONS.last().map_or(0, |m| m.version)
+}
+
+/// Creates schema `name` if it is missing, under the migration lock (`CREATE SCHEMA IF NOT EXISTS`
+/// run by several replicas at once can fail on PostgreSQL's own unique index).
+pub(super) async fn create_schema(client: &Client, name: &str) -> Result<(), StoreError> {
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .context("take the migration lock")?;
+    let result = client
+        .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {name}"))
+        .await
+        .with_context(|| format!("create schema {name}"));
+    let _ = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
+        .await;
+    result
+}
+
+/// Brings the schema `client` sees (its `search_path`) up to date, under the migration lock.
+pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .context("take the migration lock")?;
+    let result = apply(client).await;
+    // Released whatever happened; a connection that died has released it already.
+    let _ = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
+        .await;
+    result
+}
+
+async fn apply(client: &mut Client) -> Result<(), StoreError> {
+    client
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS mcp_tasks_migrations (\
+             version INTEGER PRIMARY KEY, what TEXT NOT NULL, applied_at BIGINT NOT NULL)",
+        )
+        .await
+        .context("create the migrations table")?;
+    let at: i32 = client
+        .query_one(
+            "SELECT COALESCE(MAX(version), 0) FROM mcp_tasks_migrations",
+            &[],
+        )
+        .await
+        .context("read the schema version")?
+        .get(0);
+    if at > latest() {
+        return Err(StoreError::message(format!(
+            "the database schema is at version {at}, newer than this build knows ({}): \
+             run a newer mcp-tasks",
+            latest()
+        )));
+    }
+    for m in MIGRATIONS.iter().filter(|m| m.version > at) {
+        let tx = client.transaction().await.context("begin a migration")?;
+        tx.batch_execute(m.sql)
+            .await
+            .with_context(|| format!("apply migration {} ({})", m.version, m.what))?;
+        let now = i64::try_from(crate::clock::now_ms()).unwrap_or(i64::MAX);
+        tx.execute(
+            "INSERT INTO mcp_tasks_migrations (version, what, applied_at) VALUES ($1, $2, $3)",
+            &[&m.version, &m.what, &now],
+        )
+        .await
+        .with_context(|| format!("record migration {}", m.version))?;
+        tx.commit()
+            .await
+            .with_context(|| format!("commit migration {}", m.version))?;
+        tracing::info!(
+            version = m.version,
+            what = m.what,
+            "applied schema migration"
+        );
+    }
+    Ok(())
+}
