@@ -248,23 +248,43 @@ pub(super) async fn insert_task(db: &impl GenericClient, t: &TaskRecord) -> Resu
     Ok(())
 }
 
-/// Writes every column of an existing task.
+/// Writes the columns of an existing task that a change can touch (the rest never changes).
 pub(super) async fn update_task(db: &impl GenericClient, t: &TaskRecord) -> Result<(), StoreError> {
-    let values = TaskValues::of(t)?;
+    let outcome = t
+        .outcome
+        .as_ref()
+        .map(|o| text("a task outcome", o))
+        .transpose()?;
     let stmt = db
         .prepare_cached(
-            "UPDATE tasks SET owner = $2, session = $3, era = $4, tool = $5, arguments = $6, \
-             request_meta = $7, status = $8, status_message = $9, progress = $10, \
-             progress_total = $11, created_at = $12, updated_at = $13, ttl_ms = $14, \
-             poll_interval_ms = $15, outcome = $16, idempotency_key = $17, fingerprint = $18, \
-             attempt = $19, lease_owner = $20, lease_until = $21, finished_at = $22, \
-             progress_message = $23, retain_after_finish_ms = $24, expires_at = $25 WHERE id = $1",
+            "UPDATE tasks SET status = $2, status_message = $3, progress = $4, \
+             progress_total = $5, updated_at = $6, outcome = $7, attempt = $8, lease_owner = $9, \
+             lease_until = $10, finished_at = $11, progress_message = $12, ttl_ms = $13, \
+             expires_at = $14 WHERE id = $1",
         )
         .await
         .context("prepare the task update")?;
-    db.execute(&stmt, &values.params(t))
-        .await
-        .with_context(|| format!("update task {}", t.id))?;
+    db.execute(
+        &stmt,
+        &[
+            &t.id,
+            &t.status.as_str(),
+            &t.status_message,
+            &t.progress,
+            &t.progress_total,
+            &pg_int(t.updated_at),
+            &outcome,
+            &i32::try_from(t.attempt).unwrap_or(i32::MAX),
+            &t.lease_owner,
+            &opt_pg_int(t.lease_until),
+            &opt_pg_int(t.finished_at),
+            &t.progress_message,
+            &opt_pg_int(t.ttl_ms),
+            &opt_pg_int(t.expires_at()),
+        ],
+    )
+    .await
+    .with_context(|| format!("update task {}", t.id))?;
     Ok(())
 }
 
