@@ -105,7 +105,7 @@ impl AuthSection {
 pub struct ServerSection {
     /// HTTP listen address (default `127.0.0.1:8080`).
     pub listen: Option<String>,
-    /// Task store URL: `sqlite://PATH` or `memory:`.
+    /// Task store URL: `sqlite://PATH`, `postgres://USER@HOST:PORT/DB` or `memory:`.
     pub store: Option<String>,
     /// Allowed `Origin` values (default `["localhost"]`: localhost, 127.0.0.1 and [::1] on any port).
     pub allowed_origins: Option<Vec<String>>,
@@ -136,6 +136,9 @@ pub struct TasksSection {
     pub cancel_grace_secs: Option<u64>,
     /// Seconds between sweeps of expired tasks (default 30).
     pub sweep_interval_secs: Option<u64>,
+    /// Length of the lease a node holds on a task it runs, seconds (default 30, renewed every third
+    /// of it). With replicas, a dead replica's tasks are taken over once their leases run out.
+    pub lease_secs: Option<u64>,
 }
 
 impl ConfigFile {
@@ -173,10 +176,12 @@ pub enum StoreUrl {
     Memory,
     /// `sqlite://PATH` (or a bare path).
     Sqlite(PathBuf),
+    /// `postgres://…` or `postgresql://…`, as given.
+    Postgres(String),
 }
 
 impl StoreUrl {
-    /// Parses `memory:`, `sqlite://PATH`, `sqlite:PATH` or a bare file path.
+    /// Parses `memory:`, `sqlite://PATH`, `sqlite:PATH`, `postgres://…` or a bare file path.
     pub fn parse(s: &str) -> Result<StoreUrl> {
         if s == "memory:" || s == "memory" {
             return Ok(StoreUrl::Memory);
@@ -190,8 +195,11 @@ impl StoreUrl {
             }
             return Ok(StoreUrl::Sqlite(PathBuf::from(p)));
         }
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            return Ok(StoreUrl::Postgres(s.to_string()));
+        }
         if s.contains("://") {
-            bail!("unsupported store {s:?}: use sqlite://PATH or memory: (PostgreSQL comes in a later release)");
+            bail!("unsupported store {s:?}: use sqlite://PATH, postgres://USER@HOST:PORT/DB or memory:");
         }
         Ok(StoreUrl::Sqlite(PathBuf::from(s)))
     }
@@ -212,7 +220,11 @@ mod tests {
             StoreUrl::parse("sqlite://./x.db").unwrap(),
             StoreUrl::Sqlite("./x.db".into())
         );
-        assert!(StoreUrl::parse("postgres://h/db").is_err());
+        assert_eq!(
+            StoreUrl::parse("postgres://u@h:5432/db").unwrap(),
+            StoreUrl::Postgres("postgres://u@h:5432/db".into())
+        );
+        assert!(StoreUrl::parse("mysql://h/db").is_err());
     }
 
     #[test]

@@ -5,6 +5,7 @@ mod config;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use mcp_tasks_engine::store::memory::MemoryStore;
+use mcp_tasks_engine::store::postgres::PostgresStore;
 use mcp_tasks_engine::store::sqlite::SqliteStore;
 use mcp_tasks_engine::store::TaskStore;
 use mcp_tasks_engine::EngineConfig;
@@ -59,8 +60,9 @@ struct ServeArgs {
     /// HTTP listen address [default: 127.0.0.1:8080, or [server].listen].
     #[arg(long, env = "MCP_TASKS_LISTEN")]
     listen: Option<SocketAddr>,
-    /// Task store: sqlite://PATH or memory: [default: sqlite://$XDG_DATA_HOME/mcp-tasks/tasks.db,
-    /// i.e. ~/.local/share/mcp-tasks/tasks.db].
+    /// Task store: sqlite://PATH, postgres://USER@HOST:PORT/DB (several replicas may share one
+    /// database) or memory: [default: sqlite://$XDG_DATA_HOME/mcp-tasks/tasks.db, i.e.
+    /// ~/.local/share/mcp-tasks/tasks.db].
     #[arg(long, env = "MCP_TASKS_STORE")]
     store: Option<String>,
     /// Serve one client on stdin/stdout instead of HTTP (logs go to stderr).
@@ -120,6 +122,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
             tracing::info!(path = %path.display(), "task store: SQLite");
             Arc::new(s)
         }
+        StoreUrl::Postgres(url) => {
+            let s = PostgresStore::open(url)
+                .await
+                .context("cannot open the PostgreSQL task store")?;
+            tracing::info!(store = ?s, "task store: PostgreSQL");
+            Arc::new(s)
+        }
     };
 
     let mut engine = EngineConfig::default();
@@ -141,6 +150,9 @@ async fn serve(args: ServeArgs) -> Result<()> {
     }
     if let Some(v) = t.sweep_interval_secs {
         engine.sweep_interval = Duration::from_secs(v.max(1));
+    }
+    if let Some(v) = t.lease_secs {
+        engine.lease_ms = v.max(1) * 1000;
     }
 
     let mut server_cfg = ServerConfig::default();

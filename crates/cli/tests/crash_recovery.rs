@@ -1,5 +1,6 @@
-//! kill -9 the server mid-task, restart it on the same SQLite file: finished results are still there,
-//! the interrupted task is `failed` with its message, and a retry-safe tool runs again.
+//! kill -9 the server mid-task, restart it on the same store (a SQLite file, or a PostgreSQL schema):
+//! finished results are still there, the interrupted task is `failed` with its message, and a
+//! retry-safe tool runs again.
 
 mod common;
 #[path = "../../server/tests/support/mod.rs"]
@@ -13,23 +14,43 @@ use support::Client;
 async fn killed_server_keeps_results_and_fails_interrupted_tasks() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("crash.db");
-    let store = format!("sqlite://{}", db.display());
+    crash_and_restart(&format!("sqlite://{}", db.display()), "", true).await;
+}
+
+/// The same on PostgreSQL (a fresh schema): there the restarted server takes over only tasks whose
+/// lease ran out (another replica may be running the rest), so leases are short here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_server_on_postgres_keeps_results_and_fails_interrupted_tasks() {
+    let pg = common::pg::FreshSchema::new("crash").await;
+    crash_and_restart(
+        &pg.url,
+        "[tasks]\nlease_secs = 1\nsweep_interval_secs = 1\n",
+        false,
+    )
+    .await;
+    pg.drop_schema().await;
+}
+
+async fn crash_and_restart(store: &str, tasks_section: &str, recovers_at_start: bool) {
+    let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("crash.toml");
     std::fs::write(
         &config,
-        r#"
+        format!(
+            r#"{tasks_section}
 [[tools]]
 name = "retry_safe_sleep"
 command = ["sh", "-c", "sleep 2; echo slept"]
 task_support = "required"
 retry_on_restart = true
-"#,
+"#
+        ),
     )
     .unwrap();
     let args = [
         "--demo",
         "--store",
-        store.as_str(),
+        store,
         "--config",
         config.to_str().unwrap(),
     ];
@@ -78,7 +99,11 @@ retry_on_restart = true
         json!(true)
     );
 
-    let t = c.get_task(&interrupted).await;
+    let t = if recovers_at_start {
+        c.get_task(&interrupted).await
+    } else {
+        c.wait_terminal(&interrupted).await
+    };
     assert_eq!(t["status"], "failed");
     assert!(
         t["statusMessage"]

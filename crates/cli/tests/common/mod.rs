@@ -1,6 +1,8 @@
 //! Helpers for tests that run the real `mcp-tasks` binary.
 #![allow(dead_code)]
 
+pub mod pg;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
