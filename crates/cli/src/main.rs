@@ -177,7 +177,21 @@ async fn serve(args: ServeArgs) -> Result<()> {
         );
     }
 
-    let mut builder = Server::builder(store, engine, server_cfg);
+    let relay_stop = tokio_util::sync::CancellationToken::new();
+    let _stop_relay = relay_stop.clone().drop_guard();
+    let notifier = mcp_tasks_engine::Notifier::new();
+    if let StoreUrl::Postgres(url) = &store_url {
+        // Replicas on one database hear each other's task events (LISTEN/NOTIFY).
+        mcp_tasks_engine::store::postgres::relay::start(
+            url,
+            notifier.clone(),
+            store.clone(),
+            relay_stop.clone(),
+        )
+        .await
+        .context("cannot listen for other replicas on PostgreSQL")?;
+    }
+    let mut builder = Server::builder(store, engine, server_cfg).notifier(notifier);
     if args.demo {
         builder = builder.demo()?;
     }

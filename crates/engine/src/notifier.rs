@@ -86,7 +86,12 @@ pub struct Notifier {
 struct Inner {
     all: broadcast::Sender<TaskEvent>,
     per_task: DashMap<String, broadcast::Sender<TaskEvent>>,
+    /// Where events published here also go (other replicas), if anywhere.
+    relay: std::sync::OnceLock<Relay>,
 }
+
+/// Takes every event published in this process to other processes (see [`Notifier::set_relay`]).
+pub type Relay = Arc<dyn Fn(&TaskEvent) + Send + Sync>;
 
 impl Default for Notifier {
     fn default() -> Self {
@@ -102,12 +107,27 @@ impl Notifier {
             inner: Arc::new(Inner {
                 all,
                 per_task: DashMap::new(),
+                relay: std::sync::OnceLock::new(),
             }),
         }
     }
 
-    /// Publishes an event to the task's topic and the all-tasks feed.
+    /// Sends every event published from now on (not those [`Notifier::publish_from_peer`] brings in)
+    /// to `relay` as well: how replicas hear each other. Set once; a second relay is refused.
+    pub fn set_relay(&self, relay: Relay) -> Result<(), Relay> {
+        self.inner.relay.set(relay)
+    }
+
+    /// Publishes an event to the task's topic and the all-tasks feed, and to the relay if one is set.
     pub fn publish(&self, event: TaskEvent) {
+        if let Some(relay) = self.inner.relay.get() {
+            relay(&event);
+        }
+        self.publish_from_peer(event);
+    }
+
+    /// Publishes an event that another replica relayed: here only, not relayed again.
+    pub fn publish_from_peer(&self, event: TaskEvent) {
         let id = event.task().id.clone();
         let mut gone = false;
         if let Some(tx) = self.inner.per_task.get(&id) {
@@ -146,6 +166,16 @@ impl Notifier {
     /// Number of per-task topics currently held (for tests and metrics).
     pub fn topic_count(&self) -> usize {
         self.inner.per_task.len()
+    }
+
+    /// The tasks someone in this process waits on (their topics): what to re-check after events may
+    /// have been missed.
+    pub fn watched_tasks(&self) -> Vec<String> {
+        self.inner
+            .per_task
+            .iter()
+            .map(|e| e.key().clone())
+            .collect()
     }
 }
 

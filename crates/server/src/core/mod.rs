@@ -228,6 +228,12 @@ impl ServerBuilder {
         self.catalog.prompts.push(p);
         self
     }
+    /// Uses `notifier` for wake-ups instead of a fresh in-process one: one a relay feeds with the
+    /// events of other replicas (see `mcp_tasks_engine::store::postgres::relay`).
+    pub fn notifier(mut self, notifier: mcp_tasks_engine::Notifier) -> Self {
+        self.engine = self.engine.notifier(notifier);
+        self
+    }
     /// Finishes the server. Call [`Server::start`] before serving.
     pub fn build(self) -> Arc<Server> {
         Arc::new(Server {

@@ -7,6 +7,7 @@
 //! schema is versioned and migrated on open under an advisory lock (`schema.rs`); row mapping and the
 //! single-row statements are in `rows.rs`.
 
+pub mod relay;
 mod rows;
 mod schema;
 

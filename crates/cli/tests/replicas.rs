@@ -1,0 +1,101 @@
+//! Two `mcp-tasks serve` replicas on one PostgreSQL schema: a client's session, its tasks and the
+//! wake-ups cross from one to the other (LISTEN/NOTIFY), with no polling behind them.
+
+mod common;
+#[path = "../../server/tests/support/mod.rs"]
+mod support;
+
+use common::ServerProcess;
+use serde_json::json;
+use std::time::{Duration, Instant};
+use support::Client;
+
+fn config(dir: &std::path::Path, ticks: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("replicas.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[[tools]]
+name = "ticker"
+description = "Appends a line every 100 ms until stopped."
+command = ["sh", "-c", "while true; do echo tick >> {}; sleep 0.1; done"]
+task_support = "required"
+"#,
+            ticks.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_blocked_on_one_replica_wakes_and_a_cancel_stops_the_other() {
+    let pg = common::pg::FreshSchema::new("replicas").await;
+    let dir = tempfile::tempdir().unwrap();
+    let ticks = dir.path().join("ticks.txt");
+    let config = config(dir.path(), &ticks);
+    let args = [
+        "--demo",
+        "--store",
+        pg.url.as_str(),
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    let a = ServerProcess::start(&args);
+    let b = ServerProcess::start(&args);
+
+    // A session opened on A, a task created on A, its result awaited on B.
+    let mut c = Client::connect(&a.url).await;
+    let t = c
+        .create_task("slow_compute", json!({"seconds": 1, "label": "from A"}))
+        .await;
+    let id = t["taskId"].as_str().unwrap().to_string();
+    c.url = b.url.clone();
+    let asked = Instant::now();
+    let r = tokio::time::timeout(
+        Duration::from_secs(20),
+        c.request("tasks/result", json!({"taskId": id})),
+    )
+    .await
+    .expect("B's blocked tasks/result woke when A finished the task");
+    assert!(
+        r.result()["content"].to_string().contains("from A"),
+        "{}",
+        r.result()
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "woken, not polled: {:?}",
+        asked.elapsed()
+    );
+
+    // A command task running on A, cancelled through B: A's process group stops within a second.
+    c.url = a.url.clone();
+    let t = c.create_task("ticker", json!({})).await;
+    let id = t["taskId"].as_str().unwrap().to_string();
+    let lines = || {
+        std::fs::read_to_string(&ticks)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    };
+    assert!(
+        common::eventually(Duration::from_secs(10), || lines() >= 3),
+        "the ticker runs on A"
+    );
+    c.url = b.url.clone();
+    let r = c.request("tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(r.result()["status"], "cancelled", "{}", r.result());
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let after_cancel = lines();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        lines(),
+        after_cancel,
+        "the ticker's processes on A were stopped within a second of the cancel on B"
+    );
+    c.url = a.url.clone();
+    assert_eq!(c.get_task(&id).await["status"], "cancelled");
+    drop((a, b));
+    pg.drop_schema().await;
+}

@@ -1,0 +1,412 @@
+//! Wake-ups across replicas: PostgreSQL `LISTEN/NOTIFY` behind the engine's [`Notifier`].
+//!
+//! Every event published on a replica goes out as a small `NOTIFY` (which task, what kind, the few
+//! fields the store does not keep: a progress message, a log line); every other replica hears it on
+//! its one listening connection, reads the task (and input request) from the store and publishes the
+//! event locally. So a result fetch blocked on B returns when the task finishes on A, a cancel
+//! received by B reaches the runner on A (through its stopper), an answer received by C wakes the
+//! handler on A, and the server's router on each replica forwards what concerns the client streams it
+//! holds. Outgoing notifications leave in publish order on one connection. After the listening
+//! connection is lost and made again, the tasks waited on here are read once more (notifications sent
+//! in between are gone): polling is that fallback, never the mechanism.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_util::sync::CancellationToken;
+
+use super::Context;
+use crate::context::LogLevel;
+use crate::notifier::{Notifier, TaskEvent};
+use crate::store::{Lookup, StoreError, TaskStore};
+
+/// `NOTIFY` payloads must stay under 8000 bytes; a log line larger than this goes without its data.
+const MAX_PAYLOAD: usize = 7_500;
+/// Longest wait between attempts to reconnect.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// One relayed event, as sent.
+#[derive(Debug, Serialize, Deserialize)]
+struct Wire {
+    /// The sending relay (its own notifications come back to it).
+    from: String,
+    /// The task.
+    task: String,
+    #[serde(flatten)]
+    kind: Kind,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum Kind {
+    Created,
+    Changed,
+    Progress {
+        message: Option<String>,
+        advanced: bool,
+    },
+    InputRequested {
+        input: String,
+    },
+    InputAnswered {
+        input: String,
+    },
+    Log {
+        level: LogLevel,
+        logger: Option<String>,
+        data: Value,
+    },
+}
+
+impl Kind {
+    fn of(event: &TaskEvent) -> Kind {
+        match event {
+            TaskEvent::Created(_) => Kind::Created,
+            TaskEvent::Changed(_) => Kind::Changed,
+            TaskEvent::Progress {
+                message, advanced, ..
+            } => Kind::Progress {
+                message: message.clone(),
+                advanced: *advanced,
+            },
+            TaskEvent::InputRequested { input, .. } => Kind::InputRequested {
+                input: input.key.clone(),
+            },
+            TaskEvent::InputAnswered { input, .. } => Kind::InputAnswered {
+                input: input.key.clone(),
+            },
+            TaskEvent::Log {
+                level,
+                logger,
+                data,
+                ..
+            } => Kind::Log {
+                level: *level,
+                logger: logger.clone(),
+                data: data.clone(),
+            },
+        }
+    }
+}
+
+/// The channel replicas on the database (and schema) `config` points to notify each other on.
+async fn channel_name(client: &tokio_postgres::Client) -> Result<String, StoreError> {
+    let schema: Option<String> = client
+        .query_one("SELECT current_schema()", &[])
+        .await
+        .context("read the current schema")?
+        .get(0);
+    // Stores in other schemas of the same database must not hear each other.
+    Ok(match schema.as_deref() {
+        None | Some("public") => "mcp_tasks".to_string(),
+        Some(s) => format!("mcp_tasks_{s}"),
+    })
+}
+
+/// Relays `notifier`'s events to and from the other replicas on the database `url` points to, until
+/// `stop` fires. Returns once both connections are up and listening.
+pub async fn start(
+    url: &str,
+    notifier: Notifier,
+    store: Arc<dyn TaskStore>,
+    stop: CancellationToken,
+) -> Result<(), StoreError> {
+    let config: tokio_postgres::Config = url
+        .parse()
+        .with_context(|| format!("parse the PostgreSQL URL {}", super::redact(url)))?;
+    let me = format!("relay-{}", &crate::ids::random_id()[..12]);
+    let (listener, channel) = listen(&config).await?;
+    let (out_tx, out_rx) = mpsc::unbounded_channel::<String>();
+    let from = me.clone();
+    notifier
+        .set_relay(Arc::new(move |event: &TaskEvent| {
+            let wire = Wire {
+                from: from.clone(),
+                task: event.task().id.clone(),
+                kind: Kind::of(event),
+            };
+            if let Some(payload) = encode(wire) {
+                let _ = out_tx.send(payload);
+            }
+        }))
+        .map_err(|_| StoreError::message("the notifier already has a relay"))?;
+    tokio::spawn(send_loop(
+        config.clone(),
+        channel.clone(),
+        out_rx,
+        stop.clone(),
+    ));
+    tokio::spawn(listen_loop(
+        config, channel, listener, me, notifier, store, stop,
+    ));
+    Ok(())
+}
+
+/// The payload for `wire`, shrunk (a log line loses its data) to fit a `NOTIFY`.
+fn encode(mut wire: Wire) -> Option<String> {
+    let text = serde_json::to_string(&wire).ok()?;
+    if text.len() <= MAX_PAYLOAD {
+        return Some(text);
+    }
+    if let Kind::Log { data, .. } = &mut wire.kind {
+        *data = Value::String(format!(
+            "(a log message of {} bytes, too large to relay to other replicas)",
+            text.len()
+        ));
+        return serde_json::to_string(&wire).ok();
+    }
+    if let Kind::Progress { message, .. } = &mut wire.kind {
+        *message = message.as_ref().map(|m| m.chars().take(1_000).collect());
+        return serde_json::to_string(&wire).ok();
+    }
+    tracing::warn!(task = %wire.task, "event too large to relay to other replicas");
+    None
+}
+
+/// A connection listening on this store's channel; its notifications arrive on the receiver.
+type Listening = (
+    tokio_postgres::Client,
+    mpsc::UnboundedReceiver<tokio_postgres::Notification>,
+);
+
+async fn listen(config: &tokio_postgres::Config) -> Result<(Listening, String), StoreError> {
+    let (client, mut connection) = config
+        .connect(NoTls)
+        .await
+        .context("connect the listening connection")?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            match message {
+                Ok(AsyncMessage::Notification(n)) => {
+                    if tx.send(n).is_err() {
+                        break;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "the PostgreSQL listening connection failed");
+                    break;
+                }
+            }
+        }
+        // Dropping `tx` tells the listen loop that the connection is gone.
+    });
+    let channel = channel_name(&client).await?;
+    client
+        .batch_execute(&format!("LISTEN {channel}"))
+        .await
+        .with_context(|| format!("LISTEN {channel}"))?;
+    Ok(((client, rx), channel))
+}
+
+async fn listen_loop(
+    config: tokio_postgres::Config,
+    channel: String,
+    first: Listening,
+    me: String,
+    notifier: Notifier,
+    store: Arc<dyn TaskStore>,
+    stop: CancellationToken,
+) {
+    let mut current = Some(first);
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let (client, mut rx) = match current.take() {
+            Some(l) => l,
+            None => {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                match listen(&config).await {
+                    Ok((l, _)) => {
+                        tracing::info!(channel, "listening for other replicas again");
+                        backoff = Duration::from_millis(100);
+                        // Whatever was sent while nobody listened is gone: read what is waited on.
+                        catch_up(&notifier, &store).await;
+                        l
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e.chain(), "cannot listen for other replicas; retrying");
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        continue;
+                    }
+                }
+            }
+        };
+        loop {
+            let n = tokio::select! {
+                _ = stop.cancelled() => return,
+                n = rx.recv() => n,
+            };
+            let Some(n) = n else { break };
+            if n.channel() != channel {
+                continue;
+            }
+            match serde_json::from_str::<Wire>(n.payload()) {
+                Ok(wire) if wire.from == me => {}
+                Ok(wire) => deliver(wire, &notifier, &store).await,
+                Err(e) => {
+                    tracing::warn!(error = %e, "unreadable notification from another replica")
+                }
+            }
+        }
+        drop(client);
+    }
+}
+
+/// Publishes here what another replica relayed, with the task (and input request) as stored now.
+async fn deliver(wire: Wire, notifier: &Notifier, store: &Arc<dyn TaskStore>) {
+    let task = match store.get(&wire.task).await {
+        Ok(Lookup::Found(t)) => Arc::new(t),
+        Ok(_) => return,
+        Err(e) => {
+            tracing::warn!(task = %wire.task, error = %e.chain(), "cannot read a relayed task");
+            return;
+        }
+    };
+    let input = |key: String| async move {
+        match store.get_input(&key).await {
+            Ok(Some(i)) => Some(Arc::new(i)),
+            _ => None,
+        }
+    };
+    let event = match wire.kind {
+        Kind::Created => TaskEvent::Created(task),
+        Kind::Changed => TaskEvent::Changed(task),
+        Kind::Progress { message, advanced } => TaskEvent::Progress {
+            task,
+            message,
+            advanced,
+        },
+        Kind::InputRequested { input: key } => match input(key).await {
+            Some(input) => TaskEvent::InputRequested { task, input },
+            None => return,
+        },
+        Kind::InputAnswered { input: key } => match input(key).await {
+            Some(input) => TaskEvent::InputAnswered { task, input },
+            None => return,
+        },
+        Kind::Log {
+            level,
+            logger,
+            data,
+        } => TaskEvent::Log {
+            task,
+            level,
+            logger,
+            data,
+        },
+    };
+    notifier.publish_from_peer(event);
+}
+
+/// After notifications may have been lost: every task someone here waits on is read again and
+/// published as it stands, so waiters re-check (a finished task ends their wait).
+async fn catch_up(notifier: &Notifier, store: &Arc<dyn TaskStore>) {
+    for id in notifier.watched_tasks() {
+        if let Ok(Lookup::Found(t)) = store.get(&id).await {
+            notifier.publish_from_peer(TaskEvent::Changed(Arc::new(t)));
+        }
+    }
+}
+
+/// Sends the relayed events, in order, on one connection (made again when it fails).
+async fn send_loop(
+    config: tokio_postgres::Config,
+    channel: String,
+    mut rx: mpsc::UnboundedReceiver<String>,
+    stop: CancellationToken,
+) {
+    let mut backoff = Duration::from_millis(100);
+    let mut pending: Option<String> = None;
+    'connect: loop {
+        let client = match config.connect(NoTls).await {
+            Ok((client, connection)) => {
+                tokio::spawn(connection);
+                backoff = Duration::from_millis(100);
+                client
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot connect to notify other replicas; retrying");
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+        };
+        let Ok(stmt) = client.prepare("SELECT pg_notify($1, $2)").await else {
+            continue 'connect;
+        };
+        loop {
+            let payload = match pending.take() {
+                Some(p) => p,
+                None => {
+                    let next = tokio::select! {
+                        _ = stop.cancelled() => return,
+                        p = rx.recv() => p,
+                    };
+                    match next {
+                        Some(p) => p,
+                        None => return,
+                    }
+                }
+            };
+            // Whatever queued up meanwhile goes out pipelined, in order.
+            let mut batch = vec![payload];
+            while batch.len() < 256 {
+                match rx.try_recv() {
+                    Ok(p) => batch.push(p),
+                    Err(_) => break,
+                }
+            }
+            let params: Vec<[&(dyn tokio_postgres::types::ToSql + Sync); 2]> =
+                batch.iter().map(|p| [&channel as _, p as _]).collect();
+            let sends = params.iter().map(|p| client.execute(&stmt, p));
+            if let Err(e) = futures::future::try_join_all(sends).await {
+                // The receivers' fallback covers what is lost here; keep the newest for the retry.
+                tracing::warn!(error = %e, lost = batch.len().saturating_sub(1), "notifying other replicas failed; reconnecting");
+                pending = batch.pop();
+                continue 'connect;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_round_trip_and_stay_small() {
+        let wire = Wire {
+            from: "relay-a".into(),
+            task: "t1".into(),
+            kind: Kind::Progress {
+                message: Some("half".into()),
+                advanced: true,
+            },
+        };
+        let text = encode(wire).unwrap();
+        let back: Wire = serde_json::from_str(&text).unwrap();
+        assert!(matches!(back.kind, Kind::Progress { advanced: true, .. }));
+        let big = Wire {
+            from: "relay-a".into(),
+            task: "t1".into(),
+            kind: Kind::Log {
+                level: LogLevel::Info,
+                logger: None,
+                data: Value::String("x".repeat(20_000)),
+            },
+        };
+        let text = encode(big).unwrap();
+        assert!(text.len() <= MAX_PAYLOAD, "{}", text.len());
+        assert!(text.contains("too large to relay"));
+    }
+}
