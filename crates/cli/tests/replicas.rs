@@ -8,6 +8,7 @@ mod support;
 use common::ServerProcess;
 use serde_json::json;
 use std::time::{Duration, Instant};
+use support::stateless::{wait_status, Stateless};
 use support::Client;
 
 fn config(dir: &std::path::Path, ticks: &std::path::Path) -> std::path::PathBuf {
@@ -96,6 +97,60 @@ async fn a_result_blocked_on_one_replica_wakes_and_a_cancel_stops_the_other() {
     );
     c.url = a.url.clone();
     assert_eq!(c.get_task(&id).await["status"], "cancelled");
+    drop((a, b));
+    pg.drop_schema().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_answered_through_one_replica_wakes_the_handler_on_the_other() {
+    let pg = common::pg::FreshSchema::new("replicas_input").await;
+    let args = ["--demo", "--store", pg.url.as_str()];
+    let a = ServerProcess::start(&args);
+    let b = ServerProcess::start(&args);
+    // 2026-07-28: a task created on A, its questions read and answered on B.
+    let mut c = Stateless::with_tasks(&a.url);
+    let id = c
+        .call(
+            "tools/call",
+            json!({"name": "multi_input", "arguments": {}}),
+        )
+        .await
+        .result()["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.url = b.url.clone();
+    let answer = |r: &serde_json::Value| {
+        if r["params"]["message"].as_str().unwrap().contains("name") {
+            json!({"action": "accept", "content": {"name": "Lin"}})
+        } else {
+            json!({"action": "accept", "content": {"color": "blue"}})
+        }
+    };
+    // Both questions arrive (the second once the first is answered, or both at once).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let done = loop {
+        assert!(Instant::now() < deadline, "the task on A never finished");
+        let t = wait_status(&mut c, &id, &["input_required", "completed"]).await;
+        if t["status"] == "completed" {
+            break t;
+        }
+        let reqs = t["inputRequests"].as_object().cloned().unwrap_or_default();
+        let answers: serde_json::Map<String, serde_json::Value> =
+            reqs.iter().map(|(k, r)| (k.clone(), answer(r))).collect();
+        if !answers.is_empty() {
+            c.call(
+                "tasks/update",
+                json!({"taskId": id, "inputResponses": answers}),
+            )
+            .await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        done["result"]["content"][0]["text"],
+        "Hello Lin, you like blue."
+    );
     drop((a, b));
     pg.drop_schema().await;
 }

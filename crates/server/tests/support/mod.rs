@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod schema;
+pub mod stateless;
 
 use futures::StreamExt;
 use mcp_tasks_engine::store::memory::MemoryStore;
