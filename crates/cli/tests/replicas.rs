@@ -8,7 +8,7 @@ mod support;
 use common::ServerProcess;
 use serde_json::json;
 use std::time::{Duration, Instant};
-use support::stateless::{wait_status, Stateless};
+use support::stateless::{listen, wait_status, Stateless, EXT, V};
 use support::Client;
 
 fn config(dir: &std::path::Path, ticks: &std::path::Path) -> std::path::PathBuf {
@@ -151,6 +151,52 @@ async fn input_answered_through_one_replica_wakes_the_handler_on_the_other() {
         done["result"]["content"][0]["text"],
         "Hello Lin, you like blue."
     );
+    drop((a, b));
+    pg.drop_schema().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_on_one_replica_sees_a_task_finish_on_another() {
+    let pg = common::pg::FreshSchema::new("replicas_listen").await;
+    let args = ["--demo", "--store", pg.url.as_str()];
+    let a = ServerProcess::start(&args);
+    let b = ServerProcess::start(&args);
+    let mut c = Stateless::with_tasks(&a.url);
+    let id = c
+        .call(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 1}}),
+        )
+        .await
+        .result()["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let params = json!({
+        "notifications": {"taskIds": [id]},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": V,
+            "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXT: {}}},
+        },
+    });
+    let body =
+        json!({"jsonrpc": "2.0", "id": 9, "method": "subscriptions/listen", "params": params});
+    let mut rx = listen(&b.url, body).await;
+    let ack = support::next_msg(&mut rx).await;
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(ack["params"]["notifications"]["taskIds"], json!([id]));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = tokio::time::timeout_at(deadline.into(), rx.recv())
+            .await
+            .expect("B pushed the task's completion on A")
+            .unwrap();
+        assert_eq!(n["method"], "notifications/tasks");
+        if n["params"]["status"] == "completed" {
+            assert!(n["params"]["result"]["content"].is_array());
+            break;
+        }
+    }
     drop((a, b));
     pg.drop_schema().await;
 }

@@ -5,8 +5,7 @@ mod support;
 
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-use support::schema::check_notification_2026;
-use support::stateless::{wait_status, Stateless, EXT, V};
+use support::stateless::{listen, wait_status, Stateless, EXT, V};
 use support::{start, start_with};
 
 #[tokio::test]
@@ -785,21 +784,6 @@ async fn listening_to_a_finished_task_sends_its_state_at_once() {
     assert_eq!(state["method"], "notifications/tasks");
     assert_eq!(state["params"]["status"], "completed");
     assert_eq!(state["params"]["result"]["isError"], json!(true));
-}
-
-/// Opens a `subscriptions/listen` stream; its messages arrive on the receiver (validated).
-async fn listen(url: &str, body: Value) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
-    let resp = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", V)
-        .header("mcp-method", "subscriptions/listen")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    support::sse_reader_with(resp, check_notification_2026)
 }
 
 #[tokio::test]

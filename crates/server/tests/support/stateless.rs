@@ -164,3 +164,18 @@ pub async fn wait_status(c: &mut Stateless, id: &str, want: &[&str]) -> Value {
     }
     panic!("task {id} never reached {want:?}");
 }
+
+/// Opens a `subscriptions/listen` stream; its messages arrive on the receiver (validated).
+pub async fn listen(url: &str, body: Value) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
+    let resp = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", V)
+        .header("mcp-method", "subscriptions/listen")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    super::sse_reader_with(resp, check_notification_2026)
+}
