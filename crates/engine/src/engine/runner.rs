@@ -112,6 +112,9 @@ impl Engine {
             status: Some(status),
             status_message: message,
             outcome: Some(outcome),
+            // Only while this node still holds the lease: if another node took the task over (and may
+            // be running it again), this run's outcome is not the task's.
+            holder: Some(self.config.node_id.clone()),
             ..Default::default()
         };
         match self.apply(id, &TaskStatus::ACTIVE, change).await {
@@ -119,7 +122,7 @@ impl Engine {
                 tracing::info!(target: "mcp_tasks::audit", task = %rec.id, tool = %rec.tool, owner = %rec.owner, status = %rec.status, "task finished");
             }
             Err(UpdateError::Conflict(cur)) => {
-                tracing::debug!(task = %id, status = %cur.status, "task already terminal; result discarded");
+                tracing::debug!(task = %id, status = %cur.status, lease = ?cur.lease_owner, "task finished or taken over elsewhere; result discarded");
             }
             Err(e) => {
                 tracing::error!(task = %id, error = %error_chain(&e), "could not store task outcome")

@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
 use super::{
-    apply_change, claim_orphan, decode_cursor, encode_cursor, ActiveLimit, AnswerError, Created,
-    InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError,
-    TaskChange, TaskPage, TaskStore, UpdateError,
+    apply_change, claim_orphan, decode_cursor, encode_cursor, held_by_holder, ActiveLimit,
+    AnswerError, Created, InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged,
+    SessionRecord, StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
 
@@ -161,7 +161,7 @@ impl TaskStore for MemoryStore {
     ) -> Result<TaskRecord, UpdateError> {
         let mut inner = self.lock();
         let rec = inner.tasks.get_mut(id).ok_or(UpdateError::NotFound)?;
-        if !expect.contains(&rec.status) {
+        if !expect.contains(&rec.status) || !held_by_holder(rec, &change) {
             return Err(UpdateError::Conflict(Box::new(rec.clone())));
         }
         apply_change(rec, change, now);

@@ -177,6 +177,10 @@ pub struct TaskChange {
     pub lease: Option<(Option<String>, Option<u64>)>,
     /// New attempt counter.
     pub attempt: Option<u32>,
+    /// Apply only while this node holds the task's lease; otherwise the update is a
+    /// [`UpdateError::Conflict`]. A handler whose lease went to another node (which may be running
+    /// the task again) must not write its outcome.
+    pub holder: Option<String>,
 }
 
 /// One progress report of a running task; see [`TaskChange::progress`] for how it is applied.
@@ -451,6 +455,14 @@ pub(crate) fn claim_orphan(
     rec.lease_until = Some(lease_until);
     apply_change(rec, change, now);
     true
+}
+
+/// Whether `change` may apply to `rec` as far as its lease goes (see [`TaskChange::holder`]).
+pub(crate) fn held_by_holder(rec: &TaskRecord, change: &TaskChange) -> bool {
+    change
+        .holder
+        .as_deref()
+        .is_none_or(|h| rec.lease_owner.as_deref() == Some(h))
 }
 
 pub(crate) fn apply_change(rec: &mut TaskRecord, change: TaskChange, now: u64) {

@@ -63,6 +63,7 @@ where
     list_pages_by_owner_and_session(make().await).await;
     orphans_are_claimed_by_lease(make().await).await;
     orphans_are_changed_by_the_plan_in_one_step(make().await).await;
+    an_update_for_a_lease_holder_fails_once_the_lease_moved(make().await).await;
     purge_keeps_running_tasks_and_leaves_tombstones(make().await).await;
     sessions_round_trip_and_expire(make().await).await;
     input_requests_move_the_task_and_take_one_answer(make().await).await;
@@ -574,6 +575,34 @@ async fn orphans_are_claimed_by_lease(s: impl TaskStore) {
         all.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
         ["o1", "o2"]
     );
+}
+
+async fn an_update_for_a_lease_holder_fails_once_the_lease_moved(s: impl TaskStore) {
+    s.create(record("h1", "alice", 1_000), None).await.unwrap();
+    let finish = |holder: &str| TaskChange {
+        status: Some(TaskStatus::Completed),
+        holder: Some(holder.into()),
+        ..Default::default()
+    };
+    // node-b took the task over; node-a's late outcome is refused and changes nothing.
+    s.claim_orphans("node-b", 10_000, true, 40_000, claim_only())
+        .await
+        .unwrap();
+    match s
+        .update("h1", &TaskStatus::ACTIVE, finish("node-a"), 11_000)
+        .await
+    {
+        Err(UpdateError::Conflict(cur)) => {
+            assert_eq!(cur.status, TaskStatus::Working);
+            assert_eq!(cur.lease_owner.as_deref(), Some("node-b"));
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let done = s
+        .update("h1", &TaskStatus::ACTIVE, finish("node-b"), 12_000)
+        .await
+        .unwrap();
+    assert_eq!(done.status, TaskStatus::Completed);
 }
 
 /// A plan that only claims (changes nothing else).

@@ -21,9 +21,9 @@ use self::rows::{
     tasks_from_rows, update_task, INPUT_COLUMNS, SESSION_COLUMNS, TASK_COLUMNS,
 };
 use super::{
-    apply_change, claim_orphan, decode_cursor, encode_cursor, ActiveLimit, AnswerError, Context,
-    Created, InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionRecord,
-    StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
+    apply_change, claim_orphan, decode_cursor, encode_cursor, held_by_holder, ActiveLimit,
+    AnswerError, Context, Created, InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy,
+    Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
 
@@ -276,7 +276,7 @@ impl TaskStore for PostgresStore {
                 let mut rec = select_task(tx, &id, true)
                     .await?
                     .ok_or(UpdateError::NotFound)?;
-                if !expect.contains(&rec.status) {
+                if !expect.contains(&rec.status) || !held_by_holder(&rec, &change) {
                     return Err(UpdateError::Conflict(Box::new(rec)));
                 }
                 apply_change(&mut rec, change, now);

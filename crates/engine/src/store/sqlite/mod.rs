@@ -22,9 +22,9 @@ use self::rows::{
 };
 use self::writer::{Completion, Job};
 use super::{
-    apply_change, claim_orphan, decode_cursor, encode_cursor, ActiveLimit, AnswerError, Context,
-    Created, InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionRecord,
-    StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
+    apply_change, claim_orphan, decode_cursor, encode_cursor, held_by_holder, ActiveLimit,
+    AnswerError, Context, Created, InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy,
+    Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
 
@@ -252,7 +252,7 @@ impl TaskStore for SqliteStore {
         self.write(move |conn| {
             // The writer thread is the only writer, so read-check-write here is atomic.
             let mut rec = select_task(conn, &id)?.ok_or(UpdateError::NotFound)?;
-            if !expect.contains(&rec.status) {
+            if !expect.contains(&rec.status) || !held_by_holder(&rec, &change) {
                 return Err(UpdateError::Conflict(Box::new(rec)));
             }
             apply_change(&mut rec, change, now);
