@@ -47,8 +47,9 @@ struct SuiteArgs {
     /// Longest a mode may run against one target, in seconds.
     #[arg(long, default_value_t = 60)]
     max_seconds: u64,
-    /// Which targets: all, ours (our server only), or a comma-separated list of
-    /// sqlite-2025, sqlite-2026, memory-2025, memory-2026, ceiling, ts-sdk-v1, rmcp.
+    /// Which targets: all, ours (our server only), or a comma-separated list of sqlite-2025,
+    /// sqlite-2026, memory-2025, memory-2026, postgres-2025, postgres-2026 (on MCP_TASKS_TEST_PG, else
+    /// 127.0.0.1:5432/test, a fresh schema each), ceiling, ts-sdk-v1, rmcp.
     #[arg(long, default_value = "all")]
     only: String,
     /// Where the report goes.
@@ -74,7 +75,7 @@ struct SuiteArgs {
 enum Command {
     /// Serve our server with a no-op task tool (run by the suite).
     ServeOurs {
-        /// `memory:` or `sqlite://PATH` (the file is started afresh unless --keep).
+        /// `memory:`, `sqlite://PATH` (the file is started afresh unless --keep) or `postgres://…`.
         #[arg(long)]
         store: String,
         /// Keep the SQLite file (a restart).
@@ -83,6 +84,9 @@ enum Command {
         /// Store this many finished tasks before serving.
         #[arg(long, default_value_t = 0)]
         prefill: usize,
+        /// PostgreSQL schema to use (replicas share one); default: a fresh one.
+        #[arg(long)]
+        pg_schema: Option<String>,
     },
     /// Serve the ceiling: a canned reply to every request (run by the suite).
     Ceiling,
@@ -114,7 +118,8 @@ fn main() -> Result<()> {
             store,
             keep,
             prefill,
-        }) => runtime.block_on(serve::ours(&store, keep, prefill)),
+            pg_schema,
+        }) => runtime.block_on(serve::ours(&store, keep, prefill, pg_schema)),
         Some(Command::Ceiling) => runtime.block_on(serve::ceiling()),
         Some(Command::Drive {
             url,
@@ -167,8 +172,13 @@ async fn suite(args: SuiteArgs) -> Result<()> {
         ("sqlite", Wire::Stateless2026, "sqlite-2026"),
         ("memory", Wire::Session2025, "memory-2025"),
         ("memory", Wire::Stateless2026, "memory-2026"),
+        ("postgres", Wire::Session2025, "postgres-2025"),
+        ("postgres", Wire::Stateless2026, "postgres-2026"),
     ] {
         if wanted(&args.only, key) {
+            if store == "postgres" && !targets::postgres_reachable().await {
+                continue;
+            }
             list.push(targets::ours(store, wire, scratch.path())?);
         }
     }
@@ -212,6 +222,7 @@ async fn suite(args: SuiteArgs) -> Result<()> {
             });
         }
     }
+    targets::drop_pg_schemas(&list).await;
     std::fs::create_dir_all(&args.out)?;
     let mut md = report::markdown(&rows, args.clients, args.ops, &versions);
     if args.scale {

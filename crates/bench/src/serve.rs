@@ -2,6 +2,7 @@
 
 use anyhow::Result;
 use mcp_tasks_engine::store::memory::MemoryStore;
+use mcp_tasks_engine::store::postgres::PostgresStore;
 use mcp_tasks_engine::store::sqlite::SqliteStore;
 use mcp_tasks_engine::store::TaskStore;
 use mcp_tasks_engine::EngineConfig;
@@ -10,19 +11,43 @@ use mcp_tasks_server::tool::{handler_fn, text_result, Tool};
 use mcp_tasks_server::{Server, ServerConfig};
 use std::sync::Arc;
 
-/// Serves our server on `store` (`memory:` or `sqlite://PATH`; the file is started afresh unless
-/// `keep`), with limits lifted so the load measures the server, and these tools (each a task when
+/// Serves our server on `store` (`memory:`, `sqlite://PATH`, the file started afresh unless `keep`,
+/// or `postgres://…`, in schema `pg_schema` or a fresh one), with limits lifted so the load measures the server, and these tools (each a task when
 /// asked): `noop` (done at once), `wait` (runs until cancelled), `stamp {ms}` (sleeps `ms`, then answers
 /// the Unix time in µs at which it finished). With `prefill`, first stores that many finished tasks.
-pub async fn ours(store: &str, keep: bool, prefill: usize) -> Result<()> {
-    let store: Arc<dyn TaskStore> = match store.strip_prefix("sqlite://") {
-        Some(path) => {
-            if !keep {
-                let _ = std::fs::remove_file(path);
+pub async fn ours(
+    store: &str,
+    keep: bool,
+    prefill: usize,
+    pg_schema: Option<String>,
+) -> Result<()> {
+    let notifier = mcp_tasks_engine::Notifier::new();
+    let store: Arc<dyn TaskStore> = if store.starts_with("postgres") {
+        // A schema of its own (named after the process unless `pg_schema` names a shared one, for
+        // replicas), and the relay, so replicas on it wake each other as `mcp-tasks serve` does.
+        let schema =
+            pg_schema.unwrap_or_else(|| format!("bench_{}", &mcp_tasks_engine::random_id()[..12]));
+        let pg: Arc<dyn TaskStore> = Arc::new(PostgresStore::open_in_schema(store, &schema).await?);
+        let sep = if store.contains('?') { '&' } else { '?' };
+        let url = format!("{store}{sep}options=-c%20search_path%3D{schema}");
+        mcp_tasks_engine::store::postgres::relay::start(
+            &url,
+            notifier.clone(),
+            pg.clone(),
+            tokio_util::sync::CancellationToken::new(),
+        )
+        .await?;
+        pg
+    } else {
+        match store.strip_prefix("sqlite://") {
+            Some(path) => {
+                if !keep {
+                    let _ = std::fs::remove_file(path);
+                }
+                Arc::new(SqliteStore::open(path)?)
             }
-            Arc::new(SqliteStore::open(path)?)
+            None => Arc::new(MemoryStore::new()),
         }
-        None => Arc::new(MemoryStore::new()),
     };
     let noop = Tool::new(
         "noop",
@@ -58,6 +83,7 @@ pub async fn ours(store: &str, keep: bool, prefill: usize) -> Result<()> {
         calls_per_minute: None,
     };
     let server = Server::builder(store, EngineConfig::default(), config)
+        .notifier(notifier)
         .tool(noop)?
         .tool(wait)?
         .tool(stamp)?

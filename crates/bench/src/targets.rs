@@ -108,13 +108,75 @@ pub fn ours(store: &str, wire: Wire, scratch: &std::path::Path) -> Result<Target
             "sqlite://{}",
             scratch.join(format!("bench-{}.db", wire.label())).display()
         ),
+        "postgres" => postgres_url(),
         _ => "memory:".to_string(),
     };
+    let mut command = vec![exe, "serve-ours".into(), "--store".into(), store_arg];
+    if store == "postgres" {
+        // A schema of its own, dropped by the suite at the end (see `drop_pg_schemas`).
+        command.push("--pg-schema".into());
+        command.push(format!(
+            "bench_{}_{}",
+            wire.label().replace('-', "_"),
+            std::process::id()
+        ));
+    }
     Ok(Target {
         name: format!("mcp-tasks {store} ({})", wire.label()),
         wire,
-        command: vec![exe, "serve-ours".into(), "--store".into(), store_arg],
+        command,
     })
+}
+
+/// The PostgreSQL server the postgres targets use (`MCP_TASKS_TEST_PG`, else 127.0.0.1:5432/test).
+pub fn postgres_url() -> String {
+    std::env::var("MCP_TASKS_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// Whether that server answers; when it does not, the postgres targets are left out (and said so).
+pub async fn postgres_reachable() -> bool {
+    let url = postgres_url();
+    let attempt = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio_postgres::connect(&url, tokio_postgres::NoTls),
+    )
+    .await;
+    match attempt {
+        Ok(Ok(_)) => true,
+        Ok(Err(e)) => {
+            eprintln!("leaving out the postgres targets: cannot connect to {url}: {e}");
+            false
+        }
+        Err(_) => {
+            eprintln!("leaving out the postgres targets: {url} did not answer within 5 s");
+            false
+        }
+    }
+}
+
+/// Drops the PostgreSQL schemas `targets` ran in.
+pub async fn drop_pg_schemas(targets: &[Target]) {
+    let schemas: Vec<&String> = targets
+        .iter()
+        .filter_map(|t| {
+            let i = t.command.iter().position(|a| a == "--pg-schema")?;
+            t.command.get(i + 1)
+        })
+        .collect();
+    if schemas.is_empty() {
+        return;
+    }
+    let Ok((client, conn)) = tokio_postgres::connect(&postgres_url(), tokio_postgres::NoTls).await
+    else {
+        return;
+    };
+    tokio::spawn(conn);
+    for schema in schemas {
+        let _ = client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .await;
+    }
 }
 
 /// The ceiling: every request answered with one canned reply.

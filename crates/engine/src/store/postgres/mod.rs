@@ -2,11 +2,13 @@
 //!
 //! Every change is a transaction that locks the rows it reads (`FOR UPDATE`), so a compare-and-set is
 //! atomic across replicas. Creates of one owner are serialized by a transaction advisory lock on the
-//! owner, which makes the running-task limit and idempotency keys exact across replicas. Orphans are
+//! owner, which makes the running-task limit and idempotency keys exact across replicas; they are
+//! committed in groups (`creates.rs`). Orphans are
 //! claimed with `FOR UPDATE SKIP LOCKED`, so replicas sweeping at once never take the same task. The
 //! schema is versioned and migrated on open under an advisory lock (`schema.rs`); row mapping and the
 //! single-row statements are in `rows.rs`.
 
+mod creates;
 pub mod relay;
 mod rows;
 mod schema;
@@ -17,7 +19,7 @@ use std::time::Duration;
 use tokio_postgres::NoTls;
 
 use self::rows::{
-    input_from_row, insert_input, insert_task, pg_int, select_input, select_task, session_from_row,
+    input_from_row, insert_input, pg_int, select_input, select_task, session_from_row,
     tasks_from_rows, update_task, INPUT_COLUMNS, SESSION_COLUMNS, TASK_COLUMNS,
 };
 use super::{
@@ -36,6 +38,8 @@ const CONNECT_WAIT: Duration = Duration::from_secs(5);
 pub struct PostgresStore {
     pool: Pool,
     config: tokio_postgres::Config,
+    /// Creates go through the group loop (`creates.rs`).
+    creates: tokio::sync::mpsc::Sender<creates::Job>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -126,7 +130,12 @@ impl PostgresStore {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .context("build the PostgreSQL connection pool")?;
-        Ok(PostgresStore { pool, config })
+        let creates = creates::spawn(pool.clone());
+        Ok(PostgresStore {
+            pool,
+            config,
+            creates,
+        })
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
@@ -149,18 +158,6 @@ impl PostgresStore {
     }
 }
 
-/// Serializes creates of one owner across replicas until the transaction ends.
-async fn lock_owner(db: &impl GenericClient, owner: &str) -> Result<(), StoreError> {
-    let stmt = db
-        .prepare_cached("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-        .await
-        .context("prepare the owner lock")?;
-    db.execute(&stmt, &[&owner])
-        .await
-        .with_context(|| format!("lock the creates of {owner}"))?;
-    Ok(())
-}
-
 #[async_trait]
 impl TaskStore for PostgresStore {
     async fn create(
@@ -168,59 +165,14 @@ impl TaskStore for PostgresStore {
         task: TaskRecord,
         limit: Option<ActiveLimit>,
     ) -> Result<Created, StoreError> {
-        self.in_tx(move |tx| {
-            Box::pin(async move {
-                if task.idempotency_key.is_some() || limit.is_some() {
-                    lock_owner(tx, &task.owner).await?;
-                }
-                if let Some(key) = &task.idempotency_key {
-                    let stmt = tx
-                        .prepare_cached(&format!(
-                            "SELECT {TASK_COLUMNS} FROM tasks WHERE owner = $1 AND idempotency_key = $2"
-                        ))
-                        .await
-                        .context("prepare the idempotency lookup")?;
-                    let found = tx
-                        .query_opt(&stmt, &[&task.owner, key])
-                        .await
-                        .with_context(|| format!("look up idempotency key {key:?}"))?;
-                    if let Some(row) = found {
-                        let existing = rows::task_from_row(&row)?;
-                        if existing.fingerprint == task.fingerprint {
-                            return Ok(Created::Existing(existing));
-                        }
-                        return Err(StoreError::IdempotencyConflict {
-                            key: key.clone(),
-                            task_id: existing.id,
-                        });
-                    }
-                }
-                if let Some(l) = &limit {
-                    // Counting stops at the limit: the check costs at most `max` index entries.
-                    let max = i64::try_from(l.max).unwrap_or(i64::MAX);
-                    let stmt = tx
-                        .prepare_cached(
-                            "SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE owner = $1 \
-                             AND ($2::TEXT IS NULL OR session = $2) \
-                             AND status IN ('working', 'input_required') LIMIT $3) AS active",
-                        )
-                        .await
-                        .context("prepare the unfinished count")?;
-                    let active: i64 = tx
-                        .query_one(&stmt, &[&l.owner, &l.session, &max])
-                        .await
-                        .context("count unfinished tasks")?
-                        .get(0);
-                    let active = usize::try_from(active).unwrap_or(0);
-                    if active >= l.max {
-                        return Err(StoreError::TooManyActive { active, max: l.max });
-                    }
-                }
-                insert_task(tx, &task).await?;
-                Ok(Created::New(task))
-            })
-        })
-        .await
+        let (done, answer) = tokio::sync::oneshot::channel();
+        self.creates
+            .send(creates::Job { task, limit, done })
+            .await
+            .map_err(|_| StoreError::message("the PostgreSQL create loop stopped"))?;
+        answer
+            .await
+            .map_err(|_| StoreError::message("the PostgreSQL create loop stopped"))?
     }
 
     async fn get(&self, id: &str) -> Result<Lookup, StoreError> {
@@ -736,6 +688,35 @@ mod tests {
             .iter()
             .filter_map(|r| r.as_ref().err())
             .all(|e| matches!(e, StoreError::TooManyActive { .. })));
+        drop_schema(&schema).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_key_under_concurrent_creates_makes_one_task() {
+        let schema = fresh_schema("key");
+        let url = test_url();
+        let a = std::sync::Arc::new(PostgresStore::open_in_schema(&url, &schema).await.unwrap());
+        let b = std::sync::Arc::new(PostgresStore::open_in_schema(&url, &schema).await.unwrap());
+        let creates = (0..30u64).map(|i| {
+            let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+            async move {
+                let mut t = super::super::testkit::record(&format!("k{i}"), "alice", 1_000 + i);
+                t.idempotency_key = Some("same".into());
+                store.create(t, None).await.unwrap()
+            }
+        });
+        let results = futures::future::join_all(creates).await;
+        let new: Vec<_> = results
+            .iter()
+            .filter_map(|r| match r {
+                Created::New(t) => Some(t.id.clone()),
+                Created::Existing(_) => None,
+            })
+            .collect();
+        assert_eq!(new.len(), 1, "{results:?}");
+        assert!(results.iter().all(|r| match r {
+            Created::New(t) | Created::Existing(t) => t.id == new[0],
+        }));
         drop_schema(&schema).await;
     }
 
