@@ -117,16 +117,37 @@ impl Engine {
             holder: Some(self.config.node_id.clone()),
             ..Default::default()
         };
-        match self.apply(id, &TaskStatus::ACTIVE, change).await {
-            Ok(rec) => {
-                tracing::info!(target: "mcp_tasks::audit", task = %rec.id, tool = %rec.tool, owner = %rec.owner, status = %rec.status, "task finished");
+        // A store that cannot be reached now (a lost database connection) is tried again until it
+        // can: the outcome is the task's only copy, and a task must not stay `working` forever. The
+        // task stays registered as running meanwhile, so its lease is still renewed (or, when another
+        // node took it over, the next attempt is a conflict and ends this).
+        let mut backoff = std::time::Duration::from_millis(100);
+        loop {
+            match self.apply(id, &TaskStatus::ACTIVE, change.clone()).await {
+                Ok(rec) => {
+                    tracing::info!(target: "mcp_tasks::audit", task = %rec.id, tool = %rec.tool, owner = %rec.owner, status = %rec.status, "task finished");
+                    return;
+                }
+                Err(UpdateError::Conflict(cur)) => {
+                    tracing::debug!(task = %id, status = %cur.status, lease = ?cur.lease_owner, "task finished or taken over elsewhere; result discarded");
+                    return;
+                }
+                Err(UpdateError::NotFound) => {
+                    tracing::warn!(task = %id, "task gone before its outcome was stored");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(task = %id, error = %error_chain(&e), retry_in_ms = backoff.as_millis() as u64, "could not store the task's outcome; retrying");
+                }
             }
-            Err(UpdateError::Conflict(cur)) => {
-                tracing::debug!(task = %id, status = %cur.status, lease = ?cur.lease_owner, "task finished or taken over elsewhere; result discarded");
+            tokio::select! {
+                _ = self.shutdown.cancelled() => {
+                    tracing::warn!(task = %id, "stopping before the outcome was stored; the task is left to recovery");
+                    return;
+                }
+                _ = tokio::time::sleep(backoff) => {}
             }
-            Err(e) => {
-                tracing::error!(task = %id, error = %error_chain(&e), "could not store task outcome")
-            }
+            backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
         }
     }
 }

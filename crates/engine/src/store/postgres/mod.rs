@@ -72,6 +72,14 @@ fn redact(url: &str) -> String {
     }
 }
 
+/// Names the connections `mcp-tasks` for the operator's `pg_stat_activity`, unless the URL names
+/// them (`?application_name=…`).
+pub(super) fn named(config: &mut tokio_postgres::Config) {
+    if config.get_application_name().is_none() {
+        config.application_name("mcp-tasks");
+    }
+}
+
 impl PostgresStore {
     /// Connects to `url` (`postgres://USER@HOST:PORT/DB`, or any form tokio-postgres accepts) and
     /// brings the schema up to date (several replicas may do this at once).
@@ -107,7 +115,8 @@ impl PostgresStore {
         Self::with_config(config).await
     }
 
-    async fn with_config(config: tokio_postgres::Config) -> Result<PostgresStore, StoreError> {
+    async fn with_config(mut config: tokio_postgres::Config) -> Result<PostgresStore, StoreError> {
+        named(&mut config);
         let (mut client, connection) = config
             .connect(NoTls)
             .await

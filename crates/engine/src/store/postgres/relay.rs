@@ -114,9 +114,10 @@ pub async fn start(
     store: Arc<dyn TaskStore>,
     stop: CancellationToken,
 ) -> Result<(), StoreError> {
-    let config: tokio_postgres::Config = url
+    let mut config: tokio_postgres::Config = url
         .parse()
         .with_context(|| format!("parse the PostgreSQL URL {}", super::redact(url)))?;
+    super::named(&mut config);
     let me = format!("relay-{}", &crate::ids::random_id()[..12]);
     let (listener, channel) = listen(&config).await?;
     let (out_tx, out_rx) = mpsc::unbounded_channel::<String>();
