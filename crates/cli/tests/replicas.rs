@@ -200,3 +200,63 @@ async fn a_listener_on_one_replica_sees_a_task_finish_on_another() {
     drop((a, b));
     pg.drop_schema().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_stream_on_one_replica_gets_the_task_messages_of_another_in_order_once() {
+    let pg = common::pg::FreshSchema::new("replicas_stream").await;
+    let args = ["--demo", "--store", pg.url.as_str()];
+    let a = ServerProcess::start(&args);
+    let b = ServerProcess::start(&args);
+    // The session's GET stream is held by B; the task is created and run on A.
+    let mut c = Client::connect(&a.url).await;
+    c.url = b.url.clone();
+    let mut stream = c.open_stream().await;
+    c.url = a.url.clone();
+    let ex = c
+        .request(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 2}, "task": {"ttl": 60_000},
+                   "_meta": {"progressToken": "p1"}}),
+        )
+        .await;
+    let id = ex.result()["task"]["taskId"].as_str().unwrap().to_string();
+    let mut progress = Vec::new();
+    let mut statuses = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while statuses.last().map(String::as_str) != Some("completed") {
+        let n = tokio::time::timeout_at(deadline.into(), stream.recv())
+            .await
+            .expect("B's stream carried the task's messages")
+            .unwrap();
+        match n["method"].as_str().unwrap_or_default() {
+            "notifications/progress" => progress.push(n["params"]["progress"].as_f64().unwrap()),
+            "notifications/tasks/status" if n["params"]["taskId"] == json!(id) => {
+                statuses.push(n["params"]["status"].as_str().unwrap().to_string())
+            }
+            _ => {}
+        }
+    }
+    // Live, not let out by the 10 s fallback of a gate that never heard of A's reply.
+    assert!(
+        deadline.saturating_duration_since(Instant::now()) > Duration::from_secs(9),
+        "the messages came as they happened"
+    );
+    // A little longer: nothing repeats after the end.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    while let Ok(n) = stream.try_recv() {
+        if n["method"] == "notifications/tasks/status" && n["params"]["taskId"] == json!(id) {
+            statuses.push(n["params"]["status"].as_str().unwrap().to_string());
+        }
+    }
+    assert_eq!(
+        statuses.iter().filter(|s| *s == "completed").count(),
+        1,
+        "completed once: {statuses:?}"
+    );
+    assert!(
+        progress.windows(2).all(|w| w[0] < w[1]) && !progress.is_empty(),
+        "progress in order, each once: {progress:?}"
+    );
+    drop((a, b));
+    pg.drop_schema().await;
+}

@@ -50,6 +50,6 @@ pub use ids::random_id;
 pub use model::{
     ActiveLimit, InputRecord, InputResponse, NewTask, Outcome, TaskRecord, TaskStatus,
 };
-pub use notifier::{Notifier, TaskEvent, TaskSubscription};
+pub use notifier::{Notifier, Relayed, TaskEvent, TaskSubscription};
 pub use rules::{OutcomeRules, PlainRules};
 pub use store::{error_chain, ProgressUpdate};

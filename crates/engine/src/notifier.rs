@@ -88,10 +88,21 @@ struct Inner {
     per_task: DashMap<String, broadcast::Sender<TaskEvent>>,
     /// Where events published here also go (other replicas), if anywhere.
     relay: std::sync::OnceLock<Relay>,
+    /// Tasks whose creating reply another replica has written (see [`Notifier::announce`]).
+    announced: broadcast::Sender<String>,
 }
 
-/// Takes every event published in this process to other processes (see [`Notifier::set_relay`]).
-pub type Relay = Arc<dyn Fn(&TaskEvent) + Send + Sync>;
+/// What this process tells other processes (see [`Notifier::set_relay`]).
+#[derive(Clone, Copy, Debug)]
+pub enum Relayed<'a> {
+    /// An event published here.
+    Event(&'a TaskEvent),
+    /// The reply that told the client about this task has been written here.
+    Announced(&'a str),
+}
+
+/// Takes what this process tells other processes.
+pub type Relay = Arc<dyn Fn(Relayed<'_>) + Send + Sync>;
 
 impl Default for Notifier {
     fn default() -> Self {
@@ -108,6 +119,7 @@ impl Notifier {
                 all,
                 per_task: DashMap::new(),
                 relay: std::sync::OnceLock::new(),
+                announced: broadcast::channel(1024).0,
             }),
         }
     }
@@ -121,9 +133,27 @@ impl Notifier {
     /// Publishes an event to the task's topic and the all-tasks feed, and to the relay if one is set.
     pub fn publish(&self, event: TaskEvent) {
         if let Some(relay) = self.inner.relay.get() {
-            relay(&event);
+            relay(Relayed::Event(&event));
         }
         self.publish_from_peer(event);
+    }
+
+    /// Tells other replicas that the reply announcing `task` to its client has been written here:
+    /// a replica holding the client's stream holds the task's messages until then.
+    pub fn announce(&self, task: &str) {
+        if let Some(relay) = self.inner.relay.get() {
+            relay(Relayed::Announced(task));
+        }
+    }
+
+    /// Another replica wrote the reply announcing `task` (brought in by the relay).
+    pub fn announced_by_peer(&self, task: &str) {
+        let _ = self.inner.announced.send(task.to_string());
+    }
+
+    /// Tasks whose announcing reply another replica wrote, as they are reported.
+    pub fn subscribe_peer_announcements(&self) -> broadcast::Receiver<String> {
+        self.inner.announced.subscribe()
     }
 
     /// Publishes an event that another replica relayed: here only, not relayed again.

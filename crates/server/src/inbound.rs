@@ -49,6 +49,20 @@ impl Server {
                 server.expire_announcements(&crate::wire::notifications_for);
             }
         });
+        // Replies written on other replicas open the gate here too.
+        let mut peer_announced = self.engine().notifier().subscribe_peer_announcements();
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let task = match peer_announced.recv().await {
+                    Ok(task) => task,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(_) => break,
+                };
+                let Some(server) = weak.upgrade() else { break };
+                server.announced(&task, &crate::wire::notifications_for);
+            }
+        });
         let mut events = self.engine().notifier().subscribe_all();
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -142,6 +156,9 @@ impl Server {
     /// The reply that tells the client about `task` has been written.
     pub(crate) fn task_announced(&self, task: &str) {
         self.announced(task, &crate::wire::notifications_for);
+        // The client's stream may be held by another replica, which holds the task's messages
+        // until it hears this.
+        self.engine().notifier().announce(task);
     }
 
     /// Handles one notification from the client.

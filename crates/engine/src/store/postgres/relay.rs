@@ -20,7 +20,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::Context;
 use crate::context::LogLevel;
-use crate::notifier::{Notifier, TaskEvent};
+use crate::model::TaskRecord;
+use crate::notifier::{Notifier, Relayed, TaskEvent};
 use crate::store::{Lookup, StoreError, TaskStore};
 
 /// `NOTIFY` payloads must stay under 8000 bytes; a log line larger than this goes without its data.
@@ -35,13 +36,79 @@ struct Wire {
     from: String,
     /// The task.
     task: String,
+    /// The task's changing fields as of the event: the receiver reads the rest (arguments, the
+    /// outcome) from the store, where it may already have moved on. Without them, three quick
+    /// changes read back as the latest state three times. Absent for an announcement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    state: Option<State>,
     #[serde(flatten)]
     kind: Kind,
+}
+
+/// What an event changes about a task, as it was when the event was published.
+#[derive(Debug, Serialize, Deserialize)]
+struct State {
+    status: crate::model::TaskStatus,
+    status_message: Option<String>,
+    progress: Option<f64>,
+    progress_total: Option<f64>,
+    progress_message: Option<String>,
+    updated_at: u64,
+    ttl_ms: Option<u64>,
+    finished_at: Option<u64>,
+    attempt: u32,
+}
+
+impl State {
+    fn of(t: &TaskRecord) -> State {
+        State {
+            status: t.status,
+            status_message: t.status_message.clone(),
+            progress: t.progress,
+            progress_total: t.progress_total,
+            progress_message: t.progress_message.clone(),
+            updated_at: t.updated_at,
+            ttl_ms: t.ttl_ms,
+            finished_at: t.finished_at,
+            attempt: t.attempt,
+        }
+    }
+
+    /// The stored record as it was at the event.
+    fn over(self, mut t: TaskRecord) -> TaskRecord {
+        if !self.status.is_terminal() {
+            // Finished since: the outcome did not exist yet at this event.
+            t.outcome = None;
+        }
+        t.status = self.status;
+        t.status_message = self.status_message;
+        t.progress = self.progress;
+        t.progress_total = self.progress_total;
+        t.progress_message = self.progress_message;
+        t.updated_at = self.updated_at;
+        t.ttl_ms = self.ttl_ms;
+        t.finished_at = self.finished_at;
+        t.attempt = self.attempt;
+        t
+    }
+
+    /// Shortens the free-text fields (for a payload that would not fit).
+    fn shorten(&mut self) {
+        let cut = |s: &mut Option<String>| {
+            if let Some(v) = s {
+                *v = v.chars().take(500).collect();
+            }
+        };
+        cut(&mut self.status_message);
+        cut(&mut self.progress_message);
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 enum Kind {
+    /// Not an event: the reply announcing the task was written on the sender.
+    Announced,
     Created,
     Changed,
     Progress {
@@ -123,11 +190,20 @@ pub async fn start(
     let (out_tx, out_rx) = mpsc::unbounded_channel::<String>();
     let from = me.clone();
     notifier
-        .set_relay(Arc::new(move |event: &TaskEvent| {
-            let wire = Wire {
-                from: from.clone(),
-                task: event.task().id.clone(),
-                kind: Kind::of(event),
+        .set_relay(Arc::new(move |relayed: Relayed<'_>| {
+            let wire = match relayed {
+                Relayed::Event(event) => Wire {
+                    from: from.clone(),
+                    task: event.task().id.clone(),
+                    state: Some(State::of(event.task())),
+                    kind: Kind::of(event),
+                },
+                Relayed::Announced(task) => Wire {
+                    from: from.clone(),
+                    task: task.to_string(),
+                    state: None,
+                    kind: Kind::Announced,
+                },
             };
             if let Some(payload) = encode(wire) {
                 let _ = out_tx.send(payload);
@@ -157,11 +233,16 @@ fn encode(mut wire: Wire) -> Option<String> {
             "(a log message of {} bytes, too large to relay to other replicas)",
             text.len()
         ));
-        return serde_json::to_string(&wire).ok();
     }
     if let Kind::Progress { message, .. } = &mut wire.kind {
-        *message = message.as_ref().map(|m| m.chars().take(1_000).collect());
-        return serde_json::to_string(&wire).ok();
+        *message = message.as_ref().map(|m| m.chars().take(500).collect());
+    }
+    if let Some(state) = &mut wire.state {
+        state.shorten();
+    }
+    let text = serde_json::to_string(&wire).ok()?;
+    if text.len() <= MAX_PAYLOAD {
+        return Some(text);
     }
     tracing::warn!(task = %wire.task, "event too large to relay to other replicas");
     None
@@ -262,8 +343,15 @@ async fn listen_loop(
 
 /// Publishes here what another replica relayed, with the task (and input request) as stored now.
 async fn deliver(wire: Wire, notifier: &Notifier, store: &Arc<dyn TaskStore>) {
+    if matches!(wire.kind, Kind::Announced) {
+        notifier.announced_by_peer(&wire.task);
+        return;
+    }
     let task = match store.get(&wire.task).await {
-        Ok(Lookup::Found(t)) => Arc::new(t),
+        Ok(Lookup::Found(t)) => Arc::new(match wire.state {
+            Some(state) => state.over(t),
+            None => t,
+        }),
         Ok(_) => return,
         Err(e) => {
             tracing::warn!(task = %wire.task, error = %e.chain(), "cannot read a relayed task");
@@ -277,6 +365,7 @@ async fn deliver(wire: Wire, notifier: &Notifier, store: &Arc<dyn TaskStore>) {
         }
     };
     let event = match wire.kind {
+        Kind::Announced => return,
         Kind::Created => TaskEvent::Created(task),
         Kind::Changed => TaskEvent::Changed(task),
         Kind::Progress { message, advanced } => TaskEvent::Progress {
@@ -385,10 +474,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_relayed_event_shows_the_task_as_it_was_then() {
+        use crate::model::{Outcome, TaskStatus};
+        let then = crate::store::testkit::record("t1", "alice", 1_000);
+        let mut now = then.clone();
+        now.status = TaskStatus::Completed;
+        now.finished_at = Some(5_000);
+        now.outcome = Some(Outcome::Result {
+            value: serde_json::json!({"answer": 42}),
+            is_error: false,
+        });
+        let shown = State::of(&then).over(now.clone());
+        assert_eq!(shown.status, TaskStatus::Working);
+        assert_eq!(shown.outcome, None, "no outcome before the task finished");
+        assert_eq!(shown.finished_at, None);
+        // A terminal event shows the stored outcome.
+        let shown = State::of(&now).over(now.clone());
+        assert_eq!(shown, now);
+    }
+
+    #[test]
     fn payloads_round_trip_and_stay_small() {
+        let state = || State::of(&crate::store::testkit::record("t1", "alice", 1_000));
         let wire = Wire {
             from: "relay-a".into(),
             task: "t1".into(),
+            state: Some(state()),
             kind: Kind::Progress {
                 message: Some("half".into()),
                 advanced: true,
@@ -400,6 +511,7 @@ mod tests {
         let big = Wire {
             from: "relay-a".into(),
             task: "t1".into(),
+            state: Some(state()),
             kind: Kind::Log {
                 level: LogLevel::Info,
                 logger: None,
