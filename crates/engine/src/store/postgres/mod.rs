@@ -19,8 +19,9 @@ use std::time::Duration;
 use tokio_postgres::NoTls;
 
 use self::rows::{
-    input_from_row, insert_input, pg_int, select_input, select_task, session_from_row,
-    tasks_from_rows, update_task, INPUT_COLUMNS, SESSION_COLUMNS, TASK_COLUMNS,
+    input_from_row, insert_input, pg_int, select_input, select_task, select_task_versioned,
+    session_from_row, tasks_from_rows, update_task, update_task_if, INPUT_COLUMNS, SESSION_COLUMNS,
+    TASK_COLUMNS,
 };
 use super::{
     apply_change, claim_orphan, decode_cursor, encode_cursor, held_by_holder, ActiveLimit,
@@ -230,22 +231,21 @@ impl TaskStore for PostgresStore {
         change: TaskChange,
         now: u64,
     ) -> Result<TaskRecord, UpdateError> {
-        let id = id.to_string();
-        let expect = expect.to_vec();
-        self.in_tx(move |tx| {
-            Box::pin(async move {
-                let mut rec = select_task(tx, &id, true)
-                    .await?
-                    .ok_or(UpdateError::NotFound)?;
-                if !expect.contains(&rec.status) || !held_by_holder(&rec, &change) {
-                    return Err(UpdateError::Conflict(Box::new(rec)));
-                }
-                apply_change(&mut rec, change, now);
-                update_task(tx, &rec).await?;
-                Ok(rec)
-            })
-        })
-        .await
+        // Read, decide, then write only if the row is still as read: two round trips and no
+        // transaction to open and close (a finish is one of these per task).
+        let client = self.client().await?;
+        loop {
+            let (mut rec, version) = select_task_versioned(&client, id)
+                .await?
+                .ok_or(UpdateError::NotFound)?;
+            if !expect.contains(&rec.status) || !held_by_holder(&rec, &change) {
+                return Err(UpdateError::Conflict(Box::new(rec)));
+            }
+            apply_change(&mut rec, change.clone(), now);
+            if update_task_if(&client, &rec, version).await? {
+                return Ok(rec);
+            }
+        }
     }
 
     async fn list(&self, q: &ListQuery) -> Result<Result<TaskPage, InvalidCursor>, StoreError> {
@@ -394,8 +394,8 @@ impl TaskStore for PostgresStore {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(
-                "UPDATE tasks SET lease_until = $1 WHERE id = ANY($2) AND lease_owner = $3 \
-                 AND status IN ('working', 'input_required') RETURNING id",
+                "UPDATE tasks SET lease_until = $1, version = version + 1 WHERE id = ANY($2) \
+                 AND lease_owner = $3 AND status IN ('working', 'input_required') RETURNING id",
             )
             .await
             .context("prepare the lease renewal")?;
@@ -726,6 +726,42 @@ mod tests {
         assert!(results.iter().all(|r| match r {
             Created::New(t) | Created::Existing(t) => t.id == new[0],
         }));
+        drop_schema(&schema).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_updates_from_two_replicas_lose_nothing() {
+        let schema = fresh_schema("cas");
+        let url = test_url();
+        let a = std::sync::Arc::new(PostgresStore::open_in_schema(&url, &schema).await.unwrap());
+        let b = std::sync::Arc::new(PostgresStore::open_in_schema(&url, &schema).await.unwrap());
+        a.create(super::super::testkit::record("p1", "alice", 1_000), None)
+            .await
+            .unwrap();
+        // Progress never decreases: whatever order 40 racing reports land in, the last word is 40 —
+        // unless a write based on a stale read overwrote a later one.
+        let reports = (1..=40u64).map(|i| {
+            let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+            async move {
+                let change = TaskChange {
+                    progress: Some(crate::store::ProgressUpdate {
+                        progress: i as f64,
+                        total: Some(40.0),
+                        message: None,
+                    }),
+                    ..Default::default()
+                };
+                store
+                    .update("p1", &TaskStatus::ACTIVE, change, 2_000 + i)
+                    .await
+                    .unwrap();
+            }
+        });
+        futures::future::join_all(reports).await;
+        let Lookup::Found(t) = a.get("p1").await.unwrap() else {
+            panic!("gone")
+        };
+        assert_eq!(t.progress, Some(40.0));
         drop_schema(&schema).await;
     }
 

@@ -161,6 +161,77 @@ pub(super) async fn select_task(
         .transpose()
 }
 
+/// One task by id with its row version (see [`update_task_if`]).
+pub(super) async fn select_task_versioned(
+    db: &impl GenericClient,
+    id: &str,
+) -> Result<Option<(TaskRecord, i64)>, StoreError> {
+    let stmt = db
+        .prepare_cached(&format!(
+            "SELECT {TASK_COLUMNS}, version FROM tasks WHERE id = $1"
+        ))
+        .await
+        .context("prepare a task read")?;
+    let Some(row) = db
+        .query_opt(&stmt, &[&id])
+        .await
+        .with_context(|| format!("read task {id}"))?
+    else {
+        return Ok(None);
+    };
+    let version: i64 = row
+        .try_get(24)
+        .map_err(|e| bad_row("a task's version", e))?;
+    Ok(Some((task_from_row(&row)?, version)))
+}
+
+/// Writes a changed task if its row is still at `version` (nobody changed it since it was read):
+/// a compare-and-set in one statement. `false` when the row moved on (read it again).
+pub(super) async fn update_task_if(
+    db: &impl GenericClient,
+    t: &TaskRecord,
+    version: i64,
+) -> Result<bool, StoreError> {
+    let outcome = t
+        .outcome
+        .as_ref()
+        .map(|o| text("a task outcome", o))
+        .transpose()?;
+    let stmt = db
+        .prepare_cached(
+            "UPDATE tasks SET status = $2, status_message = $3, progress = $4, \
+             progress_total = $5, updated_at = $6, outcome = $7, attempt = $8, lease_owner = $9, \
+             lease_until = $10, finished_at = $11, progress_message = $12, ttl_ms = $13, \
+             expires_at = $14, version = version + 1 WHERE id = $1 AND version = $15",
+        )
+        .await
+        .context("prepare the task compare-and-set")?;
+    let n = db
+        .execute(
+            &stmt,
+            &[
+                &t.id,
+                &t.status.as_str(),
+                &t.status_message,
+                &t.progress,
+                &t.progress_total,
+                &pg_int(t.updated_at),
+                &outcome,
+                &i32::try_from(t.attempt).unwrap_or(i32::MAX),
+                &t.lease_owner,
+                &opt_pg_int(t.lease_until),
+                &opt_pg_int(t.finished_at),
+                &t.progress_message,
+                &opt_pg_int(t.ttl_ms),
+                &opt_pg_int(t.expires_at()),
+                &version,
+            ],
+        )
+        .await
+        .with_context(|| format!("update task {}", t.id))?;
+    Ok(n == 1)
+}
+
 /// The column values of `t` in [`TASK_COLUMNS`] order, then `expires_at`.
 struct TaskValues {
     status: &'static str,
@@ -260,7 +331,7 @@ pub(super) async fn update_task(db: &impl GenericClient, t: &TaskRecord) -> Resu
             "UPDATE tasks SET status = $2, status_message = $3, progress = $4, \
              progress_total = $5, updated_at = $6, outcome = $7, attempt = $8, lease_owner = $9, \
              lease_until = $10, finished_at = $11, progress_message = $12, ttl_ms = $13, \
-             expires_at = $14 WHERE id = $1",
+             expires_at = $14, version = version + 1 WHERE id = $1",
         )
         .await
         .context("prepare the task update")?;

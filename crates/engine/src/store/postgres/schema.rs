@@ -22,10 +22,11 @@ struct Migration {
 
 /// Every migration, in order; `version` counts up from 1 without gaps. The columns mirror the SQLite
 /// schema's (times are Unix ms in BIGINT; JSON is stored as text, exactly as serialized).
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    what: "create the tables",
-    sql: r#"
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        what: "create the tables",
+        sql: r#"
 CREATE TABLE tasks (
     id TEXT PRIMARY KEY,
     owner TEXT NOT NULL,
@@ -85,7 +86,13 @@ CREATE TABLE sessions (
     last_seen BIGINT NOT NULL
 );
 "#,
-}];
+    },
+    Migration {
+        version: 2,
+        what: "add tasks.version (one-round-trip compare-and-set)",
+        sql: "ALTER TABLE tasks ADD COLUMN version BIGINT NOT NULL DEFAULT 0;",
+    },
+];
 
 /// The version a database is at once every migration is applied.
 pub(super) fn latest() -> i32 {
