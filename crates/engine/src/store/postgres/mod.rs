@@ -701,6 +701,37 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn per_session_limits_are_exact_under_concurrent_creates() {
+        let schema = fresh_schema("session_limit");
+        let url = test_url();
+        let a = std::sync::Arc::new(PostgresStore::open_in_schema(&url, &schema).await.unwrap());
+        let b = std::sync::Arc::new(PostgresStore::open_in_schema(&url, &schema).await.unwrap());
+        let creates = (0..40u64).map(|i| {
+            let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let session = if i % 4 < 2 { "s1" } else { "s2" };
+            async move {
+                let mut t = super::super::testkit::record(&format!("c{i}"), "alice", 1_000 + i);
+                t.session = Some(session.into());
+                let limit = ActiveLimit {
+                    max: 3,
+                    owner: "alice".into(),
+                    session: Some(session.into()),
+                };
+                (session, store.create(t, Some(limit)).await)
+            }
+        });
+        let results = futures::future::join_all(creates).await;
+        for session in ["s1", "s2"] {
+            let made = results
+                .iter()
+                .filter(|(s, r)| *s == session && r.is_ok())
+                .count();
+            assert_eq!(made, 3, "exactly the limit in {session}");
+        }
+        drop_schema(&schema).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn one_key_under_concurrent_creates_makes_one_task() {
         let schema = fresh_schema("key");
         let url = test_url();
