@@ -248,6 +248,27 @@ fn encode(mut wire: Wire) -> Option<String> {
     None
 }
 
+/// Encoded events (JSON objects) packed into JSON arrays of at most [`MAX_PAYLOAD`] bytes, in order.
+fn pack(payloads: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::from("[");
+    for p in payloads {
+        if current.len() > 1 && current.len() + p.len() + 2 > MAX_PAYLOAD {
+            current.push(']');
+            out.push(std::mem::replace(&mut current, String::from("[")));
+        }
+        if current.len() > 1 {
+            current.push(',');
+        }
+        current.push_str(p);
+    }
+    if current.len() > 1 {
+        current.push(']');
+        out.push(current);
+    }
+    out
+}
+
 /// A connection listening on this store's channel; its notifications arrive on the receiver.
 type Listening = (
     tokio_postgres::Client,
@@ -329,9 +350,12 @@ async fn listen_loop(
             if n.channel() != channel {
                 continue;
             }
-            match serde_json::from_str::<Wire>(n.payload()) {
-                Ok(wire) if wire.from == me => {}
-                Ok(wire) => deliver(wire, &notifier, &store).await,
+            match serde_json::from_str::<Vec<Wire>>(n.payload()) {
+                Ok(wires) => {
+                    for wire in wires.into_iter().filter(|w| w.from != me) {
+                        deliver(wire, &notifier, &store).await;
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "unreadable notification from another replica")
                 }
@@ -456,8 +480,11 @@ async fn send_loop(
                     Err(_) => break,
                 }
             }
+            // Packed into as few notifications as fit (each one is a commit and a signal to every
+            // listening replica, a measurable share of the database's work per task).
+            let packed = pack(&batch);
             let params: Vec<[&(dyn tokio_postgres::types::ToSql + Sync); 2]> =
-                batch.iter().map(|p| [&channel as _, p as _]).collect();
+                packed.iter().map(|p| [&channel as _, p as _]).collect();
             let sends = params.iter().map(|p| client.execute(&stmt, p));
             if let Err(e) = futures::future::try_join_all(sends).await {
                 // The receivers' fallback covers what is lost here; keep the newest for the retry.
@@ -491,6 +518,22 @@ mod tests {
         // A terminal event shows the stored outcome.
         let shown = State::of(&now).over(now.clone());
         assert_eq!(shown, now);
+    }
+
+    #[test]
+    fn events_are_packed_in_order_into_payloads_that_fit() {
+        let one = |i: usize| format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(1_000));
+        let payloads: Vec<String> = (0..20).map(one).collect();
+        let packed = pack(&payloads);
+        assert!(packed.len() > 1 && packed.len() < 20, "{}", packed.len());
+        let mut seen = Vec::new();
+        for p in &packed {
+            assert!(p.len() <= MAX_PAYLOAD, "{}", p.len());
+            let items: Vec<serde_json::Value> = serde_json::from_str(p).unwrap();
+            seen.extend(items.iter().map(|v| v["n"].as_u64().unwrap()));
+        }
+        assert_eq!(seen, (0..20).collect::<Vec<u64>>());
+        assert!(pack(&[]).is_empty());
     }
 
     #[test]
