@@ -109,16 +109,7 @@ async fn input_answered_through_one_replica_wakes_the_handler_on_the_other() {
     let b = ServerProcess::start(&args);
     // 2026-07-28: a task created on A, its questions read and answered on B.
     let mut c = Stateless::with_tasks(&a.url);
-    let id = c
-        .call(
-            "tools/call",
-            json!({"name": "multi_input", "arguments": {}}),
-        )
-        .await
-        .result()["taskId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = c.start_task("multi_input", json!({})).await;
     c.url = b.url.clone();
     let answer = |r: &serde_json::Value| {
         if r["params"]["message"].as_str().unwrap().contains("name") {
@@ -162,16 +153,7 @@ async fn a_listener_on_one_replica_sees_a_task_finish_on_another() {
     let a = ServerProcess::start(&args);
     let b = ServerProcess::start(&args);
     let mut c = Stateless::with_tasks(&a.url);
-    let id = c
-        .call(
-            "tools/call",
-            json!({"name": "slow_compute", "arguments": {"seconds": 1}}),
-        )
-        .await
-        .result()["taskId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = c.start_task("slow_compute", json!({"seconds": 1})).await;
     let params = json!({
         "notifications": {"taskIds": [id]},
         "_meta": {

@@ -88,7 +88,10 @@ impl Engine {
     /// instead of a topic per running task. Started by the first run (or [`Engine::start`]). When it misses events it asks the lease loop for a pass,
     /// which finds the finished tasks in the store.
     pub(super) fn start_stopper(self: &Arc<Self>) {
-        if self.stopper.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        // Called for every run: a load first, so the common case writes nothing shared.
+        if self.stopper.load(std::sync::atomic::Ordering::Acquire)
+            || self.stopper.swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
             return;
         }
         let me = Arc::downgrade(self);

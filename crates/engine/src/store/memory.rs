@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
 use super::{
-    apply_change, claim_orphan, decode_cursor, encode_cursor, held_by_holder, ActiveLimit,
+    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, ActiveLimit,
     AnswerError, Created, InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged,
     SessionRecord, StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
 };
@@ -201,12 +201,7 @@ impl TaskStore for MemoryStore {
             }
             tasks.push(t.clone());
         }
-        let next_cursor = if more {
-            tasks.last().map(|t| encode_cursor(t.created_at, &t.id))
-        } else {
-            None
-        };
-        Ok(Ok(TaskPage { tasks, next_cursor }))
+        Ok(Ok(TaskPage::new(tasks, more)))
     }
 
     async fn add_input(&self, input: InputRecord, now: u64) -> Result<TaskRecord, UpdateError> {
@@ -261,11 +256,7 @@ impl TaskStore for MemoryStore {
             .tasks
             .get_mut(&answered.task_id)
             .ok_or(AnswerError::Unknown)?;
-        let change = TaskChange {
-            status: (!still_pending && rec.status == TaskStatus::InputRequired)
-                .then_some(TaskStatus::Working),
-            ..Default::default()
-        };
+        let change = after_answer(rec.status, still_pending);
         apply_change(rec, change, now);
         Ok((rec.clone(), answered))
     }

@@ -255,6 +255,28 @@ pub struct TaskPage {
     pub next_cursor: Option<String>,
 }
 
+impl TaskPage {
+    /// The page of `tasks` (at most a page's worth, in list order); `more` when the list goes on, so
+    /// the page carries a cursor after its last task.
+    pub(crate) fn new(tasks: Vec<TaskRecord>, more: bool) -> TaskPage {
+        let next_cursor = if more {
+            tasks.last().map(|t| encode_cursor(t.created_at, &t.id))
+        } else {
+            None
+        };
+        TaskPage { tasks, next_cursor }
+    }
+}
+
+/// The change an answer makes to its task: back to `working` once no question waits any more.
+pub(crate) fn after_answer(status: TaskStatus, still_pending: bool) -> TaskChange {
+    TaskChange {
+        status: (!still_pending && status == TaskStatus::InputRequired)
+            .then_some(TaskStatus::Working),
+        ..Default::default()
+    }
+}
+
 /// A client session as a record, so any node can serve any request of it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionRecord {

@@ -67,6 +67,16 @@ impl Stateless {
         params.get(field).and_then(Value::as_str).map(String::from)
     }
 
+    /// Calls `tool` (which must answer with a task, as with the extension declared); its task id.
+    pub async fn start_task(&mut self, tool: &str, arguments: Value) -> String {
+        self.call("tools/call", json!({"name": tool, "arguments": arguments}))
+            .await
+            .result()["taskId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{tool} answered without a task"))
+            .to_string()
+    }
+
     /// Sends a well-formed request (meta and headers filled in) and reads the whole answer.
     pub async fn call(&mut self, method: &str, params: Value) -> Answer {
         self.call_with_meta(method, params, json!({})).await

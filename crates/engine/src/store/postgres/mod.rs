@@ -24,7 +24,7 @@ use self::rows::{
     TASK_COLUMNS,
 };
 use super::{
-    apply_change, claim_orphan, decode_cursor, encode_cursor, held_by_holder, ActiveLimit,
+    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, ActiveLimit,
     AnswerError, Context, Created, InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy,
     Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
 };
@@ -274,12 +274,7 @@ impl TaskStore for PostgresStore {
         let mut tasks = tasks_from_rows(&found)?;
         let more = tasks.len() > q.limit;
         tasks.truncate(q.limit);
-        let next_cursor = if more {
-            tasks.last().map(|t| encode_cursor(t.created_at, &t.id))
-        } else {
-            None
-        };
-        Ok(Ok(TaskPage { tasks, next_cursor }))
+        Ok(Ok(TaskPage::new(tasks, more)))
     }
 
     async fn add_input(&self, input: InputRecord, now: u64) -> Result<TaskRecord, UpdateError> {
@@ -327,11 +322,7 @@ impl TaskStore for PostgresStore {
                 }
                 rows::answer_input(tx, &key, &response, now).await?;
                 let pending = rows::pending_inputs(tx, &input.task_id).await?;
-                let back_to_work = pending == 0 && rec.status == TaskStatus::InputRequired;
-                let change = TaskChange {
-                    status: back_to_work.then_some(TaskStatus::Working),
-                    ..Default::default()
-                };
+                let change = after_answer(rec.status, pending > 0);
                 apply_change(&mut rec, change, now);
                 update_task(tx, &rec).await?;
                 Ok((

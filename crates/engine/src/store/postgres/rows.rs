@@ -192,6 +192,22 @@ pub(super) async fn update_task_if(
     t: &TaskRecord,
     version: i64,
 ) -> Result<bool, StoreError> {
+    write_task(db, t, Some(version)).await
+}
+
+/// Writes the columns of an existing task that a change can touch (the rest never changes); inside
+/// a transaction that holds the row's lock.
+pub(super) async fn update_task(db: &impl GenericClient, t: &TaskRecord) -> Result<(), StoreError> {
+    write_task(db, t, None).await.map(|_| ())
+}
+
+/// The one task write: the changeable columns, bumping the row version; with `version`, only if
+/// the row is still at it. Whether a row was written.
+async fn write_task(
+    db: &impl GenericClient,
+    t: &TaskRecord,
+    version: Option<i64>,
+) -> Result<bool, StoreError> {
     let outcome = t
         .outcome
         .as_ref()
@@ -202,10 +218,11 @@ pub(super) async fn update_task_if(
             "UPDATE tasks SET status = $2, status_message = $3, progress = $4, \
              progress_total = $5, updated_at = $6, outcome = $7, attempt = $8, lease_owner = $9, \
              lease_until = $10, finished_at = $11, progress_message = $12, ttl_ms = $13, \
-             expires_at = $14, version = version + 1 WHERE id = $1 AND version = $15",
+             expires_at = $14, version = version + 1 \
+             WHERE id = $1 AND ($15::BIGINT IS NULL OR version = $15)",
         )
         .await
-        .context("prepare the task compare-and-set")?;
+        .context("prepare the task update")?;
     let n = db
         .execute(
             &stmt,
@@ -316,46 +333,6 @@ pub(super) async fn insert_task(db: &impl GenericClient, t: &TaskRecord) -> Resu
     db.execute(&stmt, &values.params(t))
         .await
         .with_context(|| format!("insert task {}", t.id))?;
-    Ok(())
-}
-
-/// Writes the columns of an existing task that a change can touch (the rest never changes).
-pub(super) async fn update_task(db: &impl GenericClient, t: &TaskRecord) -> Result<(), StoreError> {
-    let outcome = t
-        .outcome
-        .as_ref()
-        .map(|o| text("a task outcome", o))
-        .transpose()?;
-    let stmt = db
-        .prepare_cached(
-            "UPDATE tasks SET status = $2, status_message = $3, progress = $4, \
-             progress_total = $5, updated_at = $6, outcome = $7, attempt = $8, lease_owner = $9, \
-             lease_until = $10, finished_at = $11, progress_message = $12, ttl_ms = $13, \
-             expires_at = $14, version = version + 1 WHERE id = $1",
-        )
-        .await
-        .context("prepare the task update")?;
-    db.execute(
-        &stmt,
-        &[
-            &t.id,
-            &t.status.as_str(),
-            &t.status_message,
-            &t.progress,
-            &t.progress_total,
-            &pg_int(t.updated_at),
-            &outcome,
-            &i32::try_from(t.attempt).unwrap_or(i32::MAX),
-            &t.lease_owner,
-            &opt_pg_int(t.lease_until),
-            &opt_pg_int(t.finished_at),
-            &t.progress_message,
-            &opt_pg_int(t.ttl_ms),
-            &opt_pg_int(t.expires_at()),
-        ],
-    )
-    .await
-    .with_context(|| format!("update task {}", t.id))?;
     Ok(())
 }
 

@@ -22,7 +22,7 @@ use self::rows::{
 };
 use self::writer::{Completion, Job};
 use super::{
-    apply_change, claim_orphan, decode_cursor, encode_cursor, held_by_holder, ActiveLimit,
+    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, ActiveLimit,
     AnswerError, Context, Created, InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy,
     Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
 };
@@ -288,12 +288,7 @@ impl TaskStore for SqliteStore {
             )?;
             let more = tasks.len() > q.limit;
             tasks.truncate(q.limit);
-            let next_cursor = if more {
-                tasks.last().map(|t| encode_cursor(t.created_at, &t.id))
-            } else {
-                None
-            };
-            Ok(Ok(TaskPage { tasks, next_cursor }))
+            Ok(Ok(TaskPage::new(tasks, more)))
         })
         .await
     }
@@ -334,11 +329,7 @@ impl TaskStore for SqliteStore {
             }
             rows::answer_input(conn, &key, &response, now)?;
             let pending = rows::pending_inputs(conn, &input.task_id)?;
-            let back_to_work = pending == 0 && rec.status == TaskStatus::InputRequired;
-            let change = TaskChange {
-                status: back_to_work.then_some(TaskStatus::Working),
-                ..Default::default()
-            };
+            let change = after_answer(rec.status, pending > 0);
             apply_change(&mut rec, change, now);
             update_task(conn, &rec)?;
             Ok((
