@@ -5,6 +5,7 @@
 #   - interop/python: the official Python SDK v1 client (a venv from requirements.txt)
 #   - conformance: the official MCP conformance suite and Node 22 to run it (npm ci)
 #   - valgrind (Debian package, when missing): the performance guard counts instructions with callgrind
+#   - nginx-light (Debian package, when missing): the load balancer in front of three replicas
 # then runs the Rust test suites (unit, property, HTTP/stdio integration, crash, interop) and doc tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +56,19 @@ if command -v valgrind >/dev/null 2>&1; then
 else
   echo "    installing Debian's valgrind"
   if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; else sudo apt-get update -qq && sudo apt-get install -y -qq valgrind >/dev/null; fi
+fi
+
+echo "==> nginx (the three-replica tests put nginx in front of the replicas)"
+if command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; then
+  echo "    $(PATH="$PATH:/usr/sbin" nginx -v 2>&1)"
+else
+  # Debian 12's nginx-light; the exact version first, the archive's current one when that was replaced.
+  echo "    installing Debian's nginx-light (1.22.1-9+deb12u11)"
+  run_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+  run_root apt-get update -qq
+  run_root apt-get install -y -qq nginx-light=1.22.1-9+deb12u11 >/dev/null 2>&1 \
+    || run_root apt-get install -y -qq nginx-light >/dev/null
+  echo "    $(PATH="$PATH:/usr/sbin" nginx -v 2>&1)"
 fi
 
 echo "==> cargo fmt --check and clippy (warnings are errors)"

@@ -1,6 +1,7 @@
 //! Helpers for tests that run the real `mcp-tasks` binary.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod pg;
 
 use std::io::{BufRead, BufReader};

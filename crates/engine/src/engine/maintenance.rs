@@ -20,6 +20,9 @@ impl Engine {
         let n = self.recover(self.store.is_exclusive()).await?;
         self.start_stopper();
         self.start_lease_renewal();
+        if !self.store.is_exclusive() {
+            self.start_takeover();
+        }
         let me = Arc::downgrade(self);
         let interval = self.config.sweep_interval;
         let shutdown = self.shutdown.clone();
@@ -78,6 +81,29 @@ impl Engine {
                             tracing::warn!(error = %error_chain(&e), tasks = chunk.len(), "lease renewal failed")
                         }
                     }
+                }
+            }
+        });
+    }
+
+    /// On a store shared by several nodes, looks for tasks whose lease ran out (their node died) every
+    /// half lease, whatever the sweep interval: a dead node's tasks are taken over within one and a
+    /// half lease lengths of its last renewal, not a lease plus a whole sweep interval later.
+    fn start_takeover(self: &Arc<Self>) {
+        let me = Arc::downgrade(self);
+        let every = std::time::Duration::from_millis((self.config.lease_ms / 2).max(1));
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tick.tick() => {}
+                }
+                let Some(engine) = me.upgrade() else { break };
+                if let Err(e) = engine.recover(false).await {
+                    tracing::warn!(error = %error_chain(&e), "looking for tasks to take over failed");
                 }
             }
         });

@@ -289,6 +289,7 @@ impl TaskHandler for CommandHandler {
         if let Some(dir) = &spec.cwd {
             cmd.current_dir(dir);
         }
+        die_with_server(&mut cmd);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
@@ -434,6 +435,31 @@ impl TaskHandler for CommandHandler {
         Outcome::Result { value, is_error }
     }
 }
+
+/// Makes the command's process die with the server (Linux: the parent-death signal). Without it, a
+/// server killed with SIGKILL left its tools running: on a shared store another replica then takes the
+/// task over and re-runs it while the first run goes on. The process's own children are not covered
+/// (they are in its process group, which only a live server can signal).
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)] // the one `unsafe` of the workspace (which denies it elsewhere)
+fn die_with_server(cmd: &mut Command) {
+    let server = std::process::id() as i32;
+    // SAFETY: the closure runs in the child between fork and exec and only makes two system calls
+    // (`prctl`, `getppid`), both async-signal-safe; it allocates nothing and takes no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
+            // The server may have died between fork and prctl: then no signal would ever come.
+            if nix::unistd::getppid().as_raw() != server {
+                return Err(std::io::Error::other("the server exited"));
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_server(_cmd: &mut Command) {}
 
 #[cfg(test)]
 mod tests {

@@ -30,8 +30,10 @@ use super::{
 };
 use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
 
-/// Connections a store keeps at most.
+/// Connections a store keeps at most, unless the URL says otherwise (`pool_max_conns`).
 const POOL_SIZE: usize = 16;
+/// The URL parameter that sets the pool size (pgx's name for it); not passed on to PostgreSQL.
+const POOL_PARAM: &str = "pool_max_conns";
 /// How long a request waits for a connection (or for one to be made) before it fails.
 const CONNECT_WAIT: Duration = Duration::from_secs(5);
 
@@ -73,6 +75,54 @@ fn redact(url: &str) -> String {
     }
 }
 
+/// Parses a store URL: the connection settings tokio-postgres reads, and the pool size from
+/// `pool_max_conns=N` (in the URL's query, or as a `key=value` word of a key-value string), which
+/// PostgreSQL itself would refuse as an unknown option.
+pub(super) fn parse_url(url: &str) -> Result<(tokio_postgres::Config, usize), StoreError> {
+    let mut pool_size = None;
+    let mut take = |value: &str| -> Result<(), StoreError> {
+        let n: usize = value.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+            StoreError::message(format!(
+                "{POOL_PARAM}={value} in the PostgreSQL URL: expected a positive whole number"
+            ))
+        })?;
+        pool_size = Some(n);
+        Ok(())
+    };
+    let cleaned = if url.contains("://") {
+        match url.split_once('?') {
+            None => url.to_string(),
+            Some((base, query)) => {
+                let mut kept = Vec::new();
+                for pair in query.split('&') {
+                    match pair.split_once('=') {
+                        Some((POOL_PARAM, value)) => take(value)?,
+                        _ => kept.push(pair),
+                    }
+                }
+                if kept.is_empty() {
+                    base.to_string()
+                } else {
+                    format!("{base}?{}", kept.join("&"))
+                }
+            }
+        }
+    } else {
+        let mut kept = Vec::new();
+        for word in url.split_whitespace() {
+            match word.split_once('=') {
+                Some((POOL_PARAM, value)) => take(value)?,
+                _ => kept.push(word),
+            }
+        }
+        kept.join(" ")
+    };
+    let config = cleaned
+        .parse()
+        .with_context(|| format!("parse the PostgreSQL URL {}", redact(url)))?;
+    Ok((config, pool_size.unwrap_or(POOL_SIZE)))
+}
+
 /// Names the connections `mcp-tasks` for the operator's `pg_stat_activity`, unless the URL names
 /// them (`?application_name=…`).
 pub(super) fn named(config: &mut tokio_postgres::Config) {
@@ -84,11 +134,11 @@ pub(super) fn named(config: &mut tokio_postgres::Config) {
 impl PostgresStore {
     /// Connects to `url` (`postgres://USER@HOST:PORT/DB`, or any form tokio-postgres accepts) and
     /// brings the schema up to date (several replicas may do this at once).
+    ///
+    /// The pool keeps at most 16 connections; `pool_max_conns=N` in the URL's query changes that.
     pub async fn open(url: &str) -> Result<PostgresStore, StoreError> {
-        let config: tokio_postgres::Config = url
-            .parse()
-            .with_context(|| format!("parse the PostgreSQL URL {}", redact(url)))?;
-        Self::with_config(config).await
+        let (config, pool_size) = parse_url(url)?;
+        Self::with_config(config, pool_size).await
     }
 
     /// Like [`PostgresStore::open`], with the store's tables in `schema` (created if missing): for
@@ -103,9 +153,7 @@ impl PostgresStore {
                 "schema name {schema_name:?}: use letters, digits and underscores"
             )));
         }
-        let mut config: tokio_postgres::Config = url
-            .parse()
-            .with_context(|| format!("parse the PostgreSQL URL {}", redact(url)))?;
+        let (mut config, pool_size) = parse_url(url)?;
         let (client, connection) = config
             .connect(NoTls)
             .await
@@ -113,10 +161,13 @@ impl PostgresStore {
         tokio::spawn(connection);
         schema::create_schema(&client, schema_name).await?;
         config.options(format!("-c search_path={schema_name}"));
-        Self::with_config(config).await
+        Self::with_config(config, pool_size).await
     }
 
-    async fn with_config(mut config: tokio_postgres::Config) -> Result<PostgresStore, StoreError> {
+    async fn with_config(
+        mut config: tokio_postgres::Config,
+        pool_size: usize,
+    ) -> Result<PostgresStore, StoreError> {
         named(&mut config);
         let (mut client, connection) = config
             .connect(NoTls)
@@ -134,7 +185,7 @@ impl PostgresStore {
             },
         );
         let pool = Pool::builder(manager)
-            .max_size(POOL_SIZE)
+            .max_size(pool_size)
             .wait_timeout(Some(CONNECT_WAIT))
             .create_timeout(Some(CONNECT_WAIT))
             .runtime(deadpool_postgres::Runtime::Tokio1)
@@ -590,6 +641,27 @@ mod tests {
             let _ = client
                 .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
                 .await;
+        }
+    }
+
+    #[test]
+    fn the_pool_size_comes_from_the_url_and_is_not_passed_on() {
+        let (config, size) =
+            parse_url("postgres://u@h:5433/db?pool_max_conns=4&application_name=x").unwrap();
+        assert_eq!(size, 4);
+        assert_eq!(config.get_application_name(), Some("x"));
+        assert_eq!(config.get_dbname(), Some("db"));
+        let (_, size) = parse_url("postgres://u@h/db?pool_max_conns=3").unwrap();
+        assert_eq!(size, 3);
+        let (config, size) = parse_url("host=h user=u pool_max_conns=2 dbname=d").unwrap();
+        assert_eq!((size, config.get_dbname()), (2, Some("d")));
+        assert_eq!(parse_url("postgres://u@h/db").unwrap().1, POOL_SIZE);
+        for bad in [
+            "postgres://h/db?pool_max_conns=0",
+            "postgres://h/db?pool_max_conns=many",
+        ] {
+            let e = parse_url(bad).unwrap_err().to_string();
+            assert!(e.contains("pool_max_conns"), "{e}");
         }
     }
 

@@ -181,9 +181,7 @@ pub async fn start(
     store: Arc<dyn TaskStore>,
     stop: CancellationToken,
 ) -> Result<(), StoreError> {
-    let mut config: tokio_postgres::Config = url
-        .parse()
-        .with_context(|| format!("parse the PostgreSQL URL {}", super::redact(url)))?;
+    let (mut config, _) = super::parse_url(url)?;
     super::named(&mut config);
     let me = format!("relay-{}", &crate::ids::random_id()[..12]);
     let (listener, channel) = listen(&config).await?;
