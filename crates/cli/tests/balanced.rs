@@ -29,6 +29,35 @@ fn node() -> PathBuf {
 }
 
 #[test]
+fn typescript_sdk_v1_client_through_three_replicas() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cluster = rt.block_on(Cluster::start("lb_ts", 3, ""));
+    run_script(
+        &node(),
+        "interop/ts/tasks-interop.mjs",
+        &["http", &cluster.url],
+    );
+    rt.block_on(cluster.finish());
+}
+
+#[test]
+fn python_sdk_v1_client_through_three_replicas() {
+    let py = repo_root().join("interop/python/.venv/bin/python");
+    assert!(
+        py.exists(),
+        "interop/python/.venv is missing: run scripts/test.sh"
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cluster = rt.block_on(Cluster::start("lb_py", 3, ""));
+    run_script(
+        &py,
+        "interop/python/tasks_interop.py",
+        &["http", &cluster.url],
+    );
+    rt.block_on(cluster.finish());
+}
+
+#[test]
 fn mcp_tasks_client_on_both_wires_through_three_replicas() {
     assert!(
         repo_root()
@@ -130,6 +159,87 @@ async fn one_listener_and_blocked_results_see_tasks_on_every_replica() {
             "{}",
             r.result()
         );
+    }
+    cluster.finish().await;
+}
+
+/// A 2025-11-25 session with its GET stream on one replica and each `tasks/result` stream on
+/// another (the balancer's round robin): every question and status notification of its tasks
+/// reaches the client once, on one of the two streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_task_messages_go_out_once_across_replicas() {
+    let cluster = Cluster::start("lb_once", 3, "").await;
+    let mut c = Client::connect_caps(&cluster.url, json!({"elicitation": {}})).await;
+    let mut get = c.open_stream().await;
+    for round in 0..4 {
+        let t = c
+            .create_task(
+                "confirm_delete",
+                json!({"filename": format!("round{round}.txt")}),
+            )
+            .await;
+        let id = t["taskId"].as_str().unwrap().to_string();
+        let mut result = c
+            .stream_request("tasks/result", json!({"taskId": id}))
+            .await;
+        let mut seen: Vec<(&str, Value)> = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let reply = loop {
+            let (from, msg) = tokio::select! {
+                m = result.recv() => ("result", m.expect("the tasks/result stream ends with its reply")),
+                m = get.recv() => ("get", m.expect("the GET stream stays open")),
+                _ = tokio::time::sleep_until(deadline.into()) => panic!("round {round}: no reply; saw {seen:?}"),
+            };
+            if from == "result" && msg.get("id").is_some() && msg.get("method").is_none() {
+                break msg;
+            }
+            if msg["method"] == "elicitation/create" {
+                let (status, body) = c
+                    .respond(
+                        &msg["id"],
+                        json!({"action": "accept", "content": {"confirm": true}}),
+                    )
+                    .await;
+                assert_eq!(status, 202, "round {round}: the answer was taken: {body}");
+            }
+            seen.push((from, msg));
+        };
+        assert!(
+            reply["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("Deleted"),
+            "{reply}"
+        );
+        // Late copies would come now.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        while let Ok(msg) = get.try_recv() {
+            seen.push(("get", msg));
+        }
+        let about_task = |m: &Value| {
+            m["params"]["taskId"] == json!(id)
+                || m["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"]
+                    == json!(id)
+        };
+        let questions = seen
+            .iter()
+            .filter(|(_, m)| m["method"] == "elicitation/create" && about_task(m))
+            .count();
+        assert_eq!(questions, 1, "round {round}: one question: {seen:?}");
+        let mut statuses: Vec<&str> = seen
+            .iter()
+            .filter(|(_, m)| m["method"] == "notifications/tasks/status" && about_task(m))
+            .map(|(_, m)| m["params"]["status"].as_str().unwrap())
+            .collect();
+        let all = statuses.clone();
+        statuses.sort();
+        statuses.dedup();
+        assert_eq!(
+            statuses.len(),
+            all.len(),
+            "round {round}: each status once: {seen:?}"
+        );
+        assert!(all.contains(&"completed"), "round {round}: {seen:?}");
     }
     cluster.finish().await;
 }

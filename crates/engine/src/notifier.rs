@@ -90,6 +90,8 @@ struct Inner {
     relay: std::sync::OnceLock<Relay>,
     /// Tasks whose creating reply another replica has written (see [`Notifier::announce`]).
     announced: broadcast::Sender<String>,
+    /// Notes other replicas sent (see [`Notifier::tell_peers`]).
+    notes: broadcast::Sender<Arc<serde_json::Value>>,
 }
 
 /// What this process tells other processes (see [`Notifier::set_relay`]).
@@ -99,6 +101,9 @@ pub enum Relayed<'a> {
     Event(&'a TaskEvent),
     /// The reply that told the client about this task has been written here.
     Announced(&'a str),
+    /// A note for the other replicas' servers (opaque to the engine): which client streams a
+    /// replica holds, that it is alive.
+    Note(&'a serde_json::Value),
 }
 
 /// Takes what this process tells other processes.
@@ -120,6 +125,7 @@ impl Notifier {
                 per_task: DashMap::new(),
                 relay: std::sync::OnceLock::new(),
                 announced: broadcast::channel(1024).0,
+                notes: broadcast::channel(1024).0,
             }),
         }
     }
@@ -154,6 +160,29 @@ impl Notifier {
     /// Tasks whose announcing reply another replica wrote, as they are reported.
     pub fn subscribe_peer_announcements(&self) -> broadcast::Receiver<String> {
         self.inner.announced.subscribe()
+    }
+
+    /// Whether a relay is set: other replicas may be listening.
+    pub fn has_relay(&self) -> bool {
+        self.inner.relay.get().is_some()
+    }
+
+    /// Sends `note` to the other replicas, if there is a relay; they receive it from
+    /// [`Notifier::subscribe_peer_notes`]. Notes are small (they travel as one `NOTIFY`).
+    pub fn tell_peers(&self, note: &serde_json::Value) {
+        if let Some(relay) = self.inner.relay.get() {
+            relay(Relayed::Note(note));
+        }
+    }
+
+    /// A note another replica sent (brought in by the relay).
+    pub fn note_from_peer(&self, note: serde_json::Value) {
+        let _ = self.inner.notes.send(Arc::new(note));
+    }
+
+    /// Notes from other replicas, as they arrive.
+    pub fn subscribe_peer_notes(&self) -> broadcast::Receiver<Arc<serde_json::Value>> {
+        self.inner.notes.subscribe()
     }
 
     /// Publishes an event that another replica relayed: here only, not relayed again.

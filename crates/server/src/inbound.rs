@@ -63,6 +63,7 @@ impl Server {
                 server.announced(&task, &crate::wire::notifications_for);
             }
         });
+        self.start_peering();
         let mut events = self.engine().notifier().subscribe_all();
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {

@@ -110,6 +110,19 @@ pub enum UpdateError {
     Store(#[from] StoreError),
 }
 
+/// The outcome of [`TaskStore::hand_input`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handed {
+    /// The holder is now the one asked for.
+    Done,
+    /// Another holder has it (the value as stored).
+    HeldBy(String),
+    /// Not held by anyone, although a holder was expected.
+    Free,
+    /// The request is answered or gone: it needs no sending.
+    Gone,
+}
+
 /// Why an answer to an input request was not taken.
 #[derive(Debug, Error)]
 pub enum AnswerError {
@@ -366,6 +379,20 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// One input request by key.
     async fn get_input(&self, key: &str) -> Result<Option<InputRecord>, StoreError>;
+
+    /// Hands the sending of input request `key` from one client stream to another: its holder
+    /// becomes `to` (`None`: nobody) if it is `from` now. Replicas use it so that a question goes out
+    /// on one stream at a time, whichever replica holds that stream. A store only one process can open
+    /// keeps no holder (that process knows its own streams): the default hands over every time.
+    async fn hand_input(
+        &self,
+        key: &str,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) -> Result<Handed, StoreError> {
+        let _ = (key, from, to);
+        Ok(Handed::Done)
+    }
 
     /// A task's input requests, oldest first (answered ones included).
     async fn inputs(&self, task_id: &str) -> Result<Vec<InputRecord>, StoreError>;

@@ -125,6 +125,21 @@ impl Server {
             .retain(|_, q| q.back().is_some_and(|(at, _)| at.elapsed() < HELD_FOR));
     }
 
+    /// No stream open yet (a client opens its GET stream a moment after initialize): keeps the
+    /// notifications briefly for the first stream that opens. Input requests are not kept: they have
+    /// their own path (re-sent on tasks/result). Held as events and rendered only if a stream opens:
+    /// most sessions never open one.
+    pub(super) fn hold(&self, session_id: &str, event: &TaskEvent) {
+        if matches!(event, TaskEvent::InputRequested { .. }) {
+            return;
+        }
+        let mut q = self.held.entry(session_id.to_string()).or_default();
+        q.push_back((Instant::now(), event.clone()));
+        while q.len() > HELD_MAX || q.front().is_some_and(|(at, _)| at.elapsed() >= HELD_FOR) {
+            q.pop_front();
+        }
+    }
+
     fn deliver_event(&self, event: &TaskEvent, render: Render<'_>) {
         self.forget_sent(event);
         let task = event.task();
@@ -134,20 +149,14 @@ impl Server {
         let Some(session_id) = owning.as_deref().or(task.session.as_deref()) else {
             return;
         };
+        if self.peers.is_some() {
+            self.deliver_across_replicas(event, session_id, render);
+            return;
+        }
         let session = self.sessions.cached(session_id);
         if !self.streams.has_session(session_id) {
-            // No stream open yet (a client opens its GET stream a moment after initialize): keep the
-            // notifications briefly for the first stream that opens. Input requests are not kept:
-            // they have their own path (re-sent on tasks/result).
-            // Held as events and rendered only if a stream opens: most sessions never open one.
-            if session.is_some() && !matches!(event, TaskEvent::InputRequested { .. }) {
-                let mut q = self.held.entry(session_id.to_string()).or_default();
-                q.push_back((Instant::now(), event.clone()));
-                while q.len() > HELD_MAX
-                    || q.front().is_some_and(|(at, _)| at.elapsed() >= HELD_FOR)
-                {
-                    q.pop_front();
-                }
+            if session.is_some() {
+                self.hold(session_id, event);
             }
             return;
         }

@@ -144,6 +144,49 @@ impl Server {
         }
     }
 
+    /// Sends a task's input request on stream `stream` of `session` unless it is already out on a
+    /// stream that is still open, here or on another replica: like [`Server::claim_input`], with the
+    /// record of where it went kept in the store when replicas share one (the hand-over there is
+    /// atomic, so two replicas never both send it). Returns whether `send` ran and succeeded.
+    pub(crate) async fn claim_input_shared(
+        &self,
+        key: &str,
+        session: &str,
+        task: &str,
+        stream: u64,
+        send: impl FnOnce() -> bool,
+    ) -> bool {
+        let Some(peers) = self.peers.clone() else {
+            return self
+                .claim_input(key, session, task, || send().then_some(stream))
+                .is_some();
+        };
+        claim_shared(
+            ClaimCtx {
+                store: self.engine.store().clone(),
+                peers,
+                streams: self.streams.clone(),
+                sent: self.sent_inputs.clone(),
+            },
+            key,
+            session,
+            task,
+            stream,
+            send,
+        )
+        .await
+    }
+
+    /// A copy of what [`claim_shared`] needs, for a claim made off the router's path.
+    pub(crate) fn claim_ctx(&self) -> Option<ClaimCtx> {
+        Some(ClaimCtx {
+            store: self.engine.store().clone(),
+            peers: self.peers.clone()?,
+            streams: self.streams.clone(),
+            sent: self.sent_inputs.clone(),
+        })
+    }
+
     /// Forgets where input requests went once they no longer need sending: answered, or their task
     /// finished.
     pub(crate) fn forget_sent(&self, event: &mcp_tasks_engine::TaskEvent) {
@@ -262,4 +305,102 @@ impl Server {
         }
         Ok(())
     }
+}
+
+/// What a shared claim reads and writes.
+#[derive(Clone)]
+pub(crate) struct ClaimCtx {
+    pub(crate) store: Arc<dyn mcp_tasks_engine::store::TaskStore>,
+    pub(crate) peers: Arc<super::peers::Peers>,
+    pub(crate) streams: crate::transport::streams::Streams,
+    pub(crate) sent: Arc<dashmap::DashMap<String, SentInput>>,
+}
+
+/// Claims input request `key` for stream `stream` of `session` in the store and sends it there; see
+/// [`Server::claim_input_shared`]. A holder whose stream closed, or whose replica went silent, is
+/// taken over.
+pub(crate) async fn claim_shared(
+    ctx: ClaimCtx,
+    key: &str,
+    session: &str,
+    task: &str,
+    stream: u64,
+    send: impl FnOnce() -> bool,
+) -> bool {
+    use mcp_tasks_engine::store::Handed;
+    if let Some(sent) = ctx.sent.get(key) {
+        if ctx.streams.is_live(&sent.session, sent.stream) {
+            return false;
+        }
+    }
+    let mine = ctx.peers.holder(session, stream);
+    let mut from: Option<String> = None;
+    // A few rounds at most: each one loses only to a holder that changed in between.
+    for _ in 0..4 {
+        match ctx
+            .store
+            .hand_input(key, from.as_deref(), Some(&mine))
+            .await
+        {
+            Ok(Handed::Done) => {
+                if send() {
+                    ctx.sent.insert(
+                        key.to_string(),
+                        SentInput {
+                            session: session.to_string(),
+                            stream,
+                            task: task.to_string(),
+                        },
+                    );
+                    return true;
+                }
+                // The stream closed under us: let the next stream have it.
+                let _ = ctx.store.hand_input(key, Some(&mine), None).await;
+                return false;
+            }
+            Ok(Handed::Gone) => return false,
+            Ok(Handed::Free) => from = None,
+            Ok(Handed::HeldBy(holder)) => {
+                if holder == mine
+                    || ctx
+                        .peers
+                        .holder_alive(&holder, |s, id| ctx.streams.is_live(s, id))
+                {
+                    return false;
+                }
+                from = Some(holder);
+            }
+            Err(e) => {
+                tracing::warn!(request = %key, error = %e.chain(), "cannot record where an input request goes; not sending it now");
+                return false;
+            }
+        }
+    }
+    false
+}
+
+/// Releases the input requests sent on a stream of this replica that closed, so that the next stream
+/// of the client (on any replica) gets them.
+pub(crate) fn release_stream(ctx: &ClaimCtx, session: &str, stream: u64) {
+    let keys: Vec<String> = ctx
+        .sent
+        .iter()
+        .filter(|e| e.value().stream == stream && e.value().session == session)
+        .map(|e| e.key().clone())
+        .collect();
+    if keys.is_empty() {
+        return;
+    }
+    let holder = ctx.peers.holder(session, stream);
+    let store = ctx.store.clone();
+    for key in &keys {
+        ctx.sent.remove(key);
+    }
+    tokio::spawn(async move {
+        for key in keys {
+            if let Err(e) = store.hand_input(&key, Some(&holder), None).await {
+                tracing::debug!(request = %key, error = %e.chain(), "cannot release an input request (its holder's stream is known closed)");
+            }
+        }
+    });
 }

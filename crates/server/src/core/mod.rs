@@ -10,6 +10,7 @@ pub(crate) mod calls;
 mod events;
 mod inputs;
 mod limits;
+mod peers;
 mod resources;
 pub(crate) mod rules;
 mod seal;
@@ -236,12 +237,17 @@ impl ServerBuilder {
     }
     /// Finishes the server. Call [`Server::start`] before serving.
     pub fn build(self) -> Arc<Server> {
+        let engine = self
+            .engine
+            .input_guard(inputs::input_guard())
+            .outcome_rules(Arc::new(rules::WireRules))
+            .build();
+        // Other replicas listen when the notifier has a relay: then they hear of our streams.
+        let peers = (engine.notifier().has_relay() && !self.store.is_exclusive())
+            .then(|| Arc::new(peers::Peers::new()));
         Arc::new(Server {
-            engine: self
-                .engine
-                .input_guard(inputs::input_guard())
-                .outcome_rules(Arc::new(rules::WireRules))
-                .build(),
+            engine,
+            peers,
             sessions: Sessions::new(self.store),
             tools: self.tools,
             catalog: self.catalog,
@@ -258,7 +264,7 @@ impl ServerBuilder {
             config: self.config,
             streams: Streams::default(),
             inflight: DashMap::new(),
-            sent_inputs: DashMap::new(),
+            sent_inputs: Arc::new(DashMap::new()),
             inline_inputs: DashMap::new(),
             shutdown: CancellationToken::new(),
             announce: DashMap::new(),
@@ -285,7 +291,9 @@ pub struct Server {
     inflight: DashMap<(String, RequestId), CancellationToken>,
     /// Input requests sent on a stream of this node: key → where. A `tasks/result` that opens later
     /// re-sends only those whose stream is gone.
-    sent_inputs: DashMap<String, SentInput>,
+    sent_inputs: Arc<DashMap<String, SentInput>>,
+    /// The other replicas' streams, when the store is shared and a relay carries notes between them.
+    peers: Option<Arc<peers::Peers>>,
     /// Input requests of plain (non-task) calls waiting for the client's answer: key → (session, answer).
     inline_inputs: DashMap<String, (String, tokio::sync::oneshot::Sender<InputResponse>)>,
     authenticator: auth::Authenticator,

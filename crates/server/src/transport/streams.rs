@@ -20,6 +20,8 @@ struct TaskStream {
     id: u64,
     tx: StreamSender,
     terminal_sent: Arc<Notify>,
+    /// When it opened (Unix ms): with replicas, it takes the task's events from then on.
+    opened_ms: u64,
 }
 
 #[derive(Default)]
@@ -28,6 +30,24 @@ struct SessionStreams {
     per_task: HashMap<String, Vec<TaskStream>>,
 }
 
+/// A stream opening or closing, as told to the [`Streams`] observer.
+#[derive(Clone, Copy, Debug)]
+pub struct StreamChange<'a> {
+    /// The session the stream belongs to.
+    pub session: &'a str,
+    /// The task, for a task's own stream (an open `tasks/result`); `None` for a standalone stream.
+    pub task: Option<&'a str>,
+    /// The stream's id on this node.
+    pub id: u64,
+    /// Opened (`true`) or closed.
+    pub open: bool,
+    /// When (Unix ms).
+    pub at: u64,
+}
+
+/// Told of every stream that opens or closes (other replicas learn where a client's streams are).
+pub type StreamObserver = Arc<dyn Fn(StreamChange<'_>) + Send + Sync>;
+
 /// Open client streams by session.
 #[derive(Default, Clone)]
 pub struct Streams {
@@ -35,6 +55,7 @@ pub struct Streams {
     /// task id → (session, number of open task streams), for tasks/result opened in another session.
     task_sessions: Arc<DashMap<String, (String, usize)>>,
     next: Arc<AtomicU64>,
+    observer: Arc<std::sync::OnceLock<StreamObserver>>,
 }
 
 /// Unregisters a stream when dropped.
@@ -60,6 +81,15 @@ impl StreamGuard {
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
+        if let Some(observe) = self.streams.observer.get() {
+            observe(StreamChange {
+                session: &self.session,
+                task: self.task.as_deref(),
+                id: self.id,
+                open: false,
+                at: mcp_tasks_engine::now_ms(),
+            });
+        }
         if let Some(t) = &self.task {
             let mut gone = false;
             if let Some(mut e) = self.streams.task_sessions.get_mut(t) {
@@ -119,6 +149,7 @@ impl Streams {
 
     fn register(&self, session: &str, task: Option<String>, tx: StreamSender) -> StreamGuard {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let opened_ms = mcp_tasks_engine::now_ms();
         let terminal_sent = Arc::new(Notify::new());
         let entry = self.inner.entry(session.to_string()).or_default();
         {
@@ -129,10 +160,20 @@ impl Streams {
                     id,
                     tx,
                     terminal_sent: terminal_sent.clone(),
+                    opened_ms,
                 }),
             }
         }
         drop(entry);
+        if let Some(observe) = self.observer.get() {
+            observe(StreamChange {
+                session,
+                task: task.as_deref(),
+                id,
+                open: true,
+                at: opened_ms,
+            });
+        }
         if let Some(t) = &task {
             let mut e = self
                 .task_sessions
@@ -178,6 +219,60 @@ impl Streams {
         msgs.into_iter()
             .all(|m| tx.try_send(m).is_ok())
             .then_some(*id)
+    }
+
+    /// When the earliest open stream of `task` itself in `session` here (an open `tasks/result`)
+    /// opened (Unix ms), if there is one.
+    pub fn task_stream_since(&self, session: &str, task: &str) -> Option<u64> {
+        let entry = self.inner.get(session)?;
+        let s = entry.lock().unwrap_or_else(|p| p.into_inner());
+        s.per_task
+            .get(task)?
+            .iter()
+            .filter(|ts| !ts.tx.is_closed())
+            .map(|ts| ts.opened_ms)
+            .min()
+    }
+
+    /// Whether `session` has an open standalone stream here.
+    pub fn has_standalone(&self, session: &str) -> bool {
+        self.inner.get(session).is_some_and(|entry| {
+            let s = entry.lock().unwrap_or_else(|p| p.into_inner());
+            s.standalone.iter().any(|(_, tx)| !tx.is_closed())
+        })
+    }
+
+    /// Sends messages on the session's standalone stream only. Returns the stream's id if sent.
+    pub fn deliver_standalone(&self, session: &str, msgs: Vec<Message>) -> Option<u64> {
+        let entry = self.inner.get(session)?;
+        let s = entry.lock().unwrap_or_else(|p| p.into_inner());
+        let (id, tx) = s.standalone.iter().find(|(_, tx)| !tx.is_closed())?;
+        msgs.into_iter()
+            .all(|m| tx.try_send(m).is_ok())
+            .then_some(*id)
+    }
+
+    /// Sets the observer told of every stream opened or closed from now on (once).
+    pub fn observe(&self, observer: StreamObserver) {
+        let _ = self.observer.set(observer);
+    }
+
+    /// The stream [`Streams::deliver`] would use for `task` of `session`: its id, its sender, and
+    /// whether it is the task's own stream.
+    pub fn pick(&self, session: &str, task: &str) -> Option<(u64, StreamSender, bool)> {
+        let entry = self.inner.get(session)?;
+        let s = entry.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ts) = s
+            .per_task
+            .get(task)
+            .and_then(|v| v.iter().find(|ts| !ts.tx.is_closed()))
+        {
+            return Some((ts.id, ts.tx.clone(), true));
+        }
+        s.standalone
+            .iter()
+            .find(|(_, tx)| !tx.is_closed())
+            .map(|(id, tx)| (*id, tx.clone(), false))
     }
 
     /// The session whose open stream waits for `task` (a `tasks/result`), if any.

@@ -513,9 +513,11 @@ async fn wait_streaming(
     for input in server.pending_inputs(id).await? {
         let msg = input_request_message(id, &input);
         // Non-blocking send under the claim: the stream is fresh, so it has room.
-        server.claim_input(&input.key, &session.id, id, || {
-            out.try_send(msg).is_ok().then(|| owner.id())
-        });
+        server
+            .claim_input_shared(&input.key, &session.id, id, owner.id(), || {
+                out.try_send(msg).is_ok()
+            })
+            .await;
     }
     let t = server
         .wait_finished(id, out)

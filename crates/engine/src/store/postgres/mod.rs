@@ -25,8 +25,8 @@ use self::rows::{
 };
 use super::{
     after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, ActiveLimit,
-    AnswerError, Context, Created, InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy,
-    Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
+    AnswerError, Context, Created, Handed, InvalidCursor, ListQuery, Lookup, OrphanPlan,
+    PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
 
@@ -394,6 +394,39 @@ impl TaskStore for PostgresStore {
         select_input(&client, key, false).await
     }
 
+    async fn hand_input(
+        &self,
+        key: &str,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) -> Result<Handed, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "WITH handed AS (UPDATE input_requests SET sent_to = $3 \
+                 WHERE key = $1 AND response IS NULL AND sent_to IS NOT DISTINCT FROM $2 \
+                 RETURNING 1) \
+                 SELECT (SELECT COUNT(*) FROM handed), response IS NULL, sent_to \
+                 FROM input_requests WHERE key = $1",
+            )
+            .await
+            .context("prepare the input hand-over")?;
+        let row = client
+            .query_opt(&stmt, &[&key, &from, &to])
+            .await
+            .with_context(|| format!("hand over input request {key}"))?;
+        // The statement's snapshot shows the row as it was before the update.
+        Ok(match row {
+            None => Handed::Gone,
+            Some(row) if row.get::<_, i64>(0) == 1 => Handed::Done,
+            Some(row) if !row.get::<_, bool>(1) => Handed::Gone,
+            Some(row) => match row.get::<_, Option<String>>(2) {
+                Some(holder) => Handed::HeldBy(holder),
+                None => Handed::Free,
+            },
+        })
+    }
+
     async fn inputs(&self, task_id: &str) -> Result<Vec<InputRecord>, StoreError> {
         let client = self.client().await?;
         let stmt = client
@@ -682,6 +715,71 @@ mod tests {
         for schema in made.into_inner().unwrap() {
             drop_schema(&schema).await;
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_input_request_is_handed_to_one_stream_at_a_time() {
+        let schema = fresh_schema("hand");
+        let s = PostgresStore::open_in_schema(&test_url(), &schema)
+            .await
+            .unwrap();
+        s.create(super::super::testkit::record("t1", "alice", 1_000), None)
+            .await
+            .unwrap();
+        let input = InputRecord {
+            key: "q1".into(),
+            task_id: "t1".into(),
+            method: "ask".into(),
+            params: serde_json::json!({"message": "ok?"}),
+            created_at: 2_000,
+            response: None,
+            answered_at: None,
+        };
+        s.add_input(input, 2_000).await.unwrap();
+        assert_eq!(
+            s.hand_input("q1", None, Some("a 1 s")).await.unwrap(),
+            Handed::Done
+        );
+        // A second claimant finds the first; only a hand-over from it succeeds.
+        assert_eq!(
+            s.hand_input("q1", None, Some("b 2 s")).await.unwrap(),
+            Handed::HeldBy("a 1 s".into())
+        );
+        assert_eq!(
+            s.hand_input("q1", Some("a 1 s"), Some("b 2 s"))
+                .await
+                .unwrap(),
+            Handed::Done
+        );
+        assert_eq!(
+            s.hand_input("q1", Some("a 1 s"), None).await.unwrap(),
+            Handed::HeldBy("b 2 s".into()),
+            "a stale holder cannot release it"
+        );
+        assert_eq!(
+            s.hand_input("q1", Some("b 2 s"), None).await.unwrap(),
+            Handed::Done
+        );
+        assert_eq!(
+            s.hand_input("q1", Some("b 2 s"), Some("c 3 s"))
+                .await
+                .unwrap(),
+            Handed::Free
+        );
+        let yes = InputResponse::Result {
+            value: serde_json::json!({"action": "accept"}),
+        };
+        s.answer_input("q1", yes, 3_000).await.unwrap();
+        assert_eq!(
+            s.hand_input("q1", None, Some("c 3 s")).await.unwrap(),
+            Handed::Gone
+        );
+        assert_eq!(
+            s.hand_input("nope", None, Some("c 3 s")).await.unwrap(),
+            Handed::Gone
+        );
+        drop(s);
+        drop_schema(&schema).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -109,6 +109,10 @@ impl State {
 enum Kind {
     /// Not an event: the reply announcing the task was written on the sender.
     Announced,
+    /// Not an event: a note between the replicas' servers (`task` is empty).
+    Note {
+        note: Value,
+    },
     Created,
     Changed,
     Progress {
@@ -201,6 +205,12 @@ pub async fn start(
                     task: task.to_string(),
                     state: None,
                     kind: Kind::Announced,
+                },
+                Relayed::Note(note) => Wire {
+                    from: from.clone(),
+                    task: String::new(),
+                    state: None,
+                    kind: Kind::Note { note: note.clone() },
                 },
             };
             if let Some(payload) = encode(wire) {
@@ -365,10 +375,17 @@ async fn listen_loop(
 
 /// Publishes here what another replica relayed, with the task (and input request) as stored now.
 async fn deliver(wire: Wire, notifier: &Notifier, store: &Arc<dyn TaskStore>) {
-    if matches!(wire.kind, Kind::Announced) {
-        notifier.announced_by_peer(&wire.task);
-        return;
-    }
+    let kind = match wire.kind {
+        Kind::Announced => {
+            notifier.announced_by_peer(&wire.task);
+            return;
+        }
+        Kind::Note { note } => {
+            notifier.note_from_peer(note);
+            return;
+        }
+        kind => kind,
+    };
     let task = match store.get(&wire.task).await {
         Ok(Lookup::Found(t)) => Arc::new(match wire.state {
             Some(state) => state.over(t),
@@ -386,8 +403,8 @@ async fn deliver(wire: Wire, notifier: &Notifier, store: &Arc<dyn TaskStore>) {
             _ => None,
         }
     };
-    let event = match wire.kind {
-        Kind::Announced => return,
+    let event = match kind {
+        Kind::Announced | Kind::Note { .. } => return,
         Kind::Created => TaskEvent::Created(task),
         Kind::Changed => TaskEvent::Changed(task),
         Kind::Progress { message, advanced } => TaskEvent::Progress {

@@ -92,6 +92,11 @@ CREATE TABLE sessions (
         what: "add tasks.version (one-round-trip compare-and-set)",
         sql: "ALTER TABLE tasks ADD COLUMN version BIGINT NOT NULL DEFAULT 0;",
     },
+    Migration {
+        version: 3,
+        what: "add input_requests.sent_to (the client stream a question went out on)",
+        sql: "ALTER TABLE input_requests ADD COLUMN sent_to TEXT;",
+    },
 ];
 
 /// The version a database is at once every migration is applied.
