@@ -242,3 +242,48 @@ async fn a_sessions_stream_on_one_replica_gets_the_task_messages_of_another_in_o
     drop((a, b));
     pg.drop_schema().await;
 }
+
+/// One caller spread over two replicas meets one rate limit, not one per replica: each replica tells
+/// the other the calls it let through (approximately: every half second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rate_limit_holds_across_replicas() {
+    let pg = common::pg::FreshSchema::new("replicas_rate").await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rate.toml");
+    // 60 a minute: a bucket of 10 calls, refilled at one a second.
+    std::fs::write(&config, "[auth]\nanonymous_calls_per_minute = 60\n").unwrap();
+    let args = [
+        "--demo",
+        "--store",
+        pg.url.as_str(),
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    let a = ServerProcess::start(&args);
+    let b = ServerProcess::start(&args);
+    let mut ca = Stateless::with_tasks(&a.url);
+    let mut cb = Stateless::with_tasks(&b.url);
+    let started = Instant::now();
+    let (mut let_through, mut limited) = (0, 0);
+    for i in 0..30 {
+        let c = if i % 2 == 0 { &mut ca } else { &mut cb };
+        let answer = c.call("tasks/get", json!({"taskId": "no-such-task"})).await;
+        if answer.body["error"]["code"] == -32005 {
+            limited += 1;
+        } else {
+            let_through += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    let refill = started.elapsed().as_secs_f64().ceil() as i32;
+    // One bucket: 10 plus the refill, and what both replicas let through before they first heard of
+    // each other (half a second); a bucket per replica would let about twice that through.
+    assert!(
+        let_through <= 10 + refill + 4,
+        "{let_through} calls let through, {limited} limited in {:?}",
+        started.elapsed()
+    );
+    assert!(let_through >= 10, "the bucket's calls pass: {let_through}");
+    drop((a, b));
+    pg.drop_schema().await;
+}

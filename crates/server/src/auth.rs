@@ -175,16 +175,58 @@ struct Bucket {
 
 /// Token buckets for task-management calls, one per key (principal, or anonymous session). A bucket
 /// holds ten seconds' worth of calls, so short bursts pass and sustained floods are cut to the rate.
+///
+/// With replicas, each one also counts the calls it let through ([`RateLimiter::share`]) and tells the
+/// others, who take them from their own buckets ([`RateLimiter::taken_elsewhere`]): one bucket per key
+/// across replicas, as fresh as the last exchange (every half second).
 #[derive(Default)]
 pub struct RateLimiter {
     buckets: DashMap<String, Mutex<Bucket>>,
+    /// Calls let through here since the last [`RateLimiter::drain_taken`]: key → (calls, per minute).
+    taken: DashMap<String, (u32, u32)>,
+    shared: std::sync::atomic::AtomicBool,
+}
+
+fn rate_and_capacity(per_minute: u32) -> (f64, f64) {
+    let rate = f64::from(per_minute.max(1)) / 60.0;
+    (rate, (rate * 10.0).max(5.0))
 }
 
 impl RateLimiter {
+    /// Counts the calls let through from now on, for [`RateLimiter::drain_taken`].
+    pub fn share(&self) {
+        self.shared
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The calls let through since the last drain: (key, calls, per minute).
+    pub fn drain_taken(&self) -> Vec<(String, u32, u32)> {
+        let keys: Vec<String> = self.taken.iter().map(|e| e.key().clone()).collect();
+        keys.into_iter()
+            .filter_map(|k| self.taken.remove(&k).map(|(k, (n, rate))| (k, n, rate)))
+            .collect()
+    }
+
+    /// Takes `calls` that another replica let through from `key`'s bucket here. The bucket may go
+    /// below zero (down to minus its capacity): the calls happened, and the next ones wait for them.
+    pub fn taken_elsewhere(&self, key: &str, calls: u32, per_minute: u32) {
+        let (rate, capacity) = rate_and_capacity(per_minute);
+        let now = Instant::now();
+        let entry = self.buckets.entry(key.to_string()).or_insert_with(|| {
+            Mutex::new(Bucket {
+                tokens: capacity,
+                last: now,
+            })
+        });
+        let mut b = entry.lock().unwrap_or_else(|p| p.into_inner());
+        b.tokens = (b.tokens + now.duration_since(b.last).as_secs_f64() * rate).min(capacity);
+        b.last = now;
+        b.tokens = (b.tokens - f64::from(calls)).max(-capacity);
+    }
+
     /// Takes one call from `key`'s bucket; `Err(wait_ms)` when it is empty.
     pub fn check(&self, key: &str, per_minute: u32) -> Result<(), u64> {
-        let rate = f64::from(per_minute.max(1)) / 60.0;
-        let capacity = (rate * 10.0).max(5.0);
+        let (rate, capacity) = rate_and_capacity(per_minute);
         let now = Instant::now();
         let entry = self.buckets.entry(key.to_string()).or_insert_with(|| {
             Mutex::new(Bucket {
@@ -197,6 +239,13 @@ impl RateLimiter {
         b.last = now;
         if b.tokens >= 1.0 {
             b.tokens -= 1.0;
+            drop(b);
+            drop(entry);
+            if self.shared.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut t = self.taken.entry(key.to_string()).or_insert((0, per_minute));
+                t.0 += 1;
+                t.1 = per_minute;
+            }
             Ok(())
         } else {
             Err(((1.0 - b.tokens) / rate * 1000.0).ceil() as u64)
@@ -215,6 +264,24 @@ impl RateLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn calls_let_through_elsewhere_empty_the_bucket_here() {
+        let here = RateLimiter::default();
+        here.taken_elsewhere("k", 10, 60);
+        assert!(
+            here.check("k", 60).is_err(),
+            "the other replica used the bucket"
+        );
+        let there = RateLimiter::default();
+        there.check("k", 60).unwrap();
+        assert!(there.drain_taken().is_empty(), "counted only when shared");
+        there.share();
+        there.check("k", 60).unwrap();
+        there.check("k", 60).unwrap();
+        assert_eq!(there.drain_taken(), vec![("k".to_string(), 2, 60)]);
+        assert!(there.drain_taken().is_empty());
+    }
 
     fn auth(anonymous: bool) -> Authenticator {
         Authenticator::new(AuthConfig {

@@ -31,6 +31,10 @@ pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
 const SILENCE: Duration = Duration::from_secs(10);
 /// How long a closed stream is remembered (a late note about it is then recognised).
 const CLOSED_KEPT: Duration = Duration::from_secs(60);
+/// How often the calls let through here are told to the other replicas' rate limits.
+const RATE_EXCHANGE: Duration = Duration::from_millis(500);
+/// Rate-limit keys per note (a key is a principal's name, or an anonymous scope).
+const RATE_KEYS_PER_NOTE: usize = 40;
 /// How long a message bound for a standalone stream waits for notes of task streams opened elsewhere.
 pub(crate) const SETTLE: Duration = Duration::from_millis(200);
 
@@ -322,6 +326,33 @@ impl Server {
         }
     }
 
+    /// Takes in a note from another replica: its streams, its heartbeat, the calls it let through.
+    fn heard_from_peer(&self, note: &Value) {
+        let Some(peers) = &self.peers else { return };
+        peers.heard(note);
+        if note.get("peer").and_then(Value::as_str) == Some(peers.me.as_str()) {
+            return;
+        }
+        for entry in note
+            .get("rate")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let (Some(key), Some(calls), Some(per_minute)) = (
+                entry.get(0).and_then(Value::as_str),
+                entry.get(1).and_then(Value::as_u64),
+                entry.get(2).and_then(Value::as_u64),
+            ) {
+                self.rate.taken_elsewhere(
+                    key,
+                    u32::try_from(calls).unwrap_or(u32::MAX),
+                    u32::try_from(per_minute).unwrap_or(u32::MAX),
+                );
+            }
+        }
+    }
+
     /// Tells the other replicas of this one's streams and that it is alive, and listens to theirs.
     pub(crate) fn start_peering(self: &Arc<Self>) {
         let Some(peers) = self.peers.clone() else {
@@ -352,7 +383,7 @@ impl Server {
             }
         });
         let mut notes = notifier.subscribe_peer_notes();
-        let listening = peers.clone();
+        let weak = Arc::downgrade(self);
         let stop = self.shutdown.clone();
         tokio::spawn(async move {
             loop {
@@ -360,10 +391,36 @@ impl Server {
                     _ = stop.cancelled() => break,
                     note = notes.recv() => note,
                 };
+                let Some(server) = weak.upgrade() else { break };
                 match note {
-                    Ok(note) => listening.heard(&note),
+                    Ok(note) => server.heard_from_peer(&note),
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(_) => break,
+                }
+            }
+        });
+        // The calls let through here go to the other replicas' buckets every half second.
+        self.rate.share();
+        let weak = Arc::downgrade(self);
+        let stop = self.shutdown.clone();
+        let rate_notifier = notifier.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(RATE_EXCHANGE);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tick.tick() => {}
+                }
+                let Some(server) = weak.upgrade() else { break };
+                let Some(peers) = &server.peers else { break };
+                let taken = server.rate.drain_taken();
+                // A note is one NOTIFY (under 8,000 bytes): a few dozen keys each.
+                for chunk in taken.chunks(RATE_KEYS_PER_NOTE) {
+                    let entries: Vec<Value> = chunk
+                        .iter()
+                        .map(|(k, n, per_minute)| json!([k, n, per_minute]))
+                        .collect();
+                    rate_notifier.tell_peers(&json!({"peer": peers.me, "rate": entries}));
                 }
             }
         });
