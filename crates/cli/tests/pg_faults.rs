@@ -1,7 +1,7 @@
-//! Losing the database mid-load: every connection of a replica is terminated by PostgreSQL
-//! (`pg_terminate_backend`) while a client creates tasks. Requests that hit the outage fail with a
-//! JSON-RPC error that says what failed; the replica reconnects by itself; every task that got a
-//! `CreateTaskResult` exists and finishes, once.
+//! Losing the database mid-load: every connection of a replica terminated by PostgreSQL
+//! (`pg_terminate_backend`), and a PostgreSQL server of the test's own restarted, while a client
+//! creates tasks. Requests that hit the outage fail with a JSON-RPC error that says what failed; the
+//! replica reconnects by itself; every task that got a `CreateTaskResult` exists and finishes, once.
 
 mod common;
 #[path = "../../server/tests/support/mod.rs"]
@@ -107,4 +107,228 @@ async fn a_replica_whose_connections_are_killed_recovers_and_loses_nothing() {
     );
     drop(a);
     pg.drop_schema().await;
+}
+
+/// A PostgreSQL server of the test's own (initdb in a temporary directory, on a free loopback port),
+/// so that restarting it disturbs no other test.
+struct PrivatePostgres {
+    bin: std::path::PathBuf,
+    data: std::path::PathBuf,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+fn is_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+impl PrivatePostgres {
+    fn start() -> PrivatePostgres {
+        let mut versions: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.path().join("bin"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        versions.sort();
+        let bin = versions.pop().filter(|b| b.join("initdb").exists()).expect(
+            "PostgreSQL's server programs (initdb, pg_ctl) under /usr/lib/postgresql/*/bin",
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        if is_root() {
+            // initdb refuses to run as root: the server's files belong to `postgres`.
+            let out = std::process::Command::new("id")
+                .args(["-u", "postgres"])
+                .output()
+                .unwrap();
+            let uid: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+            std::os::unix::fs::chown(&data, Some(uid), None).unwrap();
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let pg = PrivatePostgres {
+            bin,
+            data,
+            port,
+            _dir: dir,
+        };
+        pg.run(
+            "initdb",
+            &[
+                "-D",
+                pg.data.to_str().unwrap(),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "--no-sync",
+            ],
+        );
+        pg.ctl(&["start", "-w"]);
+        pg
+    }
+
+    fn run(&self, program: &str, args: &[&str]) {
+        let program = self.bin.join(program);
+        let mut cmd = if is_root() {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&program);
+            c
+        } else {
+            std::process::Command::new(&program)
+        };
+        let out = cmd.args(args).output().expect("run a PostgreSQL program");
+        assert!(
+            out.status.success(),
+            "{} {args:?}: {}{}",
+            program.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn ctl(&self, args: &[&str]) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port,
+            self.data.display()
+        );
+        let log = self.data.join("server.log");
+        let mut all = vec![
+            "-D",
+            self.data.to_str().unwrap(),
+            "-o",
+            options.as_str(),
+            "-l",
+            log.to_str().unwrap(),
+        ];
+        all.extend_from_slice(args);
+        self.run("pg_ctl", &all);
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for PrivatePostgres {
+    fn drop(&mut self) {
+        let data = self.data.to_str().unwrap().to_string();
+        let _ = std::panic::catch_unwind(|| {
+            self.run("pg_ctl", &["-D", &data, "stop", "-m", "immediate"])
+        });
+    }
+}
+
+/// The database restarts (stopped, down for a second and a half, started again) while a client
+/// creates tasks: requests fail with a JSON-RPC error naming the store while it is down, the replica
+/// reconnects by itself, and every acknowledged task completes, run once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_restart_under_load_loses_nothing() {
+    let pg = PrivatePostgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs.log");
+    let config = dir.path().join("restart.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[auth]
+anonymous_max_running_tasks = 1000
+anonymous_calls_per_minute = 100000
+
+[tasks]
+lease_secs = 10
+
+[[tools]]
+name = "logged"
+command = ["sh", "-c", "echo \"$MCP_TASKS_TASK_ID\" >> {}; sleep 1; echo done"]
+task_support = "required"
+"#,
+            runs.display()
+        ),
+    )
+    .unwrap();
+    let url = pg.url();
+    let a = ServerProcess::start(&[
+        "--store",
+        url.as_str(),
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let mut c = support::stateless::Stateless::with_tasks(&a.url);
+
+    let restarted = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1_000));
+        pg.ctl(&["stop", "-m", "fast", "-w"]);
+        let down = Instant::now();
+        std::thread::sleep(Duration::from_millis(1_500));
+        pg.ctl(&["start", "-w"]);
+        eprintln!("database down for {:?}", down.elapsed());
+        pg
+    });
+    let mut created = Vec::new();
+    let mut failures = Vec::new();
+    let started = Instant::now();
+    let mut last_ok = false;
+    while started.elapsed() < Duration::from_secs(7) {
+        let answer = c
+            .call("tools/call", json!({"name": "logged", "arguments": {}}))
+            .await;
+        match answer.body["result"]["taskId"].as_str() {
+            Some(id) => {
+                created.push(id.to_string());
+                last_ok = true;
+            }
+            None => {
+                failures.push(answer.body.clone());
+                last_ok = false;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    let _pg = restarted.join().expect("the database restarted");
+    assert!(
+        !failures.is_empty(),
+        "requests failed while the database was down"
+    );
+    assert!(
+        last_ok,
+        "the replica serves again after the restart: {:?}",
+        failures.last()
+    );
+    for e in &failures {
+        assert_eq!(e["error"]["code"], -32603, "{e}");
+        let message = e["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("store") || message.contains("PostgreSQL"),
+            "the error says what failed: {e}"
+        );
+    }
+    for id in &created {
+        let t = support::stateless::wait_status(&mut c, id, &["completed", "failed", "cancelled"])
+            .await;
+        assert_eq!(t["status"], "completed", "{t}");
+    }
+    let log = std::fs::read_to_string(&runs).unwrap_or_default();
+    for id in &created {
+        assert_eq!(log.lines().filter(|l| l == id).count(), 1, "{id} ran once");
+    }
+    eprintln!(
+        "{} tasks created, {} requests failed while the database restarted",
+        created.len(),
+        failures.len()
+    );
+    drop(a);
 }
