@@ -49,7 +49,8 @@ struct SuiteArgs {
     max_seconds: u64,
     /// Which targets: all, ours (our server only), or a comma-separated list of sqlite-2025,
     /// sqlite-2026, memory-2025, memory-2026, postgres-2025, postgres-2026 (on MCP_TASKS_TEST_PG, else
-    /// 127.0.0.1:5432/test, a fresh schema each), ceiling, ts-sdk-v1, rmcp.
+    /// 127.0.0.1:5432/test, a fresh schema each), postgres3-2025, postgres3-2026 (three replicas on
+    /// one schema; every request goes to the next replica), ceiling, ts-sdk-v1, rmcp.
     #[arg(long, default_value = "all")]
     only: String,
     /// Where the report goes.
@@ -167,19 +168,21 @@ fn wanted(only: &str, key: &str) -> bool {
 async fn suite(args: SuiteArgs) -> Result<()> {
     let scratch = tempfile::tempdir()?;
     let mut list = Vec::new();
-    for (store, wire, key) in [
-        ("sqlite", Wire::Session2025, "sqlite-2025"),
-        ("sqlite", Wire::Stateless2026, "sqlite-2026"),
-        ("memory", Wire::Session2025, "memory-2025"),
-        ("memory", Wire::Stateless2026, "memory-2026"),
-        ("postgres", Wire::Session2025, "postgres-2025"),
-        ("postgres", Wire::Stateless2026, "postgres-2026"),
+    for (store, wire, key, replicas) in [
+        ("sqlite", Wire::Session2025, "sqlite-2025", 1),
+        ("sqlite", Wire::Stateless2026, "sqlite-2026", 1),
+        ("memory", Wire::Session2025, "memory-2025", 1),
+        ("memory", Wire::Stateless2026, "memory-2026", 1),
+        ("postgres", Wire::Session2025, "postgres-2025", 1),
+        ("postgres", Wire::Stateless2026, "postgres-2026", 1),
+        ("postgres", Wire::Session2025, "postgres3-2025", 3),
+        ("postgres", Wire::Stateless2026, "postgres3-2026", 3),
     ] {
         if wanted(&args.only, key) {
             if store == "postgres" && !targets::postgres_reachable().await {
                 continue;
             }
-            list.push(targets::ours(store, wire, scratch.path())?);
+            list.push(targets::ours(store, wire, scratch.path(), replicas)?);
         }
     }
     if wanted(&args.only, "ceiling") {

@@ -136,6 +136,16 @@ pub fn markdown(rows: &[Row], clients: usize, ops: usize, versions: &[(String, S
             "mcp-tasks postgres (2026",
             "mcp-tasks sqlite (2026",
         ),
+        (
+            "mcp-tasks postgres ×3 (2025-11-25) / mcp-tasks postgres (2025-11-25)",
+            "mcp-tasks postgres ×3 (2025",
+            "mcp-tasks postgres (2025",
+        ),
+        (
+            "mcp-tasks postgres ×3 (2026-07-28) / mcp-tasks postgres (2026-07-28)",
+            "mcp-tasks postgres ×3 (2026",
+            "mcp-tasks postgres (2026",
+        ),
     ];
     for (label, a, b) in pairs {
         let cells: Vec<String> = Mode::ALL

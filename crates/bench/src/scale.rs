@@ -22,6 +22,7 @@ fn ours(name: &str, args: &[String]) -> Result<Target> {
         name: name.to_string(),
         wire: Wire::Session2025,
         command,
+        replicas: 1,
     })
 }
 

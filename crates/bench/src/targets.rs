@@ -17,19 +17,21 @@ pub struct Target {
     pub wire: Wire,
     /// The command that starts it (it prints `listening on URL` first).
     pub command: Vec<String>,
+    /// How many processes of it run side by side (replicas on one store); the load spreads every
+    /// request over them in turn.
+    pub replicas: usize,
 }
 
 /// A running target; killed when dropped.
 pub struct Running {
-    child: Child,
-    /// Its MCP endpoint.
+    children: Vec<Child>,
+    /// Its MCP endpoint (several, comma-separated, for replicas).
     pub url: String,
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
 }
 
@@ -41,6 +43,20 @@ impl Target {
 
     /// Starts the target and waits at most `limit` for its URL.
     pub fn start_within(&self, limit: Duration) -> Result<Running> {
+        let mut children = Vec::new();
+        let mut urls = Vec::new();
+        for _ in 0..self.replicas.max(1) {
+            let (child, url) = self.start_one(limit)?;
+            children.push(child);
+            urls.push(url);
+        }
+        Ok(Running {
+            children,
+            url: urls.join(","),
+        })
+    }
+
+    fn start_one(&self, limit: Duration) -> Result<(Child, String)> {
         let (program, args) = self
             .command
             .split_first()
@@ -73,35 +89,43 @@ impl Target {
             .with_context(|| format!("{}: unexpected first line {line:?}", self.name))?
             .trim()
             .to_string();
-        Ok(Running { child, url })
+        Ok((child, url))
     }
 }
 
 impl Running {
     /// Kills the server at once (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 
-    /// The server's resident memory now and at its peak, in MiB (Linux `/proc`).
+    /// The server's resident memory now and at its peak, in MiB (Linux `/proc`); replicas summed.
     pub fn rss_mib(&self) -> (f64, f64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|kb| kb.parse::<f64>().ok())
-                .map_or(0.0, |kb| kb / 1024.0)
-        };
-        (field("VmRSS:"), field("VmHWM:"))
+        let mut total = (0.0, 0.0);
+        for child in &self.children {
+            let status =
+                std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .and_then(|v| v.split_whitespace().next())
+                    .and_then(|kb| kb.parse::<f64>().ok())
+                    .map_or(0.0, |kb| kb / 1024.0)
+            };
+            total.0 += field("VmRSS:");
+            total.1 += field("VmHWM:");
+        }
+        total
     }
 }
 
-/// Our server on `store` (`sqlite` or `memory`) speaking `wire`, run by this very binary.
-pub fn ours(store: &str, wire: Wire, scratch: &std::path::Path) -> Result<Target> {
+/// Our server on `store` (`sqlite`, `memory` or `postgres`) speaking `wire`, run by this very
+/// binary: `replicas` processes on one store (more than one only on PostgreSQL).
+pub fn ours(store: &str, wire: Wire, scratch: &std::path::Path, replicas: usize) -> Result<Target> {
     let exe = std::env::current_exe()?.display().to_string();
     let store_arg = match store {
         "sqlite" => format!(
@@ -116,15 +140,21 @@ pub fn ours(store: &str, wire: Wire, scratch: &std::path::Path) -> Result<Target
         // A schema of its own, dropped by the suite at the end (see `drop_pg_schemas`).
         command.push("--pg-schema".into());
         command.push(format!(
-            "bench_{}_{}",
+            "bench_{}_{}_{replicas}",
             wire.label().replace('-', "_"),
             std::process::id()
         ));
     }
+    let name = if replicas > 1 {
+        format!("mcp-tasks {store} ×{replicas} ({})", wire.label())
+    } else {
+        format!("mcp-tasks {store} ({})", wire.label())
+    };
     Ok(Target {
-        name: format!("mcp-tasks {store} ({})", wire.label()),
+        name,
         wire,
         command,
+        replicas,
     })
 }
 
@@ -186,6 +216,7 @@ pub fn ceiling() -> Result<Target> {
         name: "ceiling (canned reply)".into(),
         wire: Wire::Canned,
         command: vec![exe, "ceiling".into()],
+        replicas: 1,
     })
 }
 
@@ -239,6 +270,7 @@ pub fn peers(want_ts: bool, want_rmcp: bool) -> Result<(Vec<Target>, Versions)> 
             name: "TypeScript SDK v1 (InMemoryTaskStore)".into(),
             wire: Wire::Session2025,
             command: command("ts-sdk-v1")?,
+            replicas: 1,
         });
         versions.push(("TypeScript SDK (npm @modelcontextprotocol/sdk)".into(), v));
     }
@@ -248,6 +280,7 @@ pub fn peers(want_ts: bool, want_rmcp: bool) -> Result<(Vec<Target>, Versions)> 
             name: "rmcp 3 (TaskManager)".into(),
             wire: Wire::Stateless2026,
             command: command("rmcp")?,
+            replicas: 1,
         });
         versions.push(("rmcp (crates.io)".into(), v));
     }

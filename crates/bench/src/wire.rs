@@ -37,7 +37,9 @@ pub struct Status {
 /// One client of one target.
 pub struct Client {
     http: reqwest::Client,
-    url: String,
+    /// The endpoints (replicas): each request goes to the next one, with no stickiness.
+    urls: Vec<String>,
+    turn: std::cell::Cell<usize>,
     wire: Wire,
     session: Option<String>,
     next_id: u64,
@@ -46,14 +48,16 @@ pub struct Client {
 const EXT: &str = "io.modelcontextprotocol/tasks";
 
 impl Client {
-    /// A client; on 2025-11-25 it initializes a session first.
+    /// A client; on 2025-11-25 it initializes a session first. `url` may list several endpoints,
+    /// comma-separated (replicas on one store): requests go to them in turn.
     pub async fn connect(url: &str, wire: Wire) -> Result<Client> {
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(2)
             .build()?;
         let mut c = Client {
             http,
-            url: url.to_string(),
+            urls: url.split(',').map(str::to_string).collect(),
+            turn: std::cell::Cell::new(0),
             wire,
             session: None,
             next_id: 1,
@@ -125,10 +129,16 @@ impl Client {
         Ok(())
     }
 
+    fn next_url(&self) -> &str {
+        let turn = self.turn.get();
+        self.turn.set(turn.wrapping_add(1));
+        &self.urls[turn % self.urls.len()]
+    }
+
     fn request(&self, method: &str, name: Option<&str>, body: Value) -> reqwest::RequestBuilder {
         let mut rb = self
             .http
-            .post(&self.url)
+            .post(self.next_url())
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream");
         match self.wire {

@@ -26,6 +26,7 @@ pub struct Cluster {
     pub app_names: Vec<String>,
     pub pg: FreshSchema,
     nginx: Child,
+    finished: bool,
     /// The config file and nginx's working directory.
     pub dir: tempfile::TempDir,
 }
@@ -34,6 +35,31 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = self.nginx.kill();
         let _ = self.nginx.wait();
+        if !self.finished {
+            // A failed test: drop the schema all the same (from a thread of its own: this may run
+            // inside the test's runtime, which cannot be blocked on).
+            for r in &mut self.replicas {
+                r.take();
+            }
+            let name = self.pg.name.clone();
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    if let Ok((client, conn)) =
+                        tokio_postgres::connect(&super::pg::test_url(), tokio_postgres::NoTls).await
+                    {
+                        tokio::spawn(conn);
+                        let _ = client
+                            .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
+                            .await;
+                    }
+                });
+            })
+            .join();
+        }
     }
 }
 
@@ -109,6 +135,7 @@ impl Cluster {
             app_names,
             pg,
             nginx,
+            finished: false,
             dir,
         }
     }
@@ -128,6 +155,7 @@ impl Cluster {
         let _ = self.nginx.kill();
         let _ = self.nginx.wait();
         self.pg.drop_schema().await;
+        self.finished = true;
     }
 }
 
