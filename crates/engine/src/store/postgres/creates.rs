@@ -13,7 +13,7 @@ use deadpool_postgres::{GenericClient, Pool};
 use std::collections::HashMap;
 use tokio::sync::{mpsc, oneshot};
 
-use super::rows::{insert_task, task_from_row, TASK_COLUMNS};
+use super::rows::{insert_task, prepare_insert, task_from_row, TASK_COLUMNS};
 use super::Context;
 use crate::model::TaskRecord;
 use crate::store::{ActiveLimit, Created, StoreError};
@@ -70,12 +70,27 @@ async fn commit_group(
     pool: &Pool,
     jobs: Vec<(TaskRecord, Option<ActiveLimit>)>,
 ) -> Result<Vec<Result<Created, StoreError>>, StoreError> {
-    let mut client = pool.get().await.context("get a PostgreSQL connection")?;
-    let tx = client
-        .transaction()
-        .await
-        .context("begin a group of creates")?;
+    let client = pool.get().await.context("get a PostgreSQL connection")?;
+    match decide_and_insert(&client, jobs).await {
+        Ok(results) => Ok(results),
+        Err(e) => {
+            // Whatever failed, the connection goes back to the pool outside a transaction (or
+            // closed, which the pool notices).
+            let _ = client.batch_execute("ROLLBACK").await;
+            Err(e)
+        }
+    }
+}
 
+/// The group in two flights of pipelined statements (a round trip each, where one statement after
+/// the other took five): BEGIN, the owners' locks, the idempotency keys and the unfinished counts;
+/// then the inserts and COMMIT. PostgreSQL runs a connection's statements in the order they were
+/// sent, so the counts are read under the locks. Every statement is prepared (or found in the
+/// connection's cache) before a flight, so that a flight's statements leave in order.
+async fn decide_and_insert(
+    client: &deadpool_postgres::Object,
+    jobs: Vec<(TaskRecord, Option<ActiveLimit>)>,
+) -> Result<Vec<Result<Created, StoreError>>, StoreError> {
     let mut owners: Vec<&str> = jobs
         .iter()
         .filter(|(t, l)| t.idempotency_key.is_some() || l.is_some())
@@ -83,45 +98,10 @@ async fn commit_group(
         .collect();
     owners.sort_unstable();
     owners.dedup();
-    if !owners.is_empty() {
-        // Taken in the array's (sorted) order.
-        let stmt = tx
-            .prepare_cached(
-                "SELECT pg_advisory_xact_lock(hashtextextended(o, 0)) FROM unnest($1::TEXT[]) AS o",
-            )
-            .await
-            .context("prepare the owner locks")?;
-        tx.query(&stmt, &[&owners])
-            .await
-            .context("lock the owners of a group of creates")?;
-    }
-
-    // Idempotency keys already stored.
     let (key_owners, keys): (Vec<&str>, Vec<&str>) = jobs
         .iter()
         .filter_map(|(t, _)| Some((t.owner.as_str(), t.idempotency_key.as_deref()?)))
         .unzip();
-    let mut by_key: HashMap<(String, String), TaskRecord> = HashMap::new();
-    if !keys.is_empty() {
-        let stmt = tx
-            .prepare_cached(&format!(
-                "SELECT {TASK_COLUMNS} FROM tasks WHERE (owner, idempotency_key) IN \
-                 (SELECT * FROM unnest($1::TEXT[], $2::TEXT[]))"
-            ))
-            .await
-            .context("prepare the idempotency lookup")?;
-        for row in tx
-            .query(&stmt, &[&key_owners, &keys])
-            .await
-            .context("look up idempotency keys")?
-        {
-            let t = task_from_row(&row)?;
-            if let Some(k) = t.idempotency_key.clone() {
-                by_key.insert((t.owner.clone(), k), t);
-            }
-        }
-    }
-
     // Unfinished tasks per limit scope, counted up to the largest limit asked for it.
     let mut scopes: HashMap<Scope, usize> = HashMap::new();
     for (_, l) in &jobs {
@@ -132,7 +112,26 @@ async fn commit_group(
             *max = (*max).max(l.max);
         }
     }
-    let count_stmt = tx
+    let scope_list: Vec<(Scope, i64)> = scopes
+        .into_iter()
+        .map(|(s, max)| (s, i64::try_from(max).unwrap_or(i64::MAX)))
+        .collect();
+
+    // Owner locks taken in the array's (sorted) order: groups on different replicas never deadlock.
+    let lock_stmt = client
+        .prepare_cached(
+            "SELECT pg_advisory_xact_lock(hashtextextended(o, 0)) FROM unnest($1::TEXT[]) AS o",
+        )
+        .await
+        .context("prepare the owner locks")?;
+    let key_stmt = client
+        .prepare_cached(&format!(
+            "SELECT {TASK_COLUMNS} FROM tasks WHERE (owner, idempotency_key) IN \
+             (SELECT * FROM unnest($1::TEXT[], $2::TEXT[]))"
+        ))
+        .await
+        .context("prepare the idempotency lookup")?;
+    let count_stmt = client
         .prepare_cached(
             "SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE owner = $1 \
              AND ($2::TEXT IS NULL OR session = $2) \
@@ -140,17 +139,43 @@ async fn commit_group(
         )
         .await
         .context("prepare the unfinished count")?;
-    let scope_list: Vec<(Scope, i64)> = scopes
-        .into_iter()
-        .map(|(s, max)| (s, i64::try_from(max).unwrap_or(i64::MAX)))
-        .collect();
+    prepare_insert(client).await?;
+
     let params: Vec<[&(dyn tokio_postgres::types::ToSql + Sync); 3]> = scope_list
         .iter()
         .map(|((owner, session), max)| [owner as _, session as _, max as _])
         .collect();
-    let counts = futures::future::try_join_all(params.iter().map(|p| tx.query_one(&count_stmt, p)))
-        .await
-        .context("count unfinished tasks")?;
+    let pg: &tokio_postgres::Client = client;
+    let (begun, locked, found, counts) = tokio::join!(
+        pg.batch_execute("BEGIN"),
+        async {
+            if owners.is_empty() {
+                Ok(Vec::new())
+            } else {
+                pg.query(&lock_stmt, &[&owners]).await
+            }
+        },
+        async {
+            if keys.is_empty() {
+                Ok(Vec::new())
+            } else {
+                pg.query(&key_stmt, &[&key_owners, &keys]).await
+            }
+        },
+        futures::future::try_join_all(params.iter().map(|p| pg.query_one(&count_stmt, p))),
+    );
+    begun.context("begin a group of creates")?;
+    locked.context("lock the owners of a group of creates")?;
+    let found = found.context("look up idempotency keys")?;
+    let counts = counts.context("count unfinished tasks")?;
+
+    let mut by_key: HashMap<(String, String), TaskRecord> = HashMap::new();
+    for row in found {
+        let t = task_from_row(&row)?;
+        if let Some(k) = t.idempotency_key.clone() {
+            by_key.insert((t.owner.clone(), k), t);
+        }
+    }
     let mut active: HashMap<Scope, usize> = scope_list
         .iter()
         .zip(counts)
@@ -203,7 +228,12 @@ async fn commit_group(
         inserts.push(task.clone());
         results.push(Ok(Created::New(task)));
     }
-    futures::future::try_join_all(inserts.iter().map(|t| insert_task(&tx, t))).await?;
-    tx.commit().await.context("commit a group of creates")?;
+    // A failed insert aborts the transaction: the COMMIT sent behind it then rolls back.
+    let (inserted, committed) = tokio::join!(
+        futures::future::try_join_all(inserts.iter().map(|t| insert_task(client, t))),
+        pg.batch_execute("COMMIT"),
+    );
+    inserted?;
+    committed.context("commit a group of creates")?;
     Ok(results)
 }

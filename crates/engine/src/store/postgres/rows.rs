@@ -323,17 +323,24 @@ impl TaskValues {
 /// Inserts a new task.
 pub(super) async fn insert_task(db: &impl GenericClient, t: &TaskRecord) -> Result<(), StoreError> {
     let values = TaskValues::of(t)?;
-    let stmt = db
-        .prepare_cached(&format!(
-            "INSERT INTO tasks ({TASK_COLUMNS}, expires_at) VALUES \
-             ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25)"
-        ))
-        .await
-        .context("prepare the task insert")?;
+    let stmt = prepare_insert(db).await?;
     db.execute(&stmt, &values.params(t))
         .await
         .with_context(|| format!("insert task {}", t.id))?;
     Ok(())
+}
+
+/// The task insert, prepared on `db` (from its cache after the first time: then no round trip, so
+/// inserts that follow are sent at once, in order).
+pub(super) async fn prepare_insert(
+    db: &impl GenericClient,
+) -> Result<tokio_postgres::Statement, StoreError> {
+    db.prepare_cached(&format!(
+        "INSERT INTO tasks ({TASK_COLUMNS}, expires_at) VALUES \
+         ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25)"
+    ))
+    .await
+    .context("prepare the task insert")
 }
 
 /// One input request by key; `lock` takes its row lock for the rest of the transaction.
