@@ -29,6 +29,13 @@ use std::sync::Arc;
 pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
 /// A replica not heard for this long is taken for gone (it was killed, or lost its database).
 const SILENCE: Duration = Duration::from_secs(10);
+/// Every how many heartbeats a replica lists all its open streams (a refresh): a close note that was
+/// missed (the listening connection was down) then costs a stale entry for a while, not forever.
+const REFRESH_EVERY: u32 = 5;
+/// An open stream of another replica not said to be open for this long is forgotten.
+const STALE: Duration = Duration::from_secs(30);
+/// Streams per refresh note (each note is one NOTIFY).
+const STREAMS_PER_NOTE: usize = 40;
 /// How long a closed stream is remembered (a late note about it is then recognised).
 const CLOSED_KEPT: Duration = Duration::from_secs(60);
 /// How often the calls let through here are told to the other replicas' rate limits.
@@ -47,6 +54,8 @@ struct RemoteTaskStream {
     id: u64,
     opened: u64,
     closed: Option<u64>,
+    /// When it was last said to be open (by its opening note, or a refresh).
+    seen: Instant,
 }
 
 /// The other replicas' streams and heartbeats, as heard.
@@ -56,8 +65,8 @@ pub(crate) struct Peers {
     heard: DashMap<String, Instant>,
     /// task → its own streams on other replicas (closed ones for a while).
     task_streams: DashMap<String, Vec<RemoteTaskStream>>,
-    /// session → its standalone streams on other replicas.
-    standalone: DashMap<String, Vec<Remote>>,
+    /// session → its standalone streams on other replicas, with when each was last said to be open.
+    standalone: DashMap<String, Vec<(Remote, Instant)>>,
     /// Streams of other replicas that closed lately.
     closed: DashMap<Remote, Instant>,
     /// Events waiting [`SETTLE`] before they go out on a standalone stream here: (when, event,
@@ -107,6 +116,10 @@ impl Peers {
             return;
         }
         self.heard.insert(peer.to_string(), Instant::now());
+        if let Some(streams) = note.get("streams").and_then(Value::as_array) {
+            self.refreshed(peer, streams);
+            return;
+        }
         let Some(stream) = note.get("stream") else {
             return;
         };
@@ -121,39 +134,86 @@ impl Peers {
             .get("at")
             .and_then(Value::as_u64)
             .unwrap_or_else(mcp_tasks_engine::now_ms);
+        let task = stream.get("task").and_then(Value::as_str);
+        if open {
+            self.opened(peer, session, task, id, at);
+            return;
+        }
         let remote = (peer.to_string(), id);
-        if let Some(task) = stream.get("task").and_then(Value::as_str) {
-            let mut v = self.task_streams.entry(task.to_string()).or_default();
-            match v.iter_mut().find(|r| r.peer == peer && r.id == id) {
-                Some(r) if !open => r.closed = Some(at),
-                Some(_) => {}
-                None if open && !self.closed.contains_key(&remote) => v.push(RemoteTaskStream {
-                    peer: peer.to_string(),
-                    id,
-                    opened: at,
-                    closed: None,
-                }),
-                None => {}
-            }
-        } else if open {
-            if !self.closed.contains_key(&remote) {
-                self.standalone
-                    .entry(session.to_string())
-                    .or_default()
-                    .push(remote.clone());
+        if let Some(task) = task {
+            if let Some(mut v) = self.task_streams.get_mut(task) {
+                if let Some(r) = v.iter_mut().find(|r| r.peer == peer && r.id == id) {
+                    r.closed = Some(at);
+                }
             }
         } else {
             let mut empty = false;
             if let Some(mut v) = self.standalone.get_mut(session) {
-                v.retain(|r| *r != remote);
+                v.retain(|(r, _)| *r != remote);
                 empty = v.is_empty();
             }
             if empty {
                 self.standalone.remove_if(session, |_, v| v.is_empty());
             }
         }
-        if !open {
-            self.closed.insert(remote, Instant::now());
+        self.closed.insert(remote, Instant::now());
+    }
+
+    /// A stream of `peer` is (still) open: recorded, or its entry refreshed.
+    fn opened(&self, peer: &str, session: &str, task: Option<&str>, id: u64, at: u64) {
+        let remote = (peer.to_string(), id);
+        if self.closed.contains_key(&remote) {
+            return;
+        }
+        let now = Instant::now();
+        match task {
+            Some(task) => {
+                let mut v = self.task_streams.entry(task.to_string()).or_default();
+                match v.iter_mut().find(|r| r.peer == peer && r.id == id) {
+                    Some(r) => r.seen = now,
+                    None => v.push(RemoteTaskStream {
+                        peer: peer.to_string(),
+                        id,
+                        opened: at,
+                        closed: None,
+                        seen: now,
+                    }),
+                }
+            }
+            None => {
+                let mut v = self.standalone.entry(session.to_string()).or_default();
+                match v.iter_mut().find(|(r, _)| *r == remote) {
+                    Some((_, seen)) => *seen = now,
+                    None => v.push((remote, now)),
+                }
+            }
+        }
+    }
+
+    /// The notes listing every stream open here (see [`REFRESH_EVERY`]).
+    pub(crate) fn refresh_notes(&self, open: &[(String, Option<String>, u64, u64)]) -> Vec<Value> {
+        open.chunks(STREAMS_PER_NOTE)
+            .map(|chunk| {
+                let streams: Vec<Value> = chunk
+                    .iter()
+                    .map(|(session, task, id, at)| json!([session, task, id, at]))
+                    .collect();
+                json!({"peer": self.me, "streams": streams})
+            })
+            .collect()
+    }
+
+    /// Takes in a refresh note's list of open streams.
+    fn refreshed(&self, peer: &str, streams: &[Value]) {
+        for s in streams {
+            if let (Some(session), task, Some(id), Some(at)) = (
+                s.get(0).and_then(Value::as_str),
+                s.get(1).and_then(Value::as_str),
+                s.get(2).and_then(Value::as_u64),
+                s.get(3).and_then(Value::as_u64),
+            ) {
+                self.opened(peer, session, task, id, at);
+            }
         }
     }
 
@@ -184,7 +244,7 @@ impl Peers {
     pub(crate) fn standalone_elsewhere_first(&self, session: &str) -> bool {
         self.standalone.get(session).is_some_and(|v| {
             v.iter()
-                .any(|(peer, _)| peer.as_str() < self.me.as_str() && self.alive(peer))
+                .any(|((peer, _), _)| peer.as_str() < self.me.as_str() && self.alive(peer))
         })
     }
 
@@ -196,7 +256,7 @@ impl Peers {
             || self
                 .standalone
                 .get(session)
-                .is_some_and(|v| v.iter().any(|(peer, _)| self.alive(peer)))
+                .is_some_and(|v| v.iter().any(|((peer, _), _)| self.alive(peer)))
     }
 
     /// How stream `id` of `session` here is named in the store, as an input request's holder.
@@ -226,7 +286,7 @@ impl Peers {
         self.heard.retain(|_, at| at.elapsed() < SILENCE * 6);
         self.closed.retain(|_, at| at.elapsed() < CLOSED_KEPT);
         self.standalone.retain(|_, v| {
-            v.retain(|(peer, _)| self.alive(peer));
+            v.retain(|((peer, _), seen)| self.alive(peer) && seen.elapsed() < STALE);
             !v.is_empty()
         });
         let forget_before =
@@ -234,7 +294,7 @@ impl Peers {
         self.task_streams.retain(|_, v| {
             v.retain(|r| match r.closed {
                 Some(closed) => closed >= forget_before,
-                None => self.alive(&r.peer),
+                None => self.alive(&r.peer) && r.seen.elapsed() < STALE,
             });
             !v.is_empty()
         });
@@ -425,12 +485,23 @@ impl Server {
             }
         });
         let stop = self.shutdown.clone();
+        let weak_refresh = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(HEARTBEAT);
+            let mut beats = 0u32;
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => break,
                     _ = tick.tick() => {}
+                }
+                beats = beats.wrapping_add(1);
+                if beats % REFRESH_EVERY == 0 {
+                    let Some(server) = weak_refresh.upgrade() else {
+                        break;
+                    };
+                    for note in peers.refresh_notes(&server.streams.open_streams()) {
+                        notifier.tell_peers(&note);
+                    }
                 }
                 notifier.tell_peers(&peers.alive_note());
                 peers.sweep();
@@ -474,6 +545,45 @@ mod tests {
         b.heard(&json!({"peer": "ffffffffffffffffff", "stream": change("s1", None, 1, true)}));
         assert!(!b.standalone_elsewhere_first("s1"));
         assert!(b.streams_elsewhere("s1", "t1"));
+    }
+
+    #[test]
+    fn a_refresh_brings_back_streams_whose_opening_note_was_missed() {
+        let here = Peers::new();
+        let there = Peers::new();
+        let open = vec![
+            ("s1".to_string(), None, 1, 0),
+            ("s1".to_string(), Some("t1".to_string()), 2, 1_000),
+        ];
+        let notes = there.refresh_notes(&open);
+        assert_eq!(notes.len(), 1);
+        for n in &notes {
+            here.heard(n);
+        }
+        assert!(here.task_stream_covers("t1", 1_500));
+        assert!(here.streams_elsewhere("s1", "t9"));
+        // A refresh never reopens a stream known to be closed.
+        here.heard(
+            &json!({"peer": there.me.clone(), "stream": change("s1", Some("t1"), 2, false)}),
+        );
+        for n in &notes {
+            here.heard(n);
+        }
+        assert!(!here.task_stream_covers("t1", 2_500));
+        // Many streams take several notes, each small enough for one NOTIFY.
+        let many: Vec<_> = (0..100)
+            .map(|i| {
+                (
+                    format!("session-{i:032}"),
+                    Some(format!("{i:044}")),
+                    i,
+                    1_000,
+                )
+            })
+            .collect();
+        let notes = there.refresh_notes(&many);
+        assert!(notes.len() >= 3);
+        assert!(notes.iter().all(|n| n.to_string().len() < 7_500));
     }
 
     #[test]

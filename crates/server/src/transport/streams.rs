@@ -252,6 +252,26 @@ impl Streams {
             .then_some(*id)
     }
 
+    /// Every open stream here: (session, task for a task's own stream, id, when it opened in Unix ms;
+    /// 0 for standalone streams, whose opening time nothing needs).
+    pub fn open_streams(&self) -> Vec<(String, Option<String>, u64, u64)> {
+        let mut out = Vec::new();
+        for entry in self.inner.iter() {
+            let s = entry.value().lock().unwrap_or_else(|p| p.into_inner());
+            for (id, tx) in &s.standalone {
+                if !tx.is_closed() {
+                    out.push((entry.key().clone(), None, *id, 0));
+                }
+            }
+            for (task, streams) in &s.per_task {
+                for ts in streams.iter().filter(|ts| !ts.tx.is_closed()) {
+                    out.push((entry.key().clone(), Some(task.clone()), ts.id, ts.opened_ms));
+                }
+            }
+        }
+        out
+    }
+
     /// Sets the observer told of every stream opened or closed from now on (once).
     pub fn observe(&self, observer: StreamObserver) {
         let _ = self.observer.set(observer);
