@@ -34,6 +34,8 @@ use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
 const POOL_SIZE: usize = 16;
 /// The URL parameter that sets the pool size (pgx's name for it); not passed on to PostgreSQL.
 const POOL_PARAM: &str = "pool_max_conns";
+/// Rows this store wrote last that it keeps, to write them again without reading them first.
+const RECENT_MAX: usize = 4_096;
 /// How long a request waits for a connection (or for one to be made) before it fails.
 const CONNECT_WAIT: Duration = Duration::from_secs(5);
 
@@ -43,6 +45,10 @@ pub struct PostgresStore {
     config: tokio_postgres::Config,
     /// Creates go through the group loop (`creates.rs`).
     creates: tokio::sync::mpsc::Sender<creates::Job>,
+    /// Unfinished tasks as this store last wrote them, with their row version (at most
+    /// [`RECENT_MAX`]): an update of one starts from here instead of a read. Only a hint: the write
+    /// is a compare-and-set on the version, and a row changed elsewhere is read after all.
+    recent: dashmap::DashMap<String, (TaskRecord, i64)>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -132,6 +138,19 @@ pub(super) fn named(config: &mut tokio_postgres::Config) {
 }
 
 impl PostgresStore {
+    /// Keeps `t` at row version `version` for the next update, while it is unfinished. When the map
+    /// is full it starts over: tasks finished elsewhere (a cancel on another replica, say) would
+    /// otherwise hold their places for good.
+    fn remember(&self, t: &TaskRecord, version: i64) {
+        if t.status.is_terminal() {
+            return;
+        }
+        if self.recent.len() >= RECENT_MAX {
+            self.recent.clear();
+        }
+        self.recent.insert(t.id.clone(), (t.clone(), version));
+    }
+
     /// Connects to `url` (`postgres://USER@HOST:PORT/DB`, or any form tokio-postgres accepts) and
     /// brings the schema up to date (several replicas may do this at once).
     ///
@@ -196,6 +215,7 @@ impl PostgresStore {
             pool,
             config,
             creates,
+            recent: dashmap::DashMap::new(),
         })
     }
 
@@ -231,9 +251,13 @@ impl TaskStore for PostgresStore {
             .send(creates::Job { task, limit, done })
             .await
             .map_err(|_| StoreError::message("the PostgreSQL create loop stopped"))?;
-        answer
+        let created = answer
             .await
-            .map_err(|_| StoreError::message("the PostgreSQL create loop stopped"))?
+            .map_err(|_| StoreError::message("the PostgreSQL create loop stopped"))??;
+        if let Created::New(t) = &created {
+            self.remember(t, 0);
+        }
+        Ok(created)
     }
 
     async fn get(&self, id: &str) -> Result<Lookup, StoreError> {
@@ -283,17 +307,27 @@ impl TaskStore for PostgresStore {
         now: u64,
     ) -> Result<TaskRecord, UpdateError> {
         // Read, decide, then write only if the row is still as read: two round trips and no
-        // transaction to open and close (a finish is one of these per task).
+        // transaction to open and close (a finish is one of these per task); one when this store
+        // wrote the row last (`recent`).
         let client = self.client().await?;
+        let mut hint = self.recent.remove(id).map(|(_, v)| v);
         loop {
-            let (mut rec, version) = select_task_versioned(&client, id)
-                .await?
-                .ok_or(UpdateError::NotFound)?;
+            let from_hint = hint.is_some();
+            let (mut rec, version) = match hint.take() {
+                Some(v) => v,
+                None => select_task_versioned(&client, id)
+                    .await?
+                    .ok_or(UpdateError::NotFound)?,
+            };
             if !expect.contains(&rec.status) || !held_by_holder(&rec, &change) {
+                if from_hint {
+                    continue; // decided on the row as read, not as remembered
+                }
                 return Err(UpdateError::Conflict(Box::new(rec)));
             }
             apply_change(&mut rec, change.clone(), now);
             if update_task_if(&client, &rec, version).await? {
+                self.remember(&rec, version + 1);
                 return Ok(rec);
             }
         }
@@ -954,6 +988,64 @@ mod tests {
             panic!("gone")
         };
         assert_eq!(t.progress, Some(40.0));
+        drop_schema(&schema).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_row_changed_by_another_replica_is_read_again_not_overwritten() {
+        let schema = fresh_schema("hint");
+        let url = test_url();
+        let a = PostgresStore::open_in_schema(&url, &schema).await.unwrap();
+        let b = PostgresStore::open_in_schema(&url, &schema).await.unwrap();
+        // A created it, so A remembers it; B then changes it twice.
+        a.create(super::super::testkit::record("h1", "alice", 1_000), None)
+            .await
+            .unwrap();
+        let report = |p: f64| TaskChange {
+            progress: Some(crate::store::ProgressUpdate {
+                progress: p,
+                total: Some(10.0),
+                message: None,
+            }),
+            ..Default::default()
+        };
+        b.update("h1", &TaskStatus::ACTIVE, report(5.0), 2_000)
+            .await
+            .unwrap();
+        // A's update starts from its stale copy, loses the compare-and-set, reads, and keeps B's 5.
+        let t = a
+            .update("h1", &TaskStatus::ACTIVE, report(3.0), 3_000)
+            .await
+            .unwrap();
+        assert_eq!(t.progress, Some(5.0), "progress never goes back: {t:?}");
+        // B finishes it; A (remembering it as working) must not write over the end.
+        b.update(
+            "h1",
+            &TaskStatus::ACTIVE,
+            TaskChange {
+                status: Some(TaskStatus::Cancelled),
+                ..Default::default()
+            },
+            4_000,
+        )
+        .await
+        .unwrap();
+        let r = a
+            .update(
+                "h1",
+                &TaskStatus::ACTIVE,
+                TaskChange {
+                    status: Some(TaskStatus::Completed),
+                    ..Default::default()
+                },
+                5_000,
+            )
+            .await;
+        assert!(
+            matches!(&r, Err(UpdateError::Conflict(t)) if t.status == TaskStatus::Cancelled),
+            "{r:?}"
+        );
+        drop((a, b));
         drop_schema(&schema).await;
     }
 
