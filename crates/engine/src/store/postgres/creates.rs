@@ -52,7 +52,7 @@ pub(super) fn spawn(pool: Pool) -> mpsc::Sender<Job> {
                 }
                 Err(e) => {
                     // Nothing of the group was committed: every create in it fails with the cause.
-                    let cause = e.chain();
+                    let cause = shared_cause(&e);
                     for done in answers {
                         let _ = done.send(Err(StoreError::message(cause.clone())));
                     }
@@ -61,6 +61,16 @@ pub(super) fn spawn(pool: Pool) -> mpsc::Sender<Job> {
         }
     });
     tx
+}
+
+/// The words of a group's error for each of its creates (a `StoreError` cannot be cloned): its
+/// chain, without the "task store error" that the new error puts in front again.
+fn shared_cause(e: &StoreError) -> String {
+    let chain = e.chain();
+    match chain.strip_prefix("task store error: ") {
+        Some(rest) => rest.to_string(),
+        None => chain,
+    }
 }
 
 /// Which unfinished tasks a limit counts: an owner's, or an owner's in one session.
@@ -236,4 +246,21 @@ async fn decide_and_insert(
     inserted?;
     committed.context("commit a group of creates")?;
     Ok(results)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_error_reads_once_in_each_create() {
+        let e = StoreError::backend(
+            "get a PostgreSQL connection",
+            std::io::Error::other("connection refused"),
+        );
+        assert_eq!(
+            StoreError::message(shared_cause(&e)).chain(),
+            "task store error: get a PostgreSQL connection: connection refused"
+        );
+    }
 }
