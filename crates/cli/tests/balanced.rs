@@ -435,8 +435,9 @@ async fn a_replica_killed_under_load_has_its_tasks_taken_over() {
                 tools[id], "once",
                 "only the tool that is not retry-safe fails: {t}"
             );
-            assert_eq!(starts, 1, "ran once: {t}");
-            assert_eq!(ends, 0, "its first run died with the replica: {t}");
+            // Its process had started, or the replica died before it could start it.
+            assert!(starts <= 1, "ran at most once: {t}");
+            assert_eq!(ends, 0, "its run died with the replica: {t}");
             interrupted += 1;
             let took = parse_rfc3339_ms(t["lastUpdatedAt"].as_str().unwrap()) - unix_ms(killed_at);
             slowest_takeover = slowest_takeover.max(took);
