@@ -346,6 +346,18 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Looks a task up by id.
     async fn get(&self, id: &str) -> Result<Lookup, StoreError>;
 
+    /// The stored tasks among `ids` (those gone are left out), in no particular order. Stores with a
+    /// cheaper way than one [`TaskStore::get`] each override it.
+    async fn get_many(&self, ids: &[String]) -> Result<Vec<TaskRecord>, StoreError> {
+        let mut found = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Lookup::Found(t) = self.get(id).await? {
+                found.push(t);
+            }
+        }
+        Ok(found)
+    }
+
     /// The task `owner` created with idempotency key `key`, while it is stored (a purged task frees its
     /// key).
     async fn find_by_key(&self, owner: &str, key: &str) -> Result<Option<TaskRecord>, StoreError>;

@@ -49,6 +49,7 @@ where
     Fut: Future<Output = S>,
 {
     create_then_get_returns_the_same_record(make().await).await;
+    several_tasks_are_read_at_once(make().await).await;
     a_task_is_found_by_its_key_for_its_owner_only(make().await).await;
     retention_after_finish_counts_from_the_end(make().await).await;
     idempotency_key_returns_existing_or_conflicts(make().await).await;
@@ -242,6 +243,20 @@ async fn create_then_get_returns_the_same_record(s: impl TaskStore) {
     );
     assert_eq!(s.get("a1").await.unwrap(), Lookup::Found(t));
     assert_eq!(s.get("nope").await.unwrap(), Lookup::Missing);
+}
+
+async fn several_tasks_are_read_at_once(s: impl TaskStore) {
+    let a = record("m1", "alice", 1_000);
+    let b = record("m2", "bob", 1_001);
+    s.create(a.clone(), None).await.unwrap();
+    s.create(b.clone(), None).await.unwrap();
+    let mut found = s
+        .get_many(&["m2".into(), "gone".into(), "m1".into()])
+        .await
+        .unwrap();
+    found.sort_by(|x, y| x.id.cmp(&y.id));
+    assert_eq!(found, vec![a, b]);
+    assert!(s.get_many(&[]).await.unwrap().is_empty());
 }
 
 async fn idempotency_key_returns_existing_or_conflicts(s: impl TaskStore) {

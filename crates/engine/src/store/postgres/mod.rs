@@ -260,6 +260,21 @@ impl TaskStore for PostgresStore {
         Ok(created)
     }
 
+    async fn get_many(&self, ids: &[String]) -> Result<Vec<TaskRecord>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE id = ANY($1)"
+            ))
+            .await
+            .context("prepare a read of several tasks")?;
+        let rows = client
+            .query(&stmt, &[&ids])
+            .await
+            .with_context(|| format!("read {} tasks", ids.len()))?;
+        tasks_from_rows(&rows)
+    }
+
     async fn get(&self, id: &str) -> Result<Lookup, StoreError> {
         let client = self.client().await?;
         if let Some(t) = select_task(&client, id, false).await? {

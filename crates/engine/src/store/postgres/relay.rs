@@ -26,6 +26,8 @@ use crate::store::{Lookup, StoreError, TaskStore};
 
 /// `NOTIFY` payloads must stay under 8000 bytes; a log line larger than this goes without its data.
 const MAX_PAYLOAD: usize = 7_500;
+/// Most notifications whose tasks are read together.
+const MAX_READ_TOGETHER: usize = 64;
 /// Longest wait between attempts to reconnect.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
@@ -355,26 +357,65 @@ async fn listen_loop(
                 n = rx.recv() => n,
             };
             let Some(n) = n else { break };
-            if n.channel() != channel {
-                continue;
+            // Whatever else has arrived goes with it: the tasks of all of them are read in one query.
+            let mut arrived = vec![n];
+            while arrived.len() < MAX_READ_TOGETHER {
+                match rx.try_recv() {
+                    Ok(n) => arrived.push(n),
+                    Err(_) => break,
+                }
             }
-            match serde_json::from_str::<Vec<Wire>>(n.payload()) {
-                Ok(wires) => {
-                    for wire in wires.into_iter().filter(|w| w.from != me) {
-                        deliver(wire, &notifier, &store).await;
+            let mut wires = Vec::new();
+            for n in arrived.iter().filter(|n| n.channel() == channel) {
+                match serde_json::from_str::<Vec<Wire>>(n.payload()) {
+                    Ok(w) => wires.extend(w.into_iter().filter(|w| w.from != me)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "unreadable notification from another replica")
                     }
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "unreadable notification from another replica")
-                }
+            }
+            let tasks = read_tasks(&wires, &store).await;
+            for wire in wires {
+                deliver(wire, &notifier, &store, &tasks).await;
             }
         }
         drop(client);
     }
 }
 
-/// Publishes here what another replica relayed, with the task (and input request) as stored now.
-async fn deliver(wire: Wire, notifier: &Notifier, store: &Arc<dyn TaskStore>) {
+/// The tasks the relayed events in `wires` are about, as stored now, in one read (under load a
+/// replica hears of every task the others create and finish: a read each fell behind).
+async fn read_tasks(
+    wires: &[Wire],
+    store: &Arc<dyn TaskStore>,
+) -> std::collections::HashMap<String, TaskRecord> {
+    let mut ids: Vec<String> = wires
+        .iter()
+        .filter(|w| !matches!(w.kind, Kind::Announced | Kind::Note { .. }))
+        .map(|w| w.task.clone())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.is_empty() {
+        return Default::default();
+    }
+    match store.get_many(&ids).await {
+        Ok(tasks) => tasks.into_iter().map(|t| (t.id.clone(), t)).collect(),
+        Err(e) => {
+            tracing::warn!(tasks = ids.len(), error = %e.chain(), "cannot read relayed tasks");
+            Default::default()
+        }
+    }
+}
+
+/// Publishes here what another replica relayed, with the task (as read by [`read_tasks`]) and input
+/// request as stored now.
+async fn deliver(
+    wire: Wire,
+    notifier: &Notifier,
+    store: &Arc<dyn TaskStore>,
+    tasks: &std::collections::HashMap<String, TaskRecord>,
+) {
     let kind = match wire.kind {
         Kind::Announced => {
             notifier.announced_by_peer(&wire.task);
@@ -386,17 +427,14 @@ async fn deliver(wire: Wire, notifier: &Notifier, store: &Arc<dyn TaskStore>) {
         }
         kind => kind,
     };
-    let task = match store.get(&wire.task).await {
-        Ok(Lookup::Found(t)) => Arc::new(match wire.state {
-            Some(state) => state.over(t),
-            None => t,
-        }),
-        Ok(_) => return,
-        Err(e) => {
-            tracing::warn!(task = %wire.task, error = %e.chain(), "cannot read a relayed task");
-            return;
-        }
+    // Gone (purged), or unreadable (said by `read_tasks`): nothing to publish.
+    let Some(t) = tasks.get(&wire.task).cloned() else {
+        return;
     };
+    let task = Arc::new(match wire.state {
+        Some(state) => state.over(t),
+        None => t,
+    });
     let input = |key: String| async move {
         match store.get_input(&key).await {
             Ok(Some(i)) => Some(Arc::new(i)),
