@@ -177,6 +177,11 @@ impl Server {
         .await
     }
 
+    /// Whether other replicas may hold this server's clients' streams (a shared store with a relay).
+    pub(crate) fn shares_streams(&self) -> bool {
+        self.peers.is_some()
+    }
+
     /// A copy of what [`claim_shared`] needs, for a claim made off the router's path.
     pub(crate) fn claim_ctx(&self) -> Option<ClaimCtx> {
         Some(ClaimCtx {
@@ -343,25 +348,27 @@ pub(crate) async fn claim_shared(
             .await
         {
             Ok(Handed::Done) => {
+                // Recorded before it goes out: a stream closing meanwhile finds it and releases it.
+                ctx.sent.insert(
+                    key.to_string(),
+                    SentInput {
+                        session: session.to_string(),
+                        stream,
+                        task: task.to_string(),
+                    },
+                );
                 if send() {
-                    ctx.sent.insert(
-                        key.to_string(),
-                        SentInput {
-                            session: session.to_string(),
-                            stream,
-                            task: task.to_string(),
-                        },
-                    );
                     return true;
                 }
                 // The stream closed under us: let the next stream have it.
+                ctx.sent.remove(key);
                 let _ = ctx.store.hand_input(key, Some(&mine), None).await;
                 return false;
             }
             Ok(Handed::Gone) => return false,
             Ok(Handed::Free) => from = None,
             Ok(Handed::HeldBy(holder)) => {
-                if holder == mine
+                if super::peers::Peers::same_stream(&holder, &mine)
                     || ctx
                         .peers
                         .holder_alive(&holder, |s, id| ctx.streams.is_live(s, id))
@@ -399,7 +406,7 @@ pub(crate) fn release_stream(ctx: &ClaimCtx, session: &str, stream: u64) {
     tokio::spawn(async move {
         for key in keys {
             if let Err(e) = store.hand_input(&key, Some(&holder), None).await {
-                tracing::debug!(request = %key, error = %e.chain(), "cannot release an input request (its holder's stream is known closed)");
+                tracing::warn!(request = %key, error = %e.chain(), "cannot release an input request; other replicas take it over once its claim is stale");
             }
         }
     });

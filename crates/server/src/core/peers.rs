@@ -48,6 +48,20 @@ pub(crate) const SETTLE: Duration = Duration::from_millis(200);
 /// A stream on a replica: (replica id, stream id there).
 type Remote = (String, u64);
 
+/// An event waiting to go out on a standalone stream: until when, the event, its session, its time.
+type Settling = (Instant, TaskEvent, String, u64);
+
+/// An event's time for the routing rule: the task's `updated_at` as of the event, the same number on
+/// every replica. A log line changes nothing in the task, so its `updated_at` is that of the last
+/// change, maybe long before: a log goes by the time it is routed (replicas may then disagree for
+/// a few milliseconds around a stream's opening: a log line is advisory).
+fn event_time(event: &TaskEvent) -> u64 {
+    match event {
+        TaskEvent::Log { .. } => mcp_tasks_engine::now_ms(),
+        _ => event.task().updated_at,
+    }
+}
+
 /// A task's own stream on another replica, with when it opened and closed (Unix ms).
 struct RemoteTaskStream {
     peer: String,
@@ -69,9 +83,11 @@ pub(crate) struct Peers {
     standalone: DashMap<String, Vec<(Remote, Instant)>>,
     /// Streams of other replicas that closed lately.
     closed: DashMap<Remote, Instant>,
+    /// Streams of other replicas said to be open (by their opening note or a refresh), and when.
+    known_open: DashMap<Remote, Instant>,
     /// Events waiting [`SETTLE`] before they go out on a standalone stream here: (when, event,
     /// session).
-    settling: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<(Instant, TaskEvent, String)>>,
+    settling: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Settling>>,
 }
 
 impl Peers {
@@ -84,6 +100,7 @@ impl Peers {
             task_streams: DashMap::new(),
             standalone: DashMap::new(),
             closed: DashMap::new(),
+            known_open: DashMap::new(),
             settling: std::sync::OnceLock::new(),
         }
     }
@@ -156,6 +173,7 @@ impl Peers {
                 self.standalone.remove_if(session, |_, v| v.is_empty());
             }
         }
+        self.known_open.remove(&remote);
         self.closed.insert(remote, Instant::now());
     }
 
@@ -166,6 +184,7 @@ impl Peers {
             return;
         }
         let now = Instant::now();
+        self.known_open.insert(remote.clone(), now);
         match task {
             Some(task) => {
                 let mut v = self.task_streams.entry(task.to_string()).or_default();
@@ -259,17 +278,35 @@ impl Peers {
                 .is_some_and(|v| v.iter().any(|((peer, _), _)| self.alive(peer)))
     }
 
-    /// How stream `id` of `session` here is named in the store, as an input request's holder.
+    /// How stream `id` of `session` here is named in the store, as an input request's holder (with
+    /// the time of the claim).
     pub(crate) fn holder(&self, session: &str, id: u64) -> String {
-        format!("{} {id} {session}", self.me)
+        format!("{} {id} {} {session}", self.me, mcp_tasks_engine::now_ms())
     }
 
-    /// Whether the stream `holder` names is still open: here, `local` says; on another replica, it
-    /// is unless that replica is gone or said the stream closed.
+    /// Whether two holders name the same stream (claimed at different times).
+    pub(crate) fn same_stream(a: &str, b: &str) -> bool {
+        let key = |h: &str| {
+            let mut p = h.splitn(4, ' ');
+            let (peer, id, _, session) = (p.next(), p.next(), p.next(), p.next());
+            (
+                peer.map(str::to_string),
+                id.map(str::to_string),
+                session.map(str::to_string),
+            )
+        };
+        key(a) == key(b)
+    }
+
+    /// Whether the stream `holder` names is still open: here, `local` says; on another replica, if
+    /// that replica is alive and the stream is known to be open, or (its opening note may still be
+    /// on its way) is not known to be closed and was claimed less than [`STALE`] ago. A holder
+    /// whose release was lost is so taken over within [`STALE`] at the latest.
     pub(crate) fn holder_alive(&self, holder: &str, local: impl Fn(&str, u64) -> bool) -> bool {
-        let mut parts = holder.splitn(3, ' ');
-        let (Some(peer), Some(Ok(id)), Some(session)) = (
+        let mut parts = holder.splitn(4, ' ');
+        let (Some(peer), Some(Ok(id)), Some(Ok(at)), Some(session)) = (
             parts.next(),
+            parts.next().map(str::parse::<u64>),
             parts.next().map(str::parse::<u64>),
             parts.next(),
         ) else {
@@ -278,13 +315,25 @@ impl Peers {
         if peer == self.me {
             return local(session, id);
         }
-        self.alive(peer) && !self.closed.contains_key(&(peer.to_string(), id))
+        let remote = (peer.to_string(), id);
+        if !self.alive(peer) || self.closed.contains_key(&remote) {
+            return false;
+        }
+        if self
+            .known_open
+            .get(&remote)
+            .is_some_and(|seen| seen.elapsed() < STALE)
+        {
+            return true;
+        }
+        mcp_tasks_engine::now_ms().saturating_sub(at) < STALE.as_millis() as u64
     }
 
     /// Forgets replicas that went silent (and their streams) and old closed streams.
     pub(crate) fn sweep(&self) {
         self.heard.retain(|_, at| at.elapsed() < SILENCE * 6);
         self.closed.retain(|_, at| at.elapsed() < CLOSED_KEPT);
+        self.known_open.retain(|_, seen| seen.elapsed() < STALE);
         self.standalone.retain(|_, v| {
             v.retain(|((peer, _), seen)| self.alive(peer) && seen.elapsed() < STALE);
             !v.is_empty()
@@ -333,7 +382,7 @@ impl Server {
             });
             return;
         }
-        let at = task.updated_at;
+        let at = event_time(event);
         let terminal = matches!(event, TaskEvent::Changed(t) if t.status.is_terminal());
         if self
             .streams
@@ -360,16 +409,16 @@ impl Server {
                 Instant::now() + SETTLE,
                 event.clone(),
                 session_id.to_string(),
+                at,
             ));
         }
     }
 
     /// An event that settled: out on this replica's standalone stream of the session, unless a task
     /// stream (here or elsewhere) open at its time, or another replica's standalone stream, takes it.
-    fn deliver_settled(&self, event: &TaskEvent, session_id: &str) {
+    fn deliver_settled(&self, event: &TaskEvent, session_id: &str, at: u64) {
         let Some(peers) = &self.peers else { return };
         let task = event.task();
-        let at = task.updated_at;
         if peers.task_stream_covers(&task.id, at)
             || peers.standalone_elsewhere_first(session_id)
             || self
@@ -436,10 +485,10 @@ impl Server {
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {
             // In order: every event waits the same time.
-            while let Some((until, event, session)) = settle_rx.recv().await {
+            while let Some((until, event, session, at)) = settle_rx.recv().await {
                 tokio::time::sleep_until(until.into()).await;
                 let Some(server) = weak.upgrade() else { break };
-                server.deliver_settled(&event, &session);
+                server.deliver_settled(&event, &session, at);
             }
         });
         let mut notes = notifier.subscribe_peer_notes();
@@ -530,8 +579,16 @@ mod tests {
         assert!(!a.task_stream_covers("t1", 999), "not before it opened");
         assert!(a.streams_elsewhere("s1", "t2"));
         assert!(!a.task_stream_covers("t2", 1_000));
-        let holder = format!("{other} 8 s1");
+        let holder = format!("{other} 8 {} s1", mcp_tasks_engine::now_ms());
         assert!(a.holder_alive(&holder, |_, _| false));
+        // Not known to be open and claimed long ago: its release was lost; taken over.
+        let old = format!("{other} 99 1000 s1");
+        assert!(!a.holder_alive(&old, |_, _| true));
+        // Known to be open: alive however old the claim.
+        let open_old = format!("{other} 7 1000 s1");
+        assert!(a.holder_alive(&open_old, |_, _| false));
+        assert!(Peers::same_stream(&format!("{other} 7 5 s1"), &open_old));
+        assert!(!Peers::same_stream(&format!("{other} 8 5 s1"), &open_old));
         a.heard(&json!({"peer": other, "stream": change("s1", Some("t1"), 8, false)}));
         assert!(
             a.task_stream_covers("t1", 1_999),

@@ -499,6 +499,10 @@ async fn tasks_result(
     render_2025::payload(&t).map_err(Failure::from)
 }
 
+/// How often a `tasks/result` waiting on another replica's task asks again for its questions that
+/// another stream holds.
+const RECLAIM_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Waits for a task to finish. While it waits, this request's stream is where the task's
 /// notifications go (in order, on exactly one stream); the reply follows the last of them.
 async fn wait_streaming(
@@ -519,10 +523,32 @@ async fn wait_streaming(
             })
             .await;
     }
-    let t = server
-        .wait_finished(id, out)
-        .await
-        .map_err(|u| u.task_error())?;
+    // With replicas, a question held by another replica's stream comes here once that stream is
+    // gone (its release may have been lost): ask again now and then while waiting.
+    let reclaim = async {
+        if !server.shares_streams() {
+            return std::future::pending::<()>().await;
+        }
+        loop {
+            tokio::time::sleep(RECLAIM_EVERY).await;
+            let Ok(pending) = server.pending_inputs(id).await else {
+                continue;
+            };
+            for input in pending {
+                let msg = input_request_message(id, &input);
+                server
+                    .claim_input_shared(&input.key, &session.id, id, owner.id(), || {
+                        out.try_send(msg).is_ok()
+                    })
+                    .await;
+            }
+        }
+    };
+    let t = tokio::select! {
+        t = server.wait_finished(id, out) => t,
+        () = reclaim => unreachable!("the reclaim loop never ends"),
+    }
+    .map_err(|u| u.task_error())?;
     // Let the router put the terminal status on this stream before the reply. It may have gone out
     // before we registered, or have been dropped under load: then don't wait long.
     let _ =

@@ -374,6 +374,15 @@ async fn listen_loop(
                     }
                 }
             }
+            // Notes (streams, heartbeats) and announcements need no read: they go first, so that a
+            // slow read does not make this replica think the others went silent.
+            let (now, wires): (Vec<Wire>, Vec<Wire>) = wires
+                .into_iter()
+                .partition(|w| matches!(w.kind, Kind::Announced | Kind::Note { .. }));
+            let none = std::collections::HashMap::new();
+            for wire in now {
+                deliver(wire, &notifier, &store, &none).await;
+            }
             let tasks = read_tasks(&wires, &store).await;
             for wire in wires {
                 deliver(wire, &notifier, &store, &tasks).await;
@@ -402,8 +411,21 @@ async fn read_tasks(
     match store.get_many(&ids).await {
         Ok(tasks) => tasks.into_iter().map(|t| (t.id.clone(), t)).collect(),
         Err(e) => {
-            tracing::warn!(tasks = ids.len(), error = %e.chain(), "cannot read relayed tasks");
-            Default::default()
+            // One at a time, then: a wake-up lost here would leave a blocked request waiting.
+            tracing::warn!(tasks = ids.len(), error = %e.chain(), "cannot read relayed tasks together; reading them one by one");
+            let mut found = std::collections::HashMap::new();
+            for id in ids {
+                match store.get(&id).await {
+                    Ok(Lookup::Found(t)) => {
+                        found.insert(id, t);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(task = %id, error = %e.chain(), "cannot read a relayed task")
+                    }
+                }
+            }
+            found
         }
     }
 }
