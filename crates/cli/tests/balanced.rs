@@ -485,29 +485,11 @@ async fn database_connections_lost_under_load_lose_nothing() {
     // Leases outlast the outage: a task whose renewals failed for a while is not taken for dead.
     let cluster = Cluster::start("lb_conn", 3, &run_logging_config(&log, 10)).await;
     let apps = cluster.app_names.clone();
-    let killer = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(800)).await;
-        let (client, conn) =
-            tokio_postgres::connect(&common::pg::test_url(), tokio_postgres::NoTls)
-                .await
-                .unwrap();
-        tokio::spawn(conn);
-        let until = Instant::now() + Duration::from_millis(2_500);
-        let mut terminated = 0;
-        while Instant::now() < until {
-            let row = client
-                .query_one(
-                    "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity \
-                     WHERE application_name = ANY($1)",
-                    &[&apps],
-                )
-                .await
-                .unwrap();
-            terminated += row.get::<_, i64>(0);
-            tokio::time::sleep(Duration::from_millis(30)).await;
-        }
-        terminated
-    });
+    let killer = tokio::spawn(common::pg::terminate_connections(
+        apps,
+        Duration::from_millis(800),
+        Duration::from_millis(2_500),
+    ));
     let (made, failed) = load(&cluster.url, Duration::from_secs(5)).await;
     let terminated = killer.await.unwrap();
     assert!(terminated > 0, "connections were terminated");

@@ -7,7 +7,7 @@ mod common;
 #[path = "../../server/tests/support/mod.rs"]
 mod support;
 
-use common::ServerProcess;
+use common::{is_root, ServerProcess};
 use serde_json::json;
 use std::time::{Duration, Instant};
 use support::Client;
@@ -28,32 +28,11 @@ async fn a_replica_whose_connections_are_killed_recovers_and_loses_nothing() {
         created.push(t["taskId"].as_str().unwrap().to_string());
     }
     // From 0.5 s to 3 s: every connection of the replica terminated every 30 ms.
-    let killer = {
-        let app = app.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let (client, conn) =
-                tokio_postgres::connect(&common::pg::test_url(), tokio_postgres::NoTls)
-                    .await
-                    .unwrap();
-            tokio::spawn(conn);
-            let until = Instant::now() + Duration::from_millis(2_500);
-            let mut terminated = 0;
-            while Instant::now() < until {
-                let row = client
-                    .query_one(
-                        "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity \
-                         WHERE application_name = $1",
-                        &[&app],
-                    )
-                    .await
-                    .unwrap();
-                terminated += row.get::<_, i64>(0);
-                tokio::time::sleep(Duration::from_millis(30)).await;
-            }
-            terminated
-        })
-    };
+    let killer = tokio::spawn(common::pg::terminate_connections(
+        vec![app.clone()],
+        Duration::from_millis(500),
+        Duration::from_millis(2_500),
+    ));
 
     let mut failures = Vec::new();
     let mut last_ok = false;
@@ -116,14 +95,6 @@ struct PrivatePostgres {
     data: std::path::PathBuf,
     port: u16,
     _dir: tempfile::TempDir,
-}
-
-fn is_root() -> bool {
-    std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
 }
 
 impl PrivatePostgres {

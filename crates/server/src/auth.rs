@@ -210,6 +210,18 @@ impl RateLimiter {
     /// Takes `calls` that another replica let through from `key`'s bucket here. The bucket may go
     /// below zero (down to minus its capacity): the calls happened, and the next ones wait for them.
     pub fn taken_elsewhere(&self, key: &str, calls: u32, per_minute: u32) {
+        self.with_bucket(key, per_minute, |b, capacity| {
+            b.tokens = (b.tokens - f64::from(calls)).max(-capacity);
+        });
+    }
+
+    /// Runs `f` on `key`'s bucket (made full if new), refilled up to now; `f` gets its capacity.
+    fn with_bucket<T>(
+        &self,
+        key: &str,
+        per_minute: u32,
+        f: impl FnOnce(&mut Bucket, f64) -> T,
+    ) -> T {
         let (rate, capacity) = rate_and_capacity(per_minute);
         let now = Instant::now();
         let entry = self.buckets.entry(key.to_string()).or_insert_with(|| {
@@ -221,35 +233,26 @@ impl RateLimiter {
         let mut b = entry.lock().unwrap_or_else(|p| p.into_inner());
         b.tokens = (b.tokens + now.duration_since(b.last).as_secs_f64() * rate).min(capacity);
         b.last = now;
-        b.tokens = (b.tokens - f64::from(calls)).max(-capacity);
+        f(&mut b, capacity)
     }
 
     /// Takes one call from `key`'s bucket; `Err(wait_ms)` when it is empty.
     pub fn check(&self, key: &str, per_minute: u32) -> Result<(), u64> {
-        let (rate, capacity) = rate_and_capacity(per_minute);
-        let now = Instant::now();
-        let entry = self.buckets.entry(key.to_string()).or_insert_with(|| {
-            Mutex::new(Bucket {
-                tokens: capacity,
-                last: now,
-            })
-        });
-        let mut b = entry.lock().unwrap_or_else(|p| p.into_inner());
-        b.tokens = (b.tokens + now.duration_since(b.last).as_secs_f64() * rate).min(capacity);
-        b.last = now;
-        if b.tokens >= 1.0 {
-            b.tokens -= 1.0;
-            drop(b);
-            drop(entry);
-            if self.shared.load(std::sync::atomic::Ordering::Relaxed) {
-                let mut t = self.taken.entry(key.to_string()).or_insert((0, per_minute));
-                t.0 += 1;
-                t.1 = per_minute;
+        let (rate, _) = rate_and_capacity(per_minute);
+        let taken = self.with_bucket(key, per_minute, |b, _| {
+            if b.tokens >= 1.0 {
+                b.tokens -= 1.0;
+                Ok(())
+            } else {
+                Err(((1.0 - b.tokens) / rate * 1000.0).ceil() as u64)
             }
-            Ok(())
-        } else {
-            Err(((1.0 - b.tokens) / rate * 1000.0).ceil() as u64)
+        });
+        if taken.is_ok() && self.shared.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut t = self.taken.entry(key.to_string()).or_insert((0, per_minute));
+            t.0 += 1;
+            t.1 = per_minute;
         }
+        taken
     }
 
     /// Forgets buckets untouched for `idle` (they would be full again anyway).

@@ -3,7 +3,7 @@
 //! operator runs past one machine (examples/nginx-replicas.conf), on loopback ports of the test's own.
 
 use super::pg::FreshSchema;
-use super::{repo_root, ServerProcess};
+use super::{is_root, repo_root, ServerProcess};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -236,14 +236,6 @@ http {{
         );
     }
     panic!("nginx did not start (see its error.log above)");
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
 }
 
 /// Runs an interop script (`program script args…`) and asserts its `N passed, 0 failed` summary.

@@ -84,3 +84,13 @@ pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
     false
 }
+
+/// Whether the tests run as root (CI containers): some programs (initdb, nginx's workers) need
+/// another user then.
+pub fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}

@@ -44,3 +44,29 @@ async fn connect() -> tokio_postgres::Client {
     tokio::spawn(conn);
     client
 }
+
+/// After `after`, terminates every PostgreSQL connection whose `application_name` is one of `apps`
+/// every 30 ms for `lasting`; how many it terminated.
+pub async fn terminate_connections(
+    apps: Vec<String>,
+    after: std::time::Duration,
+    lasting: std::time::Duration,
+) -> i64 {
+    tokio::time::sleep(after).await;
+    let client = connect().await;
+    let until = std::time::Instant::now() + lasting;
+    let mut terminated = 0;
+    while std::time::Instant::now() < until {
+        let row = client
+            .query_one(
+                "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE application_name = ANY($1)",
+                &[&apps],
+            )
+            .await
+            .expect("terminate connections");
+        terminated += row.get::<_, i64>(0);
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    }
+    terminated
+}

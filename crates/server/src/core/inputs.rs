@@ -156,25 +156,12 @@ impl Server {
         stream: u64,
         send: impl FnOnce() -> bool,
     ) -> bool {
-        let Some(peers) = self.peers.clone() else {
-            return self
+        match self.claim_ctx() {
+            Some(ctx) => claim_shared(ctx, key, session, task, stream, send).await,
+            None => self
                 .claim_input(key, session, task, || send().then_some(stream))
-                .is_some();
-        };
-        claim_shared(
-            ClaimCtx {
-                store: self.engine.store().clone(),
-                peers,
-                streams: self.streams.clone(),
-                sent: self.sent_inputs.clone(),
-            },
-            key,
-            session,
-            task,
-            stream,
-            send,
-        )
-        .await
+                .is_some(),
+        }
     }
 
     /// Whether other replicas may hold this server's clients' streams (a shared store with a relay).
