@@ -31,10 +31,30 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
 }
 
+/// Stops nginx: SIGTERM to its master, which takes its workers down with it (a SIGKILL would leave
+/// the workers running, holding the port); SIGKILL only if it has not gone within 5 s.
+fn stop_nginx(nginx: &mut Child) {
+    if let Ok(Some(_)) = nginx.try_wait() {
+        return;
+    }
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(nginx.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(5) {
+        if let Ok(Some(_)) = nginx.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = nginx.kill();
+    let _ = nginx.wait();
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = self.nginx.kill();
-        let _ = self.nginx.wait();
+        stop_nginx(&mut self.nginx);
         if !self.finished {
             // A failed test: drop the schema all the same (from a thread of its own: this may run
             // inside the test's runtime, which cannot be blocked on).
@@ -152,8 +172,7 @@ impl Cluster {
         for r in &mut self.replicas {
             r.take();
         }
-        let _ = self.nginx.kill();
-        let _ = self.nginx.wait();
+        stop_nginx(&mut self.nginx);
         self.pg.drop_schema().await;
         self.finished = true;
     }
@@ -228,8 +247,7 @@ http {{
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = child.kill();
-        let _ = child.wait();
+        stop_nginx(&mut child);
         eprintln!(
             "nginx did not start on port {port}: {}",
             std::fs::read_to_string(dir.join("error.log")).unwrap_or_default()
