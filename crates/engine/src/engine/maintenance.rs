@@ -13,6 +13,9 @@ use tokio::sync::broadcast::error::RecvError;
 /// How many leases one write renews (a write holds the SQLite writer; keep each one short).
 const RENEW_AT_ONCE: usize = 1_000;
 
+/// One run of a periodic job (see `Engine::every`).
+type Job = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), StoreError>> + Send>>;
+
 impl Engine {
     /// Recovers tasks a previous run left unfinished (failing them, or re-running retry-safe tools) and
     /// starts the background sweeper. Returns how many tasks were recovered.
@@ -23,22 +26,8 @@ impl Engine {
         if !self.store.is_exclusive() {
             self.start_takeover();
         }
-        let me = Arc::downgrade(self);
-        let interval = self.config.sweep_interval;
-        let shutdown = self.shutdown.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(interval);
-            tick.tick().await;
-            loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = tick.tick() => {}
-                }
-                let Some(engine) = me.upgrade() else { break };
-                if let Err(e) = engine.sweep().await {
-                    tracing::warn!(error = %error_chain(&e), "task sweep failed");
-                }
-            }
+        self.every(self.config.sweep_interval, "task sweep failed", |engine| {
+            Box::pin(async move { engine.sweep().await })
         });
         Ok(n)
     }
@@ -90,11 +79,24 @@ impl Engine {
     /// half lease, whatever the sweep interval: a dead node's tasks are taken over within one and a
     /// half lease lengths of its last renewal, not a lease plus a whole sweep interval later.
     fn start_takeover(self: &Arc<Self>) {
+        let half_lease = std::time::Duration::from_millis((self.config.lease_ms / 2).max(1));
+        self.every(
+            half_lease,
+            "looking for tasks to take over failed",
+            |engine| Box::pin(async move { engine.recover(false).await.map(|_| ()) }),
+        );
+    }
+
+    /// Runs `job` every `period` (the first time one period from now) until the engine shuts down or
+    /// is dropped; a failure is logged as `failed` and the next period tries again.
+    fn every<F>(self: &Arc<Self>, period: std::time::Duration, failed: &'static str, job: F)
+    where
+        F: Fn(Arc<Engine>) -> Job + Send + 'static,
+    {
         let me = Arc::downgrade(self);
-        let every = std::time::Duration::from_millis((self.config.lease_ms / 2).max(1));
         let shutdown = self.shutdown.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
+            let mut tick = tokio::time::interval(period);
             tick.tick().await;
             loop {
                 tokio::select! {
@@ -102,8 +104,8 @@ impl Engine {
                     _ = tick.tick() => {}
                 }
                 let Some(engine) = me.upgrade() else { break };
-                if let Err(e) = engine.recover(false).await {
-                    tracing::warn!(error = %error_chain(&e), "looking for tasks to take over failed");
+                if let Err(e) = job(engine).await {
+                    tracing::warn!(error = %error_chain(&e), "{failed}");
                 }
             }
         });
@@ -155,7 +157,9 @@ impl Engine {
         self.shutdown.cancel();
     }
 
-    /// One sweep: purge expired tasks, tombstones and idle sessions; recover tasks whose lease expired.
+    /// One sweep: purge expired tasks, tombstones and idle sessions; recover tasks whose lease expired
+    /// (on a store only this process opens; a shared store is looked at every half lease instead,
+    /// by the timer [`Engine::start`] starts for it).
     pub async fn sweep(self: &Arc<Self>) -> Result<(), StoreError> {
         let policy = PurgePolicy {
             now: now_ms(),
@@ -172,7 +176,9 @@ impl Engine {
                 "purged"
             );
         }
-        self.recover(false).await?;
+        if self.store.is_exclusive() {
+            self.recover(false).await?;
+        }
         self.expire_waiting().await?;
         Ok(())
     }
