@@ -1,5 +1,7 @@
-//! `mcp-tasks`: an MCP server whose tools run as durable tasks.
+//! `mcp-tasks`: an MCP server whose tools run as durable tasks, and a client that runs any MCP
+//! server's tools as tasks.
 
+mod client;
 mod config;
 
 use anyhow::{Context, Result};
@@ -26,7 +28,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "mcp-tasks",
     version,
-    about = "Durable, long-running MCP tool calls (MCP Tasks)"
+    about = "Durable, long-running MCP tool calls (MCP Tasks)",
+    after_help = "Exit status of call and task result|watch: 0 completed, 1 the tool reported an error or the task failed, \
+2 usage or connection error, 3 cancelled, 130 detached by Ctrl-C."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -40,6 +44,32 @@ enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Key(KeyCommand),
+    /// Call a tool of an MCP server, as a task where the server offers it, and print its result.
+    #[command(
+        after_help = "Exit status: 0 completed, 1 the tool reported an error or the task failed, \
+2 usage or connection error, 3 cancelled, 130 detached by Ctrl-C."
+    )]
+    Call {
+        #[command(flatten)]
+        server: client::ServerArgs,
+        #[command(flatten)]
+        call: client::CallArgs,
+    },
+    /// Follow, fetch, cancel or list tasks.
+    Task {
+        #[command(flatten)]
+        server: client::ServerArgs,
+        #[command(subcommand)]
+        command: client::TaskCommand,
+    },
+    /// List a server's tools with each one's task support.
+    Tools {
+        #[command(flatten)]
+        server: client::ServerArgs,
+        /// Print JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -77,15 +107,40 @@ struct ServeArgs {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    let client_side = matches!(
+        cli.command,
+        Command::Call { .. } | Command::Task { .. } | Command::Tools { .. }
+    );
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| if client_side { "warn" } else { "info" }.into()),
         )
         .with_writer(std::io::stderr)
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    if client_side {
+        let status = runtime.block_on(async {
+            match cli.command {
+                Command::Call { server, call } => client::call(&server, call).await,
+                Command::Task { server, command } => client::task(&server, command).await,
+                Command::Tools { server, json } => client::tools(&server, json).await,
+                _ => Ok(client::exit::USAGE),
+            }
+        });
+        let code = match status {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                client::exit::USAGE
+            }
+        };
+        // Background tasks (an SSE reader) must not hold the exit.
+        runtime.shutdown_timeout(Duration::from_millis(100));
+        std::process::exit(code);
+    }
     match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args)),
         Command::Key(KeyCommand::New { principal }) => {
@@ -99,6 +154,7 @@ fn main() -> Result<()> {
             println!("# calls_per_minute = 1200   # no rate limit unless set");
             Ok(())
         }
+        Command::Call { .. } | Command::Task { .. } | Command::Tools { .. } => Ok(()),
     }
 }
 

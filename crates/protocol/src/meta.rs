@@ -27,3 +27,7 @@ pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 /// The tasks extension identifier (SEP-2663).
 pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+/// mcp-tasks extension: the experimental server capability (`capabilities.experimental[…] = {}`)
+/// saying that the server honours [`IDEMPOTENCY_KEY`], so a client may retry a create whose answer
+/// it lost without starting a second job.
+pub const IDEMPOTENCY_CAPABILITY: &str = "io.github.mcp-tasks/idempotency";

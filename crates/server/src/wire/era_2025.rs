@@ -88,8 +88,9 @@ pub(crate) async fn initialize(
     if version::has_session_tasks(negotiated) {
         caps["tasks"] = json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}});
     }
+    caps["experimental"] = json!({meta::IDEMPOTENCY_CAPABILITY: {}});
     if async_tools {
-        caps["experimental"] = json!({ASYNC_TOOLS_CAPABILITY: {}});
+        caps["experimental"][ASYNC_TOOLS_CAPABILITY] = json!({});
     }
     let mut result = json!({
         "protocolVersion": negotiated,

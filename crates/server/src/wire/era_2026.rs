@@ -243,6 +243,7 @@ fn discover(server: &Server) -> Value {
     let mut caps = json!({
         "tools": {"listChanged": false},
         "extensions": {meta::TASKS_EXTENSION: {}},
+        "experimental": {meta::IDEMPOTENCY_CAPABILITY: {}},
         "logging": {},
     });
     if let Value::Object(c) = &mut caps {

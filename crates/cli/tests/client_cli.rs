@@ -1,0 +1,344 @@
+//! `mcp-tasks call` / `task …` / `tools` against our own server, on both wires, as a script would
+//! run them: exit statuses, stdout, stderr, and a second process resuming a detached task.
+
+mod common;
+
+use common::{bin, ServerProcess};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The two wires: 2026-07-28 (found by `server/discover`), and 2025-11-25 (`--no-2026`).
+const WIRES: [&[&str]; 2] = [&[], &["--no-2026"]];
+
+struct Cli {
+    url: String,
+    state: tempfile::TempDir,
+}
+
+impl Cli {
+    fn new(server: &ServerProcess) -> Cli {
+        Cli {
+            url: server.url.clone(),
+            state: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(bin());
+        c.args(args)
+            .env("XDG_STATE_HOME", self.state.path())
+            .env("MCP_TASKS_URL", &self.url)
+            .env_remove("MCP_TASKS_KEY")
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Runs to the end (at most 60 s).
+    fn run(&self, args: &[&str]) -> Output {
+        let mut child = self
+            .cmd(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "mcp-tasks {args:?} hung"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.wait_with_output().unwrap()
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn args<'a>(wire: &[&'a str], rest: &[&'a str]) -> Vec<&'a str> {
+    let mut v: Vec<&str> = rest.to_vec();
+    v.extend_from_slice(wire);
+    v
+}
+
+#[test]
+fn a_task_with_progress_prints_its_result_on_both_wires() {
+    let server = ServerProcess::start(&["--store", "memory:", "--demo"]);
+    let cli = Cli::new(&server);
+    for wire in WIRES {
+        let out = cli.run(&args(
+            wire,
+            &["call", "slow_compute", "seconds=2", "label=p"],
+        ));
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{wire:?}: {stderr}");
+        assert_eq!(
+            stdout, "slow_compute (p) finished after 2 seconds\n",
+            "{wire:?}"
+        );
+        assert!(
+            stderr.contains("working 1/2"),
+            "{wire:?}: progress shown: {stderr}"
+        );
+        assert!(stderr.contains("completed"), "{wire:?}: {stderr}");
+        // --json prints the whole CallToolResult.
+        let out = cli.run(&args(
+            wire,
+            &["call", "--json", "slow_compute", "seconds=0", "-q"],
+        ));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["content"][0]["type"], "text", "{wire:?}: {v}");
+        assert!(
+            out.stderr.is_empty(),
+            "{wire:?}: --quiet: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn failures_and_tool_errors_exit_1_and_bad_arguments_exit_2() {
+    let server = ServerProcess::start(&["--store", "memory:", "--demo"]);
+    let cli = Cli::new(&server);
+    for wire in WIRES {
+        let out = cli.run(&args(wire, &["call", "failing_job"]));
+        assert_eq!(out.status.code(), Some(1), "{wire:?}");
+        assert!(text(&out.stdout).contains("failed on purpose"), "{wire:?}");
+        assert!(
+            text(&out.stderr).contains("the tool reported an error"),
+            "{wire:?}"
+        );
+        let out = cli.run(&args(wire, &["call", "protocol_error_job"]));
+        assert_eq!(out.status.code(), Some(1), "{wire:?}");
+        assert!(
+            text(&out.stderr).contains("(error -32603)"),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+        // Checked against the input schema before anything runs; the message names the field.
+        let out = cli.run(&args(wire, &["call", "slow_compute", "seconds=soon"]));
+        assert_eq!(out.status.code(), Some(2), "{wire:?}");
+        assert!(
+            text(&out.stderr).contains("seconds: \"soon\" is not of type \"number\""),
+            "{}",
+            text(&out.stderr)
+        );
+        let out = cli.run(&args(wire, &["call", "no_such_tool"]));
+        assert_eq!(out.status.code(), Some(2));
+        assert!(
+            text(&out.stderr).contains("has no tool \"no_such_tool\""),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    // A server that is not there: exit 2 and a message that says which.
+    let out = cli.run(&["call", "--url", "http://127.0.0.1:9/mcp", "greet", "name=x"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("cannot talk MCP with http://127.0.0.1:9/mcp"));
+}
+
+#[test]
+fn questions_are_answered_with_answer_flags_or_declined() {
+    let server = ServerProcess::start(&["--store", "memory:", "--demo"]);
+    let cli = Cli::new(&server);
+    for wire in WIRES {
+        let out = cli.run(&args(
+            wire,
+            &[
+                "call",
+                "confirm_delete",
+                "filename=a.txt",
+                "--answer",
+                "confirm=yes",
+            ],
+        ));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stdout).starts_with("Deleted a.txt"),
+            "{wire:?}: {}",
+            text(&out.stdout)
+        );
+        // No terminal, no answer: declined, and the CLI says how to answer.
+        let out = cli.run(&args(wire, &["call", "confirm_delete", "filename=b.txt"]));
+        assert_eq!(out.status.code(), Some(0), "{wire:?}");
+        assert!(
+            text(&out.stdout).starts_with("Kept b.txt"),
+            "{wire:?}: {}",
+            text(&out.stdout)
+        );
+        assert!(
+            text(&out.stderr).contains("give --answer confirm=VALUE"),
+            "{}",
+            text(&out.stderr)
+        );
+        // Sampling: refused without a command (the tool sees the refusal on 2025; 2026 cannot send
+        // one back and says so), answered by --sampling-command.
+        let sampler = r#"cat >/dev/null; echo '{"role":"assistant","content":{"type":"text","text":"autumn leaves fall"},"model":"test"}'"#;
+        let out = cli.run(&args(
+            wire,
+            &[
+                "call",
+                "write_haiku",
+                "topic=fall",
+                "--sampling-command",
+                sampler,
+            ],
+        ));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stdout).contains("autumn leaves fall"),
+            "{wire:?}: {}",
+            text(&out.stdout)
+        );
+    }
+}
+
+#[test]
+fn a_detached_task_is_resumed_cancelled_and_listed_from_other_processes() {
+    let server = ServerProcess::start(&["--store", "memory:", "--demo"]);
+    let cli = Cli::new(&server);
+    for wire in WIRES {
+        let out = cli.run(&args(
+            wire,
+            &["call", "slow_compute", "seconds=1", "--detach"],
+        ));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+        let id = text(&out.stdout).trim().to_string();
+        assert!(
+            text(&out.stderr).contains(&format!("mcp-tasks task result {id} --url")),
+            "{}",
+            text(&out.stderr)
+        );
+        // Another process, no --url: the remembered reference (with the 2025 session) is enough.
+        let mut c = cli.cmd(&["task", "result", &id]);
+        c.env_remove("MCP_TASKS_URL");
+        let out = c.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(
+            text(&out.stdout),
+            "slow_compute finished after 1 seconds\n",
+            "{wire:?}"
+        );
+        let out = cli.run(&["task", "get", &id, "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{wire:?}: {e}: {}", text(&out.stderr)));
+        assert_eq!(v["status"], "completed", "{wire:?}");
+
+        // Cancel a long one from a third process; its result then exits 3.
+        let out = cli.run(&args(
+            wire,
+            &["call", "slow_compute", "seconds=60", "--detach"],
+        ));
+        let long = text(&out.stdout).trim().to_string();
+        let out = cli.run(&["task", "cancel", &long]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(text(&out.stdout).contains("cancelled"));
+        let out = cli.run(&["task", "result", &long]);
+        assert_eq!(
+            out.status.code(),
+            Some(3),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+
+        let out = cli.run(&["task", "list", "--local"]);
+        assert!(text(&out.stdout).contains(&id) && text(&out.stdout).contains(&long));
+    }
+    let out = cli.run(&["task", "get", "no-such-task"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("does not know this task"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn ctrl_c_detaches_or_cancels() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let server = ServerProcess::start(&["--store", "memory:", "--demo"]);
+    let cli = Cli::new(&server);
+    for cancel in [false, true] {
+        let mut a = vec!["call", "slow_compute", "seconds=60"];
+        if cancel {
+            a.push("--cancel-on-interrupt");
+        }
+        let child = cli
+            .cmd(&a)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Wait until the task exists (it is remembered when created).
+        let tasks = cli.state.path().join("mcp-tasks/tasks");
+        assert!(common::eventually(Duration::from_secs(20), || {
+            std::fs::read_dir(&tasks).map(|d| d.count()).unwrap_or(0) > usize::from(cancel)
+        }));
+        std::thread::sleep(Duration::from_millis(300));
+        kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = text(&out.stderr);
+        if cancel {
+            assert_eq!(out.status.code(), Some(3), "{stderr}");
+            assert!(stderr.contains("cancelling task"), "{stderr}");
+        } else {
+            assert_eq!(out.status.code(), Some(130), "{stderr}");
+            assert!(
+                stderr.contains("detached from task") && stderr.contains("mcp-tasks task result"),
+                "{stderr}"
+            );
+        }
+    }
+}
+
+#[test]
+fn tools_lists_task_support() {
+    let server = ServerProcess::start(&["--store", "memory:", "--demo"]);
+    let cli = Cli::new(&server);
+    let out = cli.run(&["tools", "--no-2026"]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("failing_job") && l.contains("required")),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("slow_compute") && l.contains("optional")),
+        "{stdout}"
+    );
+    assert!(text(&out.stderr).contains("(2025-11-25)"));
+    let out = cli.run(&["tools"]);
+    assert!(text(&out.stderr).contains("(2026-07-28)"));
+    assert!(text(&out.stdout).contains("server decides"));
+}

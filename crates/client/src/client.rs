@@ -1,0 +1,445 @@
+//! A connection to one MCP server: finds the wire, frames requests for it, and answers what the
+//! server asks on the way.
+
+use mcp_tasks_protocol::jsonrpc::{Message, Notification, RequestId};
+use mcp_tasks_protocol::mcp_2025::TaskSupport;
+use mcp_tasks_protocol::{meta, version};
+use serde_json::{json, Map, Value};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use crate::error::{ClientError, Result};
+use crate::http::{HttpEndpoint, HttpTransport, Route};
+use crate::input::{self, InputHandler, NoInput};
+use crate::wire::Wire;
+
+pub use mcp_tasks_protocol::meta::IDEMPOTENCY_CAPABILITY;
+
+/// How to connect.
+#[derive(Clone)]
+pub struct ConnectOptions {
+    /// This client's name, sent as `clientInfo`.
+    pub client_name: String,
+    /// This client's version.
+    pub client_version: String,
+    /// Answers the server's questions.
+    pub input: Arc<dyn InputHandler>,
+    /// Skip `server/discover` and speak 2025-11-25 (or older) through `initialize`.
+    pub no_2026: bool,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            client_name: "mcp-tasks-client".into(),
+            client_version: env!("CARGO_PKG_VERSION").into(),
+            input: Arc::new(NoInput),
+            no_2026: false,
+        }
+    }
+}
+
+impl std::fmt::Debug for ConnectOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectOptions")
+            .field("client_name", &self.client_name)
+            .field("no_2026", &self.no_2026)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A tool as a server lists it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolInfo {
+    /// Its name.
+    pub name: String,
+    /// Its description, if any.
+    pub description: Option<String>,
+    /// The JSON schema of its arguments.
+    pub input_schema: Value,
+    /// 2025-11-25 `execution.taskSupport`; `None` on wires where the server decides per call.
+    pub task_support: Option<TaskSupport>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) http: HttpTransport,
+    pub(crate) wire: Wire,
+    pub(crate) tasks: bool,
+    pub(crate) keys_honoured: bool,
+    pub(crate) server_info: Value,
+    pub(crate) capabilities: Value,
+    pub(crate) input: Arc<dyn InputHandler>,
+    options: ConnectOptions,
+    next_id: AtomicI64,
+}
+
+/// A connection to an MCP server over Streamable HTTP. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("url", &self.inner.http.url())
+            .field("wire", &self.inner.wire)
+            .field("tasks", &self.inner.tasks)
+            .finish()
+    }
+}
+
+impl Client {
+    /// Connects and finds the wire: `server/discover` offering the tasks extension → 2026-07-28;
+    /// else `initialize` → 2025-11-25 (tasks when the server declares them) or an older revision.
+    pub async fn connect(endpoint: &HttpEndpoint, options: ConnectOptions) -> Result<Client> {
+        let mut discovered: Option<Value> = None;
+        let http = HttpTransport::new(endpoint)?;
+        let http = if options.no_2026 {
+            http
+        } else {
+            let mut probe = Inner::new(http, Wire::V2026, options.clone());
+            match probe
+                .request_raw("server/discover", json!({}), None, &|_| {})
+                .await
+            {
+                Ok(r) => {
+                    let offers_2026 = r
+                        .get("supportedVersions")
+                        .and_then(Value::as_array)
+                        .is_some_and(|v| v.iter().any(|x| x == version::V2026_07_28));
+                    let caps = r.get("capabilities").cloned().unwrap_or(json!({}));
+                    if offers_2026 && caps["extensions"].get(meta::TASKS_EXTENSION).is_some() {
+                        probe.tasks = true;
+                        probe.keys_honoured = honours_keys(&caps);
+                        probe.server_info = r
+                            .get("_meta")
+                            .and_then(|m| m.get(meta::SERVER_INFO))
+                            .cloned()
+                            .or_else(|| r.get("serverInfo").cloned())
+                            .unwrap_or(Value::Null);
+                        probe.capabilities = caps;
+                        return Ok(Client {
+                            inner: Arc::new(probe),
+                        });
+                    }
+                    if offers_2026 {
+                        discovered = Some(caps);
+                    }
+                }
+                // Not a 2026 server (the method is unknown, or it wants a session): try initialize.
+                Err(e @ ClientError::Connection { .. }) => return Err(e),
+                Err(_) => {}
+            }
+            probe.http
+        };
+        let mut inner = Inner::new(http, Wire::V2025, options.clone());
+        match inner.initialize().await {
+            Ok(()) => Ok(Client {
+                inner: Arc::new(inner),
+            }),
+            Err(e) => match discovered {
+                // A 2026 server without the tasks extension and without sessions: plain calls.
+                Some(caps) => {
+                    inner.http.set_session(None);
+                    inner.wire = Wire::V2026;
+                    inner.tasks = false;
+                    inner.capabilities = caps;
+                    Ok(Client {
+                        inner: Arc::new(inner),
+                    })
+                }
+                None => Err(e),
+            },
+        }
+    }
+
+    /// Connects to continue with an existing task: the wire and (2025-11-25) session the reference
+    /// names, without a new handshake.
+    pub async fn resume(
+        endpoint: &HttpEndpoint,
+        wire: Wire,
+        session: Option<String>,
+        options: ConnectOptions,
+    ) -> Result<Client> {
+        let http = HttpTransport::new(endpoint)?;
+        let mut inner = Inner::new(http, wire.clone(), options);
+        inner.tasks = true;
+        if wire == Wire::V2025 {
+            inner.http.set_version(Some(version::V2025_11_25.into()));
+            inner.http.set_session(session);
+        }
+        Ok(Client {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The wire this connection speaks.
+    pub fn wire(&self) -> &Wire {
+        &self.inner.wire
+    }
+
+    /// Whether the server runs tools as tasks on this wire.
+    pub fn has_tasks(&self) -> bool {
+        self.inner.tasks
+    }
+
+    /// The MCP endpoint.
+    pub fn url(&self) -> &str {
+        self.inner.http.url()
+    }
+
+    /// The 2025-11-25 session id, if any.
+    pub fn session(&self) -> Option<String> {
+        self.inner.http.session()
+    }
+
+    /// The server's `Implementation` (name, version), when it said.
+    pub fn server_info(&self) -> &Value {
+        &self.inner.server_info
+    }
+
+    /// The server's capabilities.
+    pub fn capabilities(&self) -> &Value {
+        &self.inner.capabilities
+    }
+
+    /// Sends a request and returns its result; notifications that arrive on the way go to
+    /// `on_note`, and the server's questions to the input handler.
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        on_note: &(dyn Fn(&Notification) + Sync),
+    ) -> Result<Value> {
+        self.inner.request_raw(method, params, None, on_note).await
+    }
+
+    /// The server's tools (every page).
+    pub async fn list_tools(&self) -> Result<Vec<ToolInfo>> {
+        let mut out = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..1000 {
+            let params = match &cursor {
+                Some(c) => json!({"cursor": c}),
+                None => json!({}),
+            };
+            let r = self.request("tools/list", params, &|_| {}).await?;
+            let tools = r.get("tools").and_then(Value::as_array).ok_or_else(|| {
+                ClientError::protocol("tools/list: the result has no tools array")
+            })?;
+            for t in tools {
+                let Some(name) = t.get("name").and_then(Value::as_str) else {
+                    continue;
+                };
+                let task_support = match self.inner.wire {
+                    Wire::V2025 => Some(
+                        t.pointer("/execution/taskSupport")
+                            .and_then(|v| serde_json::from_value(v.clone()).ok())
+                            .unwrap_or_default(),
+                    ),
+                    _ => None,
+                };
+                out.push(ToolInfo {
+                    name: name.to_string(),
+                    description: t
+                        .get("description")
+                        .and_then(Value::as_str)
+                        .map(str::to_string),
+                    input_schema: t
+                        .get("inputSchema")
+                        .cloned()
+                        .unwrap_or(json!({"type": "object"})),
+                    task_support,
+                });
+            }
+            match r.get("nextCursor").and_then(Value::as_str) {
+                Some(c) if !c.is_empty() => cursor = Some(c.to_string()),
+                _ => return Ok(out),
+            }
+        }
+        Err(ClientError::protocol("tools/list: more than 1000 pages"))
+    }
+
+    /// Ends a 2025-11-25 session (`DELETE`). A detached client leaves it open instead, so its tasks
+    /// stay reachable.
+    pub async fn close(&self) {
+        self.inner.http.end_session().await;
+    }
+}
+
+fn honours_keys(caps: &Value) -> bool {
+    caps.pointer("/experimental")
+        .and_then(|e| e.get(IDEMPOTENCY_CAPABILITY))
+        .is_some()
+}
+
+impl Inner {
+    fn new(http: HttpTransport, wire: Wire, options: ConnectOptions) -> Inner {
+        if wire.is_stateless() {
+            http.set_version(Some(version::V2026_07_28.into()));
+        }
+        Inner {
+            http,
+            wire,
+            tasks: false,
+            keys_honoured: false,
+            server_info: Value::Null,
+            capabilities: Value::Null,
+            input: options.input.clone(),
+            options,
+            next_id: AtomicI64::new(1),
+        }
+    }
+
+    /// The capabilities this client declares (the input it can answer).
+    fn client_capabilities(&self, stateless: bool) -> Value {
+        let mut caps = Map::new();
+        if self.input.can_elicit() {
+            caps.insert("elicitation".into(), json!({"form": {}, "url": {}}));
+        }
+        if self.input.can_sample() {
+            caps.insert("sampling".into(), json!({}));
+        }
+        if stateless {
+            caps.insert("extensions".into(), json!({meta::TASKS_EXTENSION: {}}));
+        }
+        Value::Object(caps)
+    }
+
+    async fn initialize(&mut self) -> Result<()> {
+        self.http.set_version(None);
+        let params = json!({
+            "protocolVersion": version::V2025_11_25,
+            "capabilities": self.client_capabilities(false),
+            "clientInfo": {"name": self.options.client_name, "version": self.options.client_version},
+        });
+        let r = self
+            .request_raw("initialize", params, None, &|_| {})
+            .await?;
+        let v = r
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ClientError::protocol("initialize: the result has no protocolVersion"))?
+            .to_string();
+        let caps = r.get("capabilities").cloned().unwrap_or(json!({}));
+        self.tasks =
+            v == version::V2025_11_25 && caps.pointer("/tasks/requests/tools/call").is_some();
+        self.keys_honoured = honours_keys(&caps);
+        self.wire = match Wire::from_version(&v) {
+            Some(Wire::V2025) => Wire::V2025,
+            _ => Wire::Legacy(v.clone()),
+        };
+        self.server_info = r.get("serverInfo").cloned().unwrap_or(Value::Null);
+        self.capabilities = caps;
+        self.http.set_version(Some(v));
+        self.notify("notifications/initialized", json!({})).await
+    }
+
+    fn next_id(&self) -> RequestId {
+        RequestId::Number(self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// `params` with what this wire puts in every request's `_meta`; `declare_tasks` declares the
+    /// tasks extension (2026-07-28), which lets the server answer a call with a task.
+    fn framed(&self, mut params: Value, declare_tasks: bool) -> Value {
+        if self.wire.is_stateless() {
+            if !params.is_object() {
+                params = json!({});
+            }
+            let m = params.as_object_mut().and_then(|p| {
+                p.entry("_meta")
+                    .or_insert_with(|| json!({}))
+                    .as_object_mut()
+            });
+            if let Some(m) = m {
+                m.insert(meta::PROTOCOL_VERSION.into(), json!(version::V2026_07_28));
+                m.insert(
+                    meta::CLIENT_CAPABILITIES.into(),
+                    self.client_capabilities(declare_tasks),
+                );
+                m.insert(
+                    meta::CLIENT_INFO.into(),
+                    json!({"name": self.options.client_name, "version": self.options.client_version}),
+                );
+            }
+        }
+        params
+    }
+
+    pub(crate) async fn notify(&self, method: &str, params: Value) -> Result<()> {
+        let body = Message::notification(method, self.framed(params, true)).to_value();
+        let route = self
+            .wire
+            .is_stateless()
+            .then_some(Route { method, name: None });
+        let mut ex = self.http.post(&body, route, method).await?;
+        while ex.next().await.is_some() {}
+        Ok(())
+    }
+
+    /// One request, framed for the wire; `name` is the `Mcp-Name` routing value (a tool or a task).
+    pub(crate) async fn request_raw(
+        &self,
+        method: &str,
+        params: Value,
+        name: Option<&str>,
+        on_note: &(dyn Fn(&Notification) + Sync),
+    ) -> Result<Value> {
+        self.request_framed(method, params, name, true, on_note)
+            .await
+    }
+
+    /// [`Inner::request_raw`], saying whether a 2026 request declares the tasks extension.
+    pub(crate) async fn request_framed(
+        &self,
+        method: &str,
+        params: Value,
+        name: Option<&str>,
+        declare_tasks: bool,
+        on_note: &(dyn Fn(&Notification) + Sync),
+    ) -> Result<Value> {
+        let id = self.next_id();
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": id.to_value(),
+            "method": method,
+            "params": self.framed(params, declare_tasks),
+        });
+        let route = self.wire.is_stateless().then_some(Route { method, name });
+        let mut ex = self.http.post(&body, route, method).await?;
+        while let Some(m) = ex.next().await {
+            match m? {
+                Message::Response(r) if r.id == id => return Ok(r.result),
+                Message::Error(e) if e.id.as_ref().is_none_or(|i| *i == id) => {
+                    return Err(ClientError::Rpc {
+                        method: method.to_string(),
+                        code: e.error.code,
+                        message: e.error.message,
+                        data: e.error.data,
+                    });
+                }
+                Message::Request(r) => {
+                    let params = r.params.clone().unwrap_or(json!({}));
+                    let answer = input::answer(&*self.input, &r.method, &params).await;
+                    if !input::is_question(&r.method) && answer.is_err() {
+                        tracing::debug!(method = %r.method, "answered a server request we do not offer");
+                    }
+                    let reply = Message::reply(r.id.clone(), answer).to_value();
+                    let mut done = self
+                        .http
+                        .post(&reply, None, "answer the server's request")
+                        .await?;
+                    while done.next().await.is_some() {}
+                }
+                Message::Notification(n) => on_note(&n),
+                Message::Response(_) | Message::Error(_) => {} // not ours
+            }
+        }
+        Err(ClientError::Connection {
+            context: method.to_string(),
+            source: "the server closed the stream before answering".into(),
+            not_sent: false,
+        })
+    }
+}
