@@ -4,6 +4,7 @@
 #   - interop/ext-tasks: the official MCP Tasks client (@modelcontextprotocol/ext-tasks) on the TypeScript SDK v2 client (npm ci)
 #   - interop/python: the official Python SDK v1 client (a venv from requirements.txt)
 #   - conformance: the official MCP conformance suite and Node 22 to run it (npm ci)
+#   - interop/rmcp-server: an rmcp 3.11.0 task server for the client's tests (cargo build --locked)
 #   - valgrind (Debian package, when missing): the performance guard counts instructions with callgrind
 #   - nginx-light (Debian package, when missing): the load balancer in front of three replicas
 # then runs the Rust test suites (unit, property, HTTP/stdio integration, crash, interop) and doc tests.
@@ -49,6 +50,10 @@ if [ "$(cat interop/python/.venv/.mcp-tasks-stamp 2>/dev/null)" != "$py_stamp" ]
 else
   echo "    up to date"
 fi
+
+echo "==> interop/rmcp-server: cargo build --locked (rmcp 3.11.0 task server the client is tested against)"
+export MCP_TASKS_INTEROP_TARGET="${MCP_TASKS_INTEROP_TARGET:-$HOME/.cache/mcp-tasks/interop-target}"
+CARGO_TARGET_DIR="$MCP_TASKS_INTEROP_TARGET" cargo build --quiet --locked --manifest-path interop/rmcp-server/Cargo.toml
 
 echo "==> valgrind (the performance guard counts instructions with callgrind)"
 if command -v valgrind >/dev/null 2>&1; then

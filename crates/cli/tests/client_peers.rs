@@ -1,0 +1,188 @@
+//! `mcp-tasks call` / `task …` against servers no one here wrote: the official TypeScript SDK v1
+//! server with its experimental tasks API (2025-11-25 wire, `interop/ts/task-server.mjs`) and an
+//! rmcp 3 server with its `TaskManager` (2026-07-28 wire, `interop/rmcp-server`). Each offers `count`
+//! (status messages while it runs), `fail` (a tool error) and `ask` (an elicitation).
+
+mod common;
+
+use common::{bin, repo_root};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+struct Peer {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Peer {
+    fn start(mut cmd: Command) -> Peer {
+        let mut child = cmd
+            .current_dir(repo_root())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the peer server");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            if let Some(Ok(line)) = lines.next() {
+                let _ = tx.send(line);
+            }
+            for _ in lines {}
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the peer printed its URL");
+        let url = line
+            .strip_prefix("listening on ")
+            .expect("a listening line")
+            .trim()
+            .to_string();
+        Peer { child, url }
+    }
+
+    fn ts_sdk() -> Peer {
+        let modules = repo_root().join("interop/ts/node_modules/@modelcontextprotocol/sdk");
+        assert!(modules.exists(), "interop/ts/node_modules is missing: run `npm ci --prefix interop/ts` (scripts/test.sh does)");
+        let mut c = Command::new("node");
+        c.arg("interop/ts/task-server.mjs");
+        Peer::start(c)
+    }
+
+    fn rmcp() -> Peer {
+        Peer::start(Command::new(rmcp_server()))
+    }
+}
+
+/// The rmcp server, built with its own pinned lock file (scripts/test.sh builds it first; this
+/// builds it when run on its own).
+fn rmcp_server() -> PathBuf {
+    let target = std::env::var_os("MCP_TASKS_INTEROP_TARGET")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/mcp-tasks/interop-target")
+        });
+    let status = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--quiet",
+            "--locked",
+            "--manifest-path",
+            "interop/rmcp-server/Cargo.toml",
+        ])
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(repo_root())
+        .status()
+        .expect("run cargo");
+    assert!(status.success(), "building interop/rmcp-server failed");
+    target.join("debug/mcp-interop-rmcp-server")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+struct Cli {
+    url: String,
+    state: tempfile::TempDir,
+}
+
+impl Cli {
+    fn run(&self, args: &[&str]) -> Output {
+        let mut child = Command::new(bin())
+            .args(args)
+            .env("XDG_STATE_HOME", self.state.path())
+            .env("MCP_TASKS_URL", &self.url)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "mcp-tasks {args:?} hung"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.wait_with_output().unwrap()
+    }
+}
+
+/// The same scenario against a peer speaking `wire`.
+fn scenario(peer: &Peer, wire: &str) {
+    let cli = Cli {
+        url: peer.url.clone(),
+        state: tempfile::tempdir().unwrap(),
+    };
+    let out = cli.run(&["tools"]);
+    assert!(
+        text(&out.stderr).contains(&format!("({wire})")),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // A task with status messages: shown on stderr, the result on stdout.
+    let out = cli.run(&["call", "count", "seconds=2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "counted to 2\n");
+    assert!(
+        text(&out.stderr).contains("1 of 2"),
+        "progress shown: {}",
+        text(&out.stderr)
+    );
+
+    // A tool error: exit 1.
+    let out = cli.run(&["call", "fail"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "fail: on purpose\n");
+
+    // An elicitation answered with --answer, and one left unanswered (declined).
+    let out = cli.run(&["call", "ask", "--answer", "confirm=yes"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "confirm=true\n");
+    let out = cli.run(&["call", "ask"]);
+    assert_eq!(
+        text(&out.stdout),
+        "action=decline\n",
+        "{}",
+        text(&out.stderr)
+    );
+
+    // Detach, then the result from a second process (no --url: the remembered reference).
+    let out = cli.run(&["call", "count", "seconds=1", "--detach"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let id = text(&out.stdout).trim().to_string();
+    let out = cli.run(&["task", "result", &id, "--url", &peer.url]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "counted to 1\n");
+
+    // Cancel from another process; the result then exits 3.
+    let out = cli.run(&["call", "count", "seconds=60", "--detach"]);
+    let long = text(&out.stdout).trim().to_string();
+    let out = cli.run(&["task", "cancel", &long]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = cli.run(&["task", "result", &long]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+}
+
+#[test]
+fn the_cli_drives_the_typescript_sdk_v1_server() {
+    scenario(&Peer::ts_sdk(), "2025-11-25");
+}
+
+#[test]
+fn the_cli_drives_an_rmcp_3_server() {
+    scenario(&Peer::rmcp(), "2026-07-28");
+}
