@@ -7,6 +7,7 @@
 #   - interop/rmcp-server: an rmcp 3.11.0 task server for the client's tests (cargo build --locked)
 #   - valgrind (Debian package, when missing): the performance guard counts instructions with callgrind
 #   - nginx-light (Debian package, when missing): the load balancer in front of three replicas
+#   - tmux (Debian package, when missing): the client's terminal tests type into a real terminal
 # then runs the Rust test suites (unit, property, HTTP/stdio integration, crash, interop) and doc tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -74,6 +75,17 @@ else
   run_root apt-get install -y -qq nginx-light=1.22.1-9+deb12u11 >/dev/null 2>&1 \
     || run_root apt-get install -y -qq nginx-light >/dev/null
   echo "    $(PATH="$PATH:/usr/sbin" nginx -v 2>&1)"
+fi
+
+echo "==> tmux (the client's terminal tests run mcp-tasks call in a real terminal)"
+if command -v tmux >/dev/null 2>&1; then
+  echo "    $(tmux -V)"
+else
+  echo "    installing Debian's tmux (3.3a-3)"
+  run_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+  run_root apt-get update -qq
+  run_root apt-get install -y -qq tmux=3.3a-3 >/dev/null 2>&1 || run_root apt-get install -y -qq tmux >/dev/null
+  echo "    $(tmux -V)"
 fi
 
 echo "==> cargo fmt --check and clippy (warnings are errors)"

@@ -174,6 +174,11 @@ impl Display {
         }
     }
 
+    /// The bar, when there is one (prompts hide it while they are up).
+    pub fn bar(&self) -> Option<ProgressBar> {
+        self.bar.clone()
+    }
+
     /// Removes the bar.
     pub fn finish(&self) {
         if let Some(b) = &self.bar {

@@ -3,22 +3,33 @@
 //! to `--sampling-command`, or is refused.
 
 use futures::future::BoxFuture;
+use indicatif::ProgressBar;
 use mcp_tasks_client::InputHandler;
 use serde_json::{json, Map, Value};
+use std::io::IsTerminal;
 use std::process::Stdio;
 use tokio::io::AsyncWriteExt;
 
 use super::args::split_pair;
+use super::prompt::{self, Answer};
 
-/// Answers from the command line.
+/// Answers from the command line, and from the person at the terminal when there is one.
 pub struct CliInput {
     answers: Map<String, Value>,
     sampling_command: Option<String>,
+    /// Prompts on the terminal (stdin and stderr are terminals).
+    interactive: bool,
+    /// The progress bar, hidden while a prompt is up.
+    bar: Option<ProgressBar>,
 }
 
 impl CliInput {
-    /// From `--answer` pairs and `--sampling-command`.
-    pub fn new(answers: &[String], sampling_command: Option<String>) -> anyhow::Result<CliInput> {
+    /// From `--answer` pairs and `--sampling-command`; `bar` is hidden while prompting.
+    pub fn new(
+        answers: &[String],
+        sampling_command: Option<String>,
+        bar: Option<ProgressBar>,
+    ) -> anyhow::Result<CliInput> {
         let mut m = Map::new();
         for a in answers {
             let (k, v) = split_pair(a).map_err(|e| anyhow::anyhow!("--answer {e}"))?;
@@ -27,7 +38,54 @@ impl CliInput {
         Ok(CliInput {
             answers: m,
             sampling_command: sampling_command.filter(|c| !c.trim().is_empty()),
+            interactive: std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
+            bar,
         })
+    }
+
+    /// The fields of `schema` answered with `--answer`, as their types want them.
+    fn given(&self, schema: &Value) -> Map<String, Value> {
+        let props = schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        props
+            .iter()
+            .filter_map(|(name, prop)| Some((name.clone(), coerce(self.answers.get(name)?, prop))))
+            .collect()
+    }
+
+    /// Prompts on the terminal for what `--answer` did not give (blocking, off the runtime's
+    /// threads, with the progress bar hidden).
+    async fn prompt(&self, message: &str, schema: &Value) -> Value {
+        let known = self.given(schema);
+        let all = schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .is_none_or(|p| p.keys().all(|k| known.contains_key(k)));
+        if all {
+            return json!({"action": "accept", "content": known});
+        }
+        let (message, schema, bar) = (message.to_string(), schema.clone(), self.bar.clone());
+        let asked = tokio::task::spawn_blocking(move || {
+            let run = || prompt::ask(&message, &schema, &known);
+            match bar {
+                Some(b) => b.suspend(run),
+                None => run(),
+            }
+        })
+        .await;
+        match asked {
+            Ok(Ok(Answer::Accept(content))) => json!({"action": "accept", "content": content}),
+            Ok(Ok(Answer::Decline)) => json!({"action": "decline"}),
+            Ok(Ok(Answer::Cancel)) => json!({"action": "cancel"}),
+            Ok(Err(e)) => {
+                eprintln!("cannot ask on the terminal ({e}); declined");
+                json!({"action": "decline"})
+            }
+            Err(_) => json!({"action": "cancel"}),
+        }
     }
 
     /// The form's content from the answers and defaults, or the names of required fields nobody
@@ -94,10 +152,22 @@ impl InputHandler for CliInput {
             let message = params.get("message").and_then(Value::as_str).unwrap_or("");
             if params.get("mode").and_then(Value::as_str) == Some("url") {
                 let url = params.get("url").and_then(Value::as_str).unwrap_or("");
-                eprintln!("The tool asks you to open {url}\n  {message}\n(declined: this client does not open links; open it yourself if you trust it)");
+                if self.interactive {
+                    let schema = json!({"type": "object", "properties": {}});
+                    eprintln!("\nThe tool asks you to open this link yourself (it is not opened for you):\n  {url}");
+                    return match self.prompt(message, &schema).await["action"].as_str() {
+                        Some("accept") => json!({"action": "accept"}),
+                        Some("decline") => json!({"action": "decline"}),
+                        _ => json!({"action": "cancel"}),
+                    };
+                }
+                eprintln!("The tool asks you to open {url}\n  {message}\n(declined: no terminal to ask on; open it yourself if you trust it)");
                 return json!({"action": "decline"});
             }
             let schema = params.get("requestedSchema").cloned().unwrap_or(json!({}));
+            if self.interactive {
+                return self.prompt(message, &schema).await;
+            }
             match self.fill(&schema) {
                 Ok(content) => json!({"action": "accept", "content": content}),
                 Err(missing) => {
@@ -161,7 +231,7 @@ mod tests {
 
     #[test]
     fn forms_fill_from_answers_and_defaults() {
-        let input = CliInput::new(&["confirm=yes".into(), "n=5".into()], None).unwrap();
+        let input = CliInput::new(&["confirm=yes".into(), "n=5".into()], None, None).unwrap();
         let schema = json!({"type": "object", "properties": {
             "confirm": {"type": "boolean"}, "n": {"type": "string"},
             "color": {"type": "string", "default": "red"}, "note": {"type": "string"}},
@@ -171,7 +241,7 @@ mod tests {
             Value::Object(c),
             json!({"confirm": true, "n": "5", "color": "red"})
         );
-        let none = CliInput::new(&[], None).unwrap();
+        let none = CliInput::new(&[], None, None).unwrap();
         assert_eq!(none.fill(&schema).unwrap_err(), vec!["confirm".to_string()]);
     }
 }

@@ -4,6 +4,7 @@ mod args;
 mod display;
 mod handles;
 mod input;
+mod prompt;
 
 use anyhow::{anyhow, Context, Result};
 use mcp_tasks_client::{
@@ -308,9 +309,11 @@ pub async fn call(server: &ServerArgs, a: CallArgs) -> Result<i32> {
     // Ctrl-C is ours from the start: a task created before the wait began is still detached cleanly.
     let mut sigint = interrupts()?;
     let arguments = args::build(a.args.as_deref(), &a.pairs)?;
+    let display = Display::new(a.quiet);
     let input = Arc::new(input::CliInput::new(
         &a.answers,
         a.sampling_command.clone(),
+        display.bar(),
     )?);
     let client = connect(server, input).await?;
     let tools = client
@@ -326,7 +329,6 @@ pub async fn call(server: &ServerArgs, a: CallArgs) -> Result<i32> {
         ));
     };
     args::check(&a.tool, &tool.input_schema, &arguments)?;
-    let display = Display::new(a.quiet);
     let options = CallOptions {
         as_task: !a.no_task,
         ttl_ms: a.ttl.map(|s| s.saturating_mul(1000)),
@@ -452,19 +454,21 @@ pub async fn task(server: &ServerArgs, cmd: TaskCommand) -> Result<i32> {
             Ok(exit::OK)
         }
         TaskCommand::Result(a) => {
+            let display = Display::new(a.quiet);
             let input = Arc::new(input::CliInput::new(
                 &a.answers,
                 a.sampling_command.clone(),
+                display.bar(),
             )?);
             let mut sigint = interrupts()?;
             let t = open_task(server, &a.id, input).await?;
-            let display = Display::new(a.quiet);
             follow(&t, &display, a.json, false, &mut sigint).await
         }
         TaskCommand::Watch(a) => {
             let input = Arc::new(input::CliInput::new(
                 &a.answers,
                 a.sampling_command.clone(),
+                None,
             )?);
             let t = open_task(server, &a.id, input).await?;
             let last = std::sync::Mutex::new(None::<Value>);
