@@ -342,3 +342,100 @@ fn tools_lists_task_support() {
     assert!(text(&out.stderr).contains("(2026-07-28)"));
     assert!(text(&out.stdout).contains("server decides"));
 }
+
+#[test]
+fn a_stdio_server_is_driven_on_both_wires() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tasks.db");
+    let server = format!(
+        "{} serve --stdio --demo --store sqlite://{}",
+        bin().display(),
+        db.display()
+    );
+    let state = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(bin())
+            .args(args)
+            .env("XDG_STATE_HOME", state.path())
+            .env("RUST_LOG", "warn")
+            .env_remove("MCP_TASKS_URL")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    for wire in WIRES {
+        let out = run(&args(
+            wire,
+            &[
+                "call",
+                "--stdio",
+                &server,
+                "slow_compute",
+                "seconds=1",
+                "label=s",
+            ],
+        ));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(
+            text(&out.stdout),
+            "slow_compute (s) finished after 1 seconds\n"
+        );
+        let out = run(&args(
+            wire,
+            &[
+                "call",
+                "--stdio",
+                &server,
+                "confirm_delete",
+                "filename=f",
+                "--answer",
+                "confirm=yes",
+            ],
+        ));
+        assert!(
+            text(&out.stdout).starts_with("Deleted f"),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+        // A finished task, read back by a later process through a new server on the same store.
+        let out = run(&args(
+            wire,
+            &[
+                "call",
+                "--stdio",
+                &server,
+                "slow_compute",
+                "seconds=0",
+                "--detach",
+            ],
+        ));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stderr).contains("--stdio"),
+            "the resume hint names the command: {}",
+            text(&out.stderr)
+        );
+        let id = text(&out.stdout).trim().to_string();
+        let out = run(&["task", "get", &id, "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{wire:?}: {e}: {}", text(&out.stderr)));
+        assert!(v["taskId"] == id.as_str(), "{v}");
+    }
+    let out = run(&["tools", "--stdio", "/nonexistent/server"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("start the stdio server"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use crate::error::{ClientError, Result};
-use crate::http::{HttpEndpoint, HttpTransport, Route};
+use crate::http::Route;
 use crate::input::{self, InputHandler, NoInput};
+use crate::transport::{Endpoint, Transport};
 use crate::wire::Wire;
 
 pub use mcp_tasks_protocol::meta::IDEMPOTENCY_CAPABILITY;
@@ -62,7 +63,7 @@ pub struct ToolInfo {
 }
 
 pub(crate) struct Inner {
-    pub(crate) http: HttpTransport,
+    pub(crate) transport: Transport,
     pub(crate) wire: Wire,
     pub(crate) tasks: bool,
     pub(crate) keys_honoured: bool,
@@ -73,7 +74,7 @@ pub(crate) struct Inner {
     next_id: AtomicI64,
 }
 
-/// A connection to an MCP server over Streamable HTTP. Cheap to clone.
+/// A connection to an MCP server (Streamable HTTP or stdio). Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
     pub(crate) inner: Arc<Inner>,
@@ -82,7 +83,7 @@ pub struct Client {
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("url", &self.inner.http.url())
+            .field("url", &self.inner.transport.url())
             .field("wire", &self.inner.wire)
             .field("tasks", &self.inner.tasks)
             .finish()
@@ -92,9 +93,9 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// Connects and finds the wire: `server/discover` offering the tasks extension → 2026-07-28;
     /// else `initialize` → 2025-11-25 (tasks when the server declares them) or an older revision.
-    pub async fn connect(endpoint: &HttpEndpoint, options: ConnectOptions) -> Result<Client> {
+    pub async fn connect(endpoint: &Endpoint, options: ConnectOptions) -> Result<Client> {
         let mut discovered: Option<Value> = None;
-        let http = HttpTransport::new(endpoint)?;
+        let http = Transport::open(endpoint)?;
         let http = if options.no_2026 {
             http
         } else {
@@ -131,7 +132,7 @@ impl Client {
                 Err(e @ ClientError::Connection { .. }) => return Err(e),
                 Err(_) => {}
             }
-            probe.http
+            probe.transport
         };
         let mut inner = Inner::new(http, Wire::V2025, options.clone());
         match inner.initialize().await {
@@ -141,7 +142,7 @@ impl Client {
             Err(e) => match discovered {
                 // A 2026 server without the tasks extension and without sessions: plain calls.
                 Some(caps) => {
-                    inner.http.set_session(None);
+                    inner.transport.set_session(None);
                     inner.wire = Wire::V2026;
                     inner.tasks = false;
                     inner.capabilities = caps;
@@ -154,20 +155,27 @@ impl Client {
         }
     }
 
-    /// Connects to continue with an existing task: the wire and (2025-11-25) session the reference
-    /// names, without a new handshake.
+    /// Connects to continue with an existing task: the wire and (2025-11-25 over HTTP) session the
+    /// reference names, without a new handshake. A stdio server is a new process: on 2025-11-25 it
+    /// gets a new session through `initialize`.
     pub async fn resume(
-        endpoint: &HttpEndpoint,
+        endpoint: &Endpoint,
         wire: Wire,
         session: Option<String>,
         options: ConnectOptions,
     ) -> Result<Client> {
-        let http = HttpTransport::new(endpoint)?;
-        let mut inner = Inner::new(http, wire.clone(), options);
+        let transport = Transport::open(endpoint)?;
+        let mut inner = Inner::new(transport, wire.clone(), options);
         inner.tasks = true;
         if wire == Wire::V2025 {
-            inner.http.set_version(Some(version::V2025_11_25.into()));
-            inner.http.set_session(session);
+            if matches!(endpoint, Endpoint::Stdio(_)) {
+                inner.initialize().await?;
+            } else {
+                inner
+                    .transport
+                    .set_version(Some(version::V2025_11_25.into()));
+                inner.transport.set_session(session);
+            }
         }
         Ok(Client {
             inner: Arc::new(inner),
@@ -184,14 +192,14 @@ impl Client {
         self.inner.tasks
     }
 
-    /// The MCP endpoint.
-    pub fn url(&self) -> &str {
-        self.inner.http.url()
+    /// The MCP endpoint (`stdio:COMMAND` for a stdio server).
+    pub fn url(&self) -> String {
+        self.inner.transport.url()
     }
 
     /// The 2025-11-25 session id, if any.
     pub fn session(&self) -> Option<String> {
-        self.inner.http.session()
+        self.inner.transport.session()
     }
 
     /// The server's `Implementation` (name, version), when it said.
@@ -264,7 +272,7 @@ impl Client {
     /// Ends a 2025-11-25 session (`DELETE`). A detached client leaves it open instead, so its tasks
     /// stay reachable.
     pub async fn close(&self) {
-        self.inner.http.end_session().await;
+        self.inner.transport.end_session().await;
     }
 }
 
@@ -275,12 +283,12 @@ fn honours_keys(caps: &Value) -> bool {
 }
 
 impl Inner {
-    fn new(http: HttpTransport, wire: Wire, options: ConnectOptions) -> Inner {
+    fn new(transport: Transport, wire: Wire, options: ConnectOptions) -> Inner {
         if wire.is_stateless() {
-            http.set_version(Some(version::V2026_07_28.into()));
+            transport.set_version(Some(version::V2026_07_28.into()));
         }
         Inner {
-            http,
+            transport,
             wire,
             tasks: false,
             keys_honoured: false,
@@ -308,7 +316,7 @@ impl Inner {
     }
 
     async fn initialize(&mut self) -> Result<()> {
-        self.http.set_version(None);
+        self.transport.set_version(None);
         let params = json!({
             "protocolVersion": version::V2025_11_25,
             "capabilities": self.client_capabilities(false),
@@ -332,7 +340,7 @@ impl Inner {
         };
         self.server_info = r.get("serverInfo").cloned().unwrap_or(Value::Null);
         self.capabilities = caps;
-        self.http.set_version(Some(v));
+        self.transport.set_version(Some(v));
         self.notify("notifications/initialized", json!({})).await
     }
 
@@ -373,7 +381,7 @@ impl Inner {
             .wire
             .is_stateless()
             .then_some(Route { method, name: None });
-        let mut ex = self.http.post(&body, route, method).await?;
+        let mut ex = self.transport.post(&body, route, method).await?;
         while ex.next().await.is_some() {}
         Ok(())
     }
@@ -407,7 +415,7 @@ impl Inner {
             "params": self.framed(params, declare_tasks),
         });
         let route = self.wire.is_stateless().then_some(Route { method, name });
-        let mut ex = self.http.post(&body, route, method).await?;
+        let mut ex = self.transport.post(&body, route, method).await?;
         while let Some(m) = ex.next().await {
             match m? {
                 Message::Response(r) if r.id == id => return Ok(r.result),
@@ -427,7 +435,7 @@ impl Inner {
                     }
                     let reply = Message::reply(r.id.clone(), answer).to_value();
                     let mut done = self
-                        .http
+                        .transport
                         .post(&reply, None, "answer the server's request")
                         .await?;
                     while done.next().await.is_some() {}

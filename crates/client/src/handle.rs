@@ -366,7 +366,7 @@ impl TaskHandle {
     /// The reference a new process continues from.
     pub fn to_ref(&self) -> TaskRef {
         TaskRef {
-            url: self.client.url().to_string(),
+            url: self.client.url(),
             wire: self.client.wire().version().to_string(),
             task_id: self.id().to_string(),
             session: match self.client.wire() {

@@ -35,6 +35,10 @@ impl Exchange {
         self.rx.recv().await
     }
 
+    pub(crate) fn from_receiver(rx: mpsc::Receiver<Result<Message>>) -> Exchange {
+        Exchange { rx }
+    }
+
     fn of(items: Vec<Result<Message>>) -> Exchange {
         let (tx, rx) = mpsc::channel(items.len().max(1));
         for i in items {

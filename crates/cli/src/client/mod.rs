@@ -8,8 +8,8 @@ mod prompt;
 
 use anyhow::{anyhow, Context, Result};
 use mcp_tasks_client::{
-    CallOptions, Called, Client, ClientError, ConnectOptions, HttpEndpoint, TaskHandle,
-    TaskOutcome, TaskRef, TaskStatus, Wire,
+    CallOptions, Called, Client, ClientError, ConnectOptions, Endpoint, TaskHandle, TaskOutcome,
+    TaskRef, TaskStatus, Wire,
 };
 use serde_json::Value;
 use std::sync::Arc;
@@ -51,6 +51,15 @@ pub struct ServerArgs {
     /// The server's MCP endpoint.
     #[arg(long, env = "MCP_TASKS_URL", global = true)]
     pub url: Option<String>,
+    /// Run the server as a command speaking MCP on stdin/stdout instead ("COMMAND ARGS", split as a
+    /// shell would, without running one).
+    #[arg(
+        long,
+        value_name = "COMMAND ARGS",
+        global = true,
+        conflicts_with = "url"
+    )]
+    pub stdio: Option<String>,
     /// An extra HTTP header, `NAME:VALUE` (repeatable).
     #[arg(long = "header", value_name = "NAME:VALUE", global = true)]
     pub headers: Vec<String>,
@@ -66,22 +75,44 @@ pub struct ServerArgs {
 const DEFAULT_URL: &str = "http://127.0.0.1:8080/mcp";
 
 impl ServerArgs {
-    fn endpoint(&self, url: Option<&str>) -> Result<HttpEndpoint> {
-        let mut headers = Vec::new();
-        for h in &self.headers {
-            let (n, v) = h
-                .split_once(':')
-                .ok_or_else(|| anyhow!("--header {h:?} is not NAME:VALUE"))?;
-            headers.push((n.trim().to_string(), v.trim().to_string()));
+    fn headers(&self) -> Result<Vec<(String, String)>> {
+        self.headers
+            .iter()
+            .map(|h| {
+                let (n, v) = h
+                    .split_once(':')
+                    .ok_or_else(|| anyhow!("--header {h:?} is not NAME:VALUE"))?;
+                Ok((n.trim().to_string(), v.trim().to_string()))
+            })
+            .collect()
+    }
+
+    /// The endpoint: `reference` (a remembered task's) when given, else --stdio, --url or the default.
+    fn endpoint(&self, reference: Option<&str>) -> Result<Endpoint> {
+        let headers = self.headers()?;
+        if let Some(r) = reference {
+            return Ok(Endpoint::from_reference(r, headers, self.key.clone())?);
         }
-        Ok(HttpEndpoint {
-            url: url
-                .or(self.url.as_deref())
-                .unwrap_or(DEFAULT_URL)
-                .to_string(),
+        if let Some(cmd) = &self.stdio {
+            return Ok(Endpoint::Stdio(mcp_tasks_client::StdioCommand::parse(cmd)?));
+        }
+        Ok(Endpoint::Http(mcp_tasks_client::HttpEndpoint {
+            url: self.url.as_deref().unwrap_or(DEFAULT_URL).to_string(),
             headers,
             bearer: self.key.clone(),
-        })
+        }))
+    }
+
+    /// Whether the command line names a server (else a remembered task's is used).
+    fn names_server(&self) -> bool {
+        self.url.is_some() || self.stdio.is_some()
+    }
+}
+
+fn describe(e: &Endpoint) -> String {
+    match e {
+        Endpoint::Http(h) => h.url.clone(),
+        Endpoint::Stdio(c) => format!("the stdio server `{}`", c.line()),
     }
 }
 
@@ -200,7 +231,7 @@ async fn connect(
     o.no_2026 = server.no_2026;
     Client::connect(&endpoint, o)
         .await
-        .with_context(|| format!("cannot talk MCP with {}", endpoint.url))
+        .with_context(|| format!("cannot talk MCP with {}", describe(&endpoint)))
 }
 
 /// The exit status of an outcome.
@@ -286,11 +317,18 @@ fn result_text(r: &Value) -> String {
 }
 
 fn resume_hint(r: &TaskRef) -> String {
-    format!(
-        "mcp-tasks task result {} --url {}",
-        shell_word(&r.task_id),
-        shell_word(&r.url)
-    )
+    match r.url.strip_prefix(mcp_tasks_client::STDIO_PREFIX) {
+        Some(cmd) => format!(
+            "mcp-tasks task result {} --stdio {}",
+            shell_word(&r.task_id),
+            shell_word(cmd)
+        ),
+        None => format!(
+            "mcp-tasks task result {} --url {}",
+            shell_word(&r.task_id),
+            shell_word(&r.url)
+        ),
+    }
 }
 
 fn shell_word(s: &str) -> String {
@@ -352,6 +390,9 @@ pub async fn call(server: &ServerArgs, a: CallArgs) -> Result<i32> {
     }
     if a.detach {
         display.finish();
+        if server.stdio.is_some() {
+            eprintln!("note: a stdio server stops when this command exits, and its running tasks with it (a durable store then marks them interrupted, or runs them again if the tool is safe to retry)");
+        }
         out!("{}", task.id());
         eprintln!(
             "started task {}; resume with:\n  {}",
@@ -405,10 +446,16 @@ async fn open_task(
     input: Arc<dyn mcp_tasks_client::InputHandler>,
 ) -> Result<TaskHandle> {
     let remembered = handles::recall(id);
+    let ours = |r: &handles::Remembered| {
+        let named = match (&server.url, &server.stdio) {
+            (Some(u), _) => Some(u.clone()),
+            (_, Some(c)) => Some(format!("{}{c}", mcp_tasks_client::STDIO_PREFIX)),
+            _ => None,
+        };
+        named.is_none_or(|n| n == r.reference.url)
+    };
     match remembered {
-        Some(r)
-            if server.url.is_none() || server.url.as_deref() == Some(r.reference.url.as_str()) =>
-        {
+        Some(r) if ours(&r) => {
             let wire = Wire::from_version(&r.reference.wire)
                 .ok_or_else(|| anyhow!("task {id}: unknown wire {:?}", r.reference.wire))?;
             let endpoint = server.endpoint(Some(&r.reference.url))?;
@@ -419,9 +466,9 @@ async fn open_task(
             Ok(TaskHandle::attach(&client, id))
         }
         _ => {
-            if server.url.is_none() {
+            if !server.names_server() {
                 return Err(anyhow!(
-                    "this machine did not start task {id}: give the server with --url (or MCP_TASKS_URL)"
+                    "this machine did not start task {id}: give the server with --url (or MCP_TASKS_URL) or --stdio"
                 ));
             }
             let client = connect(server, input).await?;
@@ -541,7 +588,7 @@ async fn list(server: &ServerArgs, a: ListArgs) -> Result<i32> {
                     .flatten()
                 {
                     let mut t = t.clone();
-                    t["url"] = Value::String(client.url().to_string());
+                    t["url"] = Value::String(client.url());
                     rows.push(t);
                 }
                 match r.get("nextCursor").and_then(Value::as_str) {

@@ -1,0 +1,96 @@
+//! The two ways to reach a server, behind one interface: Streamable HTTP and stdio.
+
+use serde_json::Value;
+
+use crate::error::Result;
+use crate::http::{Exchange, HttpEndpoint, HttpTransport, Route};
+use crate::stdio::{StdioCommand, StdioTransport};
+
+/// Where a server is.
+#[derive(Clone, Debug)]
+pub enum Endpoint {
+    /// A Streamable HTTP endpoint.
+    Http(HttpEndpoint),
+    /// A command that serves MCP on its stdin/stdout.
+    Stdio(StdioCommand),
+}
+
+/// The prefix a stdio endpoint's reference carries in place of a URL.
+pub const STDIO_PREFIX: &str = "stdio:";
+
+impl Endpoint {
+    /// The endpoint a reference's `url` names: `stdio:COMMAND` or an HTTP URL.
+    pub fn from_reference(
+        url: &str,
+        headers: Vec<(String, String)>,
+        bearer: Option<String>,
+    ) -> Result<Endpoint> {
+        match url.strip_prefix(STDIO_PREFIX) {
+            Some(cmd) => Ok(Endpoint::Stdio(StdioCommand::parse(cmd)?)),
+            None => Ok(Endpoint::Http(HttpEndpoint {
+                url: url.to_string(),
+                headers,
+                bearer,
+            })),
+        }
+    }
+}
+
+pub(crate) enum Transport {
+    Http(HttpTransport),
+    Stdio(StdioTransport),
+}
+
+impl Transport {
+    pub(crate) fn open(endpoint: &Endpoint) -> Result<Transport> {
+        Ok(match endpoint {
+            Endpoint::Http(h) => Transport::Http(HttpTransport::new(h)?),
+            Endpoint::Stdio(c) => Transport::Stdio(StdioTransport::spawn(c)?),
+        })
+    }
+
+    /// The endpoint as a reference names it.
+    pub(crate) fn url(&self) -> String {
+        match self {
+            Transport::Http(h) => h.url().to_string(),
+            Transport::Stdio(s) => format!("{STDIO_PREFIX}{}", s.command().line()),
+        }
+    }
+
+    pub(crate) async fn post(
+        &self,
+        body: &Value,
+        route: Option<Route<'_>>,
+        context: &str,
+    ) -> Result<Exchange> {
+        match self {
+            Transport::Http(h) => h.post(body, route, context).await,
+            Transport::Stdio(s) => s.send(body, context).await,
+        }
+    }
+
+    pub(crate) fn set_session(&self, id: Option<String>) {
+        if let Transport::Http(h) = self {
+            h.set_session(id);
+        }
+    }
+
+    pub(crate) fn session(&self) -> Option<String> {
+        match self {
+            Transport::Http(h) => h.session(),
+            Transport::Stdio(_) => None,
+        }
+    }
+
+    pub(crate) fn set_version(&self, v: Option<String>) {
+        if let Transport::Http(h) = self {
+            h.set_version(v);
+        }
+    }
+
+    pub(crate) async fn end_session(&self) {
+        if let Transport::Http(h) = self {
+            h.end_session().await;
+        }
+    }
+}
