@@ -39,12 +39,18 @@ impl StdioCommand {
     }
 }
 
-/// Who waits for what: per request id, the exchange its messages go to, in the order sent.
+/// Who waits for what: per request id, the exchange its messages go to, in the order sent; and
+/// what the server sent of its own while no request was waiting (a question must not be lost: it
+/// goes to the next request, which then answers it).
 #[derive(Default)]
 struct Waiting {
     next: u64,
     by_id: BTreeMap<String, (u64, mpsc::Sender<Result<Message>>)>,
+    unclaimed: Vec<Message>,
 }
+
+/// Most messages kept for the next request.
+const MAX_UNCLAIMED: usize = 1024;
 
 pub(crate) struct StdioTransport {
     command: StdioCommand,
@@ -105,7 +111,7 @@ impl StdioTransport {
                 };
                 let target = {
                     let mut g = w.lock().unwrap_or_else(|e| e.into_inner());
-                    match &msg {
+                    let t = match &msg {
                         Message::Response(r) => g.by_id.remove(&key(&r.id)).map(|(_, tx)| tx),
                         Message::Error(e) => match &e.id {
                             Some(id) => g.by_id.remove(&key(id)).map(|(_, tx)| tx),
@@ -117,13 +123,17 @@ impl StdioTransport {
                             .values()
                             .min_by_key(|(order, _)| *order)
                             .map(|(_, tx)| tx.clone()),
+                    };
+                    if t.is_none()
+                        && matches!(msg, Message::Request(_) | Message::Notification(_))
+                        && g.unclaimed.len() < MAX_UNCLAIMED
+                    {
+                        g.unclaimed.push(msg.clone());
                     }
+                    t
                 };
-                match target {
-                    Some(tx) => {
-                        let _ = tx.send(Ok(msg)).await;
-                    }
-                    None => tracing::debug!("a message from the stdio server nobody waits for"),
+                if let Some(tx) = target {
+                    let _ = tx.send(Ok(msg)).await;
                 }
             }
             // The server is gone: everyone waiting hears it.
@@ -155,13 +165,16 @@ impl StdioTransport {
 
     /// Writes one message; a request's answer (and what comes before it) arrives on the exchange.
     pub(crate) async fn send(&self, body: &Value, context: &str) -> Result<Exchange> {
-        let (tx, rx) = mpsc::channel(64);
+        let (tx, rx) = mpsc::channel(64 + MAX_UNCLAIMED);
         let is_request = body.get("method").is_some() && body.get("id").is_some();
         if is_request {
             let id = body.get("id").map(Value::to_string).unwrap_or_default();
             let mut g = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
             g.next += 1;
             let order = g.next;
+            for m in std::mem::take(&mut g.unclaimed) {
+                let _ = tx.try_send(Ok(m));
+            }
             g.by_id.insert(id, (order, tx));
         }
         let mut line = body.to_string();
