@@ -439,3 +439,35 @@ fn a_stdio_server_is_driven_on_both_wires() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn pushed_states_end_the_wait_before_the_next_poll() {
+    // The server asks for polls 8 s apart; a task of one second still ends the call in about one
+    // second: 2026-07-28 through subscriptions/listen, 2025-11-25 through the blocking tasks/result.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("slow-polls.toml");
+    std::fs::write(&config, "[tasks]\npoll_interval_ms = 8000\n").unwrap();
+    let server = ServerProcess::start(&[
+        "--store",
+        "memory:",
+        "--demo",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let cli = Cli::new(&server);
+    for wire in WIRES {
+        let start = Instant::now();
+        let out = cli.run(&args(wire, &["call", "slow_compute", "seconds=1"]));
+        let took = start.elapsed();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            took < Duration::from_secs(5),
+            "{wire:?}: took {took:?}, as if it had waited for a poll"
+        );
+    }
+}

@@ -6,6 +6,7 @@ use mcp_tasks_protocol::mcp_2025::TaskSupport;
 use mcp_tasks_protocol::meta;
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -23,6 +24,9 @@ const MAX_POLL: Duration = Duration::from_secs(30);
 const MAX_FAILURES: u32 = 10;
 /// Multi-round-trip rounds a plain 2026 call may take.
 const MAX_ROUNDS: usize = 10;
+/// While the server pushes a task's state, `tasks/get` only this often (a missed notification
+/// costs at most this long).
+const PUSH_SAFETY_POLL: Duration = Duration::from_secs(15);
 
 /// What happens while a call or task runs.
 #[derive(Clone, Debug, PartialEq)]
@@ -428,27 +432,69 @@ impl TaskHandle {
             .clamp(MIN_POLL, MAX_POLL)
     }
 
-    /// 2026-07-28: poll `tasks/get`, answer `inputRequests` with `tasks/update`.
+    /// 2026-07-28: `subscriptions/listen` pushes the task's state where the server offers it, with
+    /// a slow `tasks/get` beside it as a safety net; without it (or after its stream drops) `tasks/get`
+    /// at the server's interval. Questions are answered with `tasks/update`.
     async fn wait_2026(&self, on_event: &(dyn Fn(&Event) + Sync)) -> Result<TaskOutcome> {
+        let id = self.id().to_string();
+        let (push_tx, mut push_rx) = tokio::sync::mpsc::unbounded_channel::<TaskState>();
+        let acked = AtomicBool::new(false);
+        let on_note = |n: &Notification| {
+            let Some(p) = n.params.as_ref() else { return };
+            match n.method.as_str() {
+                "notifications/subscriptions/acknowledged" => {
+                    let ours = p
+                        .pointer("/notifications/taskIds")
+                        .and_then(Value::as_array)
+                        .is_some_and(|ids| ids.iter().any(|i| i.as_str() == Some(id.as_str())));
+                    acked.store(ours, Ordering::Relaxed);
+                }
+                "notifications/tasks" => {
+                    if let Ok(s) = TaskState::from_value(p) {
+                        if s.task_id == id {
+                            let _ = push_tx.send(s);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        };
+        let listen_once = || {
+            self.client.inner.request_raw(
+                "subscriptions/listen",
+                json!({"notifications": {"taskIds": [id]}}),
+                None,
+                &on_note,
+            )
+        };
+        let mut listen = Box::pin(listen_once());
+        let mut listening = true;
+        let mut relisten_at: Option<tokio::time::Instant> = None;
+        let mut listen_failures = 0u32;
+
         let mut answered: HashSet<String> = HashSet::new();
         let mut failures = 0;
+        let mut pushed: Option<TaskState> = None;
         loop {
-            let s = match self.get().await {
-                Ok(s) => {
-                    failures = 0;
-                    s
-                }
-                Err(e) if e.is_transient() && failures < MAX_FAILURES => {
-                    failures += 1;
-                    let retry_in = backoff(failures);
-                    on_event(&Event::Retrying {
-                        error: e.to_string(),
-                        retry_in,
-                    });
-                    tokio::time::sleep(retry_in).await;
-                    continue;
-                }
-                Err(e) => return Err(e),
+            let s = match pushed.take() {
+                Some(s) => s,
+                None => match self.get().await {
+                    Ok(s) => {
+                        failures = 0;
+                        s
+                    }
+                    Err(e) if e.is_transient() && failures < MAX_FAILURES => {
+                        failures += 1;
+                        let retry_in = backoff(failures);
+                        on_event(&Event::Retrying {
+                            error: e.to_string(),
+                            retry_in,
+                        });
+                        tokio::time::sleep(retry_in).await;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                },
             };
             on_event(&Event::Status(Box::new(s.clone())));
             if let Some(outcome) = TaskOutcome::of_detailed(&s) {
@@ -475,7 +521,34 @@ impl TaskHandle {
                     continue;
                 }
             }
-            tokio::time::sleep(Self::interval(Some(&s))).await;
+            // Pushed states make polling a safety net; a dropped stream makes it the mechanism.
+            let interval = Self::interval(Some(&s));
+            let pushing = listening && acked.load(Ordering::Relaxed);
+            let wait = if pushing {
+                interval.max(PUSH_SAFETY_POLL)
+            } else {
+                interval
+            };
+            if let Some(at) = relisten_at.filter(|at| *at <= tokio::time::Instant::now()) {
+                let _ = at;
+                relisten_at = None;
+                listen = Box::pin(listen_once());
+                listening = true;
+            }
+            tokio::select! {
+                Some(p) = push_rx.recv() => pushed = Some(p),
+                r = &mut listen, if listening => {
+                    listening = false;
+                    acked.store(false, Ordering::Relaxed);
+                    // A server without subscriptions says so at once: do not ask again.
+                    let unsupported = matches!(&r, Err(e) if e.rpc_code().is_some());
+                    listen_failures += 1;
+                    if !unsupported && listen_failures < MAX_FAILURES {
+                        relisten_at = Some(tokio::time::Instant::now() + backoff(listen_failures));
+                    }
+                }
+                _ = tokio::time::sleep(wait) => {}
+            }
         }
     }
 
