@@ -471,3 +471,143 @@ fn pushed_states_end_the_wait_before_the_next_poll() {
         );
     }
 }
+
+/// A loopback proxy that, once armed, swallows the answer to the first `tools/call` it relays and
+/// closes that connection: the create reached the server, its answer never reached the client.
+struct LossyProxy {
+    url: String,
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl LossyProxy {
+    fn start(upstream: &str) -> LossyProxy {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        use std::sync::Arc;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let up = upstream
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap()
+            .to_string();
+        let path = upstream.splitn(4, '/').nth(3).unwrap_or("mcp").to_string();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let armed = Arc::new(AtomicBool::new(false));
+        let (c, a) = (calls.clone(), armed.clone());
+        runtime.spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (calls, armed, up) = (c.clone(), a.clone(), up.clone());
+                tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(&up).await else {
+                        return;
+                    };
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut sr, mut sw) = server.into_split();
+                    let cut = Arc::new(AtomicBool::new(false));
+                    let cut2 = cut.clone();
+                    let upward = async move {
+                        let mut buf = vec![0u8; 65536];
+                        loop {
+                            let n = match cr.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => n,
+                            };
+                            let chunk = &buf[..n];
+                            if chunk.windows(10).any(|w| w == b"tools/call") {
+                                calls.fetch_add(1, Ordering::SeqCst);
+                                if armed.swap(false, Ordering::SeqCst) {
+                                    cut2.store(true, Ordering::SeqCst);
+                                }
+                            }
+                            if sw.write_all(chunk).await.is_err() {
+                                return;
+                            }
+                        }
+                    };
+                    let downward = async move {
+                        let mut buf = vec![0u8; 65536];
+                        loop {
+                            let n = match sr.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => n,
+                            };
+                            if cut.load(Ordering::SeqCst) {
+                                // The answer is lost: give the server a moment, then hang up.
+                                tokio::time::sleep(Duration::from_millis(300)).await;
+                                return;
+                            }
+                            if cw.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    };
+                    tokio::select! {
+                        _ = upward => {}
+                        _ = downward => {}
+                    }
+                });
+            }
+        });
+        LossyProxy {
+            url: format!("http://{addr}/{path}"),
+            calls,
+            armed,
+            _runtime: runtime,
+        }
+    }
+}
+
+#[test]
+fn a_create_whose_answer_was_lost_is_sent_again_without_a_second_job() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs.log");
+    let config = dir.path().join("tally.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[tools]]\nname = \"tally\"\ncommand = [\"sh\", \"-c\", \"echo run >> {}; echo counted\"]\ntask_support = \"required\"\n",
+            runs.display()
+        ),
+    )
+    .unwrap();
+    let server =
+        ServerProcess::start(&["--store", "memory:", "--config", config.to_str().unwrap()]);
+    let proxy = LossyProxy::start(&server.url);
+    let cli = Cli {
+        url: proxy.url.clone(),
+        state: tempfile::tempdir().unwrap(),
+    };
+    for (i, wire) in WIRES.iter().enumerate() {
+        proxy.calls.store(0, Ordering::SeqCst);
+        proxy.armed.store(true, Ordering::SeqCst);
+        let out = cli.run(&args(wire, &["call", "tally"]));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(text(&out.stdout), "counted\n", "{wire:?}");
+        assert!(
+            !proxy.armed.load(Ordering::SeqCst),
+            "{wire:?}: the proxy lost an answer"
+        );
+        assert!(
+            proxy.calls.load(Ordering::SeqCst) >= 2,
+            "{wire:?}: the create was sent again"
+        );
+        let ran = std::fs::read_to_string(&runs)
+            .unwrap_or_default()
+            .lines()
+            .count();
+        assert_eq!(ran, i + 1, "{wire:?}: the job ran once for the two sends");
+    }
+}
