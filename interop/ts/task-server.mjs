@@ -4,11 +4,13 @@
 // 2025-11-25 wire, with its experimental tasks API (InMemoryTaskStore, registerToolTask), the way
 // the SDK's own examples (dist/esm/examples/server/simpleStreamableHttp.js) write them.
 //
-// Tools (all taskSupport "required"):
+// Tools (task tools with taskSupport "required", and one plain tool):
 //   count {seconds}   counts the seconds, its status message saying "i of n", then "counted to n"
 //   fail {}           ends failed with a tool error ("fail: on purpose")
 //   ask {}            asks the user to confirm (form elicitation through the task's queue), then
 //                     reports the answer
+//   confirm_as_task {} (a plain tool) asks the same as a task the client runs, when the client
+//                     declared tasks.requests.elicitation.create; says "as a task: …" or "inline: …"
 //
 // Usage: node task-server.mjs — prints `listening on http://127.0.0.1:PORT/mcp` on stdout.
 
@@ -109,6 +111,37 @@ const getServer = () => {
             const text = answer?.action === 'accept' ? `confirm=${answer.content?.confirm}` : `action=${answer?.action}`;
             await finish(extra.taskStore, task.taskId, 'completed', { content: [{ type: 'text', text }] });
         })
+    );
+    // A plain tool whose question goes to the client as a task the client runs (2025-11-25 "both
+    // directions"), on the call's own stream: elicitation/create with params.task, then tasks/get
+    // polls and tasks/result, all answered by the client.
+    server.registerTool(
+        'confirm_as_task',
+        { description: 'Asks the user to confirm, as a task the client runs when it hosts tasks' },
+        async extra => {
+            const hosts = server.server.getClientCapabilities()?.tasks?.requests?.elicitation?.create;
+            const stream = server.server.experimental.tasks.elicitInputStream(
+                {
+                    mode: 'form',
+                    message: 'Go ahead?',
+                    requestedSchema: {
+                        type: 'object',
+                        properties: { confirm: { type: 'boolean', title: 'Confirm' } },
+                        required: ['confirm']
+                    }
+                },
+                { relatedRequestId: extra.requestId, ...(hosts ? { task: { ttl: 60000 } } : {}) }
+            );
+            let answer;
+            let asTask = false;
+            for await (const msg of stream) {
+                if (msg.type === 'taskCreated') asTask = true;
+                else if (msg.type === 'result') answer = msg.result;
+                else if (msg.type === 'error') throw msg.error;
+            }
+            const said = answer?.action === 'accept' ? `confirm=${answer.content?.confirm}` : `action=${answer?.action}`;
+            return { content: [{ type: 'text', text: `${asTask ? 'as a task' : 'inline'}: ${said}` }] };
+        }
     );
     return server;
 };

@@ -179,7 +179,24 @@ fn scenario(peer: &Peer, wire: &str) {
 
 #[test]
 fn the_cli_drives_the_typescript_sdk_v1_server() {
-    scenario(&Peer::ts_sdk(), "2025-11-25");
+    let peer = Peer::ts_sdk();
+    scenario(&peer, "2025-11-25");
+    // Both directions: the server asks its question as a task the client runs, polls it with
+    // tasks/get and reads the answer with tasks/result.
+    let cli = Cli {
+        url: peer.url.clone(),
+        state: tempfile::tempdir().unwrap(),
+    };
+    let out = cli.run(&["call", "confirm_as_task", "--answer", "confirm=yes"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "as a task: confirm=true\n");
+    let out = cli.run(&["call", "confirm_as_task"]);
+    assert_eq!(
+        text(&out.stdout),
+        "as a task: action=decline\n",
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]

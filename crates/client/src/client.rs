@@ -1,7 +1,7 @@
 //! A connection to one MCP server: finds the wire, frames requests for it, and answers what the
 //! server asks on the way.
 
-use mcp_tasks_protocol::jsonrpc::{Message, Notification, RequestId};
+use mcp_tasks_protocol::jsonrpc::{ErrorObject, Message, Notification, RequestId};
 use mcp_tasks_protocol::mcp_2025::TaskSupport;
 use mcp_tasks_protocol::{meta, version};
 use serde_json::{json, Map, Value};
@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use crate::error::{ClientError, Result};
+use crate::hosted::Hosted;
 use crate::http::Route;
 use crate::input::{self, InputHandler, NoInput};
 use crate::transport::{Endpoint, Transport};
@@ -27,6 +28,10 @@ pub struct ConnectOptions {
     pub input: Arc<dyn InputHandler>,
     /// Skip `server/discover` and speak 2025-11-25 (or older) through `initialize`.
     pub no_2026: bool,
+    /// On 2025-11-25, let the server ask its questions as tasks this client runs (declared as
+    /// `capabilities.tasks.requests.{elicitation.create, sampling.createMessage}` for what the input
+    /// handler answers).
+    pub host_tasks: bool,
 }
 
 impl Default for ConnectOptions {
@@ -36,6 +41,7 @@ impl Default for ConnectOptions {
             client_version: env!("CARGO_PKG_VERSION").into(),
             input: Arc::new(NoInput),
             no_2026: false,
+            host_tasks: true,
         }
     }
 }
@@ -70,6 +76,7 @@ pub(crate) struct Inner {
     pub(crate) server_info: Value,
     pub(crate) capabilities: Value,
     pub(crate) input: Arc<dyn InputHandler>,
+    hosted: Arc<Hosted>,
     options: ConnectOptions,
     next_id: AtomicI64,
 }
@@ -295,6 +302,7 @@ impl Inner {
             server_info: Value::Null,
             capabilities: Value::Null,
             input: options.input.clone(),
+            hosted: Arc::default(),
             options,
             next_id: AtomicI64::new(1),
         }
@@ -311,6 +319,18 @@ impl Inner {
         }
         if stateless {
             caps.insert("extensions".into(), json!({meta::TASKS_EXTENSION: {}}));
+        } else if self.options.host_tasks && (self.input.can_elicit() || self.input.can_sample()) {
+            let mut requests = Map::new();
+            if self.input.can_elicit() {
+                requests.insert("elicitation".into(), json!({"create": {}}));
+            }
+            if self.input.can_sample() {
+                requests.insert("sampling".into(), json!({"createMessage": {}}));
+            }
+            caps.insert(
+                "tasks".into(),
+                json!({"list": {}, "cancel": {}, "requests": requests}),
+            );
         }
         Value::Object(caps)
     }
@@ -342,6 +362,29 @@ impl Inner {
         self.capabilities = caps;
         self.transport.set_version(Some(v));
         self.notify("notifications/initialized", json!({})).await
+    }
+
+    /// The answer to a request the server sent: a question (as a task this client runs, when the
+    /// server asks that way and the client said it may), a request about such a task, or a ping.
+    async fn answer_server(&self, method: &str, params: Value) -> Result<Value, ErrorObject> {
+        let hosting = self.options.host_tasks && !self.wire.is_stateless();
+        let can = match method {
+            "elicitation/create" => self.input.can_elicit(),
+            "sampling/createMessage" => self.input.can_sample(),
+            _ => false,
+        };
+        if hosting && can && params.get("task").is_some_and(Value::is_object) {
+            return Ok(self.hosted.create(self.input.clone(), method, params));
+        }
+        if hosting
+            && matches!(
+                method,
+                "tasks/get" | "tasks/result" | "tasks/list" | "tasks/cancel"
+            )
+        {
+            return self.hosted.serve(method, &params).await;
+        }
+        input::answer(&*self.input, method, &params).await
     }
 
     fn next_id(&self) -> RequestId {
@@ -429,7 +472,7 @@ impl Inner {
                 }
                 Message::Request(r) => {
                     let params = r.params.clone().unwrap_or(json!({}));
-                    let answer = input::answer(&*self.input, &r.method, &params).await;
+                    let answer = self.answer_server(&r.method, params.clone()).await;
                     if !input::is_question(&r.method) && answer.is_err() {
                         tracing::debug!(method = %r.method, "answered a server request we do not offer");
                     }

@@ -26,6 +26,7 @@
 mod client;
 mod error;
 mod handle;
+mod hosted;
 mod http;
 mod input;
 mod stdio;

@@ -219,6 +219,7 @@ fn options(input: Arc<dyn mcp_tasks_client::InputHandler>) -> ConnectOptions {
         client_version: env!("CARGO_PKG_VERSION").into(),
         input,
         no_2026: false,
+        host_tasks: true,
     }
 }
 
