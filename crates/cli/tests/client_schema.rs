@@ -19,7 +19,7 @@ fn def_of(msg: &Value) -> (&'static str, &'static str) {
     let method = msg.get("method").and_then(Value::as_str);
     let is_request = msg.get("id").is_some();
     match (modern, method, is_request) {
-        // A response to the server: an ElicitResult or CreateMessageResult (2025 questions on a stream).
+        // A response to the server (2025 questions on a stream, and the tasks the client runs for it).
         (_, None, _) => ("2025-11-25", "JSONRPCResultResponse"),
         (true, Some("server/discover"), _) => ("2026-07-28", "DiscoverRequest"),
         (true, Some("tools/list"), _) => ("2026-07-28", "ListToolsRequest"),
@@ -127,6 +127,22 @@ fn every_message_the_client_sends_matches_the_schema() {
             schema::assert_valid_in(doc, "JSONRPCMessage", &msg);
         }
         seen.insert(format!("{doc} {def}"));
+        // What a response carries: a question's answer, or one about a task the client runs.
+        if let Some(result) = msg.get("result") {
+            let kind = if result.get("task").is_some() {
+                "CreateTaskResult"
+            } else if result.get("taskId").is_some() {
+                "GetTaskResult"
+            } else if result.get("action").is_some() {
+                "ElicitResult"
+            } else if result.get("model").is_some() {
+                "CreateMessageResult"
+            } else {
+                panic!("a response of unknown kind: {msg}")
+            };
+            schema::assert_valid_in("2025-11-25", kind, result);
+            seen.insert(format!("result {kind}"));
+        }
     }
     // The scenario reached every kind of message it is meant to check.
     for want in [
@@ -139,6 +155,11 @@ fn every_message_the_client_sends_matches_the_schema() {
         "2025-11-25 CallToolRequest",
         "2025-11-25 GetTaskPayloadRequest",
         "2025-11-25 JSONRPCResultResponse",
+        // Our server asks a 2025 client that hosts tasks its questions as tasks.
+        "result CreateTaskResult",
+        "result GetTaskResult",
+        "result ElicitResult",
+        "result CreateMessageResult",
     ] {
         assert!(seen.contains(want), "no {want} was sent; seen: {seen:?}");
     }

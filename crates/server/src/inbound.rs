@@ -193,7 +193,7 @@ impl Server {
     /// of a plain call). An answer to an unknown or already answered request changes nothing and is
     /// reported as an error.
     pub(crate) async fn handle_client_response(
-        &self,
+        self: &Arc<Self>,
         peer: &Peer,
         msg: Message,
     ) -> Result<(), ErrorObject> {

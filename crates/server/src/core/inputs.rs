@@ -72,6 +72,24 @@ fn check_answer_shape(method: &str, value: &Value) -> Result<(), String> {
     Ok(())
 }
 
+/// The client's task, when its answer to a question is a `CreateTaskResult`: its id and poll interval.
+fn client_task_of(method: &str, value: &Value) -> Option<(String, std::time::Duration)> {
+    if !matches!(method, "elicitation/create" | "sampling/createMessage") {
+        return None;
+    }
+    let task = value.get("task")?;
+    let id = task.get("taskId")?.as_str()?.to_string();
+    let poll = task
+        .get("pollInterval")
+        .and_then(Value::as_u64)
+        .unwrap_or(1_000)
+        .clamp(100, 10_000);
+    Some((id, std::time::Duration::from_millis(poll)))
+}
+
+/// How long one poll of a client's task may take before it is tried again.
+const CLIENT_POLL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 fn unknown_request(key: &str) -> Failure {
     ErrorObject::invalid_params(format!(
         "no pending request of this server has id {}",
@@ -81,6 +99,95 @@ fn unknown_request(key: &str) -> Failure {
 }
 
 impl Server {
+    /// Follows a question the client runs as its own task: `tasks/get` on the client's stream for
+    /// this task at the client's poll interval, then `tasks/result`, whose answer is the question's.
+    /// Ends when the answer is in, or the question or its task is gone. Lives in this process only:
+    /// after a restart the task is recovered like any other interrupted one.
+    pub(crate) fn follow_client_task(
+        self: &Arc<Self>,
+        session: String,
+        key: String,
+        task: String,
+        client_task: String,
+        mut poll: std::time::Duration,
+    ) {
+        let server = self.clone();
+        tokio::spawn(async move {
+            let ask = |method: &'static str| {
+                let (server, session, task, client_task) = (
+                    server.clone(),
+                    session.clone(),
+                    task.clone(),
+                    client_task.clone(),
+                );
+                async move {
+                    let (_, tx, _) = server.streams.pick(&session, &task)?;
+                    let asked =
+                        server.ask_on_stream(&session, &tx, method, json!({"taskId": client_task}));
+                    tokio::time::timeout(CLIENT_POLL_TIMEOUT, asked)
+                        .await
+                        .ok()?
+                        .ok()
+                }
+            };
+            loop {
+                tokio::time::sleep(poll).await;
+                let still_asked = match server.engine.pending_inputs(&task).await {
+                    Ok(p) => p.iter().any(|i| i.key == key && i.response.is_none()),
+                    Err(_) => continue,
+                };
+                if !still_asked {
+                    return;
+                }
+                // No stream of the client's open for this task right now: ask again later.
+                let Some(state) = ask("tasks/get").await else {
+                    continue;
+                };
+                let value = match state {
+                    InputResponse::Result { value } => value,
+                    // The client no longer knows its task: the question fails with its error.
+                    error => {
+                        let _ = server.engine.answer_input(&key, error).await;
+                        return;
+                    }
+                };
+                if let Some(p) = value.get("pollInterval").and_then(Value::as_u64) {
+                    poll = std::time::Duration::from_millis(p.clamp(100, 10_000));
+                }
+                let status = value.get("status").and_then(Value::as_str).unwrap_or("");
+                if !matches!(status, "completed" | "failed" | "cancelled") {
+                    continue;
+                }
+                let Some(outcome) = ask("tasks/result").await else {
+                    continue;
+                };
+                let answer = match outcome {
+                    InputResponse::Result { mut value } => {
+                        if let Some(o) = value.as_object_mut() {
+                            o.remove("_meta");
+                        }
+                        InputResponse::Result { value }
+                    }
+                    error => error,
+                };
+                let method = if value.get("status") == Some(&json!("cancelled")) {
+                    "cancelled"
+                } else {
+                    "answered"
+                };
+                match server.engine.answer_input(&key, answer).await {
+                    Ok(_) => {
+                        tracing::info!(target: "mcp_tasks::audit", task = %task, request = %key, client_task = %client_task, outcome = method, "input answered by a client task")
+                    }
+                    Err(e) => {
+                        tracing::debug!(task = %task, request = %key, error = ?e, "a client task's answer was not used")
+                    }
+                }
+                return;
+            }
+        });
+    }
+
     /// Asks a question of the client that made a plain call, on that call's stream, and waits for the
     /// answer. Only the session that made the call can answer it.
     pub(crate) async fn ask_on_stream(
@@ -206,7 +313,7 @@ impl Server {
     /// session, or of one of the caller's tasks. Unknown, foreign, malformed or late answers change
     /// nothing and are refused.
     pub(crate) async fn answer(
-        &self,
+        self: &Arc<Self>,
         peer: &Peer,
         key: &str,
         response: InputResponse,
@@ -231,6 +338,18 @@ impl Server {
             _ => return Err(unknown_request(key)),
         }
         if let InputResponse::Result { value } = &response {
+            // The client runs the question as a task (it declared so, and was asked so): follow it.
+            if let Some((client_task, poll)) = client_task_of(&input.method, value) {
+                tracing::info!(target: "mcp_tasks::audit", task = %input.task_id, principal = %peer.name(), request = %key, client_task = %client_task, "input taken as a client task");
+                self.follow_client_task(
+                    peer.session_id().to_string(),
+                    key.to_string(),
+                    input.task_id.clone(),
+                    client_task,
+                    poll,
+                );
+                return Ok(());
+            }
             check_answer_shape(&input.method, value).map_err(|e| {
                 Failure::from(ErrorObject::invalid_params(format!(
                     "answer to {key:?} rejected: {e}"

@@ -243,7 +243,7 @@ async fn call(
         Err(tool_error) => return Ok(tool_error),
     };
     let keep_ms = server.engine().config().grant_ttl(keep_alive_ms);
-    let mut stored = era_2025::task_meta(session, req_meta);
+    let mut stored = era_2025::task_meta(server, session, req_meta);
     stored[TOKEN_META] = json!(token);
     let rec = server
         .start_task(

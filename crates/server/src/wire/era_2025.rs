@@ -233,14 +233,37 @@ async fn set_level(
     Ok(json!({}))
 }
 
+/// The key of a task's `request_meta` naming the questions it asks as tasks the client runs.
+pub(crate) const ASK_AS_TASK: &str = "askAsTask";
+
 /// The wire metadata a session task keeps: the client's capabilities (the task may ask for input long
-/// after this request) and the progress token of the call.
-pub(crate) fn task_meta(session: &Session, req_meta: Option<&Value>) -> Value {
+/// after this request), the progress token of the call, and which questions go to the client as
+/// tasks it runs (2025-11-25 "both directions": the client declared `tasks.requests.…`). Not with
+/// replicas: the server polls such a question on the client's stream, which may be another
+/// replica's.
+pub(crate) fn task_meta(server: &Server, session: &Session, req_meta: Option<&Value>) -> Value {
     let mut stored = Map::new();
-    stored.insert(
-        "clientCapabilities".into(),
-        session.data().client_capabilities,
-    );
+    let data = session.data();
+    if version::has_session_tasks(&data.protocol_version) && !server.shares_streams() {
+        let caps = &data.client_capabilities;
+        let mut ask = Map::new();
+        if caps
+            .pointer("/tasks/requests/elicitation/create")
+            .is_some_and(Value::is_object)
+        {
+            ask.insert("elicitation/create".into(), json!(true));
+        }
+        if caps
+            .pointer("/tasks/requests/sampling/createMessage")
+            .is_some_and(Value::is_object)
+        {
+            ask.insert("sampling/createMessage".into(), json!(true));
+        }
+        if !ask.is_empty() {
+            stored.insert(ASK_AS_TASK.into(), Value::Object(ask));
+        }
+    }
+    stored.insert("clientCapabilities".into(), data.client_capabilities);
     if let Some(token) = req_meta.and_then(|m| m.get(meta::PROGRESS_TOKEN)) {
         if token.is_string() || token.is_i64() || token.is_u64() {
             stored.insert(meta::PROGRESS_TOKEN.into(), token.clone());
@@ -370,7 +393,7 @@ async fn tools_call(
                 tool: name.to_string(),
                 arguments,
                 era: ERA,
-                request_meta: task_meta(session, req_meta),
+                request_meta: task_meta(server, session, req_meta),
                 ttl_ms,
                 idempotency_key: calls::idempotency_key(req_meta)?,
                 key_label: "Idempotency key",
@@ -494,7 +517,7 @@ async fn tasks_result(
     let t = if t.status.is_terminal() {
         t
     } else {
-        wait_streaming(server, session, &t.id, &out).await?
+        wait_streaming(server, session, &t, &out).await?
     };
     tracing::info!(target: "mcp_tasks::audit", task = %t.id, principal = %peer.name(), "task result retrieved");
     render_2025::payload(&t).map_err(Failure::from)
@@ -509,14 +532,15 @@ const RECLAIM_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 async fn wait_streaming(
     server: &Arc<Server>,
     session: &Session,
-    id: &str,
+    task: &TaskRecord,
     out: &StreamSender,
 ) -> Result<TaskRecord, Failure> {
+    let id = task.id.as_str();
     let owner = server.streams().register_task(&session.id, id, out.clone());
     // Input requests the task is waiting on go out on this stream, unless they already went out on a
     // stream that is still open (the client would answer them twice).
     for input in server.pending_inputs(id).await? {
-        let msg = input_request_message(id, &input);
+        let msg = input_request_message(task, &input);
         // Non-blocking send under the claim: the stream is fresh, so it has room.
         server
             .claim_input_shared(&input.key, &session.id, id, owner.id(), || {
@@ -536,7 +560,7 @@ async fn wait_streaming(
                 continue;
             };
             for input in pending {
-                let msg = input_request_message(id, &input);
+                let msg = input_request_message(task, &input);
                 server
                     .claim_input_shared(&input.key, &session.id, id, owner.id(), || {
                         out.try_send(msg).is_ok()
@@ -612,7 +636,7 @@ pub(crate) fn notifications_for(event: &TaskEvent, session: Option<&Session>) ->
                 )],
             }
         }
-        TaskEvent::InputRequested { task, input } => vec![input_request_message(&task.id, input)],
+        TaskEvent::InputRequested { task, input } => vec![input_request_message(task, input)],
         TaskEvent::Log {
             task,
             level,
@@ -633,13 +657,21 @@ pub(crate) fn notifications_for(event: &TaskEvent, session: Option<&Session>) ->
 }
 
 /// The JSON-RPC request that carries a task's input request to the client: its id is the request's key,
-/// and it is tagged with the related task.
-pub(crate) fn input_request_message(task_id: &str, input: &InputRecord) -> Message {
+/// and it is tagged with the related task. A question the client said it runs as a task asks for one
+/// (`params.task`, retention as long as the task's).
+pub(crate) fn input_request_message(task: &TaskRecord, input: &InputRecord) -> Message {
     let mut params = input.params.clone();
+    let as_task = task.request_meta[ASK_AS_TASK][&input.method] == json!(true);
     if let Value::Object(p) = &mut params {
         let meta = p.entry("_meta").or_insert_with(|| json!({}));
         if let Value::Object(meta) = meta {
-            meta.extend(render_2025::related_meta(task_id));
+            meta.extend(render_2025::related_meta(&task.id));
+        }
+        if as_task {
+            p.insert(
+                "task".into(),
+                json!({"ttl": task.ttl_ms.unwrap_or(3_600_000)}),
+            );
         }
     }
     Message::Request(Request {
