@@ -1,7 +1,8 @@
 //! Interop with the official SDK clients: the TypeScript SDK v1 (`@modelcontextprotocol/sdk`, pinned in
 //! interop/ts/package.json) and the Python SDK v1 (`mcp`, pinned in interop/python/requirements.txt)
 //! run a task tool end to end over Streamable HTTP and over stdio: create, poll, progress, result,
-//! cancel, list. The scripts print one line per check and exit non-zero on any failure.
+//! cancel, list; and the TypeScript client running the server's question as its own task. The scripts
+//! print one line per check and exit non-zero on any failure.
 //!
 //! Their dependencies are installed by `scripts/test.sh` (the README's test command).
 
@@ -73,5 +74,25 @@ fn python_sdk_v1_client_over_stdio() {
         "interop/python/tasks_interop.py",
         "stdio",
         bin().to_str().unwrap(),
+    );
+}
+
+/// Both directions of 2025-11-25: the TypeScript SDK v1 client declares that it runs elicitations
+/// as tasks (with its task store); our server asks `confirm_delete`'s question that way, polls the
+/// client's task and takes its result as the answer.
+#[test]
+fn typescript_sdk_v1_client_hosts_the_servers_question_as_a_task() {
+    let server = ServerProcess::start(&["--demo", "--store", "memory:"]);
+    let out = Command::new(node())
+        .args(["interop/ts/hosted-elicitation.mjs", &server.url])
+        .current_dir(repo_root())
+        .output()
+        .expect("run node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success() && stdout.lines().last() == Some("2 passed, 0 failed"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
