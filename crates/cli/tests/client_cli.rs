@@ -3,59 +3,12 @@
 
 mod common;
 
-use common::{bin, ServerProcess};
-use std::process::{Command, Output, Stdio};
+use common::{bin, text, ClientCli as Cli, ServerProcess};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The two wires: 2026-07-28 (found by `server/discover`), and 2025-11-25 (`--no-2026`).
 const WIRES: [&[&str]; 2] = [&[], &["--no-2026"]];
-
-struct Cli {
-    url: String,
-    state: tempfile::TempDir,
-}
-
-impl Cli {
-    fn new(server: &ServerProcess) -> Cli {
-        Cli {
-            url: server.url.clone(),
-            state: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(bin());
-        c.args(args)
-            .env("XDG_STATE_HOME", self.state.path())
-            .env("MCP_TASKS_URL", &self.url)
-            .env_remove("MCP_TASKS_KEY")
-            .stdin(Stdio::null());
-        c
-    }
-
-    /// Runs to the end (at most 60 s).
-    fn run(&self, args: &[&str]) -> Output {
-        let mut child = self
-            .cmd(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let start = Instant::now();
-        while child.try_wait().unwrap().is_none() {
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "mcp-tasks {args:?} hung"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        child.wait_with_output().unwrap()
-    }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn args<'a>(wire: &[&'a str], rest: &[&'a str]) -> Vec<&'a str> {
     let mut v: Vec<&str> = rest.to_vec();
@@ -66,7 +19,7 @@ fn args<'a>(wire: &[&'a str], rest: &[&'a str]) -> Vec<&'a str> {
 #[test]
 fn a_task_with_progress_prints_its_result_on_both_wires() {
     let server = ServerProcess::start(&["--store", "memory:", "--demo"]);
-    let cli = Cli::new(&server);
+    let cli = Cli::new(&server.url);
     for wire in WIRES {
         let out = cli.run(&args(
             wire,
@@ -101,7 +54,7 @@ fn a_task_with_progress_prints_its_result_on_both_wires() {
 #[test]
 fn failures_and_tool_errors_exit_1_and_bad_arguments_exit_2() {
     let server = ServerProcess::start(&["--store", "memory:", "--demo"]);
-    let cli = Cli::new(&server);
+    let cli = Cli::new(&server.url);
     for wire in WIRES {
         let out = cli.run(&args(wire, &["call", "failing_job"]));
         assert_eq!(out.status.code(), Some(1), "{wire:?}");
@@ -142,7 +95,7 @@ fn failures_and_tool_errors_exit_1_and_bad_arguments_exit_2() {
 #[test]
 fn questions_are_answered_with_answer_flags_or_declined() {
     let server = ServerProcess::start(&["--store", "memory:", "--demo"]);
-    let cli = Cli::new(&server);
+    let cli = Cli::new(&server.url);
     for wire in WIRES {
         let out = cli.run(&args(
             wire,
@@ -208,7 +161,7 @@ fn questions_are_answered_with_answer_flags_or_declined() {
 #[test]
 fn a_detached_task_is_resumed_cancelled_and_listed_from_other_processes() {
     let server = ServerProcess::start(&["--store", "memory:", "--demo"]);
-    let cli = Cli::new(&server);
+    let cli = Cli::new(&server.url);
     for wire in WIRES {
         let out = cli.run(&args(
             wire,
@@ -285,7 +238,7 @@ fn ctrl_c_detaches_or_cancels() {
     use nix::sys::signal::{kill, Signal};
     use nix::unistd::Pid;
     let server = ServerProcess::start(&["--store", "memory:", "--demo"]);
-    let cli = Cli::new(&server);
+    let cli = Cli::new(&server.url);
     for cancel in [false, true] {
         let mut a = vec!["call", "slow_compute", "seconds=60"];
         if cancel {
@@ -322,7 +275,7 @@ fn ctrl_c_detaches_or_cancels() {
 #[test]
 fn tools_lists_task_support() {
     let server = ServerProcess::start(&["--store", "memory:", "--demo"]);
-    let cli = Cli::new(&server);
+    let cli = Cli::new(&server.url);
     let out = cli.run(&["tools", "--no-2026"]);
     let stdout = text(&out.stdout);
     assert!(
@@ -454,7 +407,7 @@ fn pushed_states_end_the_wait_before_the_next_poll() {
         "--config",
         config.to_str().unwrap(),
     ]);
-    let cli = Cli::new(&server);
+    let cli = Cli::new(&server.url);
     for wire in WIRES {
         let start = Instant::now();
         let out = cli.run(&args(wire, &["call", "slow_compute", "seconds=1"]));
@@ -581,10 +534,7 @@ fn a_create_whose_answer_was_lost_is_sent_again_without_a_second_job() {
     let server =
         ServerProcess::start(&["--store", "memory:", "--config", config.to_str().unwrap()]);
     let proxy = LossyProxy::start(&server.url);
-    let cli = Cli {
-        url: proxy.url.clone(),
-        state: tempfile::tempdir().unwrap(),
-    };
+    let cli = Cli::new(&proxy.url);
     for (i, wire) in WIRES.iter().enumerate() {
         proxy.calls.store(0, Ordering::SeqCst);
         proxy.armed.store(true, Ordering::SeqCst);

@@ -5,62 +5,23 @@
 
 mod common;
 
-use common::{bin, repo_root};
-use std::io::{BufRead, BufReader};
+use common::{repo_root, text, ClientCli as Cli, ServerProcess};
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-struct Peer {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+struct Peer;
 
 impl Peer {
-    fn start(mut cmd: Command) -> Peer {
-        let mut child = cmd
-            .current_dir(repo_root())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the peer server");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            if let Some(Ok(line)) = lines.next() {
-                let _ = tx.send(line);
-            }
-            for _ in lines {}
-        });
-        let line = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the peer printed its URL");
-        let url = line
-            .strip_prefix("listening on ")
-            .expect("a listening line")
-            .trim()
-            .to_string();
-        Peer { child, url }
-    }
-
-    fn ts_sdk() -> Peer {
+    fn ts_sdk() -> ServerProcess {
         let modules = repo_root().join("interop/ts/node_modules/@modelcontextprotocol/sdk");
         assert!(modules.exists(), "interop/ts/node_modules is missing: run `npm ci --prefix interop/ts` (scripts/test.sh does)");
         let mut c = Command::new("node");
         c.arg("interop/ts/task-server.mjs");
-        Peer::start(c)
+        ServerProcess::spawn(c)
     }
 
-    fn rmcp() -> Peer {
-        Peer::start(Command::new(rmcp_server()))
+    fn rmcp() -> ServerProcess {
+        ServerProcess::spawn(Command::new(rmcp_server()))
     }
 }
 
@@ -88,44 +49,9 @@ fn rmcp_server() -> PathBuf {
     target.join("debug/mcp-interop-rmcp-server")
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-struct Cli {
-    url: String,
-    state: tempfile::TempDir,
-}
-
-impl Cli {
-    fn run(&self, args: &[&str]) -> Output {
-        let mut child = Command::new(bin())
-            .args(args)
-            .env("XDG_STATE_HOME", self.state.path())
-            .env("MCP_TASKS_URL", &self.url)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let start = Instant::now();
-        while child.try_wait().unwrap().is_none() {
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "mcp-tasks {args:?} hung"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        child.wait_with_output().unwrap()
-    }
-}
-
 /// The same scenario against a peer speaking `wire`.
-fn scenario(peer: &Peer, wire: &str) {
-    let cli = Cli {
-        url: peer.url.clone(),
-        state: tempfile::tempdir().unwrap(),
-    };
+fn scenario(peer: &ServerProcess, wire: &str) {
+    let cli = Cli::new(&peer.url);
     let out = cli.run(&["tools"]);
     assert!(
         text(&out.stderr).contains(&format!("({wire})")),
@@ -183,10 +109,7 @@ fn the_cli_drives_the_typescript_sdk_v1_server() {
     scenario(&peer, "2025-11-25");
     // Both directions: the server asks its question as a task the client runs, polls it with
     // tasks/get and reads the answer with tasks/result.
-    let cli = Cli {
-        url: peer.url.clone(),
-        state: tempfile::tempdir().unwrap(),
-    };
+    let cli = Cli::new(&peer.url);
     let out = cli.run(&["call", "confirm_as_task", "--answer", "confirm=yes"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "as a task: confirm=true\n");

@@ -45,12 +45,8 @@ impl CliInput {
 
     /// The fields of `schema` answered with `--answer`, as their types want them.
     fn given(&self, schema: &Value) -> Map<String, Value> {
-        let props = schema
-            .get("properties")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
-        props
+        prompt::fields(schema)
+            .0
             .iter()
             .filter_map(|(name, prop)| Some((name.clone(), coerce(self.answers.get(name)?, prop))))
             .collect()
@@ -91,16 +87,7 @@ impl CliInput {
     /// The form's content from the answers and defaults, or the names of required fields nobody
     /// answered.
     fn fill(&self, schema: &Value) -> Result<Map<String, Value>, Vec<String>> {
-        let props = schema
-            .get("properties")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
-        let required: Vec<&str> = schema
-            .get("required")
-            .and_then(Value::as_array)
-            .map(|r| r.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
+        let (props, required) = prompt::fields(schema);
         let mut content = Map::new();
         let mut missing = Vec::new();
         for (name, prop) in &props {

@@ -15,6 +15,21 @@ pub enum Answer {
     Cancel,
 }
 
+/// A form schema's fields and the names of the required ones.
+pub fn fields(schema: &Value) -> (Map<String, Value>, Vec<&str>) {
+    let props = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let required = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    (props, required)
+}
+
 /// The choices of a single-choice field: `(value, label)`.
 fn choices(prop: &Value) -> Option<Vec<(Value, String)>> {
     if let Some(values) = prop.get("enum").and_then(Value::as_array) {
@@ -80,16 +95,7 @@ pub fn ask(message: &str, schema: &Value, known: &Map<String, Value>) -> Result<
         Some(1) => return Ok(Answer::Decline),
         _ => return Ok(Answer::Cancel),
     }
-    let props = schema
-        .get("properties")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    let required: Vec<&str> = schema
-        .get("required")
-        .and_then(Value::as_array)
-        .map(|r| r.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+    let (props, required) = fields(schema);
     let mut content = known.clone();
     for (name, prop) in &props {
         if content.contains_key(name) {

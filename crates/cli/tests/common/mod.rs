@@ -36,16 +36,22 @@ impl Drop for ServerProcess {
 impl ServerProcess {
     /// Starts the server with `args` (plus `--listen 127.0.0.1:0`) and waits for its URL.
     pub fn start(args: &[&str]) -> ServerProcess {
-        let mut child = Command::new(bin())
-            .arg("serve")
+        let mut cmd = Command::new(bin());
+        cmd.arg("serve")
             .args(args)
             .args(["--listen", "127.0.0.1:0"])
+            .env("RUST_LOG", "warn");
+        ServerProcess::spawn(cmd)
+    }
+
+    /// Starts any server that prints `listening on URL` as its first line, and waits for that URL.
+    pub fn spawn(mut cmd: Command) -> ServerProcess {
+        let mut child = cmd
             .current_dir(repo_root())
-            .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("start mcp-tasks");
+            .expect("start the server");
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -71,6 +77,56 @@ impl ServerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `mcp-tasks` as a client: its own state directory (remembered tasks), `MCP_TASKS_URL` set to
+/// `url`, no terminal.
+pub struct ClientCli {
+    pub url: String,
+    pub state: tempfile::TempDir,
+}
+
+impl ClientCli {
+    pub fn new(url: &str) -> ClientCli {
+        ClientCli {
+            url: url.to_string(),
+            state: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(bin());
+        c.args(args)
+            .env("XDG_STATE_HOME", self.state.path())
+            .env("MCP_TASKS_URL", &self.url)
+            .env_remove("MCP_TASKS_KEY")
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Runs to the end (at most 60 s).
+    pub fn run(&self, args: &[&str]) -> std::process::Output {
+        let mut child = self
+            .cmd(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "mcp-tasks {args:?} hung"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.wait_with_output().unwrap()
+    }
+}
+
+/// Bytes as text (lossy).
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
 }
 
 /// Waits until `f` returns true or `limit` passes.
