@@ -561,3 +561,90 @@ fn a_create_whose_answer_was_lost_is_sent_again_without_a_second_job() {
         assert_eq!(ran, i + 1, "{wire:?}: the job ran once for the two sends");
     }
 }
+
+#[test]
+fn api_keys_go_as_bearer_tokens_or_headers() {
+    // `mcp-tasks key new` prints the key on a comment line and the config entry after it.
+    let made = Command::new(bin())
+        .args(["key", "new", "--principal", "alice"])
+        .output()
+        .unwrap();
+    let printed = text(&made.stdout);
+    let key = printed
+        .lines()
+        .nth(1)
+        .and_then(|l| l.strip_prefix("# "))
+        .unwrap()
+        .to_string();
+    let entry: String = printed
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("keys.toml");
+    std::fs::write(&config, format!("{entry}\n")).unwrap();
+    let server = ServerProcess::start(&[
+        "--store",
+        "memory:",
+        "--demo",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let cli = Cli::new(&server.url);
+    for wire in WIRES {
+        let out = cli.run(&args(wire, &["call", "greet", "name=Al"]));
+        assert_eq!(out.status.code(), Some(2), "{wire:?}: no key, no entry");
+        assert!(
+            text(&out.stderr).contains("authentication required"),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+        let out = cli.run(&args(wire, &["call", "greet", "name=Al", "--key", &key]));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(text(&out.stdout), "Hello, Al!\n");
+        let bearer = format!("Authorization: Bearer {key}");
+        let out = cli.run(&args(
+            wire,
+            &["call", "slow_compute", "seconds=0", "--header", &bearer],
+        ));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+        // The key reaches `task …` too (it is never remembered with the task).
+        let out = cli.run(&args(
+            wire,
+            &[
+                "call",
+                "slow_compute",
+                "seconds=0",
+                "--key",
+                &key,
+                "--detach",
+            ],
+        ));
+        let id = text(&out.stdout).trim().to_string();
+        let remembered = std::fs::read_dir(cli.state.path().join("mcp-tasks/tasks"))
+            .unwrap()
+            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+            .collect::<String>();
+        assert!(!remembered.contains(&key), "the key is not written to disk");
+        let mut c = cli.cmd(&["task", "result", &id]);
+        c.env("MCP_TASKS_KEY", &key);
+        let out = c.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}
