@@ -5,6 +5,7 @@
 #   - interop/python: the official Python SDK v1 client (a venv from requirements.txt)
 #   - conformance: the official MCP conformance suite and Node 22 to run it (npm ci)
 #   - interop/rmcp-server: an rmcp 3.11.0 task server for the client's tests (cargo build --locked)
+#   - interop/everything: the reference server @modelcontextprotocol/server-everything, which the gateway fronts (npm ci)
 #   - valgrind (Debian package, when missing): the performance guard counts instructions with callgrind
 #   - nginx-light (Debian package, when missing): the load balancer in front of three replicas
 #   - tmux (Debian package, when missing): the client's terminal tests type into a real terminal
@@ -48,6 +49,15 @@ if [ "$(cat interop/python/.venv/.mcp-tasks-stamp 2>/dev/null)" != "$py_stamp" ]
   python3 -m venv interop/python/.venv
   interop/python/.venv/bin/pip install --quiet --disable-pip-version-check -r interop/python/requirements.txt
   echo "$py_stamp" > interop/python/.venv/.mcp-tasks-stamp
+else
+  echo "    up to date"
+fi
+
+echo "==> interop/everything: npm ci (server-everything, the upstream of the gateway tests)"
+ev_stamp=$(stamp interop/everything/package-lock.json)
+if [ "$(cat interop/everything/node_modules/.mcp-tasks-stamp 2>/dev/null)" != "$ev_stamp" ]; then
+  npm ci --prefix interop/everything --no-audit --no-fund --loglevel=error
+  echo "$ev_stamp" > interop/everything/node_modules/.mcp-tasks-stamp
 else
   echo "    up to date"
 fi

@@ -18,6 +18,9 @@ pub struct ConfigFile {
     /// `[[tools]]`: command tools.
     #[serde(default)]
     pub tools: Vec<CommandToolSpec>,
+    /// `[[upstreams]]`: MCP servers whose tools are served as task tools (the gateway).
+    #[serde(default)]
+    pub upstreams: Vec<mcp_tasks_server::gateway::UpstreamSpec>,
     /// `[auth]`: API keys and limits.
     #[serde(default)]
     pub auth: AuthSection,

@@ -254,6 +254,23 @@ async fn serve(args: ServeArgs) -> Result<()> {
     for spec in file.tools {
         builder = builder.tool(spec.into_tool())?;
     }
+    // The gateway: each upstream's tools, as task tools. A name taken twice is a start-up error.
+    let mut upstreams = Vec::new();
+    for spec in &file.upstreams {
+        let upstream = mcp_tasks_server::gateway::connect(spec)
+            .await
+            .with_context(|| format!("cannot put tasks in front of upstream {:?}", spec.name))?;
+        for tool in upstream.tools.clone() {
+            let name = tool.name.clone();
+            builder = builder.tool(tool).with_context(|| {
+                format!(
+                    "upstream {:?}: tool {name:?} is already taken (set prefix = \"…\" in its [[upstreams]] entry)",
+                    spec.name
+                )
+            })?;
+        }
+        upstreams.push(upstream);
+    }
     let server = builder.build();
     let recovered = server
         .start()

@@ -55,6 +55,14 @@ impl std::fmt::Debug for ConnectOptions {
     }
 }
 
+/// What one request brings of its own: an input handler for the questions the server asks while it
+/// runs (in place of the connection's), and a token that cancels it.
+#[derive(Clone, Default)]
+pub(crate) struct Scope {
+    pub(crate) input: Option<Arc<dyn InputHandler>>,
+    pub(crate) cancel: Option<tokio_util::sync::CancellationToken>,
+}
+
 /// A tool as a server lists it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolInfo {
@@ -66,6 +74,12 @@ pub struct ToolInfo {
     pub input_schema: Value,
     /// 2025-11-25 `execution.taskSupport`; `None` on wires where the server decides per call.
     pub task_support: Option<TaskSupport>,
+    /// Its display title, if any.
+    pub title: Option<String>,
+    /// The JSON schema of its `structuredContent`, if any.
+    pub output_schema: Option<Value>,
+    /// Its behaviour hints, if any.
+    pub annotations: Option<Value>,
 }
 
 pub(crate) struct Inner {
@@ -266,6 +280,9 @@ impl Client {
                         .cloned()
                         .unwrap_or(json!({"type": "object"})),
                     task_support,
+                    title: t.get("title").and_then(Value::as_str).map(str::to_string),
+                    output_schema: t.get("outputSchema").filter(|v| v.is_object()).cloned(),
+                    annotations: t.get("annotations").filter(|v| v.is_object()).cloned(),
                 });
             }
             match r.get("nextCursor").and_then(Value::as_str) {
@@ -450,6 +467,28 @@ impl Inner {
         declare_tasks: bool,
         on_note: &(dyn Fn(&Notification) + Sync),
     ) -> Result<Value> {
+        self.request_in(
+            method,
+            params,
+            name,
+            declare_tasks,
+            on_note,
+            &Scope::default(),
+        )
+        .await
+    }
+
+    /// [`Inner::request_framed`] within `scope`: its own input handler for what the server asks on
+    /// the way, and a token that cancels the request (the server is told).
+    pub(crate) async fn request_in(
+        &self,
+        method: &str,
+        params: Value,
+        name: Option<&str>,
+        declare_tasks: bool,
+        on_note: &(dyn Fn(&Notification) + Sync),
+        scope: &Scope,
+    ) -> Result<Value> {
         let id = self.next_id();
         let body = json!({
             "jsonrpc": "2.0",
@@ -459,7 +498,27 @@ impl Inner {
         });
         let route = self.wire.is_stateless().then_some(Route { method, name });
         let mut ex = self.transport.post(&body, route, method).await?;
-        while let Some(m) = ex.next().await {
+        let cancelled = async {
+            match &scope.cancel {
+                Some(t) => t.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(cancelled);
+        loop {
+            let next = tokio::select! {
+                m = ex.next() => m,
+                () = &mut cancelled => {
+                    let _ = self
+                        .notify(
+                            "notifications/cancelled",
+                            json!({"requestId": id.to_value(), "reason": "cancelled by the client"}),
+                        )
+                        .await;
+                    return Err(ClientError::Cancelled(method.to_string()));
+                }
+            };
+            let Some(m) = next else { break };
             match m? {
                 Message::Response(r) if r.id == id => return Ok(r.result),
                 Message::Error(e) if e.id.as_ref().is_none_or(|i| *i == id) => {
@@ -472,7 +531,12 @@ impl Inner {
                 }
                 Message::Request(r) => {
                     let params = r.params.clone().unwrap_or(json!({}));
-                    let answer = self.answer_server(&r.method, params.clone()).await;
+                    let answer = match &scope.input {
+                        Some(h) if input::is_question(&r.method) => {
+                            input::answer(&**h, &r.method, &params).await
+                        }
+                        _ => self.answer_server(&r.method, params.clone()).await,
+                    };
                     if !input::is_question(&r.method) && answer.is_err() {
                         tracing::debug!(method = %r.method, "answered a server request we do not offer");
                     }

@@ -53,6 +53,9 @@ pub enum ClientError {
         #[source]
         source: std::io::Error,
     },
+    /// The caller cancelled the request (the server was told with `notifications/cancelled`).
+    #[error("{0}: cancelled")]
+    Cancelled(String),
     /// A task reference could not be read.
     #[error("not a task reference: {0}")]
     BadReference(String),

@@ -10,10 +10,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::client::Client;
+use crate::client::{Client, Scope};
 use crate::error::{ClientError, Result};
+use crate::input::InputHandler;
 use crate::task::{TaskOutcome, TaskRef, TaskState, TaskStatus};
 use crate::wire::Wire;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 /// Poll interval when the server gives none.
 const DEFAULT_POLL: Duration = Duration::from_secs(1);
@@ -59,7 +62,7 @@ pub enum Event {
 }
 
 /// How to call a tool.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct CallOptions {
     /// Run it as a task when the server offers that (default); `false` makes a plain call.
     pub as_task: bool,
@@ -68,6 +71,12 @@ pub struct CallOptions {
     /// The idempotency key of the create; one is made when `None`. A create retried after a
     /// connection error carries the same key, so a server that honours keys starts one job.
     pub idempotency_key: Option<String>,
+    /// Answers the questions the server asks during this call (in place of the connection's
+    /// handler): a gateway sends them to the task the call belongs to.
+    pub input: Option<Arc<dyn InputHandler>>,
+    /// Cancels the call: the server is told (`notifications/cancelled`) and the call ends with
+    /// [`ClientError::Cancelled`].
+    pub cancel: Option<CancellationToken>,
 }
 
 impl Default for CallOptions {
@@ -76,7 +85,21 @@ impl Default for CallOptions {
             as_task: true,
             ttl_ms: None,
             idempotency_key: None,
+            input: None,
+            cancel: None,
         }
+    }
+}
+
+impl std::fmt::Debug for CallOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallOptions")
+            .field("as_task", &self.as_task)
+            .field("ttl_ms", &self.ttl_ms)
+            .field("idempotency_key", &self.idempotency_key)
+            .field("input", &self.input.is_some())
+            .field("cancel", &self.cancel.is_some())
+            .finish()
     }
 }
 
@@ -158,7 +181,13 @@ impl Client {
         };
         let mut rounds = 0;
         loop {
-            let r = self.create(&params, name, as_task, &on_note).await?;
+            let scope = Scope {
+                input: options.input.clone(),
+                cancel: options.cancel.clone(),
+            };
+            let r = self
+                .create(&params, name, as_task, &on_note, &scope)
+                .await?;
             let result_type = r.get("resultType").and_then(Value::as_str);
             if let Some(task) = r.get("task").filter(|_| inner.wire == Wire::V2025) {
                 let state = TaskState::from_value(task)?;
@@ -191,7 +220,9 @@ impl Client {
                         .and_then(Value::as_object)
                         .cloned()
                         .unwrap_or_default();
-                    let answers = self.answer_all(&asks, &HashSet::new()).await?;
+                    let answers = self
+                        .answer_all_with(options.input.as_deref(), &asks, &HashSet::new())
+                        .await?;
                     params["inputResponses"] = Value::Object(answers);
                     match r.get("requestState") {
                         Some(s) => params["requestState"] = s.clone(),
@@ -246,13 +277,21 @@ impl Client {
         name: &str,
         as_task: bool,
         on_note: &(dyn Fn(&Notification) + Sync),
+        scope: &Scope,
     ) -> Result<Value> {
         let mut delay = Duration::from_millis(250);
         let mut tries = 0;
         loop {
             let r = self
                 .inner
-                .request_framed("tools/call", params.clone(), Some(name), as_task, on_note)
+                .request_in(
+                    "tools/call",
+                    params.clone(),
+                    Some(name),
+                    as_task,
+                    on_note,
+                    scope,
+                )
                 .await;
             match r {
                 Err(ClientError::Connection { not_sent, .. })
@@ -274,6 +313,17 @@ impl Client {
         asks: &Map<String, Value>,
         skip: &HashSet<String>,
     ) -> Result<Map<String, Value>> {
+        self.answer_all_with(None, asks, skip).await
+    }
+
+    /// [`Client::answer_all`] with `handler` in place of the connection's when given.
+    async fn answer_all_with(
+        &self,
+        handler: Option<&dyn InputHandler>,
+        asks: &Map<String, Value>,
+        skip: &HashSet<String>,
+    ) -> Result<Map<String, Value>> {
+        let handler = handler.unwrap_or(&*self.inner.input);
         let mut answers = Map::new();
         for (key, ask) in asks {
             if skip.contains(key) {
@@ -284,7 +334,7 @@ impl Client {
                 .and_then(Value::as_str)
                 .unwrap_or_default();
             let params = ask.get("params").cloned().unwrap_or(json!({}));
-            match crate::input::answer(&*self.inner.input, method, &params).await {
+            match crate::input::answer(handler, method, &params).await {
                 Ok(v) => {
                     answers.insert(key.clone(), v);
                 }

@@ -19,6 +19,12 @@ use crate::http::Exchange;
 pub struct StdioCommand {
     /// The program and its arguments.
     pub argv: Vec<String>,
+    /// Working directory (default: this process's).
+    pub cwd: Option<std::path::PathBuf>,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
+    /// Runs on the command before it starts (e.g. to make the child die with this process).
+    pub prepare: Option<fn(&mut Command)>,
 }
 
 impl StdioCommand {
@@ -29,7 +35,12 @@ impl StdioCommand {
             .ok_or_else(|| {
                 ClientError::Unsupported(format!("cannot split the command {line:?}"))
             })?;
-        Ok(StdioCommand { argv })
+        Ok(StdioCommand {
+            argv,
+            cwd: None,
+            env: Vec::new(),
+            prepare: None,
+        })
     }
 
     /// The command as one line (for references and messages).
@@ -69,8 +80,16 @@ impl StdioTransport {
             .argv
             .split_first()
             .ok_or_else(|| ClientError::Unsupported("an empty stdio command".into()))?;
-        let mut child = Command::new(program)
+        let mut cmd = Command::new(program);
+        if let Some(dir) = &command.cwd {
+            cmd.current_dir(dir);
+        }
+        if let Some(prepare) = command.prepare {
+            prepare(&mut cmd);
+        }
+        let mut child = cmd
             .args(args)
+            .envs(command.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -111,6 +130,9 @@ impl StdioTransport {
                 };
                 let target = {
                     let mut g = w.lock().unwrap_or_else(|e| e.into_inner());
+                    // A request given up on (cancelled, timed out) waits no more: what the server
+                    // sends of its own must not go to it.
+                    g.by_id.retain(|_, (_, tx)| !tx.is_closed());
                     let t = match &msg {
                         Message::Response(r) => g.by_id.remove(&key(&r.id)).map(|(_, tx)| tx),
                         Message::Error(e) => match &e.id {

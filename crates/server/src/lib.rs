@@ -32,6 +32,7 @@ pub mod config;
 mod core;
 #[cfg(feature = "demo")]
 pub mod demo;
+pub mod gateway;
 mod inbound;
 pub mod session;
 pub mod tool;

@@ -372,6 +372,7 @@ pub async fn call(server: &ServerArgs, a: CallArgs) -> Result<i32> {
         as_task: !a.no_task,
         ttl_ms: a.ttl.map(|s| s.saturating_mul(1000)),
         idempotency_key: a.idempotency_key.clone(),
+        ..CallOptions::default()
     };
     let called = client
         .call_tool(&a.tool, arguments, &options, &|e| display.event(e))

@@ -442,7 +442,7 @@ impl TaskHandler for CommandHandler {
 /// (they are in its process group, which only a live server can signal).
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)] // the one `unsafe` of the workspace (which denies it elsewhere)
-fn die_with_server(cmd: &mut Command) {
+pub(crate) fn die_with_server(cmd: &mut Command) {
     let server = std::process::id() as i32;
     // SAFETY: the closure runs in the child between fork and exec and only makes two system calls
     // (`prctl`, `getppid`), both async-signal-safe; it allocates nothing and takes no lock.
@@ -459,7 +459,7 @@ fn die_with_server(cmd: &mut Command) {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn die_with_server(_cmd: &mut Command) {}
+pub(crate) fn die_with_server(_cmd: &mut Command) {}
 
 #[cfg(test)]
 mod tests {
