@@ -126,29 +126,7 @@ impl TaskHandler for UpstreamTool {
             }
         }
         match result {
-            Ok(Called::Done(TaskOutcome::Completed(value))) => Outcome::Result {
-                value,
-                is_error: false,
-            },
-            Ok(Called::Done(TaskOutcome::ToolError(value))) => Outcome::Result {
-                value,
-                is_error: true,
-            },
-            Ok(Called::Done(TaskOutcome::Failed {
-                code,
-                message,
-                data,
-            })) => Outcome::Error {
-                code,
-                message,
-                data,
-            },
-            Ok(Called::Done(TaskOutcome::Cancelled { message })) => Outcome::Error {
-                code: error_codes::INTERNAL_ERROR,
-                message: message
-                    .unwrap_or_else(|| format!("upstream {} cancelled the call", self.upstream)),
-                data: None,
-            },
+            Ok(Called::Done(outcome)) => self.outcome(outcome, timed_out, "call"),
             Ok(Called::Task(t)) => {
                 // The upstream runs it as its own task: follow that task, with the same forwarding,
                 // cancel and deadline.
@@ -178,34 +156,7 @@ impl TaskHandler for UpstreamTool {
                     }
                 };
                 match waited {
-                    Ok(TaskOutcome::Completed(value)) => Outcome::Result {
-                        value,
-                        is_error: false,
-                    },
-                    Ok(TaskOutcome::ToolError(value)) => Outcome::Result {
-                        value,
-                        is_error: true,
-                    },
-                    Ok(TaskOutcome::Failed {
-                        code,
-                        message,
-                        data,
-                    }) => Outcome::Error {
-                        code,
-                        message,
-                        data,
-                    },
-                    Ok(TaskOutcome::Cancelled { .. }) if timed_out => upstream_error(
-                        &self.upstream,
-                        &format!(
-                            "{} timed out after {} s (the upstream task was cancelled)",
-                            self.tool,
-                            self.timeout.as_secs()
-                        ),
-                    ),
-                    Ok(TaskOutcome::Cancelled { .. }) => {
-                        upstream_error(&self.upstream, "the upstream task was cancelled")
-                    }
+                    Ok(outcome) => self.outcome(outcome, timed_out, "task"),
                     Err(e) => upstream_error(&self.upstream, &e.to_string()),
                 }
             }
@@ -219,16 +170,47 @@ impl TaskHandler for UpstreamTool {
                 message,
                 data,
             },
-            Err(ClientError::Cancelled(_)) if timed_out => upstream_error(
+            Err(ClientError::Cancelled(_)) => {
+                self.outcome(TaskOutcome::Cancelled { message: None }, timed_out, "call")
+            }
+            Err(e) => upstream_error(&self.upstream, &e.to_string()),
+        }
+    }
+}
+
+impl UpstreamTool {
+    /// Our outcome for how the upstream `what` (call or task) ended.
+    fn outcome(&self, o: TaskOutcome, timed_out: bool, what: &str) -> Outcome {
+        match o {
+            TaskOutcome::Completed(value) => Outcome::Result {
+                value,
+                is_error: false,
+            },
+            TaskOutcome::ToolError(value) => Outcome::Result {
+                value,
+                is_error: true,
+            },
+            TaskOutcome::Failed {
+                code,
+                message,
+                data,
+            } => Outcome::Error {
+                code,
+                message,
+                data,
+            },
+            TaskOutcome::Cancelled { .. } if timed_out => upstream_error(
                 &self.upstream,
                 &format!(
-                    "{} timed out after {} s (the upstream call was cancelled)",
+                    "{} timed out after {} s (the upstream {what} was cancelled)",
                     self.tool,
                     self.timeout.as_secs()
                 ),
             ),
-            Err(ClientError::Cancelled(_)) => upstream_error(&self.upstream, "cancelled"),
-            Err(e) => upstream_error(&self.upstream, &e.to_string()),
+            TaskOutcome::Cancelled { message } => upstream_error(
+                &self.upstream,
+                &message.unwrap_or_else(|| format!("the upstream {what} was cancelled")),
+            ),
         }
     }
 }
