@@ -90,6 +90,8 @@ pub(crate) struct Inner {
     pub(crate) server_info: Value,
     pub(crate) capabilities: Value,
     pub(crate) input: Arc<dyn InputHandler>,
+    /// The tools as last listed (a call reads a tool's task support there instead of listing again).
+    pub(crate) tools: std::sync::Mutex<Option<Vec<ToolInfo>>>,
     hosted: Arc<Hosted>,
     options: ConnectOptions,
     next_id: AtomicI64,
@@ -244,7 +246,7 @@ impl Client {
         self.inner.request_raw(method, params, None, on_note).await
     }
 
-    /// The server's tools (every page).
+    /// The server's tools (every page), asked afresh; the list is kept for [`Client::call_tool`].
     pub async fn list_tools(&self) -> Result<Vec<ToolInfo>> {
         let mut out = Vec::new();
         let mut cursor: Option<String> = None;
@@ -287,7 +289,10 @@ impl Client {
             }
             match r.get("nextCursor").and_then(Value::as_str) {
                 Some(c) if !c.is_empty() => cursor = Some(c.to_string()),
-                _ => return Ok(out),
+                _ => {
+                    *self.inner.tools.lock().unwrap_or_else(|e| e.into_inner()) = Some(out.clone());
+                    return Ok(out);
+                }
             }
         }
         Err(ClientError::protocol("tools/list: more than 1000 pages"))
@@ -319,6 +324,7 @@ impl Inner {
             server_info: Value::Null,
             capabilities: Value::Null,
             input: options.input.clone(),
+            tools: std::sync::Mutex::new(None),
             hosted: Arc::default(),
             options,
             next_id: AtomicI64::new(1),

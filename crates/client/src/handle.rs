@@ -255,6 +255,22 @@ impl Client {
         if self.inner.wire != Wire::V2025 {
             return Ok(true);
         }
+        let known = self
+            .inner
+            .tools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .and_then(|tools| {
+                tools
+                    .iter()
+                    .find(|t| t.name == name)
+                    .map(|t| t.task_support)
+            });
+        if let Some(support) = known {
+            return Ok(support != Some(TaskSupport::Forbidden));
+        }
+        // Not listed yet, or added since: list again.
         let tools = self.list_tools().await?;
         let tool = tools.iter().find(|t| t.name == name).ok_or_else(|| {
             ClientError::Unsupported(format!(
@@ -433,31 +449,25 @@ impl TaskHandle {
 
     /// The task's current state (`tasks/get`).
     pub async fn get(&self) -> Result<TaskState> {
-        let r = self
-            .client
+        TaskState::from_value(&self.about("tasks/get").await?)
+    }
+
+    /// A request about this task (`{taskId}`, routed by it).
+    async fn about(&self, method: &str) -> Result<Value> {
+        self.client
             .inner
             .request_raw(
-                "tasks/get",
+                method,
                 json!({"taskId": self.id()}),
                 Some(self.id()),
                 &|_| {},
             )
-            .await?;
-        TaskState::from_value(&r)
+            .await
     }
 
     /// Asks the server to cancel the task, and returns its state after.
     pub async fn cancel(&self) -> Result<TaskState> {
-        let r = self
-            .client
-            .inner
-            .request_raw(
-                "tasks/cancel",
-                json!({"taskId": self.id()}),
-                Some(self.id()),
-                &|_| {},
-            )
-            .await?;
+        let r = self.about("tasks/cancel").await?;
         match TaskState::from_value(&r) {
             Ok(s) => Ok(s),
             // 2026-07-28 answers with an empty acknowledgement.
