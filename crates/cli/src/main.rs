@@ -133,7 +133,7 @@ fn main() -> Result<()> {
         let code = match status {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("error: {e:#}");
+                eprintln!("error: {}", client::error_text(&e));
                 client::exit::USAGE
             }
         };
@@ -262,7 +262,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
             .with_context(|| format!("cannot put tasks in front of upstream {:?}", spec.name))?;
         for tool in upstream.tools.clone() {
             let name = tool.name.clone();
-            builder = builder.tool(tool).with_context(|| {
+            builder = builder.group_tool(&spec.name, tool).with_context(|| {
                 format!(
                     "upstream {:?}: tool {name:?} is already taken (set prefix = \"…\" in its [[upstreams]] entry)",
                     spec.name
@@ -283,6 +283,11 @@ async fn serve(args: ServeArgs) -> Result<()> {
         );
     }
     tracing::info!(tools = ?server.tools().names(), "tools registered");
+    // Upstreams are kept up (restarted when they exit) and their tool lists followed while we run.
+    let _supervisors: Vec<_> = upstreams
+        .iter()
+        .map(|u| u.supervise(server.clone()))
+        .collect();
 
     if args.stdio {
         return stdio::serve(server, tokio::io::stdin(), tokio::io::stdout())

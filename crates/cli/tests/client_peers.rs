@@ -5,8 +5,7 @@
 
 mod common;
 
-use common::{repo_root, text, ClientCli as Cli, ServerProcess};
-use std::path::PathBuf;
+use common::{repo_root, rmcp_server, text, ClientCli as Cli, ServerProcess};
 use std::process::Command;
 
 struct Peer;
@@ -23,30 +22,6 @@ impl Peer {
     fn rmcp() -> ServerProcess {
         ServerProcess::spawn(Command::new(rmcp_server()))
     }
-}
-
-/// The rmcp server, built with its own pinned lock file (scripts/test.sh builds it first; this
-/// builds it when run on its own).
-fn rmcp_server() -> PathBuf {
-    let target = std::env::var_os("MCP_TASKS_INTEROP_TARGET")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/mcp-tasks/interop-target")
-        });
-    let status = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--quiet",
-            "--locked",
-            "--manifest-path",
-            "interop/rmcp-server/Cargo.toml",
-        ])
-        .env("CARGO_TARGET_DIR", &target)
-        .current_dir(repo_root())
-        .status()
-        .expect("run cargo");
-    assert!(status.success(), "building interop/rmcp-server failed");
-    target.join("debug/mcp-interop-rmcp-server")
 }
 
 /// The same scenario against a peer speaking `wire`.

@@ -253,3 +253,128 @@ fn a_tool_name_taken_twice_stops_the_start() {
         text(&out.stderr)
     );
 }
+
+/// The processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let out = Command::new("pgrep")
+        .args(["-P", &pid.to_string()])
+        .output()
+        .unwrap();
+    text(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+#[test]
+fn an_upstream_killed_mid_call_fails_its_task_with_its_last_words_and_is_started_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        &format!(
+            "[[upstreams]]\nname = \"everything\"\ncommand = [\"node\", \"{}\", \"stdio\"]\n",
+            everything()
+        ),
+    );
+    let server = ServerProcess::start(&["--store", "memory:", "--config", &cfg]);
+    let cli = Cli::new(&server.url);
+    let out = cli.run(&[
+        "call",
+        "trigger-long-running-operation",
+        "duration=60",
+        "steps=60",
+        "--detach",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let id = text(&out.stdout).trim().to_string();
+    // The call reached the upstream: its progress is the task's.
+    assert!(
+        common::eventually(std::time::Duration::from_secs(20), || {
+            let out = cli.run(&["task", "get", &id, "--json"]);
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            v["progress"].as_f64().is_some_and(|p| p >= 1.0)
+        }),
+        "no progress from the upstream"
+    );
+    let upstream = children_of(server.child.id());
+    assert_eq!(upstream.len(), 1, "one upstream process: {upstream:?}");
+    let killed = Command::new("kill")
+        .args(["-9", &upstream[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+
+    // The task fails at once, saying how the upstream ended and what it last wrote on stderr.
+    let out = cli.run(&["task", "result", &id]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let err = text(&out.stderr);
+    assert!(err.contains("upstream everything"), "{err}");
+    assert!(err.contains("signal: 9"), "{err}");
+    assert!(err.contains("Starting default (STDIO) server"), "{err}");
+
+    // The gateway starts the upstream again; its tools work as before.
+    assert!(
+        common::eventually(std::time::Duration::from_secs(20), || {
+            let out = cli.run(&["call", "echo", "message=back again"]);
+            out.status.code() == Some(0) && text(&out.stdout).contains("back again")
+        }),
+        "the upstream did not come back"
+    );
+    let again = children_of(server.child.id());
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_ne!(again, upstream);
+}
+
+#[test]
+fn a_gateway_killed_with_kill_9_follows_the_upstream_task_again_after_a_restart() {
+    // Task servers no one here wrote, over HTTP: the TypeScript SDK v1 (2025-11-25, tasks bound to
+    // the session) and rmcp 3 (2026-07-28). Each outlives the gateway.
+    let peers = [
+        ("typescript", common::ts_task_server()),
+        (
+            "rmcp",
+            ServerProcess::spawn(Command::new(common::rmcp_server())),
+        ),
+    ];
+    for (peer, upstream) in &peers {
+        let dir = tempfile::tempdir().unwrap();
+        let store = format!("sqlite://{}", dir.path().join("gateway.db").display());
+        let cfg = config(
+            dir.path(),
+            &format!(
+                "[[upstreams]]\nname = \"peer\"\nurl = \"{}\"\n",
+                upstream.url
+            ),
+        );
+        let gateway = ServerProcess::start(&["--store", &store, "--config", &cfg]);
+        let cli = Cli::new(&gateway.url);
+        let out = cli.run(&["call", "count", "seconds=5", "--detach"]);
+        assert_eq!(out.status.code(), Some(0), "{peer}: {}", text(&out.stderr));
+        let id = text(&out.stdout).trim().to_string();
+        // The upstream task runs; its status message is our task's.
+        assert!(
+            common::eventually(std::time::Duration::from_secs(20), || {
+                let out = cli.run(&["task", "get", &id, "--json"]);
+                let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+                v["statusMessage"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(" of 5"))
+            }),
+            "{peer}: the upstream task did not report"
+        );
+        gateway.kill9();
+
+        // A new gateway on the same store follows the same upstream task to its end: the task
+        // completes (without the resume it would fail as interrupted: the tool is not retried).
+        let gateway = ServerProcess::start(&["--store", &store, "--config", &cfg]);
+        let out = cli.run(&["task", "result", &id, "--url", &gateway.url]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{peer}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        assert_eq!(text(&out.stdout), "counted to 5\n", "{peer}");
+    }
+}

@@ -95,6 +95,8 @@ pub(crate) struct Inner {
     hosted: Arc<Hosted>,
     options: ConnectOptions,
     next_id: AtomicI64,
+    /// List changes the server announced (the notification's method).
+    changes: tokio::sync::broadcast::Sender<String>,
 }
 
 /// A connection to an MCP server (Streamable HTTP or stdio). Cheap to clone.
@@ -118,11 +120,12 @@ impl Client {
     /// else `initialize` → 2025-11-25 (tasks when the server declares them) or an older revision.
     pub async fn connect(endpoint: &Endpoint, options: ConnectOptions) -> Result<Client> {
         let mut discovered: Option<Value> = None;
-        let http = Transport::open(endpoint)?;
+        let changes = tokio::sync::broadcast::channel(16).0;
+        let http = Transport::open(endpoint, &changes)?;
         let http = if options.no_2026 {
             http
         } else {
-            let mut probe = Inner::new(http, Wire::V2026, options.clone());
+            let mut probe = Inner::new(http, Wire::V2026, options.clone(), changes.clone());
             match probe
                 .request_raw("server/discover", json!({}), None, &|_| {})
                 .await
@@ -157,7 +160,7 @@ impl Client {
             }
             probe.transport
         };
-        let mut inner = Inner::new(http, Wire::V2025, options.clone());
+        let mut inner = Inner::new(http, Wire::V2025, options.clone(), changes);
         match inner.initialize().await {
             Ok(()) => Ok(Client {
                 inner: Arc::new(inner),
@@ -187,8 +190,9 @@ impl Client {
         session: Option<String>,
         options: ConnectOptions,
     ) -> Result<Client> {
-        let transport = Transport::open(endpoint)?;
-        let mut inner = Inner::new(transport, wire.clone(), options);
+        let changes = tokio::sync::broadcast::channel(16).0;
+        let transport = Transport::open(endpoint, &changes)?;
+        let mut inner = Inner::new(transport, wire.clone(), options, changes);
         inner.tasks = true;
         if wire == Wire::V2025 {
             if matches!(endpoint, Endpoint::Stdio(_)) {
@@ -298,6 +302,56 @@ impl Client {
         Err(ClientError::protocol("tools/list: more than 1000 pages"))
     }
 
+    /// Resolves when the server is gone for good (a stdio server exited), with how it ended
+    /// ([`ClientError::Exited`]: status and last stderr lines). Never resolves for an HTTP server,
+    /// whose requests each connect anew.
+    pub async fn closed(&self) -> ClientError {
+        self.inner.transport.closed().await
+    }
+
+    /// The server's list changes as they are announced: the notification's method
+    /// (`notifications/tools/list_changed`, …). A stdio server's arrive on their own; over HTTP they
+    /// arrive while [`Client::follow_lists`] runs (or on a request's stream).
+    pub fn list_changes(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.inner.changes.subscribe()
+    }
+
+    /// Listens for the server's list changes until the stream ends: on 2026-07-28 a
+    /// `subscriptions/listen` for tool, prompt and resource list changes, on 2025-11-25 over HTTP
+    /// the session's standalone stream (`GET`); over stdio they need no listening (it waits until
+    /// the server exits). Call it again (after a pause) when it returns.
+    pub async fn follow_lists(&self) -> Result<()> {
+        let inner = &self.inner;
+        match (&inner.transport, inner.wire.is_stateless()) {
+            (Transport::Stdio(_), _) => {
+                let _ = self.closed().await;
+                Ok(())
+            }
+            (_, true) => {
+                let filter = json!({"notifications": {
+                    "toolsListChanged": true,
+                    "promptsListChanged": true,
+                    "resourcesListChanged": true,
+                }});
+                inner
+                    .request_raw("subscriptions/listen", filter, None, &|_| {})
+                    .await
+                    .map(|_| ())
+            }
+            (Transport::Http(h), false) => {
+                let mut stream = h.get_stream().await?;
+                while let Some(m) = stream.next().await {
+                    if let Message::Notification(n) = m? {
+                        if crate::transport::is_list_change(&n.method) {
+                            let _ = inner.changes.send(n.method.clone());
+                        }
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Ends a 2025-11-25 session (`DELETE`). A detached client leaves it open instead, so its tasks
     /// stay reachable.
     pub async fn close(&self) {
@@ -312,7 +366,12 @@ fn honours_keys(caps: &Value) -> bool {
 }
 
 impl Inner {
-    fn new(transport: Transport, wire: Wire, options: ConnectOptions) -> Inner {
+    fn new(
+        transport: Transport,
+        wire: Wire,
+        options: ConnectOptions,
+        changes: tokio::sync::broadcast::Sender<String>,
+    ) -> Inner {
         if wire.is_stateless() {
             transport.set_version(Some(version::V2026_07_28.into()));
         }
@@ -328,6 +387,7 @@ impl Inner {
             hosted: Arc::default(),
             options,
             next_id: AtomicI64::new(1),
+            changes,
         }
     }
 
@@ -527,7 +587,9 @@ impl Inner {
             let Some(m) = next else { break };
             match m? {
                 Message::Response(r) if r.id == id => return Ok(r.result),
-                Message::Error(e) if e.id.as_ref().is_none_or(|i| *i == id) => {
+                // An exchange carries the answers to this request only; some servers answer what
+                // they refuse under an id of their own (the Python SDK's "server-error").
+                Message::Error(e) => {
                     return Err(ClientError::Rpc {
                         method: method.to_string(),
                         code: e.error.code,
@@ -553,8 +615,13 @@ impl Inner {
                         .await?;
                     while done.next().await.is_some() {}
                 }
-                Message::Notification(n) => on_note(&n),
-                Message::Response(_) | Message::Error(_) => {} // not ours
+                Message::Notification(n) => {
+                    if crate::transport::is_list_change(&n.method) {
+                        let _ = self.changes.send(n.method.clone());
+                    }
+                    on_note(&n)
+                }
+                Message::Response(_) => {} // not ours
             }
         }
         Err(ClientError::Connection {

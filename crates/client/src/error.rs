@@ -56,6 +56,16 @@ pub enum ClientError {
     /// The caller cancelled the request (the server was told with `notifications/cancelled`).
     #[error("{0}: cancelled")]
     Cancelled(String),
+    /// The stdio server exited: its exit status and the last lines it wrote on standard error.
+    #[error("the stdio server {command} exited ({status}){}", stderr_note(.stderr_tail))]
+    Exited {
+        /// The server's command line.
+        command: String,
+        /// How it ended ("exit status: 1", "signal: 9 (SIGKILL)").
+        status: String,
+        /// Its last lines on standard error (empty when not kept or none).
+        stderr_tail: String,
+    },
     /// A task reference could not be read.
     #[error("not a task reference: {0}")]
     BadReference(String),
@@ -66,6 +76,14 @@ fn body_note(body: &str) -> String {
         String::new()
     } else {
         format!(": {}", body.trim())
+    }
+}
+
+fn stderr_note(tail: &str) -> String {
+    if tail.trim().is_empty() {
+        String::new()
+    } else {
+        format!("; its last words on stderr:\n{}", tail.trim_end())
     }
 }
 

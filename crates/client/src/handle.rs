@@ -191,22 +191,18 @@ impl Client {
             let result_type = r.get("resultType").and_then(Value::as_str);
             if let Some(task) = r.get("task").filter(|_| inner.wire == Wire::V2025) {
                 let state = TaskState::from_value(task)?;
-                return Ok(Called::Task(Box::new(TaskHandle::new(
-                    self.clone(),
-                    state,
-                    Some(name.into()),
-                    Some(token),
-                ))));
+                return Ok(Called::Task(Box::new(
+                    TaskHandle::new(self.clone(), state, Some(name.into()), Some(token))
+                        .with_input(options.input.clone()),
+                )));
             }
             match result_type {
                 Some("task") => {
                     let state = TaskState::from_value(&r)?;
-                    return Ok(Called::Task(Box::new(TaskHandle::new(
-                        self.clone(),
-                        state,
-                        Some(name.into()),
-                        None,
-                    ))));
+                    return Ok(Called::Task(Box::new(
+                        TaskHandle::new(self.clone(), state, Some(name.into()), None)
+                            .with_input(options.input.clone()),
+                    )));
                 }
                 Some("input_required") => {
                     rounds += 1;
@@ -322,17 +318,9 @@ impl Client {
         }
     }
 
-    /// Answers every question of `asks` (key → `{method, params}`) not in `skip` with the input
-    /// handler. A refused sampling request cannot be sent back on this wire: it is an error here.
-    pub(crate) async fn answer_all(
-        &self,
-        asks: &Map<String, Value>,
-        skip: &HashSet<String>,
-    ) -> Result<Map<String, Value>> {
-        self.answer_all_with(None, asks, skip).await
-    }
-
-    /// [`Client::answer_all`] with `handler` in place of the connection's when given.
+    /// Answers every question of `asks` (key → `{method, params}`) not in `skip` with `handler`, or
+    /// the connection's input handler when `None`. A refused sampling request cannot be sent back on
+    /// this wire: it is an error here.
     async fn answer_all_with(
         &self,
         handler: Option<&dyn InputHandler>,
@@ -373,6 +361,8 @@ pub struct TaskHandle {
     first: TaskState,
     tool: Option<String>,
     progress_token: Option<String>,
+    /// Answers the task's questions in place of the connection's handler.
+    input: Option<Arc<dyn InputHandler>>,
 }
 
 impl std::fmt::Debug for TaskHandle {
@@ -396,7 +386,15 @@ impl TaskHandle {
             first,
             tool,
             progress_token,
+            input: None,
         }
+    }
+
+    /// Answers the task's questions with `input` instead of the connection's handler (a call's
+    /// `CallOptions::input` comes along by itself).
+    pub fn with_input(mut self, input: Option<Arc<dyn InputHandler>>) -> TaskHandle {
+        self.input = input;
+        self
     }
 
     /// A handle for task `task_id` on `client` (as from a reference).
@@ -565,7 +563,10 @@ impl TaskHandle {
                 .as_ref()
                 .filter(|_| s.status == TaskStatus::InputRequired)
             {
-                let answers = self.client.answer_all(asks, &answered).await?;
+                let answers = self
+                    .client
+                    .answer_all_with(self.input.as_deref(), asks, &answered)
+                    .await?;
                 if !answers.is_empty() {
                     let keys: Vec<String> = answers.keys().cloned().collect();
                     self.client
@@ -629,11 +630,17 @@ impl TaskHandle {
         let mut failures = 0;
         loop {
             let result = {
-                let fut = self.client.inner.request_raw(
+                let scope = Scope {
+                    input: self.input.clone(),
+                    cancel: None,
+                };
+                let fut = self.client.inner.request_in(
                     "tasks/result",
                     json!({"taskId": self.id()}),
                     Some(self.id()),
+                    true,
                     &on_note,
+                    &scope,
                 );
                 tokio::pin!(fut);
                 loop {

@@ -208,6 +208,43 @@ impl HttpTransport {
         })
     }
 
+    /// Opens the session's standalone stream (2025-11-25 `GET`), on which the server sends what
+    /// belongs to no request (list changes, resource updates). `Unsupported` when the server offers
+    /// none (405).
+    pub(crate) async fn get_stream(&self) -> Result<Exchange> {
+        let context = "open the server's stream (GET)";
+        let mut headers = self.headers(None);
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        headers.remove(CONTENT_TYPE);
+        let resp = self
+            .http
+            .get(self.url.clone())
+            .headers(headers)
+            .send()
+            .await
+            .map_err(|e| connection(context, e))?;
+        let status = resp.status();
+        let is_sse = resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.to_ascii_lowercase().starts_with("text/event-stream"));
+        if status.is_success() && is_sse {
+            return Ok(sse_exchange(resp, context.to_string()));
+        }
+        if status == reqwest::StatusCode::METHOD_NOT_ALLOWED {
+            return Err(ClientError::Unsupported(
+                "the server offers no standalone stream (GET is 405)".into(),
+            ));
+        }
+        let body = resp.text().await.unwrap_or_default();
+        Err(ClientError::Http {
+            context: context.to_string(),
+            status: status.as_u16(),
+            body: body.chars().take(300).collect(),
+        })
+    }
+
     /// Ends the session (2025-11-25): `DELETE` with the session id. Errors are ignored: the server
     /// expires sessions anyway.
     pub(crate) async fn end_session(&self) {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::process::{ChildStdin, Command};
 use tokio::sync::mpsc;
 
 use crate::error::{ClientError, Result};
@@ -25,6 +25,9 @@ pub struct StdioCommand {
     pub env: Vec<(String, String)>,
     /// Runs on the command before it starts (e.g. to make the child die with this process).
     pub prepare: Option<fn(&mut Command)>,
+    /// Reads the server's standard error instead of passing it through: each line is logged (target
+    /// `mcp_tasks_client::stderr`) and the last ones go into [`ClientError::Exited`] when it exits.
+    pub keep_stderr: bool,
 }
 
 impl StdioCommand {
@@ -40,6 +43,7 @@ impl StdioCommand {
             cwd: None,
             env: Vec::new(),
             prepare: None,
+            keep_stderr: false,
         })
     }
 
@@ -62,12 +66,27 @@ struct Waiting {
 
 /// Most messages kept for the next request.
 const MAX_UNCLAIMED: usize = 1024;
+/// Lines of standard error kept for the exit report, and the longest line kept.
+const STDERR_LINES: usize = 20;
+const STDERR_LINE_CHARS: usize = 400;
+/// How long a server that closed its output gets to exit before it is killed.
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// How the server ended: its status and last lines on standard error.
+#[derive(Clone, Debug)]
+struct Exit {
+    status: String,
+    stderr_tail: String,
+}
 
 pub(crate) struct StdioTransport {
     command: StdioCommand,
     stdin: tokio::sync::Mutex<ChildStdin>,
     waiting: Arc<Mutex<Waiting>>,
-    _child: Child,
+    /// Set once when the server is gone.
+    exit: tokio::sync::watch::Receiver<Option<Exit>>,
+    /// Dropped with the transport: the reader then kills the child.
+    _alive: tokio::sync::oneshot::Sender<()>,
 }
 
 fn key(id: &RequestId) -> String {
@@ -75,7 +94,10 @@ fn key(id: &RequestId) -> String {
 }
 
 impl StdioTransport {
-    pub(crate) fn spawn(command: &StdioCommand) -> Result<StdioTransport> {
+    pub(crate) fn spawn(
+        command: &StdioCommand,
+        changes: tokio::sync::broadcast::Sender<String>,
+    ) -> Result<StdioTransport> {
         let (program, args) = command
             .argv
             .split_first()
@@ -92,7 +114,11 @@ impl StdioTransport {
             .envs(command.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(if command.keep_stderr {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| ClientError::Io {
@@ -107,10 +133,31 @@ impl StdioTransport {
         let waiting: Arc<Mutex<Waiting>> = Arc::default();
         let w = waiting.clone();
         let line = command.line();
+        let tail: Arc<Mutex<std::collections::VecDeque<String>>> = Arc::default();
+        let stderr_reader = child.stderr.take().map(|stderr| {
+            let (tail, line) = (tail.clone(), line.clone());
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(stderr).lines();
+                while let Ok(Some(text)) = lines.next_line().await {
+                    tracing::info!(target: "mcp_tasks_client::stderr", server = %line, "{text}");
+                    let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
+                    if t.len() == STDERR_LINES {
+                        t.pop_front();
+                    }
+                    t.push_back(text.chars().take(STDERR_LINE_CHARS).collect());
+                }
+            })
+        });
+        let (exit_tx, exit) = tokio::sync::watch::channel(None);
+        let (alive, mut dropped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
             loop {
-                let next = lines.next_line().await;
+                let next = tokio::select! {
+                    next = lines.next_line() => next,
+                    // The client is gone: so is the server (`kill_on_drop`).
+                    _ = &mut dropped => return,
+                };
                 let text = match next {
                     Ok(Some(t)) => t,
                     Ok(None) | Err(_) => break,
@@ -128,6 +175,14 @@ impl StdioTransport {
                         continue;
                     }
                 };
+                // A list change concerns the connection, not a request: it goes to whoever follows
+                // the server's lists.
+                if let Message::Notification(n) = &msg {
+                    if crate::transport::is_list_change(&n.method) {
+                        let _ = changes.send(n.method.clone());
+                        continue;
+                    }
+                }
                 let target = {
                     let mut g = w.lock().unwrap_or_else(|e| e.into_inner());
                     // A request given up on (cancelled, timed out) waits no more: what the server
@@ -158,27 +213,59 @@ impl StdioTransport {
                     let _ = tx.send(Ok(msg)).await;
                 }
             }
-            // The server is gone: everyone waiting hears it.
+            // The server closed its output: it exits (or is made to), and everyone waiting hears
+            // how it ended.
+            let status = match tokio::time::timeout(EXIT_GRACE, child.wait()).await {
+                Ok(Ok(status)) => status.to_string(),
+                Ok(Err(e)) => format!("its exit status is unknown: {e}"),
+                Err(_) => {
+                    let _ = child.kill().await;
+                    "it closed its output and was killed".to_string()
+                }
+            };
+            if let Some(reader) = stderr_reader {
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), reader).await;
+            }
+            let stderr_tail = {
+                let t = tail.lock().unwrap_or_else(|e| e.into_inner());
+                t.iter().map(String::as_str).collect::<Vec<_>>().join("\n")
+            };
+            let ended = Exit {
+                status,
+                stderr_tail,
+            };
+            tracing::debug!(server = %line, status = %ended.status, "the stdio server exited");
+            let _ = exit_tx.send(Some(ended.clone()));
             let all: Vec<_> = {
                 let mut g = w.lock().unwrap_or_else(|e| e.into_inner());
                 std::mem::take(&mut g.by_id).into_values().collect()
             };
             for (_, tx) in all {
-                let _ = tx
-                    .send(Err(ClientError::Connection {
-                        context: "the stdio server".into(),
-                        source: "it closed its output (exited?)".into(),
-                        not_sent: false,
-                    }))
-                    .await;
+                let _ = tx.send(Err(exited(&line, &ended))).await;
             }
         });
         Ok(StdioTransport {
             command: command.clone(),
             stdin: tokio::sync::Mutex::new(stdin),
             waiting,
-            _child: child,
+            exit,
+            _alive: alive,
         })
+    }
+
+    /// Resolves when the server has exited, with how it ended.
+    pub(crate) async fn closed(&self) -> ClientError {
+        let mut exit = self.exit.clone();
+        let line = self.command.line();
+        let ended = exit
+            .wait_for(Option::is_some)
+            .await
+            .ok()
+            .and_then(|e| e.clone());
+        match ended {
+            Some(e) => exited(&line, &e),
+            None => unreachable_exit(&line),
+        }
     }
 
     pub(crate) fn command(&self) -> &StdioCommand {
@@ -187,6 +274,9 @@ impl StdioTransport {
 
     /// Writes one message; a request's answer (and what comes before it) arrives on the exchange.
     pub(crate) async fn send(&self, body: &Value, context: &str) -> Result<Exchange> {
+        if let Some(e) = self.exit.borrow().as_ref() {
+            return Err(exited(&self.command.line(), e));
+        }
         let (tx, rx) = mpsc::channel(64 + MAX_UNCLAIMED);
         let is_request = body.get("method").is_some() && body.get("id").is_some();
         if is_request {
@@ -215,5 +305,22 @@ impl StdioTransport {
             });
         }
         Ok(Exchange::from_receiver(rx))
+    }
+}
+
+fn exited(command: &str, e: &Exit) -> ClientError {
+    ClientError::Exited {
+        command: command.to_string(),
+        status: e.status.clone(),
+        stderr_tail: e.stderr_tail.clone(),
+    }
+}
+
+/// The reader ended without saying how the server did (it cannot: it sets the exit before it ends).
+fn unreachable_exit(command: &str) -> ClientError {
+    ClientError::Exited {
+        command: command.to_string(),
+        status: "ended".into(),
+        stderr_tail: String::new(),
     }
 }

@@ -41,11 +41,25 @@ pub(crate) enum Transport {
     Stdio(StdioTransport),
 }
 
+/// Methods whose notifications say that one of the server's lists changed.
+pub(crate) fn is_list_change(method: &str) -> bool {
+    matches!(
+        method,
+        "notifications/tools/list_changed"
+            | "notifications/prompts/list_changed"
+            | "notifications/resources/list_changed"
+    )
+}
+
 impl Transport {
-    pub(crate) fn open(endpoint: &Endpoint) -> Result<Transport> {
+    /// Opens the transport; a stdio server's list changes go to `changes`.
+    pub(crate) fn open(
+        endpoint: &Endpoint,
+        changes: &tokio::sync::broadcast::Sender<String>,
+    ) -> Result<Transport> {
         Ok(match endpoint {
             Endpoint::Http(h) => Transport::Http(HttpTransport::new(h)?),
-            Endpoint::Stdio(c) => Transport::Stdio(StdioTransport::spawn(c)?),
+            Endpoint::Stdio(c) => Transport::Stdio(StdioTransport::spawn(c, changes.clone())?),
         })
     }
 
@@ -85,6 +99,15 @@ impl Transport {
     pub(crate) fn set_version(&self, v: Option<String>) {
         if let Transport::Http(h) = self {
             h.set_version(v);
+        }
+    }
+
+    /// Resolves when the server is gone for good: a stdio server exited. Never for HTTP, whose
+    /// requests each connect anew.
+    pub(crate) async fn closed(&self) -> crate::error::ClientError {
+        match self {
+            Transport::Http(_) => std::future::pending().await,
+            Transport::Stdio(s) => s.closed().await,
         }
     }
 

@@ -72,6 +72,15 @@ pub trait ContextSink: Send + Sync {
             "this context cannot ask the client for input".into(),
         ))
     }
+    /// The checkpoint the task had when this run started (see [`ContextSink::save_checkpoint`]).
+    fn checkpoint(&self) -> Option<Value> {
+        None
+    }
+    /// Saves `state` with the task, durably, to resume from when the run is interrupted.
+    async fn save_checkpoint(&self, state: Value) -> Result<(), CheckpointError> {
+        let _ = state;
+        Err(CheckpointError::NotATask)
+    }
     /// Like [`ContextSink::request_input`], naming the question `key` where the wire shows keys
     /// (2026-07-28 rounds); sinks that make their own unique keys may ignore it.
     async fn request_input_as(
@@ -83,6 +92,20 @@ pub trait ContextSink: Send + Sync {
         let _ = key;
         self.request_input(method, params).await
     }
+}
+
+/// Why a checkpoint was not saved.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CheckpointError {
+    /// The handler does not run as a task (a plain call): there is nothing to resume.
+    #[error("a plain call keeps no checkpoint")]
+    NotATask,
+    /// The task finished, or another node runs it now.
+    #[error("the task is no longer this run's ({0})")]
+    NotRunning(String),
+    /// The store could not write it (rendered with its causes).
+    #[error("the checkpoint could not be stored: {0}")]
+    Store(String),
 }
 
 /// Why a request for input got no answer.
@@ -144,6 +167,17 @@ impl TaskContext {
             cancel,
             sink,
         }
+    }
+    /// The state this run resumes from: what an interrupted run of the task saved with
+    /// [`TaskContext::save_checkpoint`], or `None` on a first run.
+    pub fn checkpoint(&self) -> Option<Value> {
+        self.sink.checkpoint()
+    }
+    /// Saves `state` with the task, durably, before this returns. A task that has a checkpoint is
+    /// run again after an interruption (a crash, a restart), and that run finds the state in
+    /// [`TaskContext::checkpoint`] — e.g. the id of remote work to follow instead of starting it again.
+    pub async fn save_checkpoint(&self, state: Value) -> Result<(), CheckpointError> {
+        self.sink.save_checkpoint(state).await
     }
     /// The task id, when the handler runs as a task.
     pub fn task_id(&self) -> Option<&str> {

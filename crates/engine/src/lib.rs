@@ -42,7 +42,7 @@ mod rules;
 pub mod store;
 
 pub use clock::{format_rfc3339, now_ms};
-pub use context::{ContextSink, InputError, LogLevel, TaskContext};
+pub use context::{CheckpointError, ContextSink, InputError, LogLevel, TaskContext};
 pub use engine::{Engine, EngineBuilder, EngineConfig, EngineError, InputGuard, Submitted};
 pub use fingerprint::fingerprint;
 pub use handler::TaskHandler;

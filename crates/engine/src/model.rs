@@ -163,6 +163,11 @@ pub struct TaskRecord {
     pub lease_until: Option<u64>,
     /// When the task reached a terminal status, Unix ms.
     pub finished_at: Option<u64>,
+    /// What the handler saved to resume from (e.g. the upstream task it follows): a task that has
+    /// one is run again after an interruption, and the new run finds it in
+    /// [`TaskContext::checkpoint`](crate::TaskContext::checkpoint). Cleared when the task finishes.
+    #[serde(default)]
+    pub checkpoint: Option<Value>,
 }
 
 impl TaskRecord {

@@ -546,3 +546,73 @@ async fn a_running_task_keeps_its_lease_ahead_of_the_clock() {
     );
     e.shutdown();
 }
+
+/// Saves where it is on its first run and waits; a run that finds a checkpoint finishes with it.
+struct Resumable;
+
+#[async_trait]
+impl TaskHandler for Resumable {
+    async fn run(&self, ctx: TaskContext, _args: Value) -> Outcome {
+        match ctx.checkpoint() {
+            Some(saved) => Outcome::Result {
+                value: json!({"content": [], "resumedFrom": saved}),
+                is_error: false,
+            },
+            None => {
+                ctx.save_checkpoint(json!({"remote": "job-7"}))
+                    .await
+                    .unwrap();
+                ctx.cancelled().await;
+                WireRules.failure("stopped".into())
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_task_with_a_checkpoint_is_resumed_from_it_after_a_crash() {
+    let store: Arc<dyn TaskStore> = Arc::new(MemoryStore::new());
+    let start = || {
+        Engine::builder(store.clone(), EngineConfig::default())
+            .outcome_rules(Arc::new(WireRules))
+            .handler("resumable", Arc::new(Resumable), false)
+            .build()
+    };
+    let first = start();
+    first.start().await.unwrap();
+    let id = first
+        .submit(NewTask::new("resumable", json!({})))
+        .await
+        .unwrap()
+        .record
+        .id;
+    let saved = async {
+        loop {
+            if let Lookup::Found(t) = store.get(&id).await.unwrap() {
+                if t.checkpoint.is_some() {
+                    return t;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let t = tokio::time::timeout(Duration::from_secs(5), saved)
+        .await
+        .expect("the checkpoint was saved");
+    assert_eq!(t.checkpoint, Some(json!({"remote": "job-7"})));
+    // The node goes away with the task unfinished; the next one resumes it (the tool is not
+    // retry-safe: without the checkpoint the task would fail as interrupted).
+    first.shutdown();
+    let second = start();
+    assert_eq!(second.start().await.unwrap(), 1);
+    let done = second.wait_terminal(&id).await.unwrap();
+    assert_eq!(done.status, TaskStatus::Completed, "{done:?}");
+    assert_eq!(done.attempt, 2);
+    let Some(Outcome::Result { value, .. }) = &done.outcome else {
+        panic!("{done:?}")
+    };
+    assert_eq!(value["resumedFrom"], json!({"remote": "job-7"}));
+    // A finished task keeps nothing to resume.
+    assert_eq!(done.checkpoint, None);
+    second.shutdown();
+}

@@ -219,46 +219,146 @@ impl RegisteredTool {
     }
 }
 
-/// The tools of a server, in registration order.
+/// The tools of a server, in registration order. Tools added at build time stay; a group's tools (a
+/// gateway upstream's) can be replaced while the server runs, so lookups hand out shared snapshots.
 #[derive(Default)]
 pub struct ToolRegistry {
-    tools: Vec<RegisteredTool>,
+    set: std::sync::RwLock<Arc<ToolSet>>,
+}
+
+#[derive(Clone, Default)]
+struct ToolSet {
+    tools: Vec<Arc<RegisteredTool>>,
     by_name: HashMap<String, usize>,
+    /// The group of each tool that belongs to one (by name).
+    groups: HashMap<String, String>,
+}
+
+impl ToolSet {
+    fn reindex(&mut self) {
+        self.by_name = self
+            .tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.tool.name.clone(), i))
+            .collect();
+    }
+}
+
+fn compile(tool: Tool) -> Result<RegisteredTool, ToolError> {
+    if tool.input_schema.get("type").and_then(Value::as_str) != Some("object") {
+        return Err(ToolError::BadSchema {
+            name: tool.name,
+            reason: "the root must have \"type\": \"object\"".into(),
+        });
+    }
+    let validator =
+        jsonschema::validator_for(&tool.input_schema).map_err(|e| ToolError::BadSchema {
+            name: tool.name.clone(),
+            reason: e.to_string(),
+        })?;
+    Ok(RegisteredTool { tool, validator })
 }
 
 impl ToolRegistry {
+    fn snapshot(&self) -> Arc<ToolSet> {
+        self.set.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Adds a tool, compiling its schema.
     pub fn add(&mut self, tool: Tool) -> Result<(), ToolError> {
-        if self.by_name.contains_key(&tool.name) {
+        self.add_to(None, tool)
+    }
+
+    /// Adds a tool of `group` (see [`ToolRegistry::replace_group`]).
+    pub fn add_to(&mut self, group: Option<&str>, tool: Tool) -> Result<(), ToolError> {
+        let set = Arc::make_mut(self.set.get_mut().unwrap_or_else(|e| e.into_inner()));
+        if set.by_name.contains_key(&tool.name) {
             return Err(ToolError::Duplicate(tool.name));
         }
-        if tool.input_schema.get("type").and_then(Value::as_str) != Some("object") {
-            return Err(ToolError::BadSchema {
-                name: tool.name,
-                reason: "the root must have \"type\": \"object\"".into(),
-            });
+        let registered = compile(tool)?;
+        let name = registered.tool.name.clone();
+        set.by_name.insert(name.clone(), set.tools.len());
+        set.tools.push(Arc::new(registered));
+        if let Some(g) = group {
+            set.groups.insert(name, g.to_string());
         }
-        let validator =
-            jsonschema::validator_for(&tool.input_schema).map_err(|e| ToolError::BadSchema {
-                name: tool.name.clone(),
-                reason: e.to_string(),
-            })?;
-        self.by_name.insert(tool.name.clone(), self.tools.len());
-        self.tools.push(RegisteredTool { tool, validator });
         Ok(())
     }
+
+    /// Replaces the tools of `group` with `tools`, in one step. A tool whose name another group or
+    /// the server's own tools hold, or whose schema does not compile, is left out and reported.
+    /// Returns the names removed, the names added, and the problems.
+    pub fn replace_group(&self, group: &str, tools: Vec<Tool>) -> GroupChange {
+        let mut guard = self.set.write().unwrap_or_else(|e| e.into_inner());
+        let mut set = (**guard).clone();
+        let before: Vec<String> = set
+            .groups
+            .iter()
+            .filter(|(_, g)| g.as_str() == group)
+            .map(|(n, _)| n.clone())
+            .collect();
+        set.tools
+            .retain(|t| set.groups.get(&t.tool.name).map(String::as_str) != Some(group));
+        set.groups.retain(|_, g| g != group);
+        set.reindex();
+        let mut change = GroupChange::default();
+        for tool in tools {
+            if set.by_name.contains_key(&tool.name) {
+                change.problems.push(ToolError::Duplicate(tool.name));
+                continue;
+            }
+            match compile(tool) {
+                Ok(r) => {
+                    let name = r.tool.name.clone();
+                    set.by_name.insert(name.clone(), set.tools.len());
+                    set.tools.push(Arc::new(r));
+                    set.groups.insert(name.clone(), group.to_string());
+                    change.now.push(name);
+                }
+                Err(e) => change.problems.push(e),
+            }
+        }
+        change.gone = before
+            .into_iter()
+            .filter(|n| !change.now.contains(n))
+            .collect();
+        *guard = Arc::new(set);
+        change
+    }
+
     /// Looks a tool up by name.
-    pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
-        self.by_name.get(name).map(|&i| &self.tools[i])
+    pub fn get(&self, name: &str) -> Option<Arc<RegisteredTool>> {
+        let set = self.snapshot();
+        set.by_name.get(name).map(|&i| set.tools[i].clone())
     }
     /// All tools in order.
-    pub fn all(&self) -> &[RegisteredTool] {
-        &self.tools
+    pub fn all(&self) -> Vec<Arc<RegisteredTool>> {
+        self.snapshot().tools.clone()
     }
     /// Names, for error messages.
-    pub fn names(&self) -> Vec<&str> {
-        self.tools.iter().map(|t| t.tool.name.as_str()).collect()
+    pub fn names(&self) -> Vec<String> {
+        self.snapshot()
+            .tools
+            .iter()
+            .map(|t| t.tool.name.clone())
+            .collect()
     }
+    /// Whether some tools belong to a group, i.e. the list can change while the server runs.
+    pub fn can_change(&self) -> bool {
+        !self.snapshot().groups.is_empty()
+    }
+}
+
+/// What [`ToolRegistry::replace_group`] did.
+#[derive(Debug, Default)]
+pub struct GroupChange {
+    /// The group's tools now.
+    pub now: Vec<String>,
+    /// Tools the group had before and has no more.
+    pub gone: Vec<String>,
+    /// Tools left out, and why.
+    pub problems: Vec<ToolError>,
 }
 
 /// The user's answer to a form elicitation.

@@ -235,6 +235,23 @@ async fn connect(
         .with_context(|| format!("cannot talk MCP with {}", describe(&endpoint)))
 }
 
+/// An error and its causes on one line, leaving out a cause whose text the line already holds
+/// (errors that show their source in their own message).
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
 /// The exit status of an outcome.
 fn status_of(outcome: &TaskOutcome) -> i32 {
     match outcome {

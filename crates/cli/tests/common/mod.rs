@@ -150,3 +150,36 @@ pub fn is_root() -> bool {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
         .unwrap_or(false)
 }
+
+/// The rmcp server, built with its own pinned lock file (scripts/test.sh builds it first; this
+/// builds it when run on its own).
+pub fn rmcp_server() -> PathBuf {
+    let target = std::env::var_os("MCP_TASKS_INTEROP_TARGET")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/mcp-tasks/interop-target")
+        });
+    let status = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--quiet",
+            "--locked",
+            "--manifest-path",
+            "interop/rmcp-server/Cargo.toml",
+        ])
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(repo_root())
+        .status()
+        .expect("run cargo");
+    assert!(status.success(), "building interop/rmcp-server failed");
+    target.join("debug/mcp-interop-rmcp-server")
+}
+
+/// The official TypeScript SDK v1 task server (`interop/ts/task-server.mjs`, 2025-11-25 over HTTP).
+pub fn ts_task_server() -> ServerProcess {
+    let modules = repo_root().join("interop/ts/node_modules/@modelcontextprotocol/sdk");
+    assert!(modules.exists(), "interop/ts/node_modules is missing: run `npm ci --prefix interop/ts` (scripts/test.sh does)");
+    let mut c = Command::new("node");
+    c.arg("interop/ts/task-server.mjs");
+    ServerProcess::spawn(c)
+}

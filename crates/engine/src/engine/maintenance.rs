@@ -220,18 +220,20 @@ impl Engine {
             if engine.running.contains_key(&task.id) {
                 return None;
             }
-            let retry = engine
-                .handlers
-                .get(&task.tool)
-                .is_some_and(|r| r.retry_on_restart);
-            Some(if retry {
+            let registered = engine.registered(&task.tool);
+            // A run that saved a checkpoint can go on from it; a tool safe to repeat starts over.
+            let resume = registered.is_some() && task.checkpoint.is_some();
+            let retry = registered.is_some_and(|r| r.retry_on_restart);
+            Some(if resume || retry {
+                let note = if resume {
+                    "resumed after an interruption"
+                } else {
+                    "restarted after an interruption"
+                };
                 TaskChange {
                     // `working` -> `working` is no state change; from `input_required` it is.
                     status: Some(TaskStatus::Working),
-                    status_message: Some(Some(format!(
-                        "restarted after an interruption (attempt {})",
-                        task.attempt + 1
-                    ))),
+                    status_message: Some(Some(format!("{note} (attempt {})", task.attempt + 1))),
                     attempt: Some(task.attempt + 1),
                     ..Default::default()
                 }
@@ -262,7 +264,7 @@ impl Engine {
                 self.notifier.publish(TaskEvent::Changed(Arc::new(rec)));
                 continue;
             }
-            match self.handlers.get(&rec.tool) {
+            match self.registered(&rec.tool) {
                 Some(reg) => {
                     tracing::info!(task = %rec.id, tool = %rec.tool, attempt = rec.attempt, "re-running interrupted task");
                     let handler = reg.handler.clone();

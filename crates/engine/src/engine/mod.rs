@@ -123,6 +123,7 @@ pub struct Submitted {
 /// the capability). Gets the task, the request method and params; `Err` explains why not.
 pub type InputGuard = Arc<dyn Fn(&TaskRecord, &str, &Value) -> Result<(), String> + Send + Sync>;
 
+#[derive(Clone)]
 struct Registered {
     handler: Arc<dyn TaskHandler>,
     retry_on_restart: bool,
@@ -178,7 +179,7 @@ impl EngineBuilder {
             store: self.store,
             notifier: self.notifier,
             config: self.config,
-            handlers: self.handlers,
+            handlers: std::sync::RwLock::new(self.handlers),
             shutdown: CancellationToken::new(),
             running: DashMap::new(),
             renew_now: tokio::sync::Notify::new(),
@@ -195,7 +196,9 @@ pub struct Engine {
     store: Arc<dyn TaskStore>,
     notifier: Notifier,
     config: EngineConfig,
-    handlers: HashMap<String, Registered>,
+    /// Handlers by tool name; registered at build time, and while running for tools that come and
+    /// go (a gateway upstream's).
+    handlers: std::sync::RwLock<HashMap<String, Registered>>,
     shutdown: CancellationToken,
     /// Tasks whose handler runs in this process (never recovered as orphans by this node), with the
     /// token that stops the handler (a child of `shutdown`).
@@ -252,6 +255,42 @@ impl Engine {
     pub fn config(&self) -> &EngineConfig {
         &self.config
     }
+    /// Registers (or replaces) the handler of tool `name` while the engine runs. Tasks already
+    /// running keep the handler they started with.
+    pub fn set_handler(
+        &self,
+        name: impl Into<String>,
+        handler: Arc<dyn TaskHandler>,
+        retry_on_restart: bool,
+    ) {
+        self.handlers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                name.into(),
+                Registered {
+                    handler,
+                    retry_on_restart,
+                },
+            );
+    }
+
+    /// Forgets the handler of tool `name`: new calls of it are refused; running ones go on.
+    pub fn remove_handler(&self, name: &str) {
+        self.handlers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+    }
+
+    fn registered(&self, tool: &str) -> Option<Registered> {
+        self.handlers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(tool)
+            .cloned()
+    }
+
     /// How many handlers run in this process now.
     pub fn running_count(&self) -> usize {
         self.running.len()
@@ -321,6 +360,7 @@ impl Engine {
             lease_owner: Some(self.config.node_id.clone()),
             lease_until: Some(now + self.config.lease_ms),
             finished_at: None,
+            checkpoint: None,
         }
     }
 
@@ -328,8 +368,7 @@ impl Engine {
     /// call of the same owner, returns that task instead (and starts nothing).
     pub async fn submit(self: &Arc<Self>, new: NewTask) -> Result<Submitted, EngineError> {
         let reg = self
-            .handlers
-            .get(&new.tool)
+            .registered(&new.tool)
             .ok_or_else(|| EngineError::UnknownTool(new.tool.clone()))?;
         let limit = new.active_limit.clone();
         let record = self.new_record(new);

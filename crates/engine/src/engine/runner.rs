@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Engine;
 use crate::clock::now_ms;
-use crate::context::{ContextSink, InputError, LogLevel, TaskContext};
+use crate::context::{CheckpointError, ContextSink, InputError, LogLevel, TaskContext};
 use crate::handler::TaskHandler;
 use crate::ids::random_id;
 use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
@@ -31,6 +31,7 @@ impl Engine {
             id: rec.id.clone(),
             tool: rec.tool.clone(),
             shown: ProgressState::of(rec),
+            checkpoint: rec.checkpoint.clone(),
         };
         let arguments = rec.arguments.clone();
         let id = run.id.clone();
@@ -56,11 +57,17 @@ impl Engine {
         handler: Arc<dyn TaskHandler>,
         stop: CancellationToken,
     ) {
-        let Run { id, tool, shown } = run;
+        let Run {
+            id,
+            tool,
+            shown,
+            checkpoint,
+        } = run;
         let sink = Arc::new(TaskSink {
             engine: self.clone(),
             id: id.clone(),
             shown: std::sync::Mutex::new(shown),
+            checkpoint,
         });
         let ctx = TaskContext::new(Some(id.clone()), stop.clone(), sink);
         // Run inline rather than as a task of its own: one task per running handler, not two. A
@@ -157,6 +164,7 @@ struct Run {
     id: String,
     tool: String,
     shown: ProgressState,
+    checkpoint: Option<Value>,
 }
 
 /// Reports from a running task: into the store, then out through the notifier.
@@ -167,6 +175,8 @@ struct TaskSink {
     /// run lasts, so it tells (by the store's own rules) whether a report would change anything,
     /// without a read.
     shown: std::sync::Mutex<ProgressState>,
+    /// The checkpoint the task had when this run started.
+    checkpoint: Option<Value>,
 }
 
 impl TaskSink {
@@ -178,6 +188,32 @@ impl TaskSink {
 
 #[async_trait]
 impl ContextSink for TaskSink {
+    fn checkpoint(&self) -> Option<Value> {
+        self.checkpoint.clone()
+    }
+
+    async fn save_checkpoint(&self, state: Value) -> Result<(), CheckpointError> {
+        let change = TaskChange {
+            checkpoint: Some(Some(state)),
+            // Only while this run is the task's: a run whose lease went elsewhere must not write.
+            holder: Some(self.engine.config.node_id.clone()),
+            ..Default::default()
+        };
+        match self
+            .engine
+            .store
+            .update(&self.id, &TaskStatus::ACTIVE, change, now_ms())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(UpdateError::Conflict(cur)) => {
+                Err(CheckpointError::NotRunning(cur.status.as_str().to_string()))
+            }
+            Err(UpdateError::NotFound) => Err(CheckpointError::NotRunning("purged".into())),
+            Err(UpdateError::Store(e)) => Err(CheckpointError::Store(error_chain(&e))),
+        }
+    }
+
     async fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
         if !progress.is_finite() || total.is_some_and(|t| !t.is_finite()) {
             return;

@@ -190,6 +190,8 @@ pub struct TaskChange {
     pub lease: Option<(Option<String>, Option<u64>)>,
     /// New attempt counter.
     pub attempt: Option<u32>,
+    /// New checkpoint (`Some(None)` clears it); see [`TaskRecord::checkpoint`].
+    pub checkpoint: Option<Option<Value>>,
     /// Apply only while this node holds the task's lease; otherwise the update is a
     /// [`UpdateError::Conflict`]. A handler whose lease went to another node (which may be running
     /// the task again) must not write its outcome.
@@ -563,6 +565,13 @@ pub(crate) fn apply_change(rec: &mut TaskRecord, change: TaskChange, now: u64) {
     }
     if let Some(a) = change.attempt {
         rec.attempt = a;
+    }
+    if let Some(c) = change.checkpoint {
+        rec.checkpoint = c;
+    }
+    if rec.status.is_terminal() {
+        // Nothing is left to resume.
+        rec.checkpoint = None;
     }
     rec.updated_at = now.max(rec.updated_at);
 }

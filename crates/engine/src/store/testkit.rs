@@ -38,6 +38,7 @@ pub fn record(id: &str, owner: &str, created_at: u64) -> TaskRecord {
         lease_owner: Some("node-a".into()),
         lease_until: Some(created_at + 30_000),
         finished_at: None,
+        checkpoint: None,
     }
 }
 
@@ -70,6 +71,54 @@ where
     input_requests_move_the_task_and_take_one_answer(make().await).await;
     active_limit_is_enforced_with_the_create(make().await).await;
     purge_takes_the_input_requests_of_purged_tasks(make().await).await;
+    a_checkpoint_is_kept_until_the_task_finishes(make().await).await;
+}
+
+async fn a_checkpoint_is_kept_until_the_task_finishes(s: impl TaskStore) {
+    s.create(record("k", "alice", 1_000), None).await.unwrap();
+    let saved = json!({"remote": {"url": "http://127.0.0.1:9/jobs", "job": "u-1"}});
+    let change = TaskChange {
+        checkpoint: Some(Some(saved.clone())),
+        ..Default::default()
+    };
+    let rec = s
+        .update("k", &TaskStatus::ACTIVE, change, 1_100)
+        .await
+        .unwrap();
+    assert_eq!(rec.checkpoint, Some(saved.clone()));
+    let Lookup::Found(read) = s.get("k").await.unwrap() else {
+        panic!("k is gone")
+    };
+    assert_eq!(read.checkpoint, Some(saved), "stored, not only returned");
+    // Another change leaves it as it is; finishing clears it.
+    let progress = TaskChange {
+        progress: Some(ProgressUpdate {
+            progress: 1.0,
+            total: None,
+            message: None,
+        }),
+        ..Default::default()
+    };
+    let rec = s
+        .update("k", &TaskStatus::ACTIVE, progress, 1_200)
+        .await
+        .unwrap();
+    assert!(rec.checkpoint.is_some());
+    let done = TaskChange {
+        status: Some(TaskStatus::Completed),
+        outcome: Some(Outcome::Result {
+            value: json!({}),
+            is_error: false,
+        }),
+        ..Default::default()
+    };
+    s.update("k", &TaskStatus::ACTIVE, done, 1_300)
+        .await
+        .unwrap();
+    let Lookup::Found(read) = s.get("k").await.unwrap() else {
+        panic!("k is gone")
+    };
+    assert_eq!(read.checkpoint, None);
 }
 
 async fn purge_takes_the_input_requests_of_purged_tasks(s: impl TaskStore) {

@@ -103,7 +103,7 @@ impl Server {
     pub(crate) fn tool_call(
         &self,
         params: &Map<String, Value>,
-    ) -> Result<(&RegisteredTool, Value), Failure> {
+    ) -> Result<(Arc<RegisteredTool>, Value), Failure> {
         let name = params
             .get("name")
             .and_then(Value::as_str)

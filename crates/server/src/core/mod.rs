@@ -10,6 +10,7 @@ pub(crate) mod calls;
 mod events;
 mod inputs;
 mod limits;
+pub(crate) mod lists;
 mod peers;
 mod resources;
 pub(crate) mod rules;
@@ -214,6 +215,17 @@ impl ServerBuilder {
         self.tools.add(tool)?;
         Ok(self)
     }
+    /// Adds a tool of `group`: the group's tools can be replaced while the server runs
+    /// ([`Server::replace_tools`]), and the server tells clients when they are.
+    pub fn group_tool(mut self, group: &str, tool: Tool) -> Result<Self, tool::ToolError> {
+        self.engine = self.engine.handler(
+            tool.name.clone(),
+            tool.handler.clone(),
+            tool.retry_on_restart,
+        );
+        self.tools.add_to(Some(group), tool)?;
+        Ok(self)
+    }
     /// Adds a resource.
     pub fn resource(mut self, r: catalog::Resource) -> Self {
         self.catalog.resources.push(r);
@@ -253,6 +265,7 @@ impl ServerBuilder {
             catalog: self.catalog,
             subscriptions: DashMap::new(),
             resource_events: tokio::sync::broadcast::channel(256).0,
+            list_events: tokio::sync::broadcast::channel(16).0,
             authenticator: auth::Authenticator::new(self.config.auth.clone()),
             rate: auth::RateLimiter::default(),
             sealer: Sealer::new(
@@ -285,6 +298,8 @@ pub struct Server {
     subscriptions: DashMap<String, HashSet<String>>,
     /// Resource changes, for 2026-07-28 `subscriptions/listen` streams.
     resource_events: tokio::sync::broadcast::Sender<String>,
+    /// List changes, for 2026-07-28 `subscriptions/listen` streams.
+    list_events: tokio::sync::broadcast::Sender<lists::ListKind>,
     config: ServerConfig,
     streams: Streams,
     /// Requests in flight on this node by (session, request id), for `notifications/cancelled`.

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use futures::future::BoxFuture;
 use mcp_tasks_client::{
-    CallOptions, Called, Client, ClientError, Event, InputHandler, TaskOutcome,
+    CallOptions, Called, ClientError, Event, InputHandler, TaskHandle, TaskOutcome, TaskRef,
 };
 use mcp_tasks_engine::{InputResponse, LogLevel, Outcome, TaskContext, TaskHandler};
 use mcp_tasks_protocol::error_codes;
@@ -70,25 +70,54 @@ impl InputHandler for AskTheTask {
 
 /// An upstream tool behind one of our tools.
 pub(super) struct UpstreamTool {
-    pub(super) upstream: String,
-    pub(super) client: Client,
+    pub(super) link: Arc<super::Link>,
     pub(super) tool: String,
     pub(super) timeout: Duration,
-    /// The upstream runs this tool only as a task (2025 `taskSupport: required`).
-    pub(super) upstream_task: bool,
 }
 
 fn level_of(text: &str) -> LogLevel {
     LogLevel::parse(text).unwrap_or(LogLevel::Info)
 }
 
+/// The checkpoint key under which a call's upstream task is saved.
+const UPSTREAM_TASK: &str = "upstreamTask";
+
 #[async_trait]
 impl TaskHandler for UpstreamTool {
     async fn run(&self, ctx: TaskContext, arguments: Value) -> Outcome {
+        let upstream = self.link.name();
+        let deadline = tokio::time::sleep(self.timeout);
+        tokio::pin!(deadline);
+        // A run after a gateway restart follows the upstream task the interrupted run started.
+        let saved = ctx
+            .checkpoint()
+            .and_then(|c| c.get(UPSTREAM_TASK).cloned())
+            .and_then(|r| serde_json::from_value::<TaskRef>(r).ok());
+        if let Some(saved) = saved {
+            let input: Arc<dyn InputHandler> = Arc::new(AskTheTask(ctx.clone()));
+            return match self.link.resume(&saved).await {
+                Ok(client) => {
+                    tracing::info!(task = ?ctx.task_id(), upstream, upstream_task = %saved.task_id, "following the upstream task again");
+                    let t = TaskHandle::attach(&client, &saved.task_id).with_input(Some(input));
+                    self.follow(&ctx, &t, &mut deadline, false, false).await
+                }
+                Err(e) => self.failed(&e),
+            };
+        }
+        // A restarting upstream is waited for, within the call's time.
+        let client = tokio::select! {
+            c = self.link.client(self.timeout) => c,
+            () = ctx.cancelled() => Err("cancelled before the upstream was back".to_string()),
+        };
+        let client = match client {
+            Ok(c) => c,
+            Err(why) => return upstream_error(upstream, &why),
+        };
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
         let cancel = CancellationToken::new();
         let options = CallOptions {
-            as_task: self.upstream_task,
+            // As a task wherever the upstream offers one (the client reads the tool's support).
+            as_task: true,
             input: Some(Arc::new(AskTheTask(ctx.clone()))),
             cancel: Some(cancel.clone()),
             ..CallOptions::default()
@@ -96,12 +125,8 @@ impl TaskHandler for UpstreamTool {
         let on_event = move |e: &Event| {
             let _ = tx.send(e.clone());
         };
-        let call = self
-            .client
-            .call_tool(&self.tool, arguments, &options, &on_event);
+        let call = client.call_tool(&self.tool, arguments, &options, &on_event);
         tokio::pin!(call);
-        let deadline = tokio::time::sleep(self.timeout);
-        tokio::pin!(deadline);
         let mut timed_out = false;
         let result = loop {
             tokio::select! {
@@ -128,37 +153,17 @@ impl TaskHandler for UpstreamTool {
         match result {
             Ok(Called::Done(outcome)) => self.outcome(outcome, timed_out, "call"),
             Ok(Called::Task(t)) => {
-                // The upstream runs it as its own task: follow that task, with the same forwarding,
-                // cancel and deadline.
-                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
-                let on_event = move |e: &Event| {
-                    let _ = tx.send(e.clone());
-                };
-                let wait = t.wait(&on_event);
-                tokio::pin!(wait);
-                let mut cancelled = cancel.is_cancelled();
-                if cancelled {
-                    let _ = t.cancel().await;
-                }
-                let waited = loop {
-                    tokio::select! {
-                        r = &mut wait => break r,
-                        Some(e) = rx.recv() => forward(&ctx, e).await,
-                        () = ctx.cancelled(), if !cancelled => {
-                            cancelled = true;
-                            let _ = t.cancel().await;
-                        }
-                        () = &mut deadline, if !cancelled => {
-                            cancelled = true;
-                            timed_out = true;
-                            let _ = t.cancel().await;
-                        }
+                // The upstream runs it as its own task. Over HTTP the upstream outlives us: the
+                // task is saved with ours, so a gateway that restarts follows it instead of failing.
+                if self.link.outlives_us() {
+                    let saved = json!({UPSTREAM_TASK: t.to_ref()});
+                    if let Err(e) = ctx.save_checkpoint(saved).await {
+                        tracing::warn!(task = ?ctx.task_id(), error = %e, "cannot save the upstream task with ours; a restart will not resume it");
                     }
-                };
-                match waited {
-                    Ok(outcome) => self.outcome(outcome, timed_out, "task"),
-                    Err(e) => upstream_error(&self.upstream, &e.to_string()),
                 }
+                let stopped = cancel.is_cancelled();
+                self.follow(&ctx, &t, &mut deadline, stopped, timed_out)
+                    .await
             }
             Err(ClientError::Rpc {
                 code,
@@ -173,12 +178,65 @@ impl TaskHandler for UpstreamTool {
             Err(ClientError::Cancelled(_)) => {
                 self.outcome(TaskOutcome::Cancelled { message: None }, timed_out, "call")
             }
-            Err(e) => upstream_error(&self.upstream, &e.to_string()),
+            Err(e) => self.failed(&e),
         }
     }
 }
 
 impl UpstreamTool {
+    /// Follows upstream task `t` to its end: its progress, logs and questions become the task's,
+    /// and our cancel or the deadline cancels it. `cancelled` says a cancel already happened on
+    /// the way (it is sent on), `timed_out` that it was the deadline.
+    async fn follow(
+        &self,
+        ctx: &TaskContext,
+        t: &TaskHandle,
+        deadline: &mut std::pin::Pin<&mut tokio::time::Sleep>,
+        mut cancelled: bool,
+        mut timed_out: bool,
+    ) -> Outcome {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
+        let on_event = move |e: &Event| {
+            let _ = tx.send(e.clone());
+        };
+        let wait = t.wait(&on_event);
+        tokio::pin!(wait);
+        if cancelled {
+            let _ = t.cancel().await;
+        }
+        let waited = loop {
+            tokio::select! {
+                r = &mut wait => break r,
+                Some(e) = rx.recv() => forward(ctx, e).await,
+                () = ctx.cancelled(), if !cancelled => {
+                    cancelled = true;
+                    let _ = t.cancel().await;
+                }
+                () = deadline.as_mut(), if !cancelled => {
+                    cancelled = true;
+                    timed_out = true;
+                    let _ = t.cancel().await;
+                }
+            }
+        };
+        while let Ok(e) = rx.try_recv() {
+            forward(ctx, e).await;
+        }
+        match waited {
+            Ok(outcome) => self.outcome(outcome, timed_out, "task"),
+            Err(e) => self.failed(&e),
+        }
+    }
+
+    /// Our outcome for a call that could not go through; a connection the upstream no longer
+    /// accepts (it forgot our session) is reported, so the supervisor connects again.
+    fn failed(&self, e: &ClientError) -> Outcome {
+        if matches!(e, ClientError::Http { status: 404, .. }) {
+            self.link.report_broken();
+        }
+        upstream_error(self.link.name(), &e.to_string())
+    }
+
     /// Our outcome for how the upstream `what` (call or task) ended.
     fn outcome(&self, o: TaskOutcome, timed_out: bool, what: &str) -> Outcome {
         match o {
@@ -200,7 +258,7 @@ impl UpstreamTool {
                 data,
             },
             TaskOutcome::Cancelled { .. } if timed_out => upstream_error(
-                &self.upstream,
+                self.link.name(),
                 &format!(
                     "{} timed out after {} s (the upstream {what} was cancelled)",
                     self.tool,
@@ -208,7 +266,7 @@ impl UpstreamTool {
                 ),
             ),
             TaskOutcome::Cancelled { message } => upstream_error(
-                &self.upstream,
+                self.link.name(),
                 &message.unwrap_or_else(|| format!("the upstream {what} was cancelled")),
             ),
         }

@@ -41,15 +41,20 @@ pub enum GatewayError {
 
 /// Default longest run of an upstream call.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3600);
+/// First and longest pause before an upstream is started again; a connection that lived this long
+/// starts the pauses over.
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// Pause before listening for an HTTP upstream's list changes again after the stream ended.
+const RELISTEN_PAUSE: Duration = Duration::from_secs(5);
 
 /// A connected upstream and the tools it gives.
 pub struct Upstream {
     /// Its name (from the config).
     pub name: String,
-    /// The connection.
-    pub client: Client,
     /// Its tools, as our tools (names prefixed when the config says so).
     pub tools: Vec<Tool>,
+    link: Arc<Link>,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -64,18 +69,90 @@ impl std::fmt::Debug for Upstream {
     }
 }
 
-/// Connects to the upstream `spec` names, lists its tools and makes our tools of them.
-pub async fn connect(spec: &UpstreamSpec) -> Result<Upstream, GatewayError> {
+/// The connection to one upstream as it comes and goes: calls take the current client, waiting while
+/// the upstream restarts.
+pub(crate) struct Link {
+    spec: UpstreamSpec,
+    endpoint: Endpoint,
+    current: tokio::sync::watch::Sender<Option<Client>>,
+    /// Why the upstream is down, while it is.
+    down: std::sync::Mutex<Option<String>>,
+    /// Raised by a call that found the connection unusable (an HTTP upstream forgot our session).
+    broken: tokio::sync::Notify,
+}
+
+impl Link {
+    /// The upstream's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// The connected client, waiting up to `within` while the upstream restarts.
+    pub(crate) async fn client(&self, within: Duration) -> Result<Client, String> {
+        let mut rx = self.current.subscribe();
+        let found = tokio::time::timeout(within, rx.wait_for(Option::is_some)).await;
+        match found {
+            Ok(Ok(c)) => c.clone().ok_or_else(|| "not connected".to_string()),
+            _ => Err(
+                match self.down.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                    Some(why) => format!("not connected (restarting after: {why})"),
+                    None => "not connected".to_string(),
+                },
+            ),
+        }
+    }
+
+    /// Whether the upstream goes on when the gateway stops (an HTTP server does; a stdio server
+    /// dies with us), so its tasks can be followed again after a restart.
+    pub(crate) fn outlives_us(&self) -> bool {
+        matches!(self.endpoint, Endpoint::Http(_))
+    }
+
+    /// A client that reaches the upstream task `saved` names: on 2025-11-25 over HTTP in the session
+    /// it was made in (servers bind tasks to sessions), else the current connection.
+    pub(crate) async fn resume(
+        &self,
+        saved: &mcp_tasks_client::TaskRef,
+    ) -> Result<Client, mcp_tasks_client::ClientError> {
+        let wire = mcp_tasks_client::Wire::from_version(&saved.wire);
+        match (&self.endpoint, wire, &saved.session) {
+            (Endpoint::Http(_), Some(wire @ mcp_tasks_client::Wire::V2025), Some(session)) => {
+                Client::resume(&self.endpoint, wire, Some(session.clone()), options()).await
+            }
+            _ => self
+                .client(DEFAULT_TIMEOUT)
+                .await
+                .map_err(mcp_tasks_client::ClientError::Unsupported),
+        }
+    }
+
+    /// Says that the connection no longer works, so the supervisor connects again.
+    pub(crate) fn report_broken(&self) {
+        self.broken.notify_one();
+    }
+
+    fn set_down(&self, why: String) {
+        *self.down.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+        self.current.send_replace(None);
+    }
+
+    fn set_up(&self, client: Client) {
+        *self.down.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.current.send_replace(Some(client));
+    }
+}
+
+fn endpoint_of(spec: &UpstreamSpec) -> Result<Endpoint, GatewayError> {
     let config = |why: String| GatewayError::Config {
         name: spec.name.clone(),
         why,
     };
-    let endpoint = match (&spec.command, &spec.url) {
+    match (&spec.command, &spec.url) {
         (Some(argv), None) => {
             if argv.is_empty() {
                 return Err(config("command is empty".into()));
             }
-            Endpoint::Stdio(StdioCommand {
+            Ok(Endpoint::Stdio(StdioCommand {
                 argv: argv.clone(),
                 cwd: spec.cwd.clone(),
                 env: spec
@@ -85,9 +162,11 @@ pub async fn connect(spec: &UpstreamSpec) -> Result<Upstream, GatewayError> {
                     .collect(),
                 // A stdio upstream dies with the gateway, even when the gateway is killed.
                 prepare: Some(crate::tools::command::die_with_server),
-            })
+                // Its last words on stderr go into the error of the calls it leaves behind.
+                keep_stderr: true,
+            }))
         }
-        (None, Some(url)) => Endpoint::Http(HttpEndpoint {
+        (None, Some(url)) => Ok(Endpoint::Http(HttpEndpoint {
             url: url.clone(),
             headers: spec
                 .headers
@@ -95,14 +174,16 @@ pub async fn connect(spec: &UpstreamSpec) -> Result<Upstream, GatewayError> {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             bearer: spec.bearer.clone(),
-        }),
-        _ => {
-            return Err(config(
-                "give exactly one of command = [...] and url = \"...\"".into(),
-            ))
-        }
-    };
-    let options = ConnectOptions {
+        })),
+        _ => Err(config(
+            "give exactly one of command = [...] and url = \"...\"".into(),
+        )),
+    }
+}
+
+/// How the gateway connects to an upstream.
+fn options() -> ConnectOptions {
+    ConnectOptions {
         client_name: "mcp-tasks-gateway".into(),
         client_version: env!("CARGO_PKG_VERSION").into(),
         // Questions go to the task of the call that asked (each call brings its own handler);
@@ -110,32 +191,191 @@ pub async fn connect(spec: &UpstreamSpec) -> Result<Upstream, GatewayError> {
         input: Arc::new(Declares),
         no_2026: false,
         host_tasks: false,
-    };
-    let connect_error = |source| GatewayError::Connect {
-        name: spec.name.clone(),
-        source,
-    };
-    let client = Client::connect(&endpoint, options)
+    }
+}
+
+async fn open(spec: &UpstreamSpec, endpoint: &Endpoint) -> Result<Client, GatewayError> {
+    Client::connect(endpoint, options())
         .await
-        .map_err(connect_error)?;
-    let listed = client.list_tools().await.map_err(connect_error)?;
+        .map_err(|source| GatewayError::Connect {
+            name: spec.name.clone(),
+            source,
+        })
+}
+
+/// Connects to the upstream `spec` names, lists its tools and makes our tools of them. A tool the
+/// config names that the upstream does not offer is an error here (at start-up).
+pub async fn connect(spec: &UpstreamSpec) -> Result<Upstream, GatewayError> {
+    let endpoint = endpoint_of(spec)?;
+    let client = open(spec, &endpoint).await?;
+    let link = Arc::new(Link {
+        spec: spec.clone(),
+        endpoint,
+        current: tokio::sync::watch::channel(None).0,
+        down: std::sync::Mutex::new(None),
+        broken: tokio::sync::Notify::new(),
+    });
+    let listed = client
+        .list_tools()
+        .await
+        .map_err(|source| GatewayError::Connect {
+            name: spec.name.clone(),
+            source,
+        })?;
+    let (tools, problems) = tools_of(&link, &listed);
+    if let Some(why) = problems.into_iter().next() {
+        return Err(GatewayError::Config {
+            name: spec.name.clone(),
+            why,
+        });
+    }
+    tracing::info!(upstream = %spec.name, wire = %client.wire(), tools = tools.len(), "upstream connected");
+    link.set_up(client);
+    Ok(Upstream {
+        name: spec.name.clone(),
+        tools,
+        link,
+    })
+}
+
+impl Upstream {
+    /// The connected client, if the upstream is up now.
+    pub fn client(&self) -> Option<Client> {
+        self.link.current.borrow().clone()
+    }
+
+    /// Keeps the upstream in front of `server` until the server stops: a stdio upstream that exits
+    /// is started again (pauses from 1 s doubling to 60 s; the calls it leaves behind fail with its
+    /// exit status and last stderr lines), and the upstream's tool list is followed
+    /// (`notifications/tools/list_changed`), our list changing with it. Register the tools of
+    /// [`Upstream::tools`] as the group named after the upstream first.
+    pub fn supervise(&self, server: Arc<crate::Server>) -> tokio::task::JoinHandle<()> {
+        let link = self.link.clone();
+        tokio::spawn(async move { supervise(link, server).await })
+    }
+}
+
+async fn supervise(link: Arc<Link>, server: Arc<crate::Server>) {
+    let name = link.spec.name.clone();
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let Some(client) = link.current.borrow().clone() else {
+            return;
+        };
+        let since = std::time::Instant::now();
+        let follower = {
+            let client = client.clone();
+            let link = link.clone();
+            tokio::spawn(async move {
+                loop {
+                    match client.follow_lists().await {
+                        Err(mcp_tasks_client::ClientError::Http { status: 404, .. }) => {
+                            link.report_broken();
+                            return;
+                        }
+                        Err(mcp_tasks_client::ClientError::Unsupported(_)) => return,
+                        Err(e)
+                            if e.rpc_code()
+                                == Some(mcp_tasks_protocol::error_codes::METHOD_NOT_FOUND) =>
+                        {
+                            return
+                        }
+                        Err(e) => {
+                            tracing::debug!(upstream = %link.name(), error = %e, "listening for the upstream's list changes failed")
+                        }
+                        Ok(()) => {}
+                    }
+                    tokio::time::sleep(RELISTEN_PAUSE).await;
+                }
+            })
+        };
+        let mut changes = client.list_changes();
+        let why = loop {
+            tokio::select! {
+                e = client.closed() => break e.to_string(),
+                () = link.broken.notified() => break "the upstream no longer knows our session".to_string(),
+                change = changes.recv() => match change {
+                    Ok(m) if m != "notifications/tools/list_changed" => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => {}
+                    // A tools change, or changes missed: list again.
+                    _ => refresh(&link, &client, &server).await,
+                },
+                () = server.stopping() => {
+                    follower.abort();
+                    return;
+                }
+            }
+        };
+        follower.abort();
+        if since.elapsed() >= MAX_BACKOFF {
+            backoff = FIRST_BACKOFF;
+        }
+        tracing::warn!(upstream = %name, error = %why, "upstream lost; connecting again in {} s", backoff.as_secs());
+        link.set_down(why);
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                () = server.stopping() => return,
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            match open(&link.spec, &link.endpoint).await {
+                Ok(c) => {
+                    tracing::info!(upstream = %name, "upstream connected again");
+                    refresh(&link, &c, &server).await;
+                    link.set_up(c);
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(upstream = %name, error = %e, "upstream still down; trying again in {} s", backoff.as_secs());
+                    link.set_down(e.to_string());
+                }
+            }
+        }
+    }
+}
+
+/// Lists the upstream's tools again and puts them in place of the ones we serve for it.
+async fn refresh(link: &Arc<Link>, client: &Client, server: &crate::Server) {
+    let listed = match client.list_tools().await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(upstream = %link.name(), error = %e, "cannot list the upstream's tools; keeping the list we have");
+            return;
+        }
+    };
+    let (tools, problems) = tools_of(link, &listed);
+    for why in problems {
+        tracing::warn!(upstream = %link.name(), "{why}");
+    }
+    let change = server.replace_tools(link.name(), tools);
+    for p in &change.problems {
+        tracing::warn!(upstream = %link.name(), error = %p, "an upstream tool is left out");
+    }
+    tracing::info!(upstream = %link.name(), tools = change.now.len(), gone = ?change.gone, "upstream tools listed");
+}
+
+/// Our tools for the upstream's `listed` ones, as the spec selects and names them, and what in the
+/// spec does not match the list.
+fn tools_of(link: &Arc<Link>, listed: &[mcp_tasks_client::ToolInfo]) -> (Vec<Tool>, Vec<String>) {
+    let spec = &link.spec;
+    let mut problems = Vec::new();
     for wanted in spec.tools.iter().flatten() {
         if !listed.iter().any(|t| &t.name == wanted) {
-            return Err(config(format!(
+            problems.push(format!(
                 "tools names {wanted:?}, which the upstream does not offer (it offers: {})",
                 listed
                     .iter()
                     .map(|t| t.name.as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
-            )));
+            ));
         }
     }
     for name in spec.tool_overrides.keys() {
         if !listed.iter().any(|t| &t.name == name) {
-            return Err(config(format!(
+            problems.push(format!(
                 "tool_overrides names {name:?}, which the upstream does not offer"
-            )));
+            ));
         }
     }
     let mut tools = Vec::new();
@@ -162,11 +402,9 @@ pub async fn connect(spec: &UpstreamSpec) -> Result<Upstream, GatewayError> {
             None => info.name.clone(),
         };
         let handler = UpstreamTool {
-            upstream: spec.name.clone(),
-            client: client.clone(),
+            link: link.clone(),
             tool: info.name.clone(),
             timeout,
-            upstream_task: info.task_support == Some(TaskSupport::Required),
         };
         let mut tool = Tool::new(exposed, Arc::new(handler))
             .input_schema(info.input_schema.clone())
@@ -185,10 +423,5 @@ pub async fn connect(spec: &UpstreamSpec) -> Result<Upstream, GatewayError> {
         tool.annotations = info.annotations.clone();
         tools.push(tool);
     }
-    tracing::info!(upstream = %spec.name, wire = %client.wire(), tools = tools.len(), "upstream connected");
-    Ok(Upstream {
-        name: spec.name.clone(),
-        client,
-        tools,
-    })
+    (tools, problems)
 }

@@ -225,7 +225,7 @@ async fn call(
             return Ok(accepted(name, &token, &rec));
         }
     }
-    let invalid = calls::invalid_arguments(tool, &arguments);
+    let invalid = calls::invalid_arguments(&tool, &arguments);
     let req_meta = call_params.get("_meta").or(params.get("_meta"));
     let arguments = match era_2025::prepared_arguments(
         server,

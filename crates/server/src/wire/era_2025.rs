@@ -81,7 +81,7 @@ pub(crate) async fn initialize(
         .create(&principal.name, data)
         .await
         .map_err(|e| internal(e).error)?;
-    let mut caps = json!({"tools": {"listChanged": false}, "logging": {}});
+    let mut caps = json!({"tools": {"listChanged": server.tools().can_change()}, "logging": {}});
     if let Value::Object(c) = &mut caps {
         c.extend(server.catalog_capabilities());
     }
@@ -342,7 +342,7 @@ async fn tools_call(
         )
         .into());
     }
-    let invalid = calls::invalid_arguments(tool, &arguments);
+    let invalid = calls::invalid_arguments(&tool, &arguments);
     let req_meta = params.get("_meta");
     if !as_task {
         if let Some(result) = invalid {

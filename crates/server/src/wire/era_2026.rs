@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::messages;
 use super::mrtr::{self, next_state, RoundSink};
 use super::render_2026;
+use crate::core::lists::ListKind;
 use crate::core::{calls, tasks::Cancel, Era, Failure, HandlerRun, Peer, Server, TaskStart};
 use crate::transport::streams::StreamSender;
 
@@ -241,7 +242,7 @@ async fn serve(
 
 fn discover(server: &Server) -> Value {
     let mut caps = json!({
-        "tools": {"listChanged": false},
+        "tools": {"listChanged": server.tools().can_change()},
         "extensions": {meta::TASKS_EXTENSION: {}},
         "experimental": {meta::IDEMPOTENCY_CAPABILITY: {}},
         "logging": {},
@@ -404,7 +405,7 @@ async fn tools_call(
         TaskSupport::Required if ext => true,
         TaskSupport::Required => return Err(missing_tasks_extension(&format!("Tool {name}"))),
     };
-    let invalid = calls::invalid_arguments(tool, &arguments);
+    let invalid = calls::invalid_arguments(&tool, &arguments);
     let call = fingerprint(name, &arguments);
     let answers = answers_in_hand(server, peer, &call, params)?;
     if !as_task {
@@ -556,6 +557,7 @@ async fn listen(
     // Subscribe before reading anything, so no change falls between the read and the stream.
     let mut events = server.engine().notifier().subscribe_all();
     let mut resource_events = server.resource_changes();
+    let mut list_events = server.list_changes();
     let mut accepted = Vec::new();
     for id in filter
         .get("taskIds")
@@ -577,8 +579,16 @@ async fn listen(
         .filter(|u| server.catalog().exists(u))
         .map(String::from)
         .collect();
-    // This server's tool, prompt and resource lists never change while it runs: nothing to promise there.
+    // Lists are promised only where they can change (a gateway's upstream lists).
+    let lists: Vec<ListKind> = [ListKind::Tools, ListKind::Prompts, ListKind::Resources]
+        .into_iter()
+        .filter(|k| filter.get(k.filter_field()) == Some(&Value::Bool(true)))
+        .filter(|k| server.list_can_change(*k))
+        .collect();
     let mut ack = Map::new();
+    for k in &lists {
+        ack.insert(k.filter_field().into(), json!(true));
+    }
     if filter.contains_key("taskIds") {
         ack.insert("taskIds".into(), json!(accepted));
     }
@@ -634,6 +644,12 @@ async fn listen(
             Ok(uri) = resource_events.recv() => {
                 if uris.contains(&uri) {
                     let n = Message::notification("notifications/resources/updated", json!({"uri": uri, "_meta": sub_meta}));
+                    out.send(n).await.map_err(|_| gone())?;
+                }
+            }
+            Ok(kind) = list_events.recv() => {
+                if lists.contains(&kind) {
+                    let n = Message::notification(kind.notification(), json!({"_meta": sub_meta}));
                     out.send(n).await.map_err(|_| gone())?;
                 }
             }

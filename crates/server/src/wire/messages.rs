@@ -135,9 +135,9 @@ pub(crate) fn tools_page(
     let cursor = cursor("tools/list", params)?;
     let (range, next) = page_of(
         "tools/list",
-        all,
+        &all,
         cursor.as_deref(),
         server.config().page_size,
     )?;
-    Ok((all[range].iter().map(describe).collect(), next))
+    Ok((all[range].iter().map(|t| describe(t)).collect(), next))
 }

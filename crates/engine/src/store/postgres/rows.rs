@@ -13,7 +13,7 @@ use crate::store::{SessionRecord, StoreError};
 /// SQLite store's).
 pub(super) const TASK_COLUMNS: &str = "id, owner, session, era, tool, arguments, request_meta, status, status_message, \
     progress, progress_total, created_at, updated_at, ttl_ms, poll_interval_ms, outcome, idempotency_key, \
-    fingerprint, attempt, lease_owner, lease_until, finished_at, progress_message, retain_after_finish_ms";
+    fingerprint, attempt, lease_owner, lease_until, finished_at, progress_message, retain_after_finish_ms, checkpoint";
 
 /// The `input_requests` columns an [`InputRecord`] is read from, in [`input_from_row`]'s order.
 pub(super) const INPUT_COLUMNS: &str =
@@ -101,6 +101,10 @@ pub(super) fn task_from_row(row: &Row) -> Result<TaskRecord, StoreError> {
             .try_get::<_, Option<i64>>(23)
             .map_err(get)?
             .map(u64_from_pg),
+        checkpoint: opt_json::<serde_json::Value>(
+            "a task checkpoint",
+            row.try_get(24).map_err(get)?,
+        )?,
     })
 }
 
@@ -180,7 +184,7 @@ pub(super) async fn select_task_versioned(
         return Ok(None);
     };
     let version: i64 = row
-        .try_get(24)
+        .try_get(25)
         .map_err(|e| bad_row("a task's version", e))?;
     Ok(Some((task_from_row(&row)?, version)))
 }
@@ -213,12 +217,17 @@ async fn write_task(
         .as_ref()
         .map(|o| text("a task outcome", o))
         .transpose()?;
+    let checkpoint = t
+        .checkpoint
+        .as_ref()
+        .map(|c| text("a task checkpoint", c))
+        .transpose()?;
     let stmt = db
         .prepare_cached(
             "UPDATE tasks SET status = $2, status_message = $3, progress = $4, \
              progress_total = $5, updated_at = $6, outcome = $7, attempt = $8, lease_owner = $9, \
              lease_until = $10, finished_at = $11, progress_message = $12, ttl_ms = $13, \
-             expires_at = $14, version = version + 1 \
+             expires_at = $14, checkpoint = $16, version = version + 1 \
              WHERE id = $1 AND ($15::BIGINT IS NULL OR version = $15)",
         )
         .await
@@ -242,6 +251,7 @@ async fn write_task(
                 &opt_pg_int(t.ttl_ms),
                 &opt_pg_int(t.expires_at()),
                 &version,
+                &checkpoint,
             ],
         )
         .await
@@ -263,6 +273,7 @@ struct TaskValues {
     lease_until: Option<i64>,
     finished_at: Option<i64>,
     retain_after_finish_ms: Option<i64>,
+    checkpoint: Option<String>,
     expires_at: Option<i64>,
 }
 
@@ -285,11 +296,16 @@ impl TaskValues {
             lease_until: opt_pg_int(t.lease_until),
             finished_at: opt_pg_int(t.finished_at),
             retain_after_finish_ms: opt_pg_int(t.retain_after_finish_ms),
+            checkpoint: t
+                .checkpoint
+                .as_ref()
+                .map(|c| text("a task checkpoint", c))
+                .transpose()?,
             expires_at: opt_pg_int(t.expires_at()),
         })
     }
 
-    fn params<'a>(&'a self, t: &'a TaskRecord) -> [&'a (dyn ToSql + Sync); 25] {
+    fn params<'a>(&'a self, t: &'a TaskRecord) -> [&'a (dyn ToSql + Sync); 26] {
         [
             &t.id,
             &t.owner,
@@ -315,6 +331,7 @@ impl TaskValues {
             &self.finished_at,
             &t.progress_message,
             &self.retain_after_finish_ms,
+            &self.checkpoint,
             &self.expires_at,
         ]
     }
@@ -337,7 +354,7 @@ pub(super) async fn prepare_insert(
 ) -> Result<tokio_postgres::Statement, StoreError> {
     db.prepare_cached(&format!(
         "INSERT INTO tasks ({TASK_COLUMNS}, expires_at) VALUES \
-         ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25)"
+         ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26)"
     ))
     .await
     .context("prepare the task insert")

@@ -97,6 +97,11 @@ CREATE TABLE sessions (
         what: "add input_requests.sent_to (the client stream a question went out on)",
         sql: "ALTER TABLE input_requests ADD COLUMN sent_to TEXT;",
     },
+    Migration {
+        version: 4,
+        what: "add tasks.checkpoint",
+        sql: "ALTER TABLE tasks ADD COLUMN checkpoint TEXT;",
+    },
 ];
 
 /// The version a database is at once every migration is applied.

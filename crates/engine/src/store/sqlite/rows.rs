@@ -11,7 +11,7 @@ use crate::store::{SessionRecord, StoreError};
 /// The `tasks` columns a [`TaskRecord`] is read from, in [`task_from_row`]'s order.
 pub(super) const TASK_COLUMNS: &str = "id, owner, session, era, tool, arguments, request_meta, status, status_message, \
     progress, progress_total, created_at, updated_at, ttl_ms, poll_interval_ms, outcome, idempotency_key, \
-    fingerprint, attempt, lease_owner, lease_until, finished_at, progress_message, retain_after_finish_ms";
+    fingerprint, attempt, lease_owner, lease_until, finished_at, progress_message, retain_after_finish_ms, checkpoint";
 
 /// The `input_requests` columns an [`InputRecord`] is read from, in [`input_from_row`]'s order.
 pub(super) const INPUT_COLUMNS: &str =
@@ -84,6 +84,7 @@ pub(super) fn task_from_row(row: &Row<'_>) -> rusqlite::Result<TaskRecord> {
         finished_at: row.get::<_, Option<i64>>(21)?.map(u64_from_sql),
         progress_message: row.get(22)?,
         retain_after_finish_ms: row.get::<_, Option<i64>>(23)?.map(u64_from_sql),
+        checkpoint: opt_json_from_sql::<serde_json::Value>(24, row.get(24)?)?,
     })
 }
 
@@ -158,7 +159,7 @@ pub(super) fn insert_task(conn: &Connection, t: &TaskRecord) -> Result<(), Store
     let outcome = outcome_json(t)?;
     conn.prepare_cached(&format!(
         "INSERT INTO tasks ({TASK_COLUMNS}, expires_at) VALUES \
-         (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25)"
+         (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26)"
     ))
     .and_then(|mut stmt| {
         stmt.execute(params![
@@ -186,6 +187,7 @@ pub(super) fn insert_task(conn: &Connection, t: &TaskRecord) -> Result<(), Store
             opt_i64(t.finished_at),
             t.progress_message,
             opt_i64(t.retain_after_finish_ms),
+            t.checkpoint.as_ref().map(ToString::to_string),
             opt_i64(t.expires_at()),
         ])
     })
@@ -199,7 +201,7 @@ pub(super) fn update_task(conn: &Connection, t: &TaskRecord) -> Result<(), Store
     conn.prepare_cached(
         "UPDATE tasks SET status=?2, status_message=?3, progress=?4, progress_total=?5, updated_at=?6, \
          outcome=?7, attempt=?8, lease_owner=?9, lease_until=?10, finished_at=?11, \
-         progress_message=?12, ttl_ms=?13, expires_at=?14 WHERE id=?1",
+         progress_message=?12, ttl_ms=?13, expires_at=?14, checkpoint=?15 WHERE id=?1",
     )
     .and_then(|mut stmt| {
         stmt.execute(params![
@@ -217,6 +219,7 @@ pub(super) fn update_task(conn: &Connection, t: &TaskRecord) -> Result<(), Store
             t.progress_message,
             opt_i64(t.ttl_ms),
             opt_i64(t.expires_at()),
+            t.checkpoint.as_ref().map(ToString::to_string),
         ])
     })
     .with_context(|| format!("update task {}", t.id))?;

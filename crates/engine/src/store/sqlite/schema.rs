@@ -102,6 +102,11 @@ CREATE TABLE IF NOT EXISTS sessions (
         what: "add tasks.retain_after_finish_ms",
         sql: "ALTER TABLE tasks ADD COLUMN retain_after_finish_ms INTEGER;",
     },
+    Migration {
+        version: 5,
+        what: "add tasks.checkpoint",
+        sql: "ALTER TABLE tasks ADD COLUMN checkpoint TEXT;",
+    },
 ];
 
 /// The version a database is at once every migration is applied.
