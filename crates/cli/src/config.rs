@@ -142,6 +142,10 @@ pub struct TasksSection {
     /// Length of the lease a node holds on a task it runs, seconds (default 30, renewed every third
     /// of it). With replicas, a dead replica's tasks are taken over once their leases run out.
     pub lease_secs: Option<u64>,
+    /// For clients that do not ask for tasks: seconds a call waits for its result before it
+    /// continues as a task the client follows with `task_status` / `task_result` / `task_cancel`
+    /// (every tool; `[[tools]]` and `[[upstreams]]` entries can set their own). Off unless set.
+    pub sync_budget_secs: Option<u64>,
 }
 
 impl ConfigFile {

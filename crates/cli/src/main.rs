@@ -224,6 +224,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     }
     server_cfg.instructions = s.instructions.clone();
     server_cfg.request_state_secret = s.request_state_secret.clone();
+    server_cfg.sync_budget = t.sync_budget_secs.map(Duration::from_secs);
     server_cfg.auth = file.auth.to_config()?;
     if !server_cfg.auth.keys.is_empty() {
         tracing::info!(

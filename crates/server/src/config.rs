@@ -27,6 +27,9 @@ pub struct ServerConfig {
     /// Secret that signs 2026-07-28 `requestState` values. Give every replica the same one; without it a
     /// random secret is used (states then do not survive a restart).
     pub request_state_secret: Option<String>,
+    /// The sync budget of every tool that sets none (see [`Tool::sync_budget`](crate::Tool)); off
+    /// when `None`.
+    pub sync_budget: Option<Duration>,
 }
 
 impl Default for ServerConfig {
@@ -42,6 +45,7 @@ impl Default for ServerConfig {
             page_size: 100,
             auth: crate::auth::AuthConfig::default(),
             request_state_secret: None,
+            sync_budget: None,
         }
     }
 }

@@ -50,6 +50,11 @@ pub struct Tool {
     /// Work done before a task is created, inside the call (it may ask for input there, in rounds on
     /// 2026-07-28 or on the call's stream on 2025-11-25). Its result object becomes the task's arguments.
     pub prepare: Option<Arc<dyn TaskHandler>>,
+    /// For clients that did not ask for a task: the call still runs as a durable task, and the
+    /// client gets its result when it finishes within this time, else a result saying the work
+    /// continues as task ID (followed up with the plain tools `task_status`, `task_result`,
+    /// `task_cancel`). `None`: the server's default ([`ServerConfig::sync_budget`](crate::ServerConfig)).
+    pub sync_budget: Option<std::time::Duration>,
 }
 
 impl Tool {
@@ -67,7 +72,13 @@ impl Tool {
             handler,
             requires: None,
             prepare: None,
+            sync_budget: None,
         }
+    }
+    /// Sets the sync budget (see [`Tool::sync_budget`]).
+    pub fn sync_budget(mut self, budget: std::time::Duration) -> Self {
+        self.sync_budget = Some(budget);
+        self
     }
     /// Sets the description.
     pub fn description(mut self, d: impl Into<String>) -> Self {

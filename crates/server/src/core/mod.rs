@@ -6,6 +6,7 @@
 //! method takes an [`Era`](crate::wire::Era) value. `Server`'s fields are private to this module and
 //! its children: the wire modules and transports go through methods.
 
+pub(crate) mod budget;
 pub(crate) mod calls;
 mod events;
 mod inputs;
@@ -283,6 +284,7 @@ impl ServerBuilder {
             announce: DashMap::new(),
             held: DashMap::new(),
             operations: DashMap::new(),
+            same_calls: DashMap::new(),
         })
     }
 }
@@ -326,6 +328,9 @@ pub struct Server {
     /// Asynchronous Tool Execution operations by the (session, request id) of the call that started
     /// them, so `notifications/cancelled` for that call cancels the operation after it was answered.
     operations: DashMap<(String, RequestId), String>,
+    /// Plain calls run as tasks within a sync budget, by caller and call: (task, when), so the same
+    /// call made again while the task runs joins it (`core::budget`).
+    same_calls: DashMap<String, (String, std::time::Instant)>,
 }
 
 impl Server {
@@ -399,6 +404,7 @@ impl Server {
             .evict_idle(self.engine.config().session_idle_ms);
         self.expire_held();
         self.rate.forget_idle(std::time::Duration::from_secs(600));
+        self.forget_old_calls();
     }
 
     /// Registers a request in flight so `notifications/cancelled` from its session can stop it.

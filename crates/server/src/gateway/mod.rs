@@ -414,6 +414,10 @@ fn tools_of(link: &Arc<Link>, listed: &[mcp_tasks_client::ToolInfo]) -> (Vec<Too
                     .or(spec.retry_on_restart)
                     .unwrap_or(false),
             );
+        tool.sync_budget = o
+            .sync_budget_secs
+            .or(spec.sync_budget_secs)
+            .map(Duration::from_secs);
         tool.title = info.title.clone();
         tool.description = Some(match &info.description {
             Some(d) => d.clone(),

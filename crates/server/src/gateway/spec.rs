@@ -44,6 +44,10 @@ pub struct UpstreamSpec {
     /// Run interrupted calls again after a restart, for every tool (only for tools safe to repeat).
     #[serde(default)]
     pub retry_on_restart: Option<bool>,
+    /// Seconds a client that did not ask for a task waits for a result before the call continues
+    /// as a task, for every tool of this upstream.
+    #[serde(default)]
+    pub sync_budget_secs: Option<u64>,
     /// Per-tool settings, by the upstream's tool name.
     #[serde(default)]
     pub tool_overrides: BTreeMap<String, ToolOverride>,
@@ -62,4 +66,7 @@ pub struct ToolOverride {
     /// Run interrupted calls again after a restart.
     #[serde(default)]
     pub retry_on_restart: Option<bool>,
+    /// Seconds a client that did not ask for a task waits before the call continues as a task.
+    #[serde(default)]
+    pub sync_budget_secs: Option<u64>,
 }

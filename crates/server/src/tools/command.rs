@@ -75,6 +75,10 @@ pub struct CommandToolSpec {
     /// Re-run after a server crash instead of failing (only for idempotent commands).
     #[serde(default)]
     pub retry_on_restart: bool,
+    /// Seconds a client that did not ask for a task waits for the result; a call still running
+    /// then continues as a task (see `Tool::sync_budget`). Default: the `[tasks]` setting.
+    #[serde(default)]
+    pub sync_budget_secs: Option<u64>,
 }
 
 impl CommandToolSpec {
@@ -91,6 +95,7 @@ impl CommandToolSpec {
         )
         .task_support(self.task_support.unwrap_or(TaskSupport::Optional))
         .retry_on_restart(self.retry_on_restart);
+        tool.sync_budget = self.sync_budget_secs.map(Duration::from_secs);
         tool.title = self.title;
         tool.description = Some(
             self.description

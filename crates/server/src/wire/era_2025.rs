@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::messages::{self, params_object};
 use super::render_2025;
 use crate::auth::Principal;
+use crate::core::budget::BudgetedCall;
 use crate::core::{
     calls, internal, tasks::Cancel, Era, Failure, HandlerRun, Peer, Server, TaskStart,
     ASYNC_TOOLS_LABEL,
@@ -197,13 +198,20 @@ pub(crate) fn tools_list(
     params: &Map<String, Value>,
     invocation_modes: bool,
 ) -> Result<Value, Failure> {
-    let (tools, next) = messages::tools_page(server, params, |t| {
+    let speaks_tasks = speaks_tasks(session);
+    let (mut tools, next) = messages::tools_page(server, params, |t| {
         let mut d = t.describe(session.has_tasks());
         if invocation_modes {
             super::async_tools::add_invocation_mode(&mut d, t.tool.task_support);
         }
+        if !speaks_tasks {
+            messages::for_plain_callers(server, t, &mut d);
+        }
         d
     })?;
+    if !speaks_tasks && next.is_none() {
+        tools.extend(server.follow_up_tools());
+    }
     let mut result = json!({"tools": tools});
     if let Some(c) = next {
         result["nextCursor"] = json!(c);
@@ -305,6 +313,12 @@ pub(crate) async fn prepared_arguments(
     Ok(Ok(prepared))
 }
 
+/// Whether the session's client speaks tasks: a 2025-11-25 session whose client declared the
+/// `tasks` capability. Others get plain calls (within a sync budget where one is set).
+fn speaks_tasks(session: &Session) -> bool {
+    session.has_tasks() && session.data().client_capabilities.get("tasks").is_some()
+}
+
 async fn tools_call(
     server: &Arc<Server>,
     peer: &Peer,
@@ -313,6 +327,9 @@ async fn tools_call(
     out: StreamSender,
     cancel: CancellationToken,
 ) -> Result<Value, Failure> {
+    if let Some(r) = server.follow_up_call(peer, params).await {
+        return r;
+    }
     let (tool, arguments) = server.tool_call(params)?;
     let name = tool.tool.name.as_str();
     let tasks = session.has_tasks();
@@ -328,6 +345,12 @@ async fn tools_call(
         }
     };
     let support = tool.tool.task_support;
+    // A client that asked for no task still gets one behind the scenes where a budget is set.
+    let budget = if as_task {
+        None
+    } else {
+        server.sync_budget(&tool)
+    };
     if as_task && support == TaskSupport::Forbidden {
         return Err(ErrorObject::new(
             error_codes::METHOD_NOT_FOUND,
@@ -335,7 +358,7 @@ async fn tools_call(
         )
         .into());
     }
-    if !as_task && tasks && support == TaskSupport::Required {
+    if !as_task && tasks && support == TaskSupport::Required && budget.is_none() {
         return Err(ErrorObject::new(
             error_codes::METHOD_NOT_FOUND,
             format!("Tool {name} requires task-augmented execution (execution.taskSupport is \"required\"); add \"task\": {{}} to the call"),
@@ -344,7 +367,7 @@ async fn tools_call(
     }
     let invalid = calls::invalid_arguments(&tool, &arguments);
     let req_meta = params.get("_meta");
-    if !as_task {
+    if !as_task && budget.is_none() {
         if let Some(result) = invalid {
             return Ok(result);
         }
@@ -374,6 +397,23 @@ async fn tools_call(
         Ok(args) => args,
         Err(tool_error) => return Ok(tool_error),
     };
+    if let Some(budget) = budget {
+        let mut request_meta = task_meta(server, session, req_meta);
+        if let Some(m) = request_meta.as_object_mut() {
+            m.remove(meta::PROGRESS_TOKEN);
+        }
+        let call = BudgetedCall {
+            tool: tool.clone(),
+            arguments,
+            invalid,
+            era: ERA,
+            request_meta,
+            progress: messages::progress_note(req_meta),
+            budget,
+            speaks_tasks: speaks_tasks(session),
+        };
+        return server.call_within_budget(peer, call, &out, &cancel).await;
+    }
     let ttl_ms = match task_meta_param.and_then(|t| t.get("ttl")) {
         None | Some(Value::Null) => None,
         Some(v) => match v.as_f64() {

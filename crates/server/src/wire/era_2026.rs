@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::messages;
 use super::mrtr::{self, next_state, RoundSink};
 use super::render_2026;
+use crate::core::budget::BudgetedCall;
 use crate::core::lists::ListKind;
 use crate::core::{calls, tasks::Cancel, Era, Failure, HandlerRun, Peer, Server, TaskStart};
 use crate::transport::streams::StreamSender;
@@ -200,7 +201,7 @@ async fn serve(
     }
     let result = match req.method.as_str() {
         "server/discover" => discover(server),
-        "tools/list" => tools_list(server, &params)?,
+        "tools/list" => tools_list(server, &params, declares_tasks(&rm.caps))?,
         "tools/call" => tools_call(server, peer, &rm, &params, out, cancel).await?,
         "tasks/get" | "tasks/update" | "tasks/cancel" | "subscriptions/listen" => {
             let wants_tasks = req.method != "subscriptions/listen"
@@ -262,8 +263,21 @@ fn discover(server: &Server) -> Value {
     r
 }
 
-fn tools_list(server: &Server, params: &Map<String, Value>) -> Result<Value, Failure> {
-    let (tools, next) = messages::tools_page(server, params, |t| t.describe(false))?;
+fn tools_list(
+    server: &Server,
+    params: &Map<String, Value>,
+    speaks_tasks: bool,
+) -> Result<Value, Failure> {
+    let (mut tools, next) = messages::tools_page(server, params, |t| {
+        let mut d = t.describe(false);
+        if !speaks_tasks {
+            messages::for_plain_callers(server, t, &mut d);
+        }
+        d
+    })?;
+    if !speaks_tasks && next.is_none() {
+        tools.extend(server.follow_up_tools());
+    }
     let mut r = json!({"tools": tools, "ttlMs": 60_000, "cacheScope": "public"});
     if let Some(c) = next {
         r["nextCursor"] = json!(c);
@@ -379,6 +393,9 @@ async fn tools_call(
     out: StreamSender,
     cancel: CancellationToken,
 ) -> Result<Value, Failure> {
+    if let Some(r) = server.follow_up_call(peer, params).await {
+        return r;
+    }
     let (tool, arguments) = server.tool_call(params)?;
     let name = tool.tool.name.as_str();
     if let Some(Value::Object(needed)) = &tool.tool.requires {
@@ -399,10 +416,12 @@ async fn tools_call(
     }
     // The legacy `task` param is not an opt-in here: the server decides (it is ignored).
     let ext = declares_tasks(&rm.caps);
+    // A client without the extension still gets a task behind the scenes where a budget is set.
+    let budget = if ext { None } else { server.sync_budget(&tool) };
     let as_task = match tool.tool.task_support {
         TaskSupport::Forbidden => false,
-        TaskSupport::Optional => ext,
-        TaskSupport::Required if ext => true,
+        TaskSupport::Optional => ext || budget.is_some(),
+        TaskSupport::Required if ext || budget.is_some() => true,
         TaskSupport::Required => return Err(missing_tasks_extension(&format!("Tool {name}"))),
     };
     let invalid = calls::invalid_arguments(&tool, &arguments);
@@ -450,6 +469,19 @@ async fn tools_call(
         }
         _ => arguments,
     };
+    if let Some(budget) = budget {
+        let call = BudgetedCall {
+            tool: tool.clone(),
+            arguments,
+            invalid,
+            era: ERA,
+            request_meta: json!({"clientCapabilities": rm.caps}),
+            progress: messages::progress_note(params.get("_meta")),
+            budget,
+            speaks_tasks: false,
+        };
+        return server.call_within_budget(peer, call, &out, &cancel).await;
+    }
     let rec = server
         .start_task(
             peer,

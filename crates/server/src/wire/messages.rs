@@ -141,3 +141,30 @@ pub(crate) fn tools_page(
     )?;
     Ok((all[range].iter().map(|t| describe(t)).collect(), next))
 }
+
+/// The progress notification of a call that sent a progress token, for reports made while it lasts.
+pub(crate) fn progress_note(req_meta: Option<&Value>) -> Option<crate::core::budget::ProgressNote> {
+    let token = req_meta?
+        .get(mcp_tasks_protocol::meta::PROGRESS_TOKEN)?
+        .clone();
+    if !(token.is_string() || token.is_i64() || token.is_u64()) {
+        return None;
+    }
+    Some(Box::new(move |p, total, message| {
+        progress(&token, p, total, message, None)
+    }))
+}
+
+/// A tool as listed to a client that gets plain calls: a tool whose calls may answer "continues as
+/// task ID" (a sync budget applies) promises no output schema, which that note cannot meet.
+pub(crate) fn for_plain_callers(
+    server: &crate::core::Server,
+    tool: &crate::tool::RegisteredTool,
+    listed: &mut Value,
+) {
+    if server.sync_budget(tool).is_some() {
+        if let Some(m) = listed.as_object_mut() {
+            m.remove("outputSchema");
+        }
+    }
+}
