@@ -84,6 +84,8 @@ def main() -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
+    # Listening before the URL is printed: a client that connects at once is queued, not refused.
+    sock.listen(128)
     config = uvicorn.Config(mcp.streamable_http_app(), log_level="warning")
     server = uvicorn.Server(config)
     print(f"listening on http://127.0.0.1:{port}/mcp", flush=True)

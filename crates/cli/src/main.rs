@@ -142,7 +142,14 @@ fn main() -> Result<()> {
         std::process::exit(code);
     }
     match cli.command {
-        Command::Serve(args) => runtime.block_on(serve(args)),
+        Command::Serve(args) => {
+            if let Err(e) = runtime.block_on(serve(args)) {
+                // One line with each cause once; no backtrace for a configuration or start-up error.
+                eprintln!("error: {}", client::error_text(&e));
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Key(KeyCommand::New { principal }) => {
             let key = mcp_tasks_server::auth::generate_key();
             println!("# API key for {principal} (shown once; give it to the client as `Authorization: Bearer <key>`):");

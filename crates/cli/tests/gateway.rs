@@ -378,3 +378,69 @@ fn a_gateway_killed_with_kill_9_follows_the_upstream_task_again_after_a_restart(
         assert_eq!(text(&out.stdout), "counted to 5\n", "{peer}");
     }
 }
+
+/// The FastMCP server (official Python SDK v1) in interop/python, over Streamable HTTP.
+fn python_upstream(markers: &std::path::Path) -> ServerProcess {
+    let py = repo_root().join("interop/python/.venv/bin/python");
+    assert!(py.exists(), "interop/python/.venv is missing: run scripts/test.sh, which creates it from requirements.txt");
+    let mut c = Command::new(py);
+    c.arg("interop/python/upstream_server.py").arg(markers);
+    ServerProcess::spawn(c)
+}
+
+/// A gateway in front of `upstream` (tools prefixed `py_`, sync budget 1 s).
+fn python_gateway(dir: &std::path::Path, upstream: &ServerProcess) -> ServerProcess {
+    let cfg = config(
+        dir,
+        &format!(
+            "[[upstreams]]\nname = \"python\"\nurl = \"{}\"\nprefix = \"py\"\nsync_budget_secs = 1\n",
+            upstream.url
+        ),
+    );
+    ServerProcess::start(&["--store", "memory:", "--config", &cfg])
+}
+
+/// Runs an interop script that prints `ok - …` lines and ends with `N passed, M failed`.
+fn run_script(program: &str, script: &str, args: &[&str]) {
+    let out = Command::new(program)
+        .arg(script)
+        .args(args)
+        .current_dir(repo_root())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    let stdout = text(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success() && stdout.trim_end().ends_with(" 0 failed"),
+        "{script} failed ({}):\n{stdout}\n{}",
+        out.status,
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_python_sdk_server_behind_the_gateway_driven_by_the_python_sdk_client_that_sends_no_tasks() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = python_upstream(dir.path());
+    let gateway = python_gateway(dir.path(), &upstream);
+    let py = repo_root().join("interop/python/.venv/bin/python");
+    run_script(
+        py.to_str().unwrap(),
+        "interop/python/gateway_client.py",
+        &[&gateway.url, dir.path().to_str().unwrap()],
+    );
+}
+
+#[test]
+fn a_python_sdk_server_behind_the_gateway_driven_by_the_typescript_sdk_client_with_tasks() {
+    let modules = repo_root().join("interop/ts/node_modules/@modelcontextprotocol/sdk");
+    assert!(modules.exists(), "interop/ts/node_modules is missing: run `npm ci --prefix interop/ts` (scripts/test.sh does)");
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = python_upstream(dir.path());
+    let gateway = python_gateway(dir.path(), &upstream);
+    run_script(
+        "node",
+        "interop/ts/gateway-client.mjs",
+        &[&gateway.url, dir.path().to_str().unwrap()],
+    );
+}

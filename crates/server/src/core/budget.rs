@@ -32,6 +32,9 @@ const DEFAULT_RESULT_WAIT: Duration = Duration::from_secs(30);
 /// Renders a progress report (progress, total, message) as the call's progress notification.
 pub(crate) type ProgressNote = Box<dyn Fn(f64, Option<f64>, Option<&str>) -> Message + Send + Sync>;
 
+/// Renders a task event as its session's messages (a wire's `notifications_for`).
+pub(crate) type RenderFn = fn(&TaskEvent, Option<&crate::session::Session>) -> Vec<Message>;
+
 /// A plain call that runs as a task within a budget.
 pub(crate) struct BudgetedCall {
     /// The tool.
@@ -49,6 +52,9 @@ pub(crate) struct BudgetedCall {
     pub(crate) progress: Option<ProgressNote>,
     /// How long the call waits.
     pub(crate) budget: Duration,
+    /// How the task's events are rendered for its session (2025-11-25), so they go out at once:
+    /// the client knows the call it made, and a question must not wait for the reply.
+    pub(crate) announce_with: Option<RenderFn>,
     /// Whether the client speaks tasks: it was shown the tool's output schema, which a
     /// "continues as task" note cannot meet (for others `tools/list` leaves the schema out).
     pub(crate) speaks_tasks: bool,
@@ -147,6 +153,12 @@ impl Server {
                     invalid: None,
                 };
                 let rec = self.start_task(peer, start, cancel).await?;
+                if let Some(render) = call.announce_with {
+                    // The reply comes only after the budget; the task's messages need not wait.
+                    let _ = super::CREATED.try_with(|c| c.set(None));
+                    self.announced(&rec.id, &render);
+                    self.engine.notifier().announce(&rec.id);
+                }
                 self.same_calls
                     .insert(same, (rec.id.clone(), Instant::now()));
                 (rec, true)

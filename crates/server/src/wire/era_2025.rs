@@ -410,6 +410,7 @@ async fn tools_call(
             request_meta,
             progress: messages::progress_note(req_meta),
             budget,
+            announce_with: Some(notifications_for),
             speaks_tasks: speaks_tasks(session),
         };
         return server.call_within_budget(peer, call, &out, &cancel).await;
@@ -645,6 +646,13 @@ async fn tasks_list(
 pub(crate) fn notifications_for(event: &TaskEvent, session: Option<&Session>) -> Vec<Message> {
     match event {
         TaskEvent::Created(_) | TaskEvent::InputAnswered { .. } => Vec::new(),
+        // A session on an older revision knows no task notifications (its tasks are plain calls run
+        // as tasks within a sync budget).
+        TaskEvent::Changed(_) | TaskEvent::Progress { .. }
+            if session.is_some_and(|s| !s.has_tasks()) =>
+        {
+            Vec::new()
+        }
         TaskEvent::Changed(t) => {
             vec![Message::notification(
                 "notifications/tasks/status",

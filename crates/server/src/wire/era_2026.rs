@@ -478,6 +478,7 @@ async fn tools_call(
             request_meta: json!({"clientCapabilities": rm.caps}),
             progress: messages::progress_note(params.get("_meta")),
             budget,
+            announce_with: None,
             speaks_tasks: false,
         };
         return server.call_within_budget(peer, call, &out, &cancel).await;
