@@ -101,6 +101,17 @@ async def main() -> None:
                 await anyio.sleep(0.1)
             check("the cancel reached the upstream (its handler was cancelled)", marker.exists())
 
+            resources = [str(r.uri) for r in (await s.list_resources()).resources]
+            check("the upstream's resources are listed", "info://about" in resources, str(resources))
+            read = await s.read_resource("info://about")
+            body = " ".join(getattr(c, "text", "") for c in read.contents)
+            check("an upstream resource is read through the gateway", body == "a FastMCP upstream", body)
+            prompts = [p.name for p in (await s.list_prompts()).prompts]
+            check("the upstream's prompts are listed, prefixed", "py_greet" in prompts, str(prompts))
+            got = await s.get_prompt("py_greet", {"name": "Ann"})
+            said = " ".join(getattr(m.content, "text", "") for m in got.messages)
+            check("an upstream prompt is rendered through the gateway", "Please greet Ann warmly." in said, said)
+
             r = await s.call_tool("py_add_late_tool", {})
             with anyio.move_on_after(10):
                 await list_changed.wait()

@@ -277,6 +277,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
                 )
             })?;
         }
+        builder = builder.catalog_source(upstream.catalog());
         upstreams.push(upstream);
     }
     let server = builder.build();

@@ -1,6 +1,7 @@
 //! Resources, resource templates and prompts: what a server offers besides tools, with list (paged),
 //! read / get, argument completion, and resource subscriptions.
 
+use mcp_tasks_protocol::jsonrpc::ErrorObject;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -50,6 +51,35 @@ pub struct Prompt {
     pub handler: Option<Arc<dyn mcp_tasks_engine::TaskHandler>>,
 }
 
+/// What a [`CatalogSource`] offers now, as its lists show it.
+#[derive(Clone, Debug, Default)]
+pub struct Listed {
+    /// `Resource` objects.
+    pub resources: Vec<Value>,
+    /// `ResourceTemplate` objects.
+    pub templates: Vec<Value>,
+    /// `Prompt` objects.
+    pub prompts: Vec<Value>,
+}
+
+/// Resources and prompts of another server, passed through (a gateway upstream's): listed after
+/// the server's own, read and rendered by the source.
+#[async_trait::async_trait]
+pub trait CatalogSource: Send + Sync {
+    /// Whether it offers resources, and prompts (the server's capabilities say so then).
+    fn offers(&self) -> (bool, bool);
+    /// What it offers now.
+    fn listed(&self) -> Listed;
+    /// `resources/read` of `uri`, which its list names or one of its templates matches.
+    async fn read(&self, uri: &str) -> Result<Value, ErrorObject>;
+    /// `prompts/get` of prompt `name`, which its list names.
+    async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: &Map<String, Value>,
+    ) -> Result<Value, ErrorObject>;
+}
+
 /// Everything a server offers besides tools.
 #[derive(Clone, Default)]
 pub struct Catalog {
@@ -59,6 +89,8 @@ pub struct Catalog {
     pub templates: Vec<ResourceTemplate>,
     /// Prompts, in list order.
     pub prompts: Vec<Prompt>,
+    /// Other servers' resources and prompts, listed after these.
+    pub sources: Vec<Arc<dyn CatalogSource>>,
 }
 
 /// Why a read, get or completion failed.
@@ -124,31 +156,82 @@ fn page<T>(
 impl Catalog {
     /// Whether there is anything to offer (capabilities are advertised only then).
     pub fn has_resources(&self) -> bool {
-        !self.resources.is_empty() || !self.templates.is_empty()
+        !self.resources.is_empty()
+            || !self.templates.is_empty()
+            || self.sources.iter().any(|s| s.offers().0)
     }
     /// Whether there are prompts.
     pub fn has_prompts(&self) -> bool {
-        !self.prompts.is_empty()
+        !self.prompts.is_empty() || self.sources.iter().any(|s| s.offers().1)
     }
 
-    /// `resources/list`.
+    /// A page of `items` as `{field: [...], nextCursor}`.
+    fn page_of(
+        items: Vec<Value>,
+        field: &str,
+        cursor: Option<&str>,
+        size: usize,
+        prefix: &str,
+    ) -> Result<Value, String> {
+        let (range, next) = page(&items, cursor, size, prefix)?;
+        let mut r = json!({field: items[range].to_vec()});
+        if let Some(n) = next {
+            r["nextCursor"] = json!(n);
+        }
+        Ok(r)
+    }
+
+    /// `resources/list`: the server's own, then each source's.
     pub fn list_resources(&self, cursor: Option<&str>, size: usize) -> Result<Value, String> {
-        let (range, next) = page(&self.resources, cursor, size, "r")?;
-        let mut r = json!({"resources": self.resources[range].iter().map(|r| r.meta.clone()).collect::<Vec<_>>()});
-        if let Some(n) = next {
-            r["nextCursor"] = json!(n);
-        }
-        Ok(r)
+        let all = self
+            .resources
+            .iter()
+            .map(|r| r.meta.clone())
+            .chain(self.sources.iter().flat_map(|s| s.listed().resources))
+            .collect();
+        Self::page_of(all, "resources", cursor, size, "r")
     }
 
-    /// `resources/templates/list`.
+    /// `resources/templates/list`: the server's own, then each source's.
     pub fn list_templates(&self, cursor: Option<&str>, size: usize) -> Result<Value, String> {
-        let (range, next) = page(&self.templates, cursor, size, "t")?;
-        let mut r = json!({"resourceTemplates": self.templates[range].iter().map(|t| t.meta.clone()).collect::<Vec<_>>()});
-        if let Some(n) = next {
-            r["nextCursor"] = json!(n);
+        let all = self
+            .templates
+            .iter()
+            .map(|t| t.meta.clone())
+            .chain(self.sources.iter().flat_map(|s| s.listed().templates))
+            .collect();
+        Self::page_of(all, "resourceTemplates", cursor, size, "t")
+    }
+
+    /// The source that offers `uri`, when the server's own resources do not.
+    pub fn source_of_resource(&self, uri: &str) -> Option<Arc<dyn CatalogSource>> {
+        if self.exists(uri) {
+            return None;
         }
-        Ok(r)
+        self.sources
+            .iter()
+            .find(|s| {
+                let l = s.listed();
+                l.resources.iter().any(|r| r["uri"] == uri)
+                    || l.templates.iter().any(|t| {
+                        t["uriTemplate"]
+                            .as_str()
+                            .and_then(|tpl| match_template(tpl, uri))
+                            .is_some()
+                    })
+            })
+            .cloned()
+    }
+
+    /// The source that offers prompt `name`, when the server's own prompts do not.
+    pub fn source_of_prompt(&self, name: &str) -> Option<Arc<dyn CatalogSource>> {
+        if self.prompt(name).is_some() {
+            return None;
+        }
+        self.sources
+            .iter()
+            .find(|s| s.listed().prompts.iter().any(|p| p["name"] == name))
+            .cloned()
     }
 
     /// Whether `uri` names a resource (directly or through a template).
@@ -180,14 +263,15 @@ impl Catalog {
         Err(CatalogError::NotFound(format!("Resource not found: {uri}")))
     }
 
-    /// `prompts/list`.
+    /// `prompts/list`: the server's own, then each source's.
     pub fn list_prompts(&self, cursor: Option<&str>, size: usize) -> Result<Value, String> {
-        let (range, next) = page(&self.prompts, cursor, size, "p")?;
-        let mut r = json!({"prompts": self.prompts[range].iter().map(|p| p.meta.clone()).collect::<Vec<_>>()});
-        if let Some(n) = next {
-            r["nextCursor"] = json!(n);
-        }
-        Ok(r)
+        let all = self
+            .prompts
+            .iter()
+            .map(|p| p.meta.clone())
+            .chain(self.sources.iter().flat_map(|s| s.listed().prompts))
+            .collect();
+        Self::page_of(all, "prompts", cursor, size, "p")
     }
 
     /// The prompt named `name`.

@@ -78,7 +78,7 @@ impl Server {
     pub(crate) fn list_can_change(&self, kind: ListKind) -> bool {
         match kind {
             ListKind::Tools => self.tools.can_change(),
-            ListKind::Prompts | ListKind::Resources => false,
+            ListKind::Prompts | ListKind::Resources => !self.catalog.sources.is_empty(),
         }
     }
 

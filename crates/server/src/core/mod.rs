@@ -237,6 +237,11 @@ impl ServerBuilder {
         self.catalog.templates.push(t);
         self
     }
+    /// Adds another server's resources and prompts, passed through (see [`catalog::CatalogSource`]).
+    pub fn catalog_source(mut self, source: Arc<dyn catalog::CatalogSource>) -> Self {
+        self.catalog.sources.push(source);
+        self
+    }
     /// Adds a prompt.
     pub fn prompt(mut self, p: catalog::Prompt) -> Self {
         self.catalog.prompts.push(p);

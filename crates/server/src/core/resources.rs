@@ -22,12 +22,38 @@ pub(crate) const CATALOG_METHODS: [&str; 6] = [
 impl Server {
     /// `resources/*`, `prompts/*` and `completion/complete`. A missing resource is -32002 on the
     /// session wire and -32602 on the stateless one (SEP-2164).
-    pub(crate) fn catalog_request(
+    pub(crate) async fn catalog_request(
         &self,
         method: &str,
         params: &Map<String, Value>,
         era: Era,
     ) -> Result<Value, Failure> {
+        // What another server offers (a gateway upstream's) is read or rendered there.
+        let name = |field: &str| params.get(field).and_then(Value::as_str);
+        match method {
+            "resources/read" => {
+                if let Some(source) = name("uri").and_then(|u| self.catalog.source_of_resource(u)) {
+                    return source
+                        .read(name("uri").unwrap_or_default())
+                        .await
+                        .map_err(Failure::from);
+                }
+            }
+            "prompts/get" => {
+                if let Some(source) = name("name").and_then(|n| self.catalog.source_of_prompt(n)) {
+                    let args = params
+                        .get("arguments")
+                        .and_then(Value::as_object)
+                        .cloned()
+                        .unwrap_or_default();
+                    return source
+                        .get_prompt(name("name").unwrap_or_default(), &args)
+                        .await
+                        .map_err(Failure::from);
+                }
+            }
+            _ => {}
+        }
         let cursor = match params.get("cursor") {
             None | Some(Value::Null) => None,
             Some(Value::String(c)) => Some(c.as_str()),
@@ -142,14 +168,16 @@ impl Server {
     /// Capabilities beyond tools and tasks (resources, prompts, completions).
     pub(crate) fn catalog_capabilities(&self) -> Map<String, Value> {
         let mut m = Map::new();
+        // Lists change only where another server's are passed through.
+        let changes = !self.catalog.sources.is_empty();
         if self.catalog.has_resources() {
             m.insert(
                 "resources".into(),
-                json!({"subscribe": true, "listChanged": false}),
+                json!({"subscribe": true, "listChanged": changes}),
             );
         }
         if self.catalog.has_prompts() {
-            m.insert("prompts".into(), json!({"listChanged": false}));
+            m.insert("prompts".into(), json!({"listChanged": changes}));
         }
         if self.catalog.has_resources() || self.catalog.has_prompts() {
             m.insert("completions".into(), json!({}));

@@ -3,6 +3,7 @@
 //! log messages become the task's, its questions (elicitation, sampling) the task's input requests,
 //! and a cancel or timeout of the task cancels the upstream call (`notifications/cancelled`).
 
+mod catalog;
 mod handler;
 mod spec;
 
@@ -55,6 +56,7 @@ pub struct Upstream {
     /// Its tools, as our tools (names prefixed when the config says so).
     pub tools: Vec<Tool>,
     link: Arc<Link>,
+    catalog: Arc<catalog::UpstreamCatalog>,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -229,16 +231,30 @@ pub async fn connect(spec: &UpstreamSpec) -> Result<Upstream, GatewayError> {
             why,
         });
     }
+    let catalog = Arc::new(catalog::UpstreamCatalog::new(
+        link.clone(),
+        spec.prefix.clone(),
+    ));
+    if let Err(e) = catalog.refresh(&client).await {
+        tracing::warn!(upstream = %spec.name, error = %e, "cannot list the upstream's resources and prompts; serving its tools only");
+    }
     tracing::info!(upstream = %spec.name, wire = %client.wire(), tools = tools.len(), "upstream connected");
     link.set_up(client);
     Ok(Upstream {
         name: spec.name.clone(),
         tools,
         link,
+        catalog,
     })
 }
 
 impl Upstream {
+    /// The upstream's resources and prompts, to pass through
+    /// ([`ServerBuilder::catalog_source`](crate::ServerBuilder::catalog_source)).
+    pub fn catalog(&self) -> Arc<dyn crate::catalog::CatalogSource> {
+        self.catalog.clone()
+    }
+
     /// The connected client, if the upstream is up now.
     pub fn client(&self) -> Option<Client> {
         self.link.current.borrow().clone()
@@ -250,12 +266,16 @@ impl Upstream {
     /// (`notifications/tools/list_changed`), our list changing with it. Register the tools of
     /// [`Upstream::tools`] as the group named after the upstream first.
     pub fn supervise(&self, server: Arc<crate::Server>) -> tokio::task::JoinHandle<()> {
-        let link = self.link.clone();
-        tokio::spawn(async move { supervise(link, server).await })
+        let (link, catalog) = (self.link.clone(), self.catalog.clone());
+        tokio::spawn(async move { supervise(link, catalog, server).await })
     }
 }
 
-async fn supervise(link: Arc<Link>, server: Arc<crate::Server>) {
+async fn supervise(
+    link: Arc<Link>,
+    catalog: Arc<catalog::UpstreamCatalog>,
+    server: Arc<crate::Server>,
+) {
     let name = link.spec.name.clone();
     let mut backoff = FIRST_BACKOFF;
     loop {
@@ -295,10 +315,14 @@ async fn supervise(link: Arc<Link>, server: Arc<crate::Server>) {
                 e = client.closed() => break e.to_string(),
                 () = link.broken.notified() => break "the upstream no longer knows our session".to_string(),
                 change = changes.recv() => match change {
-                    Ok(m) if m != "notifications/tools/list_changed" => {}
+                    Ok(m) if m == "notifications/tools/list_changed" => refresh(&link, &client, &server).await,
+                    Ok(_) => refresh_catalog(&link, &catalog, &client, &server).await,
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => {}
-                    // A tools change, or changes missed: list again.
-                    _ => refresh(&link, &client, &server).await,
+                    // Changes missed: list everything again.
+                    Err(_) => {
+                        refresh(&link, &client, &server).await;
+                        refresh_catalog(&link, &catalog, &client, &server).await;
+                    }
                 },
                 () = server.stopping() => {
                     follower.abort();
@@ -322,6 +346,7 @@ async fn supervise(link: Arc<Link>, server: Arc<crate::Server>) {
                 Ok(c) => {
                     tracing::info!(upstream = %name, "upstream connected again");
                     refresh(&link, &c, &server).await;
+                    refresh_catalog(&link, &catalog, &c, &server).await;
                     link.set_up(c);
                     break;
                 }
@@ -352,6 +377,30 @@ async fn refresh(link: &Arc<Link>, client: &Client, server: &crate::Server) {
         tracing::warn!(upstream = %link.name(), error = %p, "an upstream tool is left out");
     }
     tracing::info!(upstream = %link.name(), tools = change.now.len(), gone = ?change.gone, "upstream tools listed");
+}
+
+/// Lists the upstream's resources and prompts again and tells our clients.
+async fn refresh_catalog(
+    link: &Arc<Link>,
+    catalog: &catalog::UpstreamCatalog,
+    client: &Client,
+    server: &crate::Server,
+) {
+    match catalog.refresh(client).await {
+        Ok(()) => {
+            use crate::catalog::CatalogSource;
+            let (resources, prompts) = catalog.offers();
+            if resources {
+                server.list_changed(crate::ListKind::Resources);
+            }
+            if prompts {
+                server.list_changed(crate::ListKind::Prompts);
+            }
+        }
+        Err(e) => {
+            tracing::warn!(upstream = %link.name(), error = %e, "cannot list the upstream's resources and prompts; keeping the lists we have")
+        }
+    }
 }
 
 /// Our tools for the upstream's `listed` ones, as the spec selects and names them, and what in the

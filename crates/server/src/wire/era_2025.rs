@@ -152,7 +152,7 @@ pub(crate) async fn dispatch(
         "tools/call" => tools_call(server, peer, session, &params, out, cancel).await,
         "logging/setLevel" => set_level(server, session, &params).await,
         m if crate::core::CATALOG_METHODS.contains(&m) => {
-            server.catalog_request(m, &params, Era::Session)
+            server.catalog_request(m, &params, Era::Session).await
         }
         "resources/subscribe" | "resources/unsubscribe" => {
             let uri = params.get("uri").and_then(Value::as_str).ok_or_else(|| {

@@ -221,7 +221,7 @@ async fn serve(
             }
         }
         m if crate::core::CATALOG_METHODS.contains(&m) => {
-            let mut r = server.catalog_request(m, &params, Era::Stateless)?;
+            let mut r = server.catalog_request(m, &params, Era::Stateless).await?;
             if m != "completion/complete" && m != "prompts/get" {
                 // List and read results are cacheable on this wire.
                 r["ttlMs"] = json!(60_000);
