@@ -3,6 +3,7 @@
 //! driven by our client on both wires.
 
 mod common;
+mod rmcp_scenario;
 
 use common::{bin, repo_root, text, ClientCli as Cli, ServerProcess};
 use std::process::Command;
@@ -443,4 +444,71 @@ fn a_python_sdk_server_behind_the_gateway_driven_by_the_typescript_sdk_client_wi
         "interop/ts/gateway-client.mjs",
         &[&gateway.url, dir.path().to_str().unwrap()],
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_sdk_server_behind_the_gateway_driven_by_the_rmcp_client_with_and_without_tasks() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = python_upstream(dir.path());
+    let gateway = python_gateway(dir.path(), &upstream);
+    tokio::time::timeout(
+        rmcp_scenario::LIMIT,
+        rmcp_scenario::gateway_scenario(&gateway.url),
+    )
+    .await
+    .expect("the rmcp scenario finished in time");
+}
+
+#[test]
+fn a_question_of_one_call_is_not_taken_for_another_calls_on_a_stdio_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        &format!(
+            "[[upstreams]]\nname = \"everything\"\ncommand = [\"node\", \"{}\", \"stdio\"]\n",
+            everything()
+        ),
+    );
+    let server = ServerProcess::start(&["--store", "memory:", "--config", &cfg]);
+    let cli = Cli::new(&server.url);
+    // A call whose question nobody answers (its client detached): it waits, as a task may.
+    let out = cli.run(&["call", "trigger-elicitation-request", "--detach"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let waiting = text(&out.stdout).trim().to_string();
+    assert!(
+        common::eventually(std::time::Duration::from_secs(20), || {
+            let out = cli.run(&["task", "get", &waiting, "--json"]);
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            v["status"] == "input_required"
+        }),
+        "the first call did not ask"
+    );
+    // Another call's sampling request reaches that call's client, not the waiting one.
+    let sampler = dir.path().join("sample.sh");
+    std::fs::write(
+        &sampler,
+        "#!/bin/sh\ncat >/dev/null\necho '{\"role\":\"assistant\",\"content\":{\"type\":\"text\",\"text\":\"sampled-reply\"},\"model\":\"m\",\"stopReason\":\"endTurn\"}'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &sampler,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let mut c = cli.cmd(&[
+        "call",
+        "trigger-sampling-request",
+        "prompt=hello",
+        "--sampling-command",
+        sampler.to_str().unwrap(),
+    ]);
+    let out = common::output_within(&mut c, std::time::Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("sampled-reply"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = cli.run(&["task", "cancel", &waiting]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }

@@ -1,6 +1,10 @@
 //! stdio: the server is a child process speaking newline-delimited JSON-RPC on stdin/stdout.
-//! Responses go to the request that waits for them by id; what the server sends on its own
-//! (questions, notifications) goes to the longest-waiting request, as a stream's would on HTTP.
+//! Responses go to the request that waits for them by id. What the server sends on its own goes to
+//! the request it most likely belongs to, as a stream's would on HTTP: a progress notification to
+//! the request with its progress token; a question to the longest-waiting request that has no
+//! question of the server unanswered (stdio carries no other link between a server's question and
+//! the call it is about, so concurrent calls each asking are told apart this way); the rest to the
+//! longest-waiting request.
 
 use mcp_tasks_protocol::jsonrpc::{message_from_value, Message, RequestId};
 use serde_json::Value;
@@ -60,8 +64,53 @@ impl StdioCommand {
 #[derive(Default)]
 struct Waiting {
     next: u64,
-    by_id: BTreeMap<String, (u64, mpsc::Sender<Result<Message>>)>,
+    by_id: BTreeMap<String, Waiter>,
     unclaimed: Vec<Message>,
+    /// The server's questions not answered yet: their id → the request they went to.
+    asked: std::collections::HashMap<String, String>,
+}
+
+/// A request waiting for its answer.
+struct Waiter {
+    /// When it was sent (a counter).
+    order: u64,
+    tx: mpsc::Sender<Result<Message>>,
+    /// Its `_meta.progressToken`, as JSON text.
+    token: Option<String>,
+    /// Server questions routed to it and not answered yet.
+    questions: usize,
+}
+
+impl Waiting {
+    /// The request a message the server sent on its own goes to.
+    fn target(&self, msg: &Message) -> Option<String> {
+        let oldest = |free: bool| {
+            self.by_id
+                .iter()
+                .filter(|(_, w)| !free || w.questions == 0)
+                .min_by_key(|(_, w)| w.order)
+                .map(|(k, _)| k.clone())
+        };
+        match msg {
+            Message::Notification(n) => {
+                let token = n
+                    .params
+                    .as_ref()
+                    .and_then(|p| p.get("progressToken"))
+                    .map(Value::to_string);
+                token
+                    .and_then(|t| {
+                        self.by_id
+                            .iter()
+                            .find(|(_, w)| w.token.as_deref() == Some(t.as_str()))
+                            .map(|(k, _)| k.clone())
+                    })
+                    .or_else(|| oldest(false))
+            }
+            Message::Request(_) => oldest(true).or_else(|| oldest(false)),
+            _ => None,
+        }
+    }
 }
 
 /// Most messages kept for the next request.
@@ -187,19 +236,27 @@ impl StdioTransport {
                     let mut g = w.lock().unwrap_or_else(|e| e.into_inner());
                     // A request given up on (cancelled, timed out) waits no more: what the server
                     // sends of its own must not go to it.
-                    g.by_id.retain(|_, (_, tx)| !tx.is_closed());
+                    g.by_id.retain(|_, w| !w.tx.is_closed());
+                    let Waiting { by_id, asked, .. } = &mut *g;
+                    asked.retain(|_, k| by_id.contains_key(k));
                     let t = match &msg {
-                        Message::Response(r) => g.by_id.remove(&key(&r.id)).map(|(_, tx)| tx),
+                        Message::Response(r) => g.by_id.remove(&key(&r.id)).map(|w| w.tx),
                         Message::Error(e) => match &e.id {
-                            Some(id) => g.by_id.remove(&key(id)).map(|(_, tx)| tx),
+                            Some(id) => g.by_id.remove(&key(id)).map(|w| w.tx),
                             None => None,
                         },
-                        // The longest-waiting request gets what the server sends of its own.
-                        _ => g
-                            .by_id
-                            .values()
-                            .min_by_key(|(order, _)| *order)
-                            .map(|(_, tx)| tx.clone()),
+                        other => match g.target(other) {
+                            Some(k) => {
+                                if let Message::Request(r) = other {
+                                    g.asked.insert(key(&r.id), k.clone());
+                                    if let Some(w) = g.by_id.get_mut(&k) {
+                                        w.questions += 1;
+                                    }
+                                }
+                                g.by_id.get(&k).map(|w| w.tx.clone())
+                            }
+                            None => None,
+                        },
                     };
                     if t.is_none()
                         && matches!(msg, Message::Request(_) | Message::Notification(_))
@@ -240,8 +297,8 @@ impl StdioTransport {
                 let mut g = w.lock().unwrap_or_else(|e| e.into_inner());
                 std::mem::take(&mut g.by_id).into_values().collect()
             };
-            for (_, tx) in all {
-                let _ = tx.send(Err(exited(&line, &ended))).await;
+            for waiter in all {
+                let _ = waiter.tx.send(Err(exited(&line, &ended))).await;
             }
         });
         Ok(StdioTransport {
@@ -279,15 +336,34 @@ impl StdioTransport {
         }
         let (tx, rx) = mpsc::channel(64 + MAX_UNCLAIMED);
         let is_request = body.get("method").is_some() && body.get("id").is_some();
+        let id = body.get("id").map(Value::to_string).unwrap_or_default();
         if is_request {
-            let id = body.get("id").map(Value::to_string).unwrap_or_default();
+            let token = body
+                .pointer("/params/_meta/progressToken")
+                .map(Value::to_string);
             let mut g = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
             g.next += 1;
             let order = g.next;
             for m in std::mem::take(&mut g.unclaimed) {
                 let _ = tx.try_send(Ok(m));
             }
-            g.by_id.insert(id, (order, tx));
+            g.by_id.insert(
+                id,
+                Waiter {
+                    order,
+                    tx,
+                    token,
+                    questions: 0,
+                },
+            );
+        } else if body.get("method").is_none() {
+            // An answer to one of the server's questions: the request it went to is free again.
+            let mut g = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(k) = g.asked.remove(&id) {
+                if let Some(w) = g.by_id.get_mut(&k) {
+                    w.questions = w.questions.saturating_sub(1);
+                }
+            }
         }
         let mut line = body.to_string();
         line.push('\n');

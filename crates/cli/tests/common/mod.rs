@@ -183,3 +183,22 @@ pub fn ts_task_server() -> ServerProcess {
     c.arg("interop/ts/task-server.mjs");
     ServerProcess::spawn(c)
 }
+
+/// Runs `cmd` to its end, killing it after `limit` (the test then fails on its status).
+pub fn output_within(cmd: &mut Command, limit: Duration) -> std::process::Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the command");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        if rx.recv_timeout(limit).is_err() {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+    });
+    let out = child.wait_with_output().expect("wait for the command");
+    let _ = tx.send(());
+    out
+}

@@ -1,5 +1,6 @@
-//! The rmcp 3.x client scenarios, shared by the single-server interop test and the replicas behind a
-//! balancer (`balanced.rs`).
+//! The rmcp 3.x client scenarios, shared by the single-server interop test, the replicas behind a
+//! balancer (`balanced.rs`) and the gateway (`gateway.rs`); each uses some of them.
+#![allow(dead_code)]
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities,
     ClientConfig, CreateTaskResult, ElicitRequestParams, ElicitResult, ElicitationAction,
@@ -247,5 +248,73 @@ pub async fn legacy_scenario(url: &str) {
     assert_ne!(result.is_error, Some(true), "{result:?}");
     assert!(first_text(&result).contains("inline"), "{result:?}");
 
+    client.cancel().await.expect("close the client");
+}
+
+/// Through a gateway in front of the Python SDK upstream (`py_count` with a sync budget of 1 s):
+/// with the tasks extension the call is a task polled to completion; without it, a call past the
+/// budget answers "continues as task ID" and `task_result` hands over the result.
+pub async fn gateway_scenario(url: &str) {
+    let client: Client = client_config()
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_uri(url),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("connect with server/discover");
+    let created = create_task(&client, call("py_count", json!({"n": 3, "delay": 0.1}))).await;
+    let done = poll_until(&client, &created.task.task_id, TaskStatus::Completed).await;
+    assert_eq!(first_text(&completed_result(done)), "counted to 3");
+    client.cancel().await.expect("close the client");
+
+    // A client without the tasks extension.
+    let plain = ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("mcp-tasks-rmcp-interop", env!("CARGO_PKG_VERSION")),
+    )
+    .with_protocol_version(ProtocolVersion::V_2026_07_28);
+    let client: Client = plain
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_uri(url),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("connect with server/discover, no extension");
+    let quick = client
+        .call_tool(call("py_count", json!({"n": 2, "delay": 0.05})))
+        .await
+        .expect("a call within the budget");
+    assert_eq!(first_text(&quick), "counted to 2");
+    let slow = client
+        .call_tool(call("py_count", json!({"n": 10, "delay": 0.2})))
+        .await
+        .expect("a call past the budget");
+    assert!(
+        first_text(&slow).contains("continues in the background as task"),
+        "{slow:?}"
+    );
+    let id = slow
+        .structured_content
+        .as_ref()
+        .and_then(|s| s.get("taskId"))
+        .and_then(|v| v.as_str())
+        .expect("structuredContent.taskId")
+        .to_string();
+    let mut last = String::new();
+    for _ in 0..10 {
+        let r = client
+            .call_tool(call("task_result", json!({"taskId": id})))
+            .await
+            .expect("task_result");
+        last = first_text(&r).to_string();
+        if last == "counted to 10" {
+            break;
+        }
+    }
+    assert_eq!(last, "counted to 10");
     client.cancel().await.expect("close the client");
 }
