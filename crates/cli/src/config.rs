@@ -239,5 +239,40 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/mcp-tasks.toml");
         let cfg = ConfigFile::load(&path).unwrap();
         assert!(!cfg.tools.is_empty());
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/gateway-everything.toml");
+        let cfg = ConfigFile::load(&path).unwrap();
+        assert_eq!(cfg.upstreams[0].sync_budget_secs, Some(20));
+    }
+
+    #[test]
+    fn sync_budgets_are_read_in_every_place_they_can_be_set() {
+        let cfg: ConfigFile = toml::from_str(
+            r#"
+[tasks]
+sync_budget_secs = 30
+
+[[tools]]
+name = "build"
+command = ["make"]
+sync_budget_secs = 5
+
+[[upstreams]]
+name = "up"
+url = "http://127.0.0.1:9/mcp"
+sync_budget_secs = 10
+
+[upstreams.tool_overrides.slow]
+sync_budget_secs = 2
+"#,
+        )
+        .unwrap();
+        assert_eq!(cfg.tasks.sync_budget_secs, Some(30));
+        let tool = cfg.tools[0].clone().into_tool();
+        assert_eq!(tool.sync_budget, Some(std::time::Duration::from_secs(5)));
+        assert_eq!(cfg.upstreams[0].sync_budget_secs, Some(10));
+        assert_eq!(
+            cfg.upstreams[0].tool_overrides["slow"].sync_budget_secs,
+            Some(2)
+        );
     }
 }
