@@ -239,7 +239,8 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/mcp-tasks.toml");
         let cfg = ConfigFile::load(&path).unwrap();
         assert!(!cfg.tools.is_empty());
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/gateway-everything.toml");
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/gateway-everything.toml");
         let cfg = ConfigFile::load(&path).unwrap();
         assert_eq!(cfg.upstreams[0].sync_budget_secs, Some(20));
     }
