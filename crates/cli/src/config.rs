@@ -21,6 +21,9 @@ pub struct ConfigFile {
     /// `[[upstreams]]`: MCP servers whose tools are served as task tools (the gateway).
     #[serde(default)]
     pub upstreams: Vec<mcp_tasks_server::gateway::UpstreamSpec>,
+    /// `[admin]`: where metrics and health are served.
+    #[serde(default)]
+    pub admin: AdminSection,
     /// `[auth]`: API keys and limits.
     #[serde(default)]
     pub auth: AuthSection,
@@ -121,6 +124,14 @@ pub struct ServerSection {
     /// Secret that signs 2026-07-28 `requestState` values (give all replicas the same one; default:
     /// random per process).
     pub request_state_secret: Option<String>,
+}
+
+/// `[admin]`: the operator's endpoints (`/metrics`, `/healthz`, `/readyz`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminSection {
+    /// Serve them on this address instead of next to `/mcp` (e.g. "127.0.0.1:9090").
+    pub listen: Option<String>,
 }
 
 /// `[tasks]`: task retention and execution settings.

@@ -90,6 +90,10 @@ struct ServeArgs {
     /// HTTP listen address [default: 127.0.0.1:8080, or [server].listen].
     #[arg(long, env = "MCP_TASKS_LISTEN")]
     listen: Option<SocketAddr>,
+    /// Serve /metrics, /healthz and /readyz on this address instead of next to /mcp [default:
+    /// [admin].listen, else next to /mcp].
+    #[arg(long, env = "MCP_TASKS_ADMIN_LISTEN")]
+    admin_listen: Option<SocketAddr>,
     /// Task store: sqlite://PATH, postgres://USER@HOST:PORT/DB (several replicas may share one
     /// database) or memory: [default: sqlite://$XDG_DATA_HOME/mcp-tasks/tasks.db, i.e.
     /// ~/.local/share/mcp-tasks/tasks.db].
@@ -317,9 +321,36 @@ async fn serve(args: ServeArgs) -> Result<()> {
     tracing::info!(url = %http::endpoint_url(local), "serving MCP over Streamable HTTP");
     // Printed on stdout so scripts (and tests) can find the port when listening on :0.
     println!("listening on {}", http::endpoint_url(local));
+    let admin: Option<SocketAddr> = match (args.admin_listen, &file.admin.listen) {
+        (Some(a), _) => Some(a),
+        (None, Some(s)) => Some(
+            s.parse()
+                .with_context(|| format!("invalid [admin].listen address {s:?}"))?,
+        ),
+        (None, None) => None,
+    };
+    let app = match admin {
+        // Metrics and health on their own address: /mcp's address does not expose them.
+        Some(addr) => {
+            let admin_listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                format!("cannot listen on {addr} for [admin] (is another server running there?)")
+            })?;
+            let local = admin_listener.local_addr()?;
+            tracing::info!(url = %format!("http://{local}/metrics"), "serving metrics and health");
+            let admin_server = server.clone();
+            tokio::spawn(async move {
+                if let Err(e) = mcp_tasks_server::admin::serve(admin_server, admin_listener).await {
+                    tracing::error!(error = %e, "the admin listener failed");
+                }
+            });
+            http::router(server.clone())
+        }
+        None => http::router(server.clone())
+            .merge(mcp_tasks_server::admin::router(server.clone(), false)),
+    };
     let engine = server.engine().clone();
     tokio::select! {
-        r = http::serve_listener(server, listener, std::future::pending()) => r.context("HTTP server failed")?,
+        r = http::serve_router(server, listener, app, std::future::pending()) => r.context("HTTP server failed")?,
         _ = shutdown_signal() => {
             tracing::info!("shutting down; unfinished tasks are recovered on the next start");
             engine.shutdown();

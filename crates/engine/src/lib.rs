@@ -43,7 +43,9 @@ pub mod store;
 
 pub use clock::{format_rfc3339, now_ms};
 pub use context::{CheckpointError, ContextSink, InputError, LogLevel, TaskContext};
-pub use engine::{Engine, EngineBuilder, EngineConfig, EngineError, InputGuard, Submitted};
+pub use engine::{
+    Engine, EngineBuilder, EngineConfig, EngineError, InputGuard, RunStart, Submitted,
+};
 pub use fingerprint::fingerprint;
 pub use handler::TaskHandler;
 pub use ids::random_id;

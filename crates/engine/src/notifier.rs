@@ -92,7 +92,12 @@ struct Inner {
     announced: broadcast::Sender<String>,
     /// Notes other replicas sent (see [`Notifier::tell_peers`]).
     notes: broadcast::Sender<Arc<serde_json::Value>>,
+    /// Told of every event published here (not those other replicas bring in).
+    observers: std::sync::RwLock<Vec<Observer>>,
 }
+
+/// Sees each event published in this process once (see [`Notifier::observe_local`]).
+pub type Observer = Arc<dyn Fn(&TaskEvent) + Send + Sync>;
 
 /// What this process tells other processes (see [`Notifier::set_relay`]).
 #[derive(Clone, Copy, Debug)]
@@ -126,8 +131,20 @@ impl Notifier {
                 relay: std::sync::OnceLock::new(),
                 announced: broadcast::channel(1024).0,
                 notes: broadcast::channel(1024).0,
+                observers: std::sync::RwLock::new(Vec::new()),
             }),
         }
+    }
+
+    /// Calls `observer` with every event published in this process from now on, before it goes
+    /// out; events other replicas bring in are not shown (each is observed where it happened). For
+    /// counting, not for work: it runs inline.
+    pub fn observe_local(&self, observer: Observer) {
+        self.inner
+            .observers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(observer);
     }
 
     /// Sends every event published from now on (not those [`Notifier::publish_from_peer`] brings in)
@@ -138,6 +155,15 @@ impl Notifier {
 
     /// Publishes an event to the task's topic and the all-tasks feed, and to the relay if one is set.
     pub fn publish(&self, event: TaskEvent) {
+        for observe in self
+            .inner
+            .observers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            observe(&event);
+        }
         if let Some(relay) = self.inner.relay.get() {
             relay(Relayed::Event(&event));
         }

@@ -108,6 +108,8 @@ impl Server {
         let by_stream = era == Era::Stateless && transport == Transport::Http;
         let session = peer.session_id().to_string();
         let id = req.id.clone();
+        let started = std::time::Instant::now();
+        let method = req.method.clone();
         let cancel = if by_stream {
             tokio_util::sync::CancellationToken::new()
         } else {
@@ -134,6 +136,14 @@ impl Server {
         if !by_stream {
             self.untrack_request(&session, &id);
         }
+        let outcome = match &reply {
+            None => "cancelled",
+            Some(r) if matches!(r.message, mcp_tasks_protocol::jsonrpc::Message::Error(_)) => {
+                "error"
+            }
+            Some(_) => "ok",
+        };
+        self.metrics().request(&method, outcome, started.elapsed());
         reply
     }
 

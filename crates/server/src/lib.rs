@@ -26,6 +26,7 @@
 //! the work on the engine.
 #![deny(missing_docs)]
 
+pub mod admin;
 pub mod auth;
 pub mod catalog;
 pub mod config;

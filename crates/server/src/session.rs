@@ -83,6 +83,10 @@ pub struct Sessions {
 }
 
 impl Sessions {
+    /// How many sessions this process holds now.
+    pub fn held(&self) -> usize {
+        self.cache.len()
+    }
     /// A cache over `store`.
     pub fn new(store: Arc<dyn TaskStore>) -> Sessions {
         Sessions {

@@ -21,13 +21,22 @@ impl Engine {
     /// starts the background sweeper. Returns how many tasks were recovered.
     pub async fn start(self: &Arc<Self>) -> Result<usize, StoreError> {
         let n = self.recover(self.store.is_exclusive()).await?;
+        // Start counts as a sweep: readiness gives the sweeper its first interval.
+        self.last_sweep_ms
+            .store(now_ms(), std::sync::atomic::Ordering::Relaxed);
         self.start_stopper();
         self.start_lease_renewal();
         if !self.store.is_exclusive() {
             self.start_takeover();
         }
         self.every(self.config.sweep_interval, "task sweep failed", |engine| {
-            Box::pin(async move { engine.sweep().await })
+            Box::pin(async move {
+                engine.sweep().await?;
+                engine
+                    .last_sweep_ms
+                    .store(now_ms(), std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            })
         });
         Ok(n)
     }

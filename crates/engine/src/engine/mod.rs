@@ -137,9 +137,19 @@ pub struct EngineBuilder {
     handlers: HashMap<String, Registered>,
     input_guard: Option<InputGuard>,
     rules: Arc<dyn OutcomeRules>,
+    on_run_start: Option<RunStart>,
 }
 
+/// Told when a task's handler starts in this process (a first run or a run after recovery), with
+/// the task and the time now (Unix ms).
+pub type RunStart = Arc<dyn Fn(&TaskRecord, u64) + Send + Sync>;
+
 impl EngineBuilder {
+    /// Sets what is told when a handler starts (see [`RunStart`]).
+    pub fn on_run_start(mut self, f: RunStart) -> Self {
+        self.on_run_start = Some(f);
+        self
+    }
     /// Sets how the engine words the outcomes it makes up itself (failures it detects, the status
     /// message of a tool-level error). Without this the engine uses [`PlainRules`].
     pub fn outcome_rules(mut self, rules: Arc<dyn OutcomeRules>) -> Self {
@@ -187,6 +197,8 @@ impl EngineBuilder {
             order: DashMap::new(),
             input_guard: self.input_guard,
             rules: self.rules,
+            on_run_start: self.on_run_start,
+            last_sweep_ms: std::sync::atomic::AtomicU64::new(0),
         })
     }
 }
@@ -213,6 +225,9 @@ pub struct Engine {
     order: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
     input_guard: Option<InputGuard>,
     rules: Arc<dyn OutcomeRules>,
+    on_run_start: Option<RunStart>,
+    /// When the last sweep ended well (Unix ms; 0 before the first).
+    last_sweep_ms: std::sync::atomic::AtomicU64,
 }
 
 /// Holds a task's ordering lock; on release, drops the map entry unless someone else holds or waits for it.
@@ -240,6 +255,7 @@ impl Engine {
             handlers: HashMap::new(),
             input_guard: None,
             rules: Arc::new(PlainRules),
+            on_run_start: None,
         }
     }
 
@@ -289,6 +305,18 @@ impl Engine {
             .unwrap_or_else(|e| e.into_inner())
             .get(tool)
             .cloned()
+    }
+
+    /// When the sweeper last finished a sweep without error (Unix ms), if it has: readiness checks
+    /// that it is alive.
+    pub fn last_sweep_ms(&self) -> Option<u64> {
+        match self
+            .last_sweep_ms
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => None,
+            t => Some(t),
+        }
     }
 
     /// How many handlers run in this process now.

@@ -25,6 +25,9 @@ impl Engine {
         // Marked as running before the handler starts, so a cancel that lands at once finds its
         // token and the sweeper never takes this task for an orphan.
         self.start_stopper();
+        if let Some(f) = &self.on_run_start {
+            f(rec, now_ms());
+        }
         let stop = self.shutdown.child_token();
         self.running.insert(rec.id.clone(), stop.clone());
         let run = Run {

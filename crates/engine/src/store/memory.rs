@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
 use super::{
-    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, ActiveLimit,
-    AnswerError, Created, InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged,
-    SessionRecord, StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
+    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, ActiveCounts,
+    ActiveLimit, AnswerError, Created, InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy,
+    Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
 
@@ -275,6 +275,14 @@ impl TaskStore for MemoryStore {
             .collect();
         v.sort_by(|a, b| (a.created_at, &a.key).cmp(&(b.created_at, &b.key)));
         Ok(v)
+    }
+
+    async fn count_active(&self) -> Result<ActiveCounts, StoreError> {
+        let mut counts = ActiveCounts::default();
+        for t in self.lock().tasks.values() {
+            counts.add(t.status);
+        }
+        Ok(counts)
     }
 
     async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError> {

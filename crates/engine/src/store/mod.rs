@@ -198,6 +198,26 @@ pub struct TaskChange {
     pub holder: Option<String>,
 }
 
+/// Unfinished tasks by status ([`TaskStore::count_active`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ActiveCounts {
+    /// Tasks `working`.
+    pub working: u64,
+    /// Tasks `input_required`.
+    pub input_required: u64,
+}
+
+impl ActiveCounts {
+    /// Counts one task of `status` (other statuses are not counted).
+    pub fn add(&mut self, status: TaskStatus) {
+        match status {
+            TaskStatus::Working => self.working += 1,
+            TaskStatus::InputRequired => self.input_required += 1,
+            _ => {}
+        }
+    }
+}
+
 /// One progress report of a running task; see [`TaskChange::progress`] for how it is applied.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProgressUpdate {
@@ -413,6 +433,8 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// Tasks waiting for input whose retention ended before `now` (they are failed, not purged).
     async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError>;
+    /// How many tasks are `working` and how many `input_required`, across every node.
+    async fn count_active(&self) -> Result<ActiveCounts, StoreError>;
 
     /// Extends the leases `node` holds on `ids` to `until`. Returns the ids whose lease it could not
     /// extend: the task is finished, gone, or leased by another node. Their handlers must stop.

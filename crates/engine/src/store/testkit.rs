@@ -6,8 +6,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::{
-    ActiveLimit, AnswerError, Created, ListQuery, Lookup, OrphanPlan, ProgressUpdate, PurgePolicy,
-    SessionRecord, StoreError, TaskChange, TaskStore, UpdateError,
+    ActiveCounts, ActiveLimit, AnswerError, Created, ListQuery, Lookup, OrphanPlan, ProgressUpdate,
+    PurgePolicy, SessionRecord, StoreError, TaskChange, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
 
@@ -72,6 +72,39 @@ where
     active_limit_is_enforced_with_the_create(make().await).await;
     purge_takes_the_input_requests_of_purged_tasks(make().await).await;
     a_checkpoint_is_kept_until_the_task_finishes(make().await).await;
+    unfinished_tasks_are_counted_by_status(make().await).await;
+}
+
+async fn unfinished_tasks_are_counted_by_status(s: impl TaskStore) {
+    assert_eq!(s.count_active().await.unwrap(), ActiveCounts::default());
+    for id in ["w1", "w2", "asks", "done"] {
+        s.create(record(id, "alice", 1_000), None).await.unwrap();
+    }
+    let ask = TaskChange {
+        status: Some(TaskStatus::InputRequired),
+        ..Default::default()
+    };
+    s.update("asks", &TaskStatus::ACTIVE, ask, 1_100)
+        .await
+        .unwrap();
+    let done = TaskChange {
+        status: Some(TaskStatus::Completed),
+        outcome: Some(Outcome::Result {
+            value: json!({}),
+            is_error: false,
+        }),
+        ..Default::default()
+    };
+    s.update("done", &TaskStatus::ACTIVE, done, 1_200)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.count_active().await.unwrap(),
+        ActiveCounts {
+            working: 2,
+            input_required: 1
+        }
+    );
 }
 
 async fn a_checkpoint_is_kept_until_the_task_finishes(s: impl TaskStore) {

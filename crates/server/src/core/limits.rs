@@ -19,6 +19,7 @@ impl Server {
             None => peer.name().to_string(),
         };
         self.rate.check(&key, per_minute).map_err(|wait_ms| {
+            self.metrics.rate_limited();
             tracing::info!(target: "mcp_tasks::audit", principal = %peer.name(), method, "rate limited");
             Failure {
                 error: ErrorObject::new(

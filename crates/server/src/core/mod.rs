@@ -199,6 +199,7 @@ pub(crate) struct SentInput {
 /// Builds a [`Server`].
 pub struct ServerBuilder {
     engine: mcp_tasks_engine::EngineBuilder,
+    metrics: Arc<crate::admin::Metrics>,
     store: Arc<dyn TaskStore>,
     tools: ToolRegistry,
     config: ServerConfig,
@@ -260,6 +261,10 @@ impl ServerBuilder {
             .input_guard(inputs::input_guard())
             .outcome_rules(Arc::new(rules::WireRules))
             .build();
+        let metrics = self.metrics.clone();
+        engine
+            .notifier()
+            .observe_local(Arc::new(move |e| metrics.observe(e)));
         // Other replicas listen when the notifier has a relay: then they hear of our streams.
         let peers = (engine.notifier().has_relay() && !self.store.is_exclusive())
             .then(|| Arc::new(peers::Peers::new()));
@@ -290,6 +295,7 @@ impl ServerBuilder {
             held: DashMap::new(),
             operations: DashMap::new(),
             same_calls: DashMap::new(),
+            metrics: self.metrics,
         })
     }
 }
@@ -336,6 +342,8 @@ pub struct Server {
     /// Plain calls run as tasks within a sync budget, by caller and call: (task, when), so the same
     /// call made again while the task runs joins it (`core::budget`).
     same_calls: DashMap<String, (String, std::time::Instant)>,
+    /// This process's metrics (`/metrics`).
+    metrics: Arc<crate::admin::Metrics>,
 }
 
 impl Server {
@@ -345,8 +353,15 @@ impl Server {
         engine: EngineConfig,
         config: ServerConfig,
     ) -> ServerBuilder {
+        // Every store operation is timed (`mcp_store_operation_seconds`).
+        let metrics = Arc::new(crate::admin::Metrics::new());
+        let store: Arc<dyn TaskStore> =
+            Arc::new(crate::admin::MeteredStore::new(store, metrics.clone()));
+        let started = metrics.clone();
         ServerBuilder {
-            engine: Engine::builder(store.clone(), engine),
+            engine: Engine::builder(store.clone(), engine)
+                .on_run_start(Arc::new(move |t, now| started.run_started(t, now))),
+            metrics,
             store,
             tools: ToolRegistry::default(),
             config,
@@ -357,6 +372,10 @@ impl Server {
     /// The engine.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
+    }
+    /// This process's metrics.
+    pub fn metrics(&self) -> &Arc<crate::admin::Metrics> {
+        &self.metrics
     }
     /// The configuration.
     pub fn config(&self) -> &ServerConfig {

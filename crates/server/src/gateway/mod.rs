@@ -278,6 +278,7 @@ async fn supervise(
 ) {
     let name = link.spec.name.clone();
     let mut backoff = FIRST_BACKOFF;
+    server.metrics().upstream_up(&name, true);
     loop {
         let Some(client) = link.current.borrow().clone() else {
             return;
@@ -336,6 +337,7 @@ async fn supervise(
         }
         tracing::warn!(upstream = %name, error = %why, "upstream lost; connecting again in {} s", backoff.as_secs());
         link.set_down(why);
+        server.metrics().upstream_up(&name, false);
         loop {
             tokio::select! {
                 () = tokio::time::sleep(backoff) => {}
@@ -348,6 +350,7 @@ async fn supervise(
                     refresh(&link, &c, &server).await;
                     refresh_catalog(&link, &catalog, &c, &server).await;
                     link.set_up(c);
+                    server.metrics().upstream_up(&name, true);
                     break;
                 }
                 Err(e) => {

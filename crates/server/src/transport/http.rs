@@ -67,6 +67,18 @@ pub async fn serve_listener(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let app = router(server.clone());
+    serve_router(server, listener, app, shutdown).await
+}
+
+/// [`serve_listener`] with `app` as the router (e.g. [`router`] merged with
+/// [`admin::router`](crate::admin::router)).
+pub async fn serve_router(
+    server: Arc<Server>,
+    listener: TcpListener,
+    app: axum::Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
     let stopper = server.clone();
     let graceful = async move {
@@ -84,7 +96,7 @@ pub async fn serve_listener(
     });
     let serving = axum::serve(
         listener,
-        router(server).into_make_service_with_connect_info::<SocketAddr>(),
+        app.into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(graceful);
     let serving = std::future::IntoFuture::into_future(serving);

@@ -24,9 +24,10 @@ use self::rows::{
     TASK_COLUMNS,
 };
 use super::{
-    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, ActiveLimit,
-    AnswerError, Context, Created, Handed, InvalidCursor, ListQuery, Lookup, OrphanPlan,
-    PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
+    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, ActiveCounts,
+    ActiveLimit, AnswerError, Context, Created, Handed, InvalidCursor, ListQuery, Lookup,
+    OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore,
+    UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
 
@@ -491,6 +492,33 @@ impl TaskStore for PostgresStore {
             .iter()
             .map(input_from_row)
             .collect()
+    }
+
+    async fn count_active(&self) -> Result<ActiveCounts, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT status, COUNT(*) FROM tasks \
+                 WHERE status IN ('working', 'input_required') GROUP BY status",
+            )
+            .await
+            .context("prepare the count of unfinished tasks")?;
+        let rows = client
+            .query(&stmt, &[])
+            .await
+            .context("count unfinished tasks")?;
+        let mut counts = ActiveCounts::default();
+        for row in rows {
+            let status: String = row.try_get(0).context("read a status count")?;
+            let n: i64 = row.try_get(1).context("read a status count")?;
+            let n = u64::try_from(n).unwrap_or(0);
+            match TaskStatus::parse(&status) {
+                Some(TaskStatus::Working) => counts.working = n,
+                Some(TaskStatus::InputRequired) => counts.input_required = n,
+                _ => {}
+            }
+        }
+        Ok(counts)
     }
 
     async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError> {

@@ -22,9 +22,9 @@ use self::rows::{
 };
 use self::writer::{Completion, Job};
 use super::{
-    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, ActiveLimit,
-    AnswerError, Context, Created, InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy,
-    Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
+    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, ActiveCounts,
+    ActiveLimit, AnswerError, Context, Created, InvalidCursor, ListQuery, Lookup, OrphanPlan,
+    PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
 
@@ -360,6 +360,32 @@ impl TaskStore for SqliteStore {
                     .collect::<rusqlite::Result<Vec<_>>>()
             })
             .with_context(|| format!("read the input requests of task {task_id}"))
+        })
+        .await
+    }
+
+    async fn count_active(&self) -> Result<ActiveCounts, StoreError> {
+        self.read(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT status, COUNT(*) FROM tasks \
+                     WHERE status IN ('working', 'input_required') GROUP BY status",
+                )
+                .context("prepare the count of unfinished tasks")?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .context("count unfinished tasks")?;
+            let mut counts = ActiveCounts::default();
+            for (status, n) in rows {
+                let n = u64::try_from(n).unwrap_or(0);
+                match TaskStatus::parse(&status) {
+                    Some(TaskStatus::Working) => counts.working = n,
+                    Some(TaskStatus::InputRequired) => counts.input_required = n,
+                    _ => {}
+                }
+            }
+            Ok(counts)
         })
         .await
     }

@@ -1,0 +1,188 @@
+//! The operator's endpoints of `mcp-tasks serve`: `/metrics` counts a known workload exactly,
+//! `/readyz` turns 503 (saying why) while the store cannot take a write, and `[admin] listen`
+//! moves them off the MCP address.
+
+mod common;
+
+use common::{text, ClientCli as Cli, ServerProcess};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// The samples of a text exposition: `name{labels}` → value.
+fn parse(exposition: &str) -> HashMap<String, f64> {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let (key, value) = l.rsplit_once(' ')?;
+            Some((key.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+async fn scrape(base: &str) -> HashMap<String, f64> {
+    let r = reqwest::get(format!("{base}/metrics")).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let ct = r.headers()["content-type"].to_str().unwrap().to_string();
+    assert!(ct.starts_with("text/plain; version=0.0.4"), "{ct}");
+    parse(&r.text().await.unwrap())
+}
+
+fn base_of(url: &str) -> String {
+    url.trim_end_matches("/mcp").to_string()
+}
+
+/// How much `key` grew from `before` to `after` (absent counts as 0).
+fn delta(before: &HashMap<String, f64>, after: &HashMap<String, f64>, key: &str) -> f64 {
+    after.get(key).copied().unwrap_or(0.0) - before.get(key).copied().unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_move_by_exactly_a_known_workload() {
+    let server = ServerProcess::start(&["--demo", "--store", "memory:"]);
+    let base = base_of(&server.url);
+    let cli = Cli::new(&server.url);
+    let before = scrape(&base).await;
+    // Two tasks that complete, one with a tool error, one with a JSON-RPC error, one cancelled.
+    for args in [
+        &["call", "slow_compute", "seconds=0"][..],
+        &["call", "slow_compute", "seconds=0"][..],
+        &["call", "failing_job"][..],
+        &["call", "protocol_error_job"][..],
+    ] {
+        let _ = cli.run(args);
+    }
+    let out = cli.run(&["call", "slow_compute", "seconds=60", "--detach"]);
+    let id = text(&out.stdout).trim().to_string();
+    let out = cli.run(&["task", "cancel", &id]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The cancel is stored before the reply; give the counters a moment all the same.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let after = scrape(&base).await;
+
+    let wire = "2026-07-28";
+    let created =
+        |tool: &str| format!("mcp_tasks_created_total{{tool=\"{tool}\",wire=\"{wire}\"}}");
+    let finished = |tool: &str, status: &str| {
+        format!("mcp_tasks_finished_total{{status=\"{status}\",tool=\"{tool}\"}}")
+    };
+    assert_eq!(delta(&before, &after, &created("slow_compute")), 3.0);
+    assert_eq!(delta(&before, &after, &created("failing_job")), 1.0);
+    assert_eq!(delta(&before, &after, &created("protocol_error_job")), 1.0);
+    assert_eq!(
+        delta(&before, &after, &finished("slow_compute", "completed")),
+        2.0
+    );
+    assert_eq!(
+        delta(&before, &after, &finished("slow_compute", "cancelled")),
+        1.0
+    );
+    assert_eq!(
+        delta(&before, &after, &finished("failing_job", "failed")),
+        1.0
+    );
+    assert_eq!(
+        delta(&before, &after, &finished("protocol_error_job", "failed")),
+        1.0
+    );
+    assert_eq!(
+        delta(
+            &before,
+            &after,
+            "mcp_tasks_duration_seconds_count{tool=\"slow_compute\"}"
+        ),
+        3.0
+    );
+    assert_eq!(
+        delta(&before, &after, "mcp_tasks_queue_wait_seconds_count"),
+        5.0
+    );
+    assert_eq!(after["mcp_tasks_running{status=\"working\"}"], 0.0);
+    assert_eq!(after["mcp_tasks_running{status=\"input_required\"}"], 0.0);
+    // Five creates answered, one cancel.
+    assert_eq!(
+        delta(
+            &before,
+            &after,
+            "mcp_requests_total{method=\"tools/call\",outcome=\"ok\"}"
+        ),
+        5.0
+    );
+    assert_eq!(
+        delta(
+            &before,
+            &after,
+            "mcp_requests_total{method=\"tasks/cancel\",outcome=\"ok\"}"
+        ),
+        1.0
+    );
+    assert!(
+        delta(
+            &before,
+            &after,
+            "mcp_store_operation_seconds_count{op=\"create\"}"
+        ) >= 5.0
+    );
+    assert!(after.contains_key("mcp_sessions_active"));
+    assert!(after.contains_key("mcp_rate_limited_total"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_says_503_and_why_while_the_store_cannot_take_a_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tasks.db");
+    let store = format!("sqlite://{}", db.display());
+    let server = ServerProcess::start(&["--demo", "--store", &store]);
+    let base = base_of(&server.url);
+    let ready = |base: String| async move {
+        let r = reqwest::get(format!("{base}/readyz")).await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json::<serde_json::Value>().await.unwrap())
+    };
+    let (status, body) = ready(base.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["checks"]["store_write"]["ok"], true);
+    assert_eq!(body["checks"]["sweeper"]["ok"], true);
+    let live = reqwest::get(format!("{base}/healthz")).await.unwrap();
+    assert_eq!(live.status(), 200);
+
+    // Another process holds the database's write lock: writes cannot get through.
+    let locker = std::thread::spawn({
+        let db = db.clone();
+        move || {
+            let conn = rusqlite::Connection::open(&db).unwrap();
+            conn.execute_batch("BEGIN EXCLUSIVE").unwrap();
+            std::thread::sleep(Duration::from_secs(8));
+            conn.execute_batch("COMMIT").unwrap();
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, body) = ready(base.clone()).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["checks"]["store_write"]["ok"], false);
+    assert!(body["checks"]["store_write"]["error"].is_string(), "{body}");
+    assert_eq!(body["status"], "not ready");
+    locker.join().unwrap();
+    let (status, body) = ready(base.clone()).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_listen_moves_metrics_and_health_off_the_mcp_address() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let admin = format!("127.0.0.1:{port}");
+    let server = ServerProcess::start(&["--demo", "--store", "memory:", "--admin-listen", &admin]);
+    let base = base_of(&server.url);
+    let r = reqwest::get(format!("{base}/metrics")).await.unwrap();
+    assert_eq!(r.status(), 404, "not next to /mcp");
+    let metrics = scrape(&format!("http://{admin}")).await;
+    assert!(metrics.contains_key("mcp_sessions_active"));
+    for path in ["/healthz", "/readyz"] {
+        let r = reqwest::get(format!("http://{admin}{path}")).await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+    }
+}

@@ -1,0 +1,146 @@
+//! A task store that times each of its operations into `mcp_store_operation_seconds{op}`.
+
+use async_trait::async_trait;
+use mcp_tasks_engine::store::{
+    ActiveCounts, ActiveLimit, AnswerError, Created, Handed, InvalidCursor, ListQuery, Lookup,
+    OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore,
+    UpdateError,
+};
+use mcp_tasks_engine::{InputRecord, InputResponse, TaskRecord, TaskStatus};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::Metrics;
+
+/// `inner`, with every operation timed.
+pub(crate) struct MeteredStore {
+    inner: Arc<dyn TaskStore>,
+    metrics: Arc<Metrics>,
+}
+
+impl MeteredStore {
+    pub(crate) fn new(inner: Arc<dyn TaskStore>, metrics: Arc<Metrics>) -> MeteredStore {
+        MeteredStore { inner, metrics }
+    }
+
+    async fn timed<T>(&self, op: &'static str, f: impl Future<Output = T>) -> T {
+        let start = Instant::now();
+        let out = f.await;
+        self.metrics.store_op(op, start.elapsed());
+        out
+    }
+}
+
+#[async_trait]
+impl TaskStore for MeteredStore {
+    async fn create(
+        &self,
+        task: TaskRecord,
+        limit: Option<ActiveLimit>,
+    ) -> Result<Created, StoreError> {
+        self.timed("create", self.inner.create(task, limit)).await
+    }
+    async fn get(&self, id: &str) -> Result<Lookup, StoreError> {
+        self.timed("get", self.inner.get(id)).await
+    }
+    async fn get_many(&self, ids: &[String]) -> Result<Vec<TaskRecord>, StoreError> {
+        self.timed("get_many", self.inner.get_many(ids)).await
+    }
+    async fn find_by_key(&self, owner: &str, key: &str) -> Result<Option<TaskRecord>, StoreError> {
+        self.timed("find_by_key", self.inner.find_by_key(owner, key))
+            .await
+    }
+    async fn update(
+        &self,
+        id: &str,
+        expect: &[TaskStatus],
+        change: TaskChange,
+        now: u64,
+    ) -> Result<TaskRecord, UpdateError> {
+        self.timed("update", self.inner.update(id, expect, change, now))
+            .await
+    }
+    async fn list(&self, query: &ListQuery) -> Result<Result<TaskPage, InvalidCursor>, StoreError> {
+        self.timed("list", self.inner.list(query)).await
+    }
+    async fn add_input(&self, input: InputRecord, now: u64) -> Result<TaskRecord, UpdateError> {
+        self.timed("add_input", self.inner.add_input(input, now))
+            .await
+    }
+    async fn answer_input(
+        &self,
+        key: &str,
+        response: InputResponse,
+        now: u64,
+    ) -> Result<(TaskRecord, InputRecord), AnswerError> {
+        self.timed("answer_input", self.inner.answer_input(key, response, now))
+            .await
+    }
+    async fn get_input(&self, key: &str) -> Result<Option<InputRecord>, StoreError> {
+        self.timed("get_input", self.inner.get_input(key)).await
+    }
+    async fn hand_input(
+        &self,
+        key: &str,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) -> Result<Handed, StoreError> {
+        self.timed("hand_input", self.inner.hand_input(key, from, to))
+            .await
+    }
+    async fn inputs(&self, task_id: &str) -> Result<Vec<InputRecord>, StoreError> {
+        self.timed("inputs", self.inner.inputs(task_id)).await
+    }
+    async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError> {
+        self.timed("overdue_waiting", self.inner.overdue_waiting(now))
+            .await
+    }
+    async fn count_active(&self) -> Result<ActiveCounts, StoreError> {
+        self.timed("count_active", self.inner.count_active()).await
+    }
+    async fn renew_leases(
+        &self,
+        node: &str,
+        ids: &[String],
+        until: u64,
+    ) -> Result<Vec<String>, StoreError> {
+        self.timed("renew_leases", self.inner.renew_leases(node, ids, until))
+            .await
+    }
+    async fn claim_orphans(
+        &self,
+        node: &str,
+        now: u64,
+        all: bool,
+        lease_until: u64,
+        plan: OrphanPlan,
+    ) -> Result<Vec<TaskRecord>, StoreError> {
+        self.timed(
+            "claim_orphans",
+            self.inner.claim_orphans(node, now, all, lease_until, plan),
+        )
+        .await
+    }
+    async fn purge(&self, policy: PurgePolicy) -> Result<Purged, StoreError> {
+        self.timed("purge", self.inner.purge(policy)).await
+    }
+    async fn put_session(&self, session: &SessionRecord) -> Result<(), StoreError> {
+        self.timed("put_session", self.inner.put_session(session))
+            .await
+    }
+    async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        self.timed("get_session", self.inner.get_session(id)).await
+    }
+    async fn touch_session(&self, id: &str, now: u64) -> Result<bool, StoreError> {
+        self.timed("touch_session", self.inner.touch_session(id, now))
+            .await
+    }
+    async fn delete_session(&self, id: &str) -> Result<bool, StoreError> {
+        self.timed("delete_session", self.inner.delete_session(id))
+            .await
+    }
+    fn is_exclusive(&self) -> bool {
+        self.inner.is_exclusive()
+    }
+}
