@@ -57,6 +57,9 @@ pub struct KeyEntry {
     pub max_running_tasks: Option<usize>,
     /// Task calls per minute (default 1200).
     pub calls_per_minute: Option<u32>,
+    /// The key also opens the admin API and the dashboard.
+    #[serde(default)]
+    pub operator: bool,
 }
 
 impl AuthSection {
@@ -89,7 +92,14 @@ impl AuthSection {
             });
         }
         let base = AuthConfig::default();
+        let operators = self
+            .keys
+            .iter()
+            .filter(|k| k.operator)
+            .map(|k| k.principal.clone())
+            .collect();
         Ok(AuthConfig {
+            operators,
             allow_anonymous: self.anonymous.unwrap_or(keys.is_empty()),
             keys,
             anonymous_limits: Limits {

@@ -1,6 +1,7 @@
 //! `mcp-tasks`: an MCP server whose tools run as durable tasks, and a client that runs any MCP
 //! server's tools as tasks.
 
+mod admin;
 mod client;
 mod config;
 
@@ -62,6 +63,8 @@ enum Command {
         #[command(subcommand)]
         command: client::TaskCommand,
     },
+    /// The operator's commands (list, show, cancel, purge tasks) against a server's admin API.
+    Admin(admin::AdminArgs),
     /// List a server's tools with each one's task support.
     Tools {
         #[command(flatten)]
@@ -113,7 +116,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     let client_side = matches!(
         cli.command,
-        Command::Call { .. } | Command::Task { .. } | Command::Tools { .. }
+        Command::Call { .. } | Command::Task { .. } | Command::Tools { .. } | Command::Admin(_)
     );
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -131,6 +134,10 @@ fn main() -> Result<()> {
                 Command::Call { server, call } => client::call(&server, call).await,
                 Command::Task { server, command } => client::task(&server, command).await,
                 Command::Tools { server, json } => client::tools(&server, json).await,
+                Command::Admin(args) => match admin::check(&args) {
+                    Ok(()) => admin::run(args).await,
+                    Err(e) => Err(e),
+                },
                 _ => Ok(client::exit::USAGE),
             }
         });
@@ -163,9 +170,12 @@ fn main() -> Result<()> {
             println!("sha256 = \"{}\"", mcp_tasks_server::auth::hash_key(&key));
             println!("# max_running_tasks = 100");
             println!("# calls_per_minute = 1200   # no rate limit unless set");
+            println!("# operator = true           # also opens the admin API (mcp-tasks admin …)");
             Ok(())
         }
-        Command::Call { .. } | Command::Task { .. } | Command::Tools { .. } => Ok(()),
+        Command::Call { .. } | Command::Task { .. } | Command::Tools { .. } | Command::Admin(_) => {
+            Ok(())
+        }
     }
 }
 

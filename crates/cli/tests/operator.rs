@@ -186,3 +186,127 @@ async fn admin_listen_moves_metrics_and_health_off_the_mcp_address() {
         assert_eq!(r.status(), 200, "{path}");
     }
 }
+
+#[test]
+fn admin_commands_list_show_cancel_and_purge_every_principals_tasks() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("ops.toml");
+    let hash = mcp_tasks_server::auth::hash_key;
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[auth.keys]]\nprincipal = \"alice\"\nsha256 = \"{}\"\n\n[[auth.keys]]\nprincipal = \"ops\"\nsha256 = \"{}\"\noperator = true\n",
+            hash("key-alice"),
+            hash("key-ops")
+        ),
+    )
+    .unwrap();
+    let server = ServerProcess::start(&[
+        "--demo",
+        "--store",
+        "memory:",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    let base = base_of(&server.url);
+    let cli = Cli::new(&server.url);
+    let as_alice = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--key", "key-alice"]);
+        cli.run(&all)
+    };
+    as_alice(&["call", "slow_compute", "seconds=0"]);
+    as_alice(&["call", "failing_job"]);
+    let out = as_alice(&["call", "slow_compute", "seconds=60", "--detach"]);
+    let running = text(&out.stdout).trim().to_string();
+    let admin = |key: Option<&str>, args: &[&str]| {
+        let mut all = vec!["admin", "--url", &base];
+        if let Some(k) = key {
+            all.extend(["--key", k]);
+        }
+        all.extend(args);
+        cli.run(&all)
+    };
+    let json = |out: std::process::Output| -> serde_json::Value {
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+
+    let out = admin(Some("key-ops"), &["tasks"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(table.starts_with("ID "), "{table}");
+    assert_eq!(table.lines().count(), 4, "{table}");
+    for status in ["completed", "failed", "working"] {
+        assert!(table.contains(status), "{table}");
+    }
+    let failed = json(admin(
+        Some("key-ops"),
+        &["tasks", "--status", "failed", "--json"],
+    ));
+    assert_eq!(failed.as_array().unwrap().len(), 1, "{failed}");
+    assert_eq!(failed[0]["tool"], "failing_job");
+    assert_eq!(failed[0]["principal"], "alice");
+    let slow = json(admin(
+        Some("key-ops"),
+        &[
+            "tasks",
+            "--principal",
+            "alice",
+            "--tool",
+            "slow_compute",
+            "--json",
+        ],
+    ));
+    assert_eq!(slow.as_array().unwrap().len(), 2, "{slow}");
+
+    let shown = json(admin(Some("key-ops"), &["show", &running, "--json"]));
+    assert_eq!(shown["status"], "working");
+    assert_eq!(shown["arguments"]["seconds"], 60);
+    let out = admin(Some("key-ops"), &["show", &running]);
+    assert!(
+        text(&out.stdout).contains("arguments"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = admin(Some("key-ops"), &["cancel", &running]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let shown = json(admin(Some("key-ops"), &["show", &running, "--json"]));
+    assert_eq!(shown["status"], "cancelled");
+    assert!(
+        shown["statusMessage"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("operator ops"),
+        "{shown}"
+    );
+    let out = admin(Some("key-ops"), &["cancel", &running]);
+    assert_eq!(out.status.code(), Some(1), "already finished");
+
+    // Only operators.
+    let out = admin(Some("key-alice"), &["tasks"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("not an operator"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = admin(None, &["tasks"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("operator's key"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = admin(Some("key-ops"), &["purge", "--finished-before", "0s"]);
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "purged 3 tasks",
+        "{}",
+        text(&out.stderr)
+    );
+    let left = json(admin(Some("key-ops"), &["tasks", "--json"]));
+    assert_eq!(left, serde_json::json!([]));
+}

@@ -60,6 +60,9 @@ pub struct AuthConfig {
     pub anonymous_limits: Limits,
     /// Limits of the local user on stdio.
     pub local_limits: Limits,
+    /// Principals whose keys open the admin API and the dashboard (`operator = true`). With no keys
+    /// configured at all, those are open to loopback callers only.
+    pub operators: Vec<String>,
 }
 
 impl Default for AuthConfig {
@@ -72,6 +75,7 @@ impl Default for AuthConfig {
                 max_running_tasks: 1000,
                 calls_per_minute: None,
             },
+            operators: Vec::new(),
         }
     }
 }
@@ -157,6 +161,30 @@ impl Authenticator {
             name: key.principal.clone(),
             limits: key.limits.clone(),
         })
+    }
+
+    /// Who may use the admin API: the operator whose key `authorization` carries, or — when no
+    /// keys are configured at all — any loopback caller (`loopback`). `Err` says why not.
+    pub fn operator(&self, authorization: Option<&str>, loopback: bool) -> Result<String, String> {
+        if self.config.keys.is_empty() {
+            return if loopback {
+                Ok("loopback".into())
+            } else {
+                Err("no keys are configured: the admin API is open to loopback callers only".into())
+            };
+        }
+        let principal = match authorization {
+            None => return Err("send an operator's key: Authorization: Bearer <key>".into()),
+            Some(_) => self.resolve(authorization).map_err(|e| e.to_string())?,
+        };
+        if self.config.operators.contains(&principal.name) {
+            Ok(principal.name)
+        } else {
+            Err(format!(
+                "{} is not an operator (set operator = true on its [[auth.keys]] entry)",
+                principal.name
+            ))
+        }
     }
 
     /// The local user of stdio.

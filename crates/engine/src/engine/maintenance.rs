@@ -175,6 +175,7 @@ impl Engine {
             finished_grace_ms: self.config.finished_grace_ms,
             tombstone_ms: self.config.tombstone_ms,
             session_idle_ms: self.config.session_idle_ms,
+            finished_before: None,
         };
         let purged = self.store.purge(policy).await?;
         if purged.tasks + purged.tombstones + purged.sessions > 0 {

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use super::{
     after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, ActiveCounts,
     ActiveLimit, AnswerError, Created, InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy,
-    Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
+    Purged, SessionRecord, StoreError, TaskChange, TaskFilter, TaskPage, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
 
@@ -277,6 +277,19 @@ impl TaskStore for MemoryStore {
         Ok(v)
     }
 
+    async fn search(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
+        let mut found: Vec<TaskRecord> = self
+            .lock()
+            .tasks
+            .values()
+            .filter(|t| filter.selects(t))
+            .cloned()
+            .collect();
+        found.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+        found.truncate(filter.limit);
+        Ok(found)
+    }
+
     async fn count_active(&self) -> Result<ActiveCounts, StoreError> {
         let mut counts = ActiveCounts::default();
         for t in self.lock().tasks.values() {
@@ -346,11 +359,14 @@ impl TaskStore for MemoryStore {
         let expired: Vec<TaskRecord> = inner
             .tasks
             .values()
-            .filter(|t| {
-                t.status.is_terminal()
-                    && t.expires_at().is_some_and(|e| e <= p.now)
-                    && t.finished_at
-                        .is_some_and(|f| f.saturating_add(p.finished_grace_ms) <= p.now)
+            .filter(|t| match p.finished_before {
+                Some(cutoff) => t.status.is_terminal() && t.finished_at.is_some_and(|f| f < cutoff),
+                None => {
+                    t.status.is_terminal()
+                        && t.expires_at().is_some_and(|e| e <= p.now)
+                        && t.finished_at
+                            .is_some_and(|f| f.saturating_add(p.finished_grace_ms) <= p.now)
+                }
             })
             .cloned()
             .collect();

@@ -198,6 +198,42 @@ pub struct TaskChange {
     pub holder: Option<String>,
 }
 
+/// Which tasks an operator looks at ([`TaskStore::search`]); unset fields select everything.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskFilter {
+    /// Only tasks in one of these statuses (empty: any).
+    pub statuses: Vec<TaskStatus>,
+    /// Only this tool's.
+    pub tool: Option<String>,
+    /// Only this principal's.
+    pub owner: Option<String>,
+    /// Only tasks created at or after this time (Unix ms).
+    pub created_after: Option<u64>,
+    /// Only tasks created before this time (Unix ms).
+    pub created_before: Option<u64>,
+    /// At most this many.
+    pub limit: usize,
+}
+
+impl TaskFilter {
+    /// Whether `t` is selected (the memory store's check, and the rule the SQL stores follow).
+    pub fn selects(&self, t: &TaskRecord) -> bool {
+        (self.statuses.is_empty() || self.statuses.contains(&t.status))
+            && self.tool.as_ref().is_none_or(|x| *x == t.tool)
+            && self.owner.as_ref().is_none_or(|x| *x == t.owner)
+            && self.created_after.is_none_or(|x| t.created_at >= x)
+            && self.created_before.is_none_or(|x| t.created_at < x)
+    }
+
+    /// The statuses as one `,a,b,` string for SQL matching, when any are given.
+    pub(crate) fn status_list(&self) -> Option<String> {
+        (!self.statuses.is_empty()).then(|| {
+            let names: Vec<&str> = self.statuses.iter().map(|s| s.as_str()).collect();
+            format!(",{},", names.join(","))
+        })
+    }
+}
+
 /// Unfinished tasks by status ([`TaskStore::count_active`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ActiveCounts {
@@ -349,6 +385,9 @@ pub struct PurgePolicy {
     pub tombstone_ms: u64,
     /// Sessions idle longer than this are removed.
     pub session_idle_ms: u64,
+    /// Instead of the expired tasks: every task that finished before this time (Unix ms), whatever
+    /// its retention (an operator's purge).
+    pub finished_before: Option<u64>,
 }
 
 /// The storage contract of the engine. Every method is one atomic operation.
@@ -435,6 +474,8 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError>;
     /// How many tasks are `working` and how many `input_required`, across every node.
     async fn count_active(&self) -> Result<ActiveCounts, StoreError>;
+    /// Every principal's tasks that `filter` selects, newest first (an operator's view).
+    async fn search(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError>;
 
     /// Extends the leases `node` holds on `ids` to `until`. Returns the ids whose lease it could not
     /// extend: the task is finished, gone, or leased by another node. Their handlers must stop.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::{
     ActiveCounts, ActiveLimit, AnswerError, Created, ListQuery, Lookup, OrphanPlan, ProgressUpdate,
-    PurgePolicy, SessionRecord, StoreError, TaskChange, TaskStore, UpdateError,
+    PurgePolicy, SessionRecord, StoreError, TaskChange, TaskFilter, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
 
@@ -73,6 +73,69 @@ where
     purge_takes_the_input_requests_of_purged_tasks(make().await).await;
     a_checkpoint_is_kept_until_the_task_finishes(make().await).await;
     unfinished_tasks_are_counted_by_status(make().await).await;
+    an_operator_searches_every_principals_tasks_and_purges_finished_ones(make().await).await;
+}
+
+async fn an_operator_searches_every_principals_tasks_and_purges_finished_ones(s: impl TaskStore) {
+    let mut a = record("a", "alice", 1_000);
+    a.tool = "build".into();
+    s.create(a, None).await.unwrap();
+    s.create(record("b", "bob", 2_000), None).await.unwrap();
+    s.create(record("c", "alice", 3_000), None).await.unwrap();
+    let done = TaskChange {
+        status: Some(TaskStatus::Completed),
+        outcome: Some(Outcome::Result {
+            value: json!({}),
+            is_error: false,
+        }),
+        ..Default::default()
+    };
+    s.update("b", &TaskStatus::ACTIVE, done, 5_000)
+        .await
+        .unwrap();
+    let ids = |found: Vec<TaskRecord>| found.into_iter().map(|t| t.id).collect::<Vec<_>>();
+    let all = TaskFilter {
+        limit: 10,
+        ..Default::default()
+    };
+    assert_eq!(
+        ids(s.search(&all).await.unwrap()),
+        ["c", "b", "a"],
+        "newest first"
+    );
+    let alice = TaskFilter {
+        owner: Some("alice".into()),
+        ..all.clone()
+    };
+    assert_eq!(ids(s.search(&alice).await.unwrap()), ["c", "a"]);
+    let working_build = TaskFilter {
+        statuses: vec![TaskStatus::Working],
+        tool: Some("build".into()),
+        ..all.clone()
+    };
+    assert_eq!(ids(s.search(&working_build).await.unwrap()), ["a"]);
+    let window = TaskFilter {
+        created_after: Some(2_000),
+        created_before: Some(3_000),
+        ..all.clone()
+    };
+    assert_eq!(ids(s.search(&window).await.unwrap()), ["b"]);
+    let one = TaskFilter {
+        limit: 1,
+        ..all.clone()
+    };
+    assert_eq!(ids(s.search(&one).await.unwrap()), ["c"]);
+    // Finished before 6 000, whatever its retention: b only (a and c still run).
+    let purge = PurgePolicy {
+        now: 6_000,
+        finished_grace_ms: 0,
+        tombstone_ms: 1 << 40,
+        session_idle_ms: 1 << 40,
+        finished_before: Some(6_000),
+    };
+    assert_eq!(s.purge(purge).await.unwrap().tasks, 1);
+    assert_eq!(ids(s.search(&all).await.unwrap()), ["c", "a"]);
+    assert!(matches!(s.get("b").await.unwrap(), Lookup::Expired { .. }));
 }
 
 async fn unfinished_tasks_are_counted_by_status(s: impl TaskStore) {
@@ -184,6 +247,7 @@ async fn purge_takes_the_input_requests_of_purged_tasks(s: impl TaskStore) {
         finished_grace_ms: 5_000,
         tombstone_ms: 10_000,
         session_idle_ms: 1 << 40,
+        finished_before: None,
     };
     assert_eq!(s.purge(policy).await.unwrap().tasks, 1);
     assert!(matches!(s.get("g1").await.unwrap(), Lookup::Expired { .. }));
@@ -795,6 +859,7 @@ async fn purge_keeps_running_tasks_and_leaves_tombstones(s: impl TaskStore) {
         finished_grace_ms: 5_000,
         tombstone_ms: 10_000,
         session_idle_ms: 1 << 40,
+        finished_before: None,
     };
     // ttl (60 s) not reached: nothing goes.
     assert_eq!(s.purge(policy(30_000)).await.unwrap().tasks, 0);
@@ -842,6 +907,7 @@ async fn sessions_round_trip_and_expire(s: impl TaskStore) {
         finished_grace_ms: 0,
         tombstone_ms: 0,
         session_idle_ms: 50_000,
+        finished_before: None,
     };
     assert_eq!(s.purge(idle).await.unwrap().sessions, 1);
     assert_eq!(s.get_session("sess").await.unwrap(), None);
@@ -882,6 +948,7 @@ async fn retention_after_finish_counts_from_the_end(s: impl TaskStore) {
         finished_grace_ms: 0,
         tombstone_ms: 60_000,
         session_idle_ms: 60_000,
+        finished_before: None,
     };
     s.purge(policy(65_999)).await.unwrap();
     assert!(

@@ -3,8 +3,8 @@
 use async_trait::async_trait;
 use mcp_tasks_engine::store::{
     ActiveCounts, ActiveLimit, AnswerError, Created, Handed, InvalidCursor, ListQuery, Lookup,
-    OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore,
-    UpdateError,
+    OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskFilter, TaskPage,
+    TaskStore, UpdateError,
 };
 use mcp_tasks_engine::{InputRecord, InputResponse, TaskRecord, TaskStatus};
 use std::future::Future;
@@ -95,6 +95,9 @@ impl TaskStore for MeteredStore {
     async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError> {
         self.timed("overdue_waiting", self.inner.overdue_waiting(now))
             .await
+    }
+    async fn search(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
+        self.timed("search", self.inner.search(filter)).await
     }
     async fn count_active(&self) -> Result<ActiveCounts, StoreError> {
         self.timed("count_active", self.inner.count_active()).await

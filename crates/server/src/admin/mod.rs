@@ -1,9 +1,12 @@
-//! The operator's view: Prometheus metrics (`/metrics`), liveness (`/healthz`) and readiness
-//! (`/readyz`), served with `/mcp` or on an address of their own (`[admin] listen`).
+//! The operator's view: Prometheus metrics (`/metrics`), liveness (`/healthz`), readiness
+//! (`/readyz`) and the admin API (`/admin/api/…`), served with `/mcp` or on an address of their
+//! own (`[admin] listen`).
 
+mod api;
 mod metered;
 mod metrics;
 
+pub use api::{shown_status, summary};
 pub(crate) use metered::MeteredStore;
 pub use metrics::{finished_status, Metrics};
 
@@ -23,7 +26,7 @@ const WRITE_BOUND: Duration = Duration::from_secs(2);
 /// The admin routes: `/metrics`, `/readyz`, and with `healthz` also `/healthz` (which the MCP
 /// router serves itself, so leave it out when merging the two).
 pub fn router(server: Arc<Server>, healthz: bool) -> axum::Router {
-    let mut r = axum::Router::new()
+    let mut r = api::routes()
         .route("/metrics", get(metrics))
         .route("/readyz", get(readyz));
     if healthz {
@@ -34,7 +37,11 @@ pub fn router(server: Arc<Server>, healthz: bool) -> axum::Router {
 
 /// Serves the admin routes (all three) on `listener` until the process ends.
 pub async fn serve(server: Arc<Server>, listener: tokio::net::TcpListener) -> std::io::Result<()> {
-    axum::serve(listener, router(server, true)).await
+    axum::serve(
+        listener,
+        router(server, true).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .await
 }
 
 async fn metrics(State(server): State<Arc<Server>>) -> impl IntoResponse {

@@ -373,6 +373,10 @@ impl Server {
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }
+    /// Who may call (API keys, operators).
+    pub(crate) fn authenticator(&self) -> &auth::Authenticator {
+        &self.authenticator
+    }
     /// This process's metrics.
     pub fn metrics(&self) -> &Arc<crate::admin::Metrics> {
         &self.metrics

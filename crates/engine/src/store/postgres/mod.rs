@@ -26,8 +26,8 @@ use self::rows::{
 use super::{
     after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, ActiveCounts,
     ActiveLimit, AnswerError, Context, Created, Handed, InvalidCursor, ListQuery, Lookup,
-    OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore,
-    UpdateError,
+    OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskFilter, TaskPage,
+    TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
 
@@ -494,6 +494,34 @@ impl TaskStore for PostgresStore {
             .collect()
     }
 
+    async fn search(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE ($1::TEXT IS NULL OR strpos($1, ',' || status || ',') > 0) \
+                 AND ($2::TEXT IS NULL OR tool = $2) AND ($3::TEXT IS NULL OR owner = $3) \
+                 AND ($4::BIGINT IS NULL OR created_at >= $4) AND ($5::BIGINT IS NULL OR created_at < $5) \
+                 ORDER BY created_at DESC, id DESC LIMIT $6"
+            ))
+            .await
+            .context("prepare the task search")?;
+        let rows = client
+            .query(
+                &stmt,
+                &[
+                    &filter.status_list(),
+                    &filter.tool,
+                    &filter.owner,
+                    &filter.created_after.map(pg_int),
+                    &filter.created_before.map(pg_int),
+                    &pg_int(filter.limit as u64),
+                ],
+            )
+            .await
+            .context("search tasks")?;
+        tasks_from_rows(&rows)
+    }
+
     async fn count_active(&self) -> Result<ActiveCounts, StoreError> {
         let client = self.client().await?;
         let stmt = client
@@ -607,9 +635,20 @@ impl TaskStore for PostgresStore {
         self.in_tx(move |tx| {
             Box::pin(async move {
                 let now = pg_int(p.now);
-                let grace_edge = pg_int(p.now.saturating_sub(p.finished_grace_ms));
-                let cond = "expires_at IS NOT NULL AND expires_at <= $1 \
-                            AND status IN ('completed', 'failed', 'cancelled') AND finished_at <= $2";
+                let (grace_edge, cond) = match p.finished_before {
+                    // An operator's purge: everything finished before the cutoff ($1 is still
+                    // bound, for the tombstones).
+                    Some(cutoff) => (
+                        pg_int(cutoff),
+                        "$1::BIGINT IS NOT NULL AND status IN ('completed', 'failed', 'cancelled') \
+                         AND finished_at < $2",
+                    ),
+                    None => (
+                        pg_int(p.now.saturating_sub(p.finished_grace_ms)),
+                        "expires_at IS NOT NULL AND expires_at <= $1 \
+                         AND status IN ('completed', 'failed', 'cancelled') AND finished_at <= $2",
+                    ),
+                };
                 tx.execute(
                     &format!(
                         "INSERT INTO tombstones (id, owner, session, expired_at) \

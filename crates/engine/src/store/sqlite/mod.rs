@@ -24,7 +24,8 @@ use self::writer::{Completion, Job};
 use super::{
     after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, ActiveCounts,
     ActiveLimit, AnswerError, Context, Created, InvalidCursor, ListQuery, Lookup, OrphanPlan,
-    PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskPage, TaskStore, UpdateError,
+    PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskFilter, TaskPage, TaskStore,
+    UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
 
@@ -364,6 +365,32 @@ impl TaskStore for SqliteStore {
         .await
     }
 
+    async fn search(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
+        let f = filter.clone();
+        self.read(move |conn| {
+            let sql = format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE (?1 IS NULL OR instr(?1, ',' || status || ',') > 0) \
+                 AND (?2 IS NULL OR tool = ?2) AND (?3 IS NULL OR owner = ?3) \
+                 AND (?4 IS NULL OR created_at >= ?4) AND (?5 IS NULL OR created_at < ?5) \
+                 ORDER BY created_at DESC, id DESC LIMIT ?6"
+            );
+            select_tasks(
+                conn,
+                &sql,
+                params![
+                    f.status_list(),
+                    f.tool,
+                    f.owner,
+                    f.created_after.map(sql_int),
+                    f.created_before.map(sql_int),
+                    sql_int(f.limit as u64)
+                ],
+                || "search tasks".to_string(),
+            )
+        })
+        .await
+    }
+
     async fn count_active(&self) -> Result<ActiveCounts, StoreError> {
         self.read(|conn| {
             let mut stmt = conn
@@ -464,9 +491,18 @@ impl TaskStore for SqliteStore {
     async fn purge(&self, p: PurgePolicy) -> Result<Purged, StoreError> {
         self.write(move |conn| {
             let now = sql_int(p.now);
-            let grace_edge = sql_int(p.now.saturating_sub(p.finished_grace_ms));
-            let cond = "expires_at IS NOT NULL AND expires_at <= ?1 \
-                        AND status IN ('completed', 'failed', 'cancelled') AND finished_at <= ?2";
+            let (grace_edge, cond) = match p.finished_before {
+                // An operator's purge: everything finished before the cutoff.
+                Some(cutoff) => (
+                    sql_int(cutoff),
+                    "status IN ('completed', 'failed', 'cancelled') AND finished_at < ?2",
+                ),
+                None => (
+                    sql_int(p.now.saturating_sub(p.finished_grace_ms)),
+                    "expires_at IS NOT NULL AND expires_at <= ?1 \
+                     AND status IN ('completed', 'failed', 'cancelled') AND finished_at <= ?2",
+                ),
+            };
             conn.execute(
                 &format!(
                     "INSERT OR REPLACE INTO tombstones (id, owner, session, expired_at) \

@@ -1,0 +1,299 @@
+//! `mcp-tasks admin …`: the operator's commands, on the admin API of a running server.
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+use std::path::PathBuf;
+
+use crate::config::ConfigFile;
+
+/// Where the server's admin API is and who is asking.
+#[derive(clap::Args, Debug)]
+pub struct AdminArgs {
+    /// The admin address, e.g. http://127.0.0.1:9090 (default: from --config, else
+    /// http://127.0.0.1:8080).
+    #[arg(long, env = "MCP_TASKS_ADMIN_URL", conflicts_with = "config")]
+    url: Option<String>,
+    /// The server's config file: its [admin] listen (else [server] listen) is the address.
+    #[arg(long, short = 'c')]
+    config: Option<PathBuf>,
+    /// An operator's API key (a key whose [[auth.keys]] entry has operator = true).
+    #[arg(long, env = "MCP_TASKS_KEY", hide_env_values = true)]
+    key: Option<String>,
+    #[command(subcommand)]
+    command: AdminCommand,
+}
+
+/// The admin commands.
+#[derive(clap::Subcommand, Debug)]
+pub enum AdminCommand {
+    /// List every principal's tasks, newest first.
+    Tasks {
+        /// working, input_required, completed, failed (a JSON-RPC error or a tool error) or
+        /// cancelled.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only this tool's.
+        #[arg(long)]
+        tool: Option<String>,
+        /// Only this principal's.
+        #[arg(long)]
+        principal: Option<String>,
+        /// At most this many (default 200).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one task: arguments, status, progress, pending questions, result or error.
+    Show {
+        /// The task's id.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a task.
+    Cancel {
+        /// The task's id.
+        id: String,
+    },
+    /// Delete finished tasks (and their questions) that ended more than DURATION ago.
+    Purge {
+        /// How long ago, e.g. 30m, 12h, 7d (s, m, h, d).
+        #[arg(long, value_parser = parse_duration_ms)]
+        finished_before: u64,
+    },
+}
+
+/// Milliseconds in `text`: a number and a unit (s, m, h, d).
+fn parse_duration_ms(text: &str) -> std::result::Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("{text:?}: give a unit (s, m, h or d), e.g. 7d"))?;
+    let (n, unit) = text.split_at(split);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{text:?}: not a number of s, m, h or d"))?;
+    let ms = match unit {
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        other => return Err(format!("{text:?}: unknown unit {other:?} (s, m, h or d)")),
+    };
+    Ok(n.saturating_mul(ms))
+}
+
+fn base_url(args: &AdminArgs) -> Result<String> {
+    if let Some(u) = &args.url {
+        return Ok(u.trim_end_matches('/').to_string());
+    }
+    if let Some(path) = &args.config {
+        let cfg = ConfigFile::load(path)?;
+        let addr = cfg
+            .admin
+            .listen
+            .or(cfg.server.listen)
+            .unwrap_or_else(|| "127.0.0.1:8080".into());
+        return Ok(format!("http://{addr}"));
+    }
+    Ok("http://127.0.0.1:8080".into())
+}
+
+/// Runs an admin command; the exit status.
+pub async fn run(args: AdminArgs) -> Result<i32> {
+    let base = base_url(&args)?;
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .context("set up the HTTP client")?;
+    let call = |method: reqwest::Method, path: String| {
+        let mut rb = http.request(method, format!("{base}{path}"));
+        if let Some(k) = &args.key {
+            rb = rb.bearer_auth(k);
+        }
+        rb
+    };
+    let send = |rb: reqwest::RequestBuilder| async {
+        let resp = rb
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the admin API at {base}"))?;
+        let status = resp.status();
+        let body: Value = resp.json().await.with_context(|| {
+            format!("{base} did not answer with JSON (is it the admin address?)")
+        })?;
+        Ok::<_, anyhow::Error>((status, body))
+    };
+    let refused = |status: reqwest::StatusCode, body: &Value| {
+        let why = body["error"].as_str().unwrap_or("no reason given");
+        anyhow::anyhow!("{why} (HTTP {status})")
+    };
+    match &args.command {
+        AdminCommand::Tasks {
+            status,
+            tool,
+            principal,
+            limit,
+            json,
+        } => {
+            let mut query = Vec::new();
+            for (k, v) in [("status", status), ("tool", tool), ("principal", principal)] {
+                if let Some(v) = v {
+                    query.push((k, v.clone()));
+                }
+            }
+            if let Some(l) = limit {
+                query.push(("limit", l.to_string()));
+            }
+            let (status, body) =
+                send(call(reqwest::Method::GET, "/admin/api/tasks".into()).query(&query)).await?;
+            if !status.is_success() {
+                return Err(refused(status, &body));
+            }
+            let tasks = body["tasks"].as_array().cloned().unwrap_or_default();
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&tasks)?);
+            } else {
+                print_table(&tasks);
+            }
+            Ok(0)
+        }
+        AdminCommand::Show { id, json } => {
+            let (status, body) =
+                send(call(reqwest::Method::GET, format!("/admin/api/tasks/{id}"))).await?;
+            if !status.is_success() {
+                return Err(refused(status, &body));
+            }
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&body)?);
+            } else {
+                print_task(&body);
+            }
+            Ok(0)
+        }
+        AdminCommand::Cancel { id } => {
+            let (status, body) = send(call(
+                reqwest::Method::POST,
+                format!("/admin/api/tasks/{id}/cancel"),
+            ))
+            .await?;
+            if status == reqwest::StatusCode::CONFLICT {
+                println!("{}", body["error"].as_str().unwrap_or("already finished"));
+                return Ok(1);
+            }
+            if !status.is_success() {
+                return Err(refused(status, &body));
+            }
+            println!("cancelled {id}");
+            Ok(0)
+        }
+        AdminCommand::Purge { finished_before } => {
+            let (status, body) = send(
+                call(reqwest::Method::POST, "/admin/api/purge".into())
+                    .query(&[("finished_before_ms", finished_before.to_string())]),
+            )
+            .await?;
+            if !status.is_success() {
+                return Err(refused(status, &body));
+            }
+            println!("purged {} tasks", body["purged"].as_u64().unwrap_or(0));
+            Ok(0)
+        }
+    }
+}
+
+fn when(ms: &Value) -> String {
+    ms.as_u64()
+        .map(mcp_tasks_engine::format_rfc3339)
+        .unwrap_or_else(|| "-".into())
+}
+
+fn progress(t: &Value) -> String {
+    match (t["progress"].as_f64(), t["total"].as_f64()) {
+        (Some(p), Some(total)) => format!("{p}/{total}"),
+        (Some(p), None) => format!("{p}"),
+        _ => "-".into(),
+    }
+}
+
+fn print_table(tasks: &[Value]) {
+    println!(
+        "{:<44}  {:<14}  {:<24}  {:<12}  {:<24}  {:<9}  MESSAGE",
+        "ID", "STATUS", "TOOL", "PRINCIPAL", "CREATED", "PROGRESS"
+    );
+    for t in tasks {
+        let message = t["statusMessage"]
+            .as_str()
+            .or(t["progressMessage"].as_str())
+            .unwrap_or("");
+        println!(
+            "{:<44}  {:<14}  {:<24}  {:<12}  {:<24}  {:<9}  {}",
+            t["taskId"].as_str().unwrap_or("?"),
+            t["status"].as_str().unwrap_or("?"),
+            t["tool"].as_str().unwrap_or("?"),
+            t["principal"].as_str().unwrap_or("?"),
+            when(&t["createdAt"]),
+            progress(t),
+            message
+        );
+    }
+}
+
+fn print_task(t: &Value) {
+    let line = |k: &str, v: String| println!("{k:<14} {v}");
+    line("id", t["taskId"].as_str().unwrap_or("?").into());
+    line("tool", t["tool"].as_str().unwrap_or("?").into());
+    line("principal", t["principal"].as_str().unwrap_or("?").into());
+    line("status", t["status"].as_str().unwrap_or("?").into());
+    if let Some(m) = t["statusMessage"]
+        .as_str()
+        .or(t["progressMessage"].as_str())
+    {
+        line("message", m.into());
+    }
+    line("progress", progress(t));
+    line("wire", t["wire"].as_str().unwrap_or("?").into());
+    line("created", when(&t["createdAt"]));
+    line("updated", when(&t["updatedAt"]));
+    line("finished", when(&t["finishedAt"]));
+    line("attempt", t["attempt"].to_string());
+    line("arguments", t["arguments"].to_string());
+    if let Some(q) = t["pendingInputs"].as_array().filter(|q| !q.is_empty()) {
+        for i in q {
+            line("waiting for", format!("{} {}", i["method"], i["params"]));
+        }
+    }
+    if !t["result"].is_null() {
+        line("result", t["result"].to_string());
+    }
+    if !t["error"].is_null() {
+        line("error", t["error"].to_string());
+    }
+}
+
+/// Checks what clap does not: the address's scheme.
+pub fn check(args: &AdminArgs) -> Result<()> {
+    if let Some(u) = &args.url {
+        if !(u.starts_with("http://") || u.starts_with("https://")) {
+            bail!("--url must be an http:// or https:// address, got {u:?}");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration_ms;
+
+    #[test]
+    fn durations_take_a_unit() {
+        assert_eq!(parse_duration_ms("30s"), Ok(30_000));
+        assert_eq!(parse_duration_ms("7d"), Ok(7 * 86_400_000));
+        assert!(parse_duration_ms("7").is_err());
+        assert!(parse_duration_ms("7w").is_err());
+        assert!(parse_duration_ms("d").is_err());
+    }
+}
