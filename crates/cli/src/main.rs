@@ -34,8 +34,25 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 2 usage or connection error, 3 cancelled, 130 detached by Ctrl-C."
 )]
 struct Cli {
+    /// How log lines (on stderr) are written: text for people, json (one object per line, with
+    /// the request's span: method, principal) for log collectors.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "MCP_TASKS_LOG_FORMAT"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -118,13 +135,19 @@ fn main() -> Result<()> {
         cli.command,
         Command::Call { .. } | Command::Task { .. } | Command::Tools { .. } | Command::Admin(_)
     );
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| if client_side { "warn" } else { "info" }.into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| if client_side { "warn" } else { "info" }.into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -310,3 +310,44 @@ fn admin_commands_list_show_cancel_and_purge_every_principals_tasks() {
     let left = json(admin(Some("key-ops"), &["tasks", "--json"]));
     assert_eq!(left, serde_json::json!([]));
 }
+
+#[test]
+fn json_logs_carry_the_requests_method_and_principal() {
+    let mut cmd = std::process::Command::new(common::bin());
+    cmd.args([
+        "serve",
+        "--demo",
+        "--store",
+        "memory:",
+        "--listen",
+        "127.0.0.1:0",
+        "--log-format",
+        "json",
+    ])
+    .env("RUST_LOG", "info")
+    .stderr(std::process::Stdio::piped());
+    let mut server = ServerProcess::spawn(cmd);
+    let stderr = server.child.stderr.take().unwrap();
+    let cli = Cli::new(&server.url);
+    let out = cli.run(&["task", "get", "0123456789abcdef"]);
+    assert_ne!(out.status.code(), Some(0));
+    let out = cli.run(&["tools", "--no-2026"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    server.child.kill().unwrap();
+    let lines: Vec<serde_json::Value> = std::io::BufRead::lines(std::io::BufReader::new(stderr))
+        .map_while(Result::ok)
+        .map(|l| serde_json::from_str(&l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect();
+    let lookup = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "task lookup failed")
+        .expect("the failed lookup is logged");
+    assert_eq!(lookup["span"]["name"], "request");
+    assert_eq!(lookup["span"]["method"], "tasks/get");
+    assert_eq!(lookup["span"]["principal"], "anonymous");
+    let init = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "session initialized")
+        .expect("the session is logged");
+    assert_eq!(init["span"]["method"], "initialize");
+}

@@ -89,7 +89,9 @@ impl Server {
         principal: &Principal,
         params: Option<&Value>,
     ) -> Result<(Arc<Session>, Value), ErrorObject> {
-        era_2025::initialize(self, principal, params).await
+        let span =
+            tracing::info_span!("request", method = "initialize", principal = %principal.name);
+        tracing::Instrument::instrument(era_2025::initialize(self, principal, params), span).await
     }
 
     /// Handles one request of wire form `era` and returns the reply, or `None` when the client
@@ -128,6 +130,9 @@ impl Server {
             reply.announces = crate::core::CREATED.with(|c| c.take());
             reply
         });
+        // Every log line of the request carries its method and principal.
+        let span = tracing::info_span!("request", method = %method, principal = %peer.name());
+        let work = tracing::Instrument::instrument(work, span);
         let reply = tokio::select! {
             r = work => Some(r),
             _ = cancel.cancelled() => None,

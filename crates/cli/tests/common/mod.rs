@@ -49,7 +49,6 @@ impl ServerProcess {
         let mut child = cmd
             .current_dir(repo_root())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
             .spawn()
             .expect("start the server");
         let stdout = child.stdout.take().unwrap();
