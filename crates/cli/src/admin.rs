@@ -261,6 +261,20 @@ fn print_task(t: &Value) {
     line("finished", when(&t["finishedAt"]));
     line("attempt", t["attempt"].to_string());
     line("arguments", t["arguments"].to_string());
+    for h in t["history"].as_array().into_iter().flatten() {
+        let note = h["message"]
+            .as_str()
+            .map(|m| format!(" ({m})"))
+            .unwrap_or_default();
+        line(
+            "history",
+            format!(
+                "{}  {}{note}",
+                when(&h["at"]),
+                h["status"].as_str().unwrap_or("?")
+            ),
+        );
+    }
     if let Some(q) = t["pendingInputs"].as_array().filter(|q| !q.is_empty()) {
         for i in q {
             line("waiting for", format!("{} {}", i["method"], i["params"]));

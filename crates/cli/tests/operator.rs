@@ -283,6 +283,21 @@ fn admin_commands_list_show_cancel_and_purge_every_principals_tasks() {
     );
     let out = admin(Some("key-ops"), &["cancel", &running]);
     assert_eq!(out.status.code(), Some(1), "already finished");
+    // The status history: created working, then cancelled by the operator.
+    let steps: Vec<&str> = shown["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(steps, ["working", "cancelled"], "{shown}");
+    let failed_id = failed[0]["taskId"].as_str().unwrap();
+    let f = json(admin(Some("key-ops"), &["show", failed_id, "--json"]));
+    let last = f["history"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        last["status"], "failed",
+        "a tool error shows as failed: {f}"
+    );
 
     // Only operators.
     let out = admin(Some("key-alice"), &["tasks"]);

@@ -109,6 +109,18 @@ impl Outcome {
     }
 }
 
+/// A change of a task's status, as its history keeps it (the first status, `working`, is the
+/// task's creation).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Transition {
+    /// When, Unix ms.
+    pub at: u64,
+    /// The status it went to.
+    pub status: TaskStatus,
+    /// The status message it had then.
+    pub message: Option<String>,
+}
+
 /// One task, era-agnostic, exactly as stored.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskRecord {

@@ -10,11 +10,13 @@ use super::{
     ActiveLimit, AnswerError, Created, InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy,
     Purged, SessionRecord, StoreError, TaskChange, TaskFilter, TaskPage, TaskStore, UpdateError,
 };
-use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
+use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus, Transition};
 
 #[derive(Default)]
 struct Inner {
     tasks: HashMap<String, TaskRecord>,
+    /// Status changes after creation, per task.
+    history: HashMap<String, Vec<Transition>>,
     /// (owner, created_at, id) → (), the list order.
     by_owner: BTreeMap<(String, u64, String), ()>,
     idempotency: HashMap<(String, String), String>,
@@ -28,6 +30,20 @@ struct Inner {
 }
 
 impl Inner {
+    /// Keeps a status change of `t` (from `was`) in its history.
+    fn record_transition(&mut self, t: &TaskRecord, was: TaskStatus) {
+        if t.status != was {
+            self.history
+                .entry(t.id.clone())
+                .or_default()
+                .push(Transition {
+                    at: t.updated_at,
+                    status: t.status,
+                    message: t.status_message.clone(),
+                });
+        }
+    }
+
     /// Keeps the unfinished index right for `rec` after a change (or its creation).
     fn track(&mut self, rec: &TaskRecord) {
         let key = (rec.owner.clone(), rec.session.clone());
@@ -164,9 +180,11 @@ impl TaskStore for MemoryStore {
         if !expect.contains(&rec.status) || !held_by_holder(rec, &change) {
             return Err(UpdateError::Conflict(Box::new(rec.clone())));
         }
+        let was = rec.status;
         apply_change(rec, change, now);
         let rec = rec.clone();
         inner.track(&rec);
+        inner.record_transition(&rec, was);
         Ok(rec)
     }
 
@@ -217,9 +235,11 @@ impl TaskStore for MemoryStore {
             status: Some(TaskStatus::InputRequired),
             ..Default::default()
         };
+        let was = rec.status;
         apply_change(rec, change, now);
         let rec = rec.clone();
         inner.inputs.insert(input.key.clone(), input);
+        inner.record_transition(&rec, was);
         Ok(rec)
     }
 
@@ -257,8 +277,11 @@ impl TaskStore for MemoryStore {
             .get_mut(&answered.task_id)
             .ok_or(AnswerError::Unknown)?;
         let change = after_answer(rec.status, still_pending);
+        let was = rec.status;
         apply_change(rec, change, now);
-        Ok((rec.clone(), answered))
+        let rec = rec.clone();
+        inner.record_transition(&rec, was);
+        Ok((rec, answered))
     }
 
     async fn get_input(&self, key: &str) -> Result<Option<InputRecord>, StoreError> {
@@ -275,6 +298,15 @@ impl TaskStore for MemoryStore {
             .collect();
         v.sort_by(|a, b| (a.created_at, &a.key).cmp(&(b.created_at, &b.key)));
         Ok(v)
+    }
+
+    async fn history(&self, task_id: &str) -> Result<Vec<Transition>, StoreError> {
+        Ok(self
+            .lock()
+            .history
+            .get(task_id)
+            .cloned()
+            .unwrap_or_default())
     }
 
     async fn search(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
@@ -343,13 +375,16 @@ impl TaskStore for MemoryStore {
             if t.status.is_terminal() || !(all || t.lease_until.is_none_or(|u| u < now)) {
                 continue;
             }
+            let was = t.status;
             if claim_orphan(t, &plan, node, lease_until, now) {
-                out.push(t.clone());
+                out.push((t.clone(), was));
             }
         }
-        for t in &out {
+        for (t, was) in &out {
             inner.track(t);
+            inner.record_transition(t, *was);
         }
+        let out: Vec<TaskRecord> = out.into_iter().map(|(t, _)| t).collect();
         Ok(out)
     }
 
@@ -377,6 +412,7 @@ impl TaskStore for MemoryStore {
             .retain(|_, i| !gone.contains(i.task_id.as_str()));
         for t in &expired {
             inner.tasks.remove(&t.id);
+            inner.history.remove(&t.id);
             inner
                 .by_owner
                 .remove(&(t.owner.clone(), t.created_at, t.id.clone()));

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use thiserror::Error;
 
 pub use crate::model::ActiveLimit;
-use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
+use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus, Transition};
 
 /// A failure of the storage backend itself.
 #[derive(Debug, Error)]
@@ -474,6 +474,8 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError>;
     /// How many tasks are `working` and how many `input_required`, across every node.
     async fn count_active(&self) -> Result<ActiveCounts, StoreError>;
+    /// The status changes of task `task_id` after its creation, oldest first (purged with it).
+    async fn history(&self, task_id: &str) -> Result<Vec<Transition>, StoreError>;
     /// Every principal's tasks that `filter` selects, newest first (an operator's view).
     async fn search(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError>;
 

@@ -74,6 +74,65 @@ where
     a_checkpoint_is_kept_until_the_task_finishes(make().await).await;
     unfinished_tasks_are_counted_by_status(make().await).await;
     an_operator_searches_every_principals_tasks_and_purges_finished_ones(make().await).await;
+    every_status_change_is_kept_until_the_task_is_purged(make().await).await;
+}
+
+async fn every_status_change_is_kept_until_the_task_is_purged(s: impl TaskStore) {
+    s.create(record("h", "alice", 1_000), None).await.unwrap();
+    s.add_input(input("h-q", "h", 1_100), 1_100).await.unwrap();
+    // Progress alone is no status change.
+    let progress = TaskChange {
+        progress: Some(ProgressUpdate {
+            progress: 1.0,
+            total: None,
+            message: None,
+        }),
+        ..Default::default()
+    };
+    s.update("h", &TaskStatus::ACTIVE, progress, 1_150)
+        .await
+        .unwrap();
+    let answer = InputResponse::Result {
+        value: json!({"answer": "yes"}),
+    };
+    s.answer_input("h-q", answer, 1_200).await.unwrap();
+    let fail = TaskChange {
+        status: Some(TaskStatus::Failed),
+        status_message: Some(Some("it broke".into())),
+        outcome: Some(Outcome::Error {
+            code: 1,
+            message: "it broke".into(),
+            data: None,
+        }),
+        ..Default::default()
+    };
+    s.update("h", &TaskStatus::ACTIVE, fail, 1_300)
+        .await
+        .unwrap();
+    let h = s.history("h").await.unwrap();
+    let seen: Vec<(u64, TaskStatus)> = h.iter().map(|t| (t.at, t.status)).collect();
+    assert_eq!(
+        seen,
+        [
+            (1_100, TaskStatus::InputRequired),
+            (1_200, TaskStatus::Working),
+            (1_300, TaskStatus::Failed)
+        ]
+    );
+    assert_eq!(h[2].message.as_deref(), Some("it broke"));
+    assert!(s.history("nope").await.unwrap().is_empty());
+    let purge = PurgePolicy {
+        now: 2_000,
+        finished_grace_ms: 0,
+        tombstone_ms: 1 << 40,
+        session_idle_ms: 1 << 40,
+        finished_before: Some(2_000),
+    };
+    assert_eq!(s.purge(purge).await.unwrap().tasks, 1);
+    assert!(
+        s.history("h").await.unwrap().is_empty(),
+        "purged with the task"
+    );
 }
 
 async fn an_operator_searches_every_principals_tasks_and_purges_finished_ones(s: impl TaskStore) {

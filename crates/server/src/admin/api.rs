@@ -163,6 +163,23 @@ async fn show(
         }) => v["error"] = json!({"code": code, "message": message, "data": data}),
         None => {}
     }
+    // The status history: created `working`, then each change (a finish as the operator sees it).
+    let changes = server
+        .engine()
+        .store()
+        .history(&t.id)
+        .await
+        .unwrap_or_default();
+    let mut history = vec![json!({"status": "working", "at": t.created_at, "message": null})];
+    for c in &changes {
+        let status = if c.status.is_terminal() && c.status == t.status {
+            shown_status(&t)
+        } else {
+            c.status.as_str()
+        };
+        history.push(json!({"status": status, "at": c.at, "message": c.message}));
+    }
+    v["history"] = json!(history);
     let pending = server
         .engine()
         .pending_inputs(&t.id)

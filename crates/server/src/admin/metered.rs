@@ -6,7 +6,7 @@ use mcp_tasks_engine::store::{
     OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskFilter, TaskPage,
     TaskStore, UpdateError,
 };
-use mcp_tasks_engine::{InputRecord, InputResponse, TaskRecord, TaskStatus};
+use mcp_tasks_engine::{InputRecord, InputResponse, TaskRecord, TaskStatus, Transition};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
@@ -95,6 +95,9 @@ impl TaskStore for MeteredStore {
     async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError> {
         self.timed("overdue_waiting", self.inner.overdue_waiting(now))
             .await
+    }
+    async fn history(&self, task_id: &str) -> Result<Vec<Transition>, StoreError> {
+        self.timed("history", self.inner.history(task_id)).await
     }
     async fn search(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
         self.timed("search", self.inner.search(filter)).await

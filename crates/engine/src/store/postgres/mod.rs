@@ -29,7 +29,7 @@ use super::{
     OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskFilter, TaskPage,
     TaskStore, UpdateError,
 };
-use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
+use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus, Transition};
 
 /// Connections a store keeps at most, unless the URL says otherwise (`pool_max_conns`).
 const POOL_SIZE: usize = 16;
@@ -341,8 +341,9 @@ impl TaskStore for PostgresStore {
                 }
                 return Err(UpdateError::Conflict(Box::new(rec)));
             }
+            let was = rec.status;
             apply_change(&mut rec, change.clone(), now);
-            if update_task_if(&client, &rec, version).await? {
+            if update_task_if(&client, &rec, version, was).await? {
                 self.remember(&rec, version + 1);
                 return Ok(rec);
             }
@@ -391,8 +392,9 @@ impl TaskStore for PostgresStore {
                     status: Some(TaskStatus::InputRequired),
                     ..Default::default()
                 };
+                let was = rec.status;
                 apply_change(&mut rec, change, now);
-                update_task(tx, &rec).await?;
+                update_task(tx, &rec, was).await?;
                 insert_input(tx, &input).await?;
                 Ok(rec)
             })
@@ -424,8 +426,9 @@ impl TaskStore for PostgresStore {
                 rows::answer_input(tx, &key, &response, now).await?;
                 let pending = rows::pending_inputs(tx, &input.task_id).await?;
                 let change = after_answer(rec.status, pending > 0);
+                let was = rec.status;
                 apply_change(&mut rec, change, now);
-                update_task(tx, &rec).await?;
+                update_task(tx, &rec, was).await?;
                 Ok((
                     rec,
                     InputRecord {
@@ -492,6 +495,34 @@ impl TaskStore for PostgresStore {
             .iter()
             .map(input_from_row)
             .collect()
+    }
+
+    async fn history(&self, task_id: &str) -> Result<Vec<Transition>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT at, status, message FROM task_history WHERE task_id = $1 ORDER BY at",
+            )
+            .await
+            .context("prepare a history read")?;
+        let rows = client
+            .query(&stmt, &[&task_id])
+            .await
+            .with_context(|| format!("read the history of task {task_id}"))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let at: i64 = row.try_get(0).context("read a history row")?;
+            let status: String = row.try_get(1).context("read a history row")?;
+            let message: Option<String> = row.try_get(2).context("read a history row")?;
+            if let Some(status) = TaskStatus::parse(&status) {
+                out.push(Transition {
+                    at: u64::try_from(at).unwrap_or(0),
+                    status,
+                    message,
+                });
+            }
+        }
+        Ok(out)
     }
 
     async fn search(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
@@ -619,13 +650,15 @@ impl TaskStore for PostgresStore {
                     .context("find unfinished tasks nobody runs")?;
                 let mut changed = Vec::new();
                 for mut t in tasks_from_rows(&found)? {
+                    let was = t.status;
                     if claim_orphan(&mut t, &plan, &node, lease_until, now) {
-                        changed.push(t);
+                        changed.push((t, was));
                     }
                 }
                 // Pipelined: the updates go out together on the one connection.
-                futures::future::try_join_all(changed.iter().map(|t| update_task(tx, t))).await?;
-                Ok(changed)
+                futures::future::try_join_all(changed.iter().map(|(t, was)| update_task(tx, t, *was)))
+                    .await?;
+                Ok(changed.into_iter().map(|(t, _)| t).collect())
             })
         })
         .await
@@ -669,6 +702,14 @@ impl TaskStore for PostgresStore {
                 )
                 .await
                 .context("delete the input requests of expired tasks")?;
+                tx.execute(
+                    &format!(
+                        "DELETE FROM task_history WHERE task_id IN (SELECT id FROM tasks WHERE {cond})"
+                    ),
+                    &[&now, &grace_edge],
+                )
+                .await
+                .context("delete the history of expired tasks")?;
                 let tasks = tx
                     .execute(&format!("DELETE FROM tasks WHERE {cond}"), &[&now, &grace_edge])
                     .await

@@ -195,22 +195,37 @@ pub(super) async fn update_task_if(
     db: &impl GenericClient,
     t: &TaskRecord,
     version: i64,
+    was: TaskStatus,
 ) -> Result<bool, StoreError> {
-    write_task(db, t, Some(version)).await
+    write_task(db, t, Some(version), was).await
 }
 
 /// Writes the columns of an existing task that a change can touch (the rest never changes); inside
 /// a transaction that holds the row's lock.
-pub(super) async fn update_task(db: &impl GenericClient, t: &TaskRecord) -> Result<(), StoreError> {
-    write_task(db, t, None).await.map(|_| ())
+pub(super) async fn update_task(
+    db: &impl GenericClient,
+    t: &TaskRecord,
+    was: TaskStatus,
+) -> Result<(), StoreError> {
+    write_task(db, t, None, was).await.map(|_| ())
 }
 
+/// The task update, and the same with the status change recorded in the task's history in the same
+/// statement (the history row is written only if the update is).
+const UPDATE_TASK: &str = "UPDATE tasks SET status = $2, status_message = $3, progress = $4, \
+     progress_total = $5, updated_at = $6, outcome = $7, attempt = $8, lease_owner = $9, \
+     lease_until = $10, finished_at = $11, progress_message = $12, ttl_ms = $13, \
+     expires_at = $14, checkpoint = $16, version = version + 1 \
+     WHERE id = $1 AND ($15::BIGINT IS NULL OR version = $15)";
+
 /// The one task write: the changeable columns, bumping the row version; with `version`, only if
-/// the row is still at it. Whether a row was written.
+/// the row is still at it; a status other than `was` also goes into the task's history. Whether a
+/// row was written.
 async fn write_task(
     db: &impl GenericClient,
     t: &TaskRecord,
     version: Option<i64>,
+    was: TaskStatus,
 ) -> Result<bool, StoreError> {
     let outcome = t
         .outcome
@@ -222,14 +237,18 @@ async fn write_task(
         .as_ref()
         .map(|c| text("a task checkpoint", c))
         .transpose()?;
+    let with_history;
+    let sql = if t.status == was {
+        UPDATE_TASK
+    } else {
+        with_history = format!(
+            "WITH u AS ({UPDATE_TASK} RETURNING id) \
+             INSERT INTO task_history (task_id, at, status, message) SELECT id, $6, $2, $3 FROM u"
+        );
+        &with_history
+    };
     let stmt = db
-        .prepare_cached(
-            "UPDATE tasks SET status = $2, status_message = $3, progress = $4, \
-             progress_total = $5, updated_at = $6, outcome = $7, attempt = $8, lease_owner = $9, \
-             lease_until = $10, finished_at = $11, progress_message = $12, ttl_ms = $13, \
-             expires_at = $14, checkpoint = $16, version = version + 1 \
-             WHERE id = $1 AND ($15::BIGINT IS NULL OR version = $15)",
-        )
+        .prepare_cached(sql)
         .await
         .context("prepare the task update")?;
     let n = db

@@ -102,6 +102,13 @@ CREATE TABLE sessions (
         what: "add tasks.checkpoint",
         sql: "ALTER TABLE tasks ADD COLUMN checkpoint TEXT;",
     },
+    Migration {
+        version: 5,
+        what: "add task_history (a row per status change)",
+        sql: "CREATE TABLE task_history (task_id TEXT NOT NULL, at BIGINT NOT NULL, \
+              status TEXT NOT NULL, message TEXT); \
+              CREATE INDEX task_history_task ON task_history (task_id, at);",
+    },
 ];
 
 /// The version a database is at once every migration is applied.

@@ -27,7 +27,7 @@ use super::{
     PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskFilter, TaskPage, TaskStore,
     UpdateError,
 };
-use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus};
+use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus, Transition};
 
 /// Idle read connections kept open.
 const MAX_IDLE_READERS: usize = 8;
@@ -256,8 +256,9 @@ impl TaskStore for SqliteStore {
             if !expect.contains(&rec.status) || !held_by_holder(&rec, &change) {
                 return Err(UpdateError::Conflict(Box::new(rec)));
             }
+            let was = rec.status;
             apply_change(&mut rec, change, now);
-            update_task(conn, &rec)?;
+            update_task(conn, &rec, was)?;
             Ok(rec)
         })
         .await
@@ -304,8 +305,9 @@ impl TaskStore for SqliteStore {
                 status: Some(TaskStatus::InputRequired),
                 ..Default::default()
             };
+            let was = rec.status;
             apply_change(&mut rec, change, now);
-            update_task(conn, &rec)?;
+            update_task(conn, &rec, was)?;
             insert_input(conn, &input)?;
             Ok(rec)
         })
@@ -331,8 +333,9 @@ impl TaskStore for SqliteStore {
             rows::answer_input(conn, &key, &response, now)?;
             let pending = rows::pending_inputs(conn, &input.task_id)?;
             let change = after_answer(rec.status, pending > 0);
+            let was = rec.status;
             apply_change(&mut rec, change, now);
-            update_task(conn, &rec)?;
+            update_task(conn, &rec, was)?;
             Ok((
                 rec,
                 InputRecord {
@@ -361,6 +364,39 @@ impl TaskStore for SqliteStore {
                     .collect::<rusqlite::Result<Vec<_>>>()
             })
             .with_context(|| format!("read the input requests of task {task_id}"))
+        })
+        .await
+    }
+
+    async fn history(&self, task_id: &str) -> Result<Vec<Transition>, StoreError> {
+        let id = task_id.to_string();
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT at, status, message FROM task_history WHERE task_id = ?1 \
+                     ORDER BY at, rowid",
+                )
+                .context("prepare a history read")?;
+            let rows = stmt
+                .query_map([&id], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, Option<String>>(2)?,
+                    ))
+                })
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .with_context(|| format!("read the history of task {id}"))?;
+            Ok(rows
+                .into_iter()
+                .filter_map(|(at, status, message)| {
+                    Some(Transition {
+                        at: u64::try_from(at).unwrap_or(0),
+                        status: TaskStatus::parse(&status)?,
+                        message,
+                    })
+                })
+                .collect())
         })
         .await
     }
@@ -478,8 +514,9 @@ impl TaskStore for SqliteStore {
             })?;
             let mut changed = Vec::with_capacity(found.len());
             for mut t in found {
+                let was = t.status;
                 if claim_orphan(&mut t, &plan, &node, lease_until, now) {
-                    update_task(conn, &t)?;
+                    update_task(conn, &t, was)?;
                     changed.push(t);
                 }
             }
@@ -519,6 +556,13 @@ impl TaskStore for SqliteStore {
                 params![now, grace_edge],
             )
             .context("delete the input requests of expired tasks")?;
+            conn.execute(
+                &format!(
+                    "DELETE FROM task_history WHERE task_id IN (SELECT id FROM tasks WHERE {cond})"
+                ),
+                params![now, grace_edge],
+            )
+            .context("delete the history of expired tasks")?;
             let tasks = conn
                 .execute(
                     &format!("DELETE FROM tasks WHERE {cond}"),

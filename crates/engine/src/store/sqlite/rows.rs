@@ -195,8 +195,27 @@ pub(super) fn insert_task(conn: &Connection, t: &TaskRecord) -> Result<(), Store
     Ok(())
 }
 
-/// Writes back the fields a [`TaskChange`](crate::store::TaskChange) can touch.
-pub(super) fn update_task(conn: &Connection, t: &TaskRecord) -> Result<(), StoreError> {
+/// Writes back the fields a [`TaskChange`](crate::store::TaskChange) can touch; a status other than
+/// `was` also goes into the task's history.
+pub(super) fn update_task(
+    conn: &Connection,
+    t: &TaskRecord,
+    was: TaskStatus,
+) -> Result<(), StoreError> {
+    if t.status != was {
+        conn.prepare_cached(
+            "INSERT INTO task_history (task_id, at, status, message) VALUES (?1, ?2, ?3, ?4)",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                t.id,
+                sql_int(t.updated_at),
+                t.status.as_str(),
+                t.status_message
+            ])
+        })
+        .with_context(|| format!("record the status change of task {}", t.id))?;
+    }
     let outcome = outcome_json(t)?;
     conn.prepare_cached(
         "UPDATE tasks SET status=?2, status_message=?3, progress=?4, progress_total=?5, updated_at=?6, \
