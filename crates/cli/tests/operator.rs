@@ -190,24 +190,8 @@ async fn admin_listen_moves_metrics_and_health_off_the_mcp_address() {
 #[test]
 fn admin_commands_list_show_cancel_and_purge_every_principals_tasks() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("ops.toml");
-    let hash = mcp_tasks_server::auth::hash_key;
-    std::fs::write(
-        &cfg,
-        format!(
-            "[[auth.keys]]\nprincipal = \"alice\"\nsha256 = \"{}\"\n\n[[auth.keys]]\nprincipal = \"ops\"\nsha256 = \"{}\"\noperator = true\n",
-            hash("key-alice"),
-            hash("key-ops")
-        ),
-    )
-    .unwrap();
-    let server = ServerProcess::start(&[
-        "--demo",
-        "--store",
-        "memory:",
-        "--config",
-        cfg.to_str().unwrap(),
-    ]);
+    let cfg = keys_config(dir.path());
+    let server = ServerProcess::start(&["--demo", "--store", "memory:", "--config", &cfg]);
     let base = base_of(&server.url);
     let cli = Cli::new(&server.url);
     let as_alice = |args: &[&str]| {
@@ -365,4 +349,106 @@ fn json_logs_carry_the_requests_method_and_principal() {
         .find(|l| l["fields"]["message"] == "session initialized")
         .expect("the session is logged");
     assert_eq!(init["span"]["method"], "initialize");
+}
+
+/// A config with keys for alice and for ops, an operator.
+fn keys_config(dir: &std::path::Path) -> String {
+    let hash = mcp_tasks_server::auth::hash_key;
+    let cfg = dir.join("keys.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[auth.keys]]\nprincipal = \"alice\"\nsha256 = \"{}\"\n\n[[auth.keys]]\nprincipal = \"ops\"\nsha256 = \"{}\"\noperator = true\n",
+            hash("key-alice"),
+            hash("key-ops")
+        ),
+    )
+    .unwrap();
+    cfg.display().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_login_sets_an_http_only_cookie_that_opens_the_api_summary_and_events() {
+    use futures::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = keys_config(dir.path());
+    let server = ServerProcess::start(&["--demo", "--store", "memory:", "--config", &cfg]);
+    let base = base_of(&server.url);
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let login = |key: &'static str| {
+        http.post(format!("{base}/admin/login"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("key={key}"))
+            .send()
+    };
+    let refused = login("key-alice").await.unwrap();
+    assert_eq!(refused.status(), 403);
+    let ok = login("key-ops").await.unwrap();
+    assert_eq!(ok.status(), 303);
+    assert_eq!(ok.headers()["location"], "/ui");
+    let set = ok.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    let cookie = set.split(';').next().unwrap().to_string();
+
+    let get = |path: &str| {
+        http.get(format!("{base}{path}"))
+            .header("cookie", &cookie)
+            .send()
+    };
+    assert_eq!(get("/admin/api/tasks").await.unwrap().status(), 200);
+    let no_cookie = http
+        .get(format!("{base}/admin/api/tasks"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_cookie.status(), 403);
+
+    // The event stream shows a task as it is created and as it changes.
+    let events = get("/admin/api/events").await.unwrap();
+    assert_eq!(events.status(), 200);
+    let mut body = events.bytes_stream();
+    let cli = Cli::new(&server.url);
+    let out = cli.run(&["call", "slow_compute", "seconds=1", "--key", "key-alice"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !seen.contains("\"status\":\"completed\"") {
+        let chunk = tokio::time::timeout_at(deadline, body.next())
+            .await
+            .expect("task events in time")
+            .expect("the stream stays open")
+            .unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(seen.contains("event: task"), "{seen}");
+    assert!(seen.contains("\"tool\":\"slow_compute\""), "{seen}");
+    assert!(seen.contains("\"principal\":\"alice\""), "{seen}");
+
+    let summary: serde_json::Value = get("/admin/api/summary")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(summary["lastHour"]["completed"], 1, "{summary}");
+    assert_eq!(summary["working"], 0, "{summary}");
+
+    let out = http
+        .post(format!("{base}/admin/logout"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), 303);
+    assert_eq!(
+        get("/admin/api/tasks").await.unwrap().status(),
+        403,
+        "logged out"
+    );
 }

@@ -27,17 +27,189 @@ pub(crate) fn routes() -> axum::Router<Arc<Server>> {
         .route("/admin/api/tasks/{id}", get(show))
         .route("/admin/api/tasks/{id}/cancel", post(cancel))
         .route("/admin/api/purge", post(purge))
+        .route("/admin/api/summary", get(summary_counts))
+        .route("/admin/api/events", get(events))
+        .route("/admin/login", post(login))
+        .route("/admin/logout", post(logout))
+}
+
+/// The cookie a dashboard login sets.
+const COOKIE: &str = "mcp_tasks_admin";
+/// How long a login lasts.
+const LOGIN_FOR: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
+
+/// The login token a request's cookie carries, if any.
+fn cookie_token(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(axum::http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == COOKIE)
+        .map(|(_, v)| v.to_string())
+}
+
+/// What `POST /admin/login` takes (a form).
+#[derive(Debug, Deserialize)]
+struct LoginForm {
+    key: String,
+}
+
+/// Checks an operator's key and sets an HttpOnly cookie for the dashboard (303 to `/ui`), or
+/// answers 403 saying why.
+async fn login(
+    State(server): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    axum::Form(form): axum::Form<LoginForm>,
+) -> Response {
+    let bearer = format!("Bearer {}", form.key.trim());
+    match server
+        .authenticator()
+        .operator(Some(&bearer), peer.ip().is_loopback())
+    {
+        Ok(who) => {
+            let token = mcp_tasks_engine::random_id();
+            server.admin_logins().insert(
+                token.clone(),
+                (who.clone(), std::time::Instant::now() + LOGIN_FOR),
+            );
+            tracing::info!(target: "mcp_tasks::audit", operator = %who, "operator logged in to the dashboard");
+            let cookie = format!(
+                "{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+                LOGIN_FOR.as_secs()
+            );
+            (
+                StatusCode::SEE_OTHER,
+                [
+                    (axum::http::header::SET_COOKIE, cookie),
+                    (axum::http::header::LOCATION, "/ui".to_string()),
+                ],
+            )
+                .into_response()
+        }
+        Err(why) => fail(StatusCode::FORBIDDEN, why),
+    }
+}
+
+async fn logout(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
+    if let Some(t) = cookie_token(&headers) {
+        server.admin_logins().remove(&t);
+    }
+    let cookie = format!("{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0");
+    (
+        StatusCode::SEE_OTHER,
+        [
+            (axum::http::header::SET_COOKIE, cookie),
+            (axum::http::header::LOCATION, "/ui".to_string()),
+        ],
+    )
+        .into_response()
+}
+
+/// Counts for the dashboard's strip: unfinished tasks now, and how the tasks created in the last
+/// hour ended (with the failure rate among those finished).
+async fn summary_counts(
+    State(server): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(why) = operator(&server, &headers, peer) {
+        return fail(StatusCode::FORBIDDEN, why);
+    }
+    let store = server.engine().store();
+    let active = match store.count_active().await {
+        Ok(a) => a,
+        Err(e) => return fail(StatusCode::SERVICE_UNAVAILABLE, e.chain()),
+    };
+    let hour_ago = mcp_tasks_engine::now_ms().saturating_sub(3_600_000);
+    let recent = TaskFilter {
+        statuses: vec![
+            TaskStatus::Completed,
+            TaskStatus::Failed,
+            TaskStatus::Cancelled,
+        ],
+        created_after: Some(hour_ago),
+        limit: 100_000,
+        ..TaskFilter::default()
+    };
+    let finished = match store.search(&recent).await {
+        Ok(f) => f,
+        Err(e) => return fail(StatusCode::SERVICE_UNAVAILABLE, e.chain()),
+    };
+    let count = |s: &str| finished.iter().filter(|t| finished_status(t) == s).count();
+    let (completed, failed, cancelled) = (count("completed"), count("failed"), count("cancelled"));
+    let done = completed + failed + cancelled;
+    Json(json!({
+        "working": active.working,
+        "input_required": active.input_required,
+        "lastHour": {
+            "completed": completed,
+            "failed": failed,
+            "cancelled": cancelled,
+            "failureRate": if done == 0 { 0.0 } else { failed as f64 / done as f64 },
+        },
+    }))
+    .into_response()
+}
+
+/// Server-sent events for the dashboard: each task that is created or changes (status, progress,
+/// message), as its listing entry (`event: task`); `event: resync` when events were missed.
+async fn events(
+    State(server): State<Arc<Server>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(why) = operator(&server, &headers, peer) {
+        return fail(StatusCode::FORBIDDEN, why);
+    }
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    use mcp_tasks_engine::TaskEvent;
+    let rx = server.engine().notifier().subscribe_all();
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(TaskEvent::Created(t) | TaskEvent::Changed(t))
+                | Ok(TaskEvent::Progress { task: t, .. }) => {
+                    let ev = Event::default().event("task").data(summary(&t).to_string());
+                    return Some((Ok::<_, std::convert::Infallible>(ev), rx));
+                }
+                Ok(_) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    let ev = Event::default().event("resync").data("{}");
+                    return Some((Ok(ev), rx));
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }
 
 fn fail(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({"error": message.into()}))).into_response()
 }
 
-/// The operator making the request, or why the request is refused (403).
+/// The operator making the request (by key, by the dashboard's login cookie, or — with no keys
+/// configured — by calling from loopback), or why the request is refused (403).
 fn operator(server: &Server, headers: &HeaderMap, peer: SocketAddr) -> Result<String, String> {
     let authorization = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
+    if authorization.is_none() {
+        if let Some(token) = cookie_token(headers) {
+            let logins = server.admin_logins();
+            match logins.get(&token).map(|e| e.value().clone()) {
+                Some((who, until)) if until > std::time::Instant::now() => return Ok(who),
+                Some(_) => {
+                    logins.remove(&token);
+                }
+                None => {}
+            }
+        }
+    }
     server
         .authenticator()
         .operator(authorization, peer.ip().is_loopback())

@@ -296,6 +296,7 @@ impl ServerBuilder {
             operations: DashMap::new(),
             same_calls: DashMap::new(),
             metrics: self.metrics,
+            admin_logins: DashMap::new(),
         })
     }
 }
@@ -344,6 +345,8 @@ pub struct Server {
     same_calls: DashMap<String, (String, std::time::Instant)>,
     /// This process's metrics (`/metrics`).
     metrics: Arc<crate::admin::Metrics>,
+    /// Dashboard logins: token → (operator, until).
+    admin_logins: DashMap<String, (String, std::time::Instant)>,
 }
 
 impl Server {
@@ -372,6 +375,10 @@ impl Server {
     /// The engine.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
+    }
+    /// Dashboard logins (see `admin::api`).
+    pub(crate) fn admin_logins(&self) -> &DashMap<String, (String, std::time::Instant)> {
+        &self.admin_logins
     }
     /// Who may call (API keys, operators).
     pub(crate) fn authenticator(&self) -> &auth::Authenticator {
@@ -433,6 +440,8 @@ impl Server {
         self.expire_held();
         self.rate.forget_idle(std::time::Duration::from_secs(600));
         self.forget_old_calls();
+        let now = std::time::Instant::now();
+        self.admin_logins.retain(|_, (_, until)| *until > now);
     }
 
     /// Registers a request in flight so `notifications/cancelled` from its session can stop it.
