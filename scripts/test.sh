@@ -6,6 +6,7 @@
 #   - conformance: the official MCP conformance suite and Node 22 to run it (npm ci)
 #   - interop/rmcp-server: an rmcp 3.11.0 task server for the client's tests (cargo build --locked)
 #   - interop/everything: the reference server @modelcontextprotocol/server-everything, which the gateway fronts (npm ci)
+#   - interop/ui: playwright-core (npm ci), and Debian's chromium (apt), for the dashboard test
 #   - valgrind (Debian package, when missing): the performance guard counts instructions with callgrind
 #   - nginx-light (Debian package, when missing): the load balancer in front of three replicas
 #   - tmux (Debian package, when missing): the client's terminal tests type into a real terminal
@@ -96,6 +97,27 @@ else
   run_root apt-get update -qq
   run_root apt-get install -y -qq tmux=3.3a-3 >/dev/null 2>&1 || run_root apt-get install -y -qq tmux >/dev/null
   echo "    $(tmux -V)"
+fi
+
+echo "==> chromium (the dashboard test drives it headless with playwright-core)"
+if [ -x /usr/bin/chromium ]; then
+  echo "    $(/usr/bin/chromium --version 2>/dev/null)"
+else
+  echo "    installing Debian's chromium (156.0.8078.79-1~deb12u1)"
+  run_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+  run_root apt-get update -qq
+  run_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium=156.0.8078.79-1~deb12u1 >/dev/null 2>&1 \
+    || run_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  echo "    $(/usr/bin/chromium --version 2>/dev/null)"
+fi
+
+echo "==> interop/ui: npm ci (playwright-core, to drive the dashboard; no browser download)"
+ui_stamp=$(stamp interop/ui/package-lock.json)
+if [ "$(cat interop/ui/node_modules/.mcp-tasks-stamp 2>/dev/null)" != "$ui_stamp" ]; then
+  npm ci --prefix interop/ui --no-audit --no-fund --loglevel=error
+  echo "$ui_stamp" > interop/ui/node_modules/.mcp-tasks-stamp
+else
+  echo "    up to date"
 fi
 
 echo "==> cargo fmt --check and clippy (warnings are errors)"

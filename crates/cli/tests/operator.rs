@@ -452,3 +452,53 @@ async fn the_dashboard_login_sets_an_http_only_cookie_that_opens_the_api_summary
         "logged out"
     );
 }
+
+#[test]
+fn the_dashboard_in_headless_chromium_shows_progress_filters_opens_and_cancels() {
+    assert!(
+        std::path::Path::new("/usr/bin/chromium").exists(),
+        "Debian's chromium is missing: scripts/test.sh installs it"
+    );
+    let modules = common::repo_root().join("interop/ui/node_modules/playwright-core");
+    assert!(modules.exists(), "interop/ui/node_modules is missing: run `npm ci --prefix interop/ui` (scripts/test.sh does)");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = keys_config(dir.path());
+    let server = ServerProcess::start(&["--demo", "--store", "memory:", "--config", &cfg]);
+    let cli = Cli::new(&server.url);
+    let out = cli.run(&["call", "slow_compute", "seconds=1", "--key", "key-alice"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = cli.run(&[
+        "call",
+        "slow_compute",
+        "seconds=60",
+        "--detach",
+        "--key",
+        "key-alice",
+    ]);
+    let id = text(&out.stdout).trim().to_string();
+    let shot = dir.path().join("dashboard.png");
+    let out = std::process::Command::new("node")
+        .args([
+            "interop/ui/dashboard.mjs",
+            &base_of(&server.url),
+            "key-ops",
+            &id,
+            shot.to_str().unwrap(),
+        ])
+        .current_dir(common::repo_root())
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success() && stdout.trim_end().ends_with(" 0 failed"),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    let png = std::fs::read(&shot).unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "a screenshot was saved");
+    // Keep the picture the README shows current when asked to.
+    if std::env::var_os("MCP_TASKS_UPDATE_SCREENSHOT").is_some() {
+        std::fs::write(common::repo_root().join("docs/dashboard.png"), png).unwrap();
+    }
+}

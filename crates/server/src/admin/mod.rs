@@ -27,6 +27,7 @@ const WRITE_BOUND: Duration = Duration::from_secs(2);
 /// router serves itself, so leave it out when merging the two).
 pub fn router(server: Arc<Server>, healthz: bool) -> axum::Router {
     let mut r = api::routes()
+        .route("/ui", get(ui))
         .route("/metrics", get(metrics))
         .route("/readyz", get(readyz));
     if healthz {
@@ -58,6 +59,18 @@ async fn metrics(State(server): State<Arc<Server>>) -> impl IntoResponse {
             "text/plain; version=0.0.4; charset=utf-8",
         )],
         text,
+    )
+}
+
+/// The dashboard: one page, served from the binary (no build step, nothing fetched from elsewhere);
+/// it talks to the admin API and shows a login form when that asks for one.
+async fn ui() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        include_str!("ui.html"),
     )
 }
 

@@ -1,0 +1,97 @@
+#!/usr/bin/env node
+// Uses the mcp-tasks dashboard as a person would, in Debian's headless Chromium driven by
+// playwright-core: logs in with an operator's key, sees a running task's progress advance, filters
+// by status, opens the task, clicks Cancel and sees it cancelled; saves a screenshot.
+//
+// Usage: node dashboard.mjs BASE_URL OPERATOR_KEY TASK_ID SCREENSHOT.png
+// Output: one line per check, `ok - NAME` or `not ok - NAME: REASON`; the last line is exactly
+// `N passed, M failed`. Exit code 1 if any check failed.
+
+import { chromium } from 'playwright-core';
+
+const [base, key, taskId, screenshot] = process.argv.slice(2);
+let passed = 0;
+let failed = 0;
+async function check(name, fn) {
+    try {
+        await fn();
+        passed++;
+        console.log(`ok - ${name}`);
+    } catch (e) {
+        failed++;
+        console.log(`not ok - ${name}: ${String(e?.message ?? e).split('\n')[0]}`);
+    }
+}
+function assert(cond, why) {
+    if (!cond) throw new Error(why);
+}
+
+const watchdog = setTimeout(() => {
+    console.log('not ok - watchdog: the run took over 60 s');
+    console.log(`${passed} passed, ${failed + 1} failed`);
+    process.exit(1);
+}, 60_000);
+watchdog.unref();
+
+const browser = await chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+        '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+});
+const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+const row = () => page.locator(`tr.task[data-id="${taskId}"]`);
+const progressText = async () => (await row().locator('td.progress').innerText()).trim();
+
+await check('the dashboard asks for an operator key, and the key logs in', async () => {
+    await page.goto(`${base}/ui`);
+    await page.locator('#login').waitFor({ state: 'visible', timeout: 10_000 });
+    await page.fill('#key', key);
+    await Promise.all([page.waitForURL(`${base}/ui`), page.click('#login button')]);
+    await page.locator('#app').waitFor({ state: 'visible', timeout: 10_000 });
+});
+
+await check("a running task's progress advances without a reload", async () => {
+    await row().waitFor({ timeout: 10_000 });
+    const first = await progressText();
+    let now = first;
+    for (let i = 0; i < 50 && now === first; i++) {
+        await page.waitForTimeout(200);
+        now = await progressText();
+    }
+    assert(now !== first, `progress stayed at ${first}`);
+    const width = await row().locator('.bar i').evaluate(e => e.style.width);
+    assert(width && width !== '0%', `bar width ${width}`);
+});
+
+await check('the summary strip counts it as working', async () => {
+    await page.waitForFunction(() => Number(document.getElementById('n-working').textContent) >= 1, null, { timeout: 10_000 });
+});
+
+await check('filtering by status shows only matching tasks', async () => {
+    await page.selectOption('#f-status', 'completed');
+    await page.waitForFunction(id => !document.querySelector(`tr.task[data-id="${id}"]`), taskId, { timeout: 10_000 });
+    const statuses = await page.locator('tr.task .badge').allInnerTexts();
+    assert(statuses.every(s => s === 'completed'), `statuses ${statuses}`);
+    await page.selectOption('#f-status', 'working');
+    await row().waitFor({ timeout: 10_000 });
+});
+
+await check('opening the task shows its arguments, history and progress', async () => {
+    await row().click();
+    await page.locator('#detail h2').waitFor({ timeout: 10_000 });
+    const text = await page.locator('#detail').innerText();
+    assert(text.includes('"seconds": 60'), `no arguments in ${text}`);
+    assert(text.includes('working'), `no history in ${text}`);
+    await page.screenshot({ path: screenshot });
+});
+
+await check('Cancel cancels it, and the page shows it cancelled', async () => {
+    await page.click('#cancel');
+    await page.waitForFunction(() => document.getElementById('d-status')?.textContent === 'cancelled', null, { timeout: 10_000 });
+    await page.selectOption('#f-status', '');
+    await page.waitForFunction(id => document.querySelector(`tr.task[data-id="${id}"] .badge`)?.textContent === 'cancelled', taskId, { timeout: 10_000 });
+});
+
+await browser.close();
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
