@@ -255,6 +255,18 @@ fn a_tool_name_taken_twice_stops_the_start() {
     );
 }
 
+/// A gateway in front of server-everything over stdio, its tools under their own names.
+fn everything_gateway(dir: &std::path::Path) -> ServerProcess {
+    let cfg = config(
+        dir,
+        &format!(
+            "[[upstreams]]\nname = \"everything\"\ncommand = [\"node\", \"{}\", \"stdio\"]\n",
+            everything()
+        ),
+    );
+    ServerProcess::start(&["--store", "memory:", "--config", &cfg])
+}
+
 /// The processes whose parent is `pid`.
 fn children_of(pid: u32) -> Vec<u32> {
     let out = Command::new("pgrep")
@@ -270,14 +282,7 @@ fn children_of(pid: u32) -> Vec<u32> {
 #[test]
 fn an_upstream_killed_mid_call_fails_its_task_with_its_last_words_and_is_started_again() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(
-        dir.path(),
-        &format!(
-            "[[upstreams]]\nname = \"everything\"\ncommand = [\"node\", \"{}\", \"stdio\"]\n",
-            everything()
-        ),
-    );
-    let server = ServerProcess::start(&["--store", "memory:", "--config", &cfg]);
+    let server = everything_gateway(dir.path());
     let cli = Cli::new(&server.url);
     let out = cli.run(&[
         "call",
@@ -462,14 +467,7 @@ async fn a_python_sdk_server_behind_the_gateway_driven_by_the_rmcp_client_with_a
 #[test]
 fn a_question_of_one_call_is_not_taken_for_another_calls_on_a_stdio_upstream() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(
-        dir.path(),
-        &format!(
-            "[[upstreams]]\nname = \"everything\"\ncommand = [\"node\", \"{}\", \"stdio\"]\n",
-            everything()
-        ),
-    );
-    let server = ServerProcess::start(&["--store", "memory:", "--config", &cfg]);
+    let server = everything_gateway(dir.path());
     let cli = Cli::new(&server.url);
     // A call whose question nobody answers (its client detached): it waits, as a task may.
     let out = cli.run(&["call", "trigger-elicitation-request", "--detach"]);

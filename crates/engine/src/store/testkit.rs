@@ -42,6 +42,18 @@ pub fn record(id: &str, owner: &str, created_at: u64) -> TaskRecord {
     }
 }
 
+/// The change that completes a task with an empty result.
+fn completed() -> TaskChange {
+    TaskChange {
+        status: Some(TaskStatus::Completed),
+        outcome: Some(Outcome::Result {
+            value: json!({}),
+            is_error: false,
+        }),
+        ..Default::default()
+    }
+}
+
 /// Runs every contract test, each on a fresh store from `make`.
 pub async fn run_all<S, F, Fut>(make: F)
 where
@@ -141,14 +153,7 @@ async fn an_operator_searches_every_principals_tasks_and_purges_finished_ones(s:
     s.create(a, None).await.unwrap();
     s.create(record("b", "bob", 2_000), None).await.unwrap();
     s.create(record("c", "alice", 3_000), None).await.unwrap();
-    let done = TaskChange {
-        status: Some(TaskStatus::Completed),
-        outcome: Some(Outcome::Result {
-            value: json!({}),
-            is_error: false,
-        }),
-        ..Default::default()
-    };
+    let done = completed();
     s.update("b", &TaskStatus::ACTIVE, done, 5_000)
         .await
         .unwrap();
@@ -209,14 +214,7 @@ async fn unfinished_tasks_are_counted_by_status(s: impl TaskStore) {
     s.update("asks", &TaskStatus::ACTIVE, ask, 1_100)
         .await
         .unwrap();
-    let done = TaskChange {
-        status: Some(TaskStatus::Completed),
-        outcome: Some(Outcome::Result {
-            value: json!({}),
-            is_error: false,
-        }),
-        ..Default::default()
-    };
+    let done = completed();
     s.update("done", &TaskStatus::ACTIVE, done, 1_200)
         .await
         .unwrap();
@@ -259,14 +257,7 @@ async fn a_checkpoint_is_kept_until_the_task_finishes(s: impl TaskStore) {
         .await
         .unwrap();
     assert!(rec.checkpoint.is_some());
-    let done = TaskChange {
-        status: Some(TaskStatus::Completed),
-        outcome: Some(Outcome::Result {
-            value: json!({}),
-            is_error: false,
-        }),
-        ..Default::default()
-    };
+    let done = completed();
     s.update("k", &TaskStatus::ACTIVE, done, 1_300)
         .await
         .unwrap();

@@ -109,14 +109,7 @@ async fn logout(State(server): State<Arc<Server>>, headers: HeaderMap) -> Respon
 
 /// Counts for the dashboard's strip: unfinished tasks now, and how the tasks created in the last
 /// hour ended (with the failure rate among those finished).
-async fn summary_counts(
-    State(server): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-) -> Response {
-    if let Err(why) = operator(&server, &headers, peer) {
-        return fail(StatusCode::FORBIDDEN, why);
-    }
+async fn summary_counts(State(server): State<Arc<Server>>, _: Operator) -> Response {
     let store = server.engine().store();
     let active = match store.count_active().await {
         Ok(a) => a,
@@ -155,14 +148,7 @@ async fn summary_counts(
 
 /// Server-sent events for the dashboard: each task that is created or changes (status, progress,
 /// message), as its listing entry (`event: task`); `event: resync` when events were missed.
-async fn events(
-    State(server): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-) -> Response {
-    if let Err(why) = operator(&server, &headers, peer) {
-        return fail(StatusCode::FORBIDDEN, why);
-    }
+async fn events(State(server): State<Arc<Server>>, _: Operator) -> Response {
     use axum::response::sse::{Event, KeepAlive, Sse};
     use mcp_tasks_engine::TaskEvent;
     let rx = server.engine().notifier().subscribe_all();
@@ -194,7 +180,11 @@ fn fail(status: StatusCode, message: impl Into<String>) -> Response {
 
 /// The operator making the request (by key, by the dashboard's login cookie, or — with no keys
 /// configured — by calling from loopback), or why the request is refused (403).
-fn operator(server: &Server, headers: &HeaderMap, peer: SocketAddr) -> Result<String, String> {
+fn operator(
+    server: &Server,
+    headers: &HeaderMap,
+    peer: Option<SocketAddr>,
+) -> Result<String, String> {
     let authorization = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
@@ -212,7 +202,28 @@ fn operator(server: &Server, headers: &HeaderMap, peer: SocketAddr) -> Result<St
     }
     server
         .authenticator()
-        .operator(authorization, peer.ip().is_loopback())
+        .operator(authorization, peer.is_some_and(|p| p.ip().is_loopback()))
+}
+
+/// The operator making a request, as a handler's argument: the request is refused (403, saying
+/// why) before the handler runs otherwise.
+pub(crate) struct Operator(pub(crate) String);
+
+impl axum::extract::FromRequestParts<Arc<Server>> for Operator {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        server: &Arc<Server>,
+    ) -> Result<Self, Self::Rejection> {
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0);
+        operator(server, &parts.headers, peer)
+            .map(Operator)
+            .map_err(|why| fail(StatusCode::FORBIDDEN, why))
+    }
 }
 
 /// The status an operator sees: `working`, `input_required`, or how a finished task counts
@@ -258,13 +269,9 @@ struct ListParams {
 
 async fn list(
     State(server): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    _: Operator,
     Query(p): Query<ListParams>,
 ) -> Response {
-    if let Err(why) = operator(&server, &headers, peer) {
-        return fail(StatusCode::FORBIDDEN, why);
-    }
     let limit = p.limit.unwrap_or(200).clamp(1, MAX_LIST);
     // Shown statuses map onto stored ones; a tool error is a completed task shown as failed.
     let statuses = match p.status.as_deref() {
@@ -307,15 +314,7 @@ async fn list(
     }
 }
 
-async fn show(
-    State(server): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Response {
-    if let Err(why) = operator(&server, &headers, peer) {
-        return fail(StatusCode::FORBIDDEN, why);
-    }
+async fn show(State(server): State<Arc<Server>>, _: Operator, Path(id): Path<String>) -> Response {
     let t = match server.engine().get(&id).await {
         Ok(Lookup::Found(t)) => t,
         Ok(_) => return fail(StatusCode::NOT_FOUND, format!("no task {id}")),
@@ -366,14 +365,9 @@ async fn show(
 
 async fn cancel(
     State(server): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    Operator(who): Operator,
     Path(id): Path<String>,
 ) -> Response {
-    let who = match operator(&server, &headers, peer) {
-        Ok(w) => w,
-        Err(why) => return fail(StatusCode::FORBIDDEN, why),
-    };
     let why = format!("cancelled by operator {who}");
     match server.engine().cancel(&id, Some(why)).await {
         Ok(t) => {
@@ -401,14 +395,9 @@ struct PurgeParams {
 
 async fn purge(
     State(server): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    Operator(who): Operator,
     Query(p): Query<PurgeParams>,
 ) -> Response {
-    let who = match operator(&server, &headers, peer) {
-        Ok(w) => w,
-        Err(why) => return fail(StatusCode::FORBIDDEN, why),
-    };
     let now = mcp_tasks_engine::now_ms();
     let config = server.engine().config();
     let policy = PurgePolicy {
