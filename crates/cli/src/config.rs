@@ -24,6 +24,9 @@ pub struct ConfigFile {
     /// `[admin]`: where metrics and health are served.
     #[serde(default)]
     pub admin: AdminSection,
+    /// `[telemetry]`: where traces go.
+    #[serde(default)]
+    pub telemetry: TelemetrySection,
     /// `[auth]`: API keys and limits.
     #[serde(default)]
     pub auth: AuthSection,
@@ -134,6 +137,15 @@ pub struct ServerSection {
     /// Secret that signs 2026-07-28 `requestState` values (give all replicas the same one; default:
     /// random per process).
     pub request_state_secret: Option<String>,
+}
+
+/// `[telemetry]`: OpenTelemetry export.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetrySection {
+    /// A collector's OTLP/HTTP base URL (e.g. "http://127.0.0.1:4318"): spans are exported there
+    /// as JSON to `/v1/traces`.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// `[admin]`: the operator's endpoints (`/metrics`, `/healthz`, `/readyz`).

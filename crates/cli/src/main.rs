@@ -4,6 +4,7 @@
 mod admin;
 mod client;
 mod config;
+mod telemetry;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -43,16 +44,9 @@ struct Cli {
         default_value = "text",
         env = "MCP_TASKS_LOG_FORMAT"
     )]
-    log_format: LogFormat,
+    log_format: telemetry::LogFormat,
     #[command(subcommand)]
     command: Command,
-}
-
-/// `--log-format`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
 }
 
 #[derive(Subcommand)]
@@ -135,19 +129,19 @@ fn main() -> Result<()> {
         cli.command,
         Command::Call { .. } | Command::Task { .. } | Command::Tools { .. } | Command::Admin(_)
     );
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| if client_side { "warn" } else { "info" }.into());
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match cli.log_format {
-        LogFormat::Text => logs.init(),
-        LogFormat::Json => logs
-            .json()
-            .with_current_span(true)
-            .with_span_list(false)
-            .init(),
-    }
+    // Traces go to a collector when the server's config names one ([telemetry] otlp_endpoint).
+    let otlp = match &cli.command {
+        Command::Serve(args) => match &args.config {
+            Some(path) => ConfigFile::load(path)?.telemetry.otlp_endpoint,
+            None => None,
+        },
+        _ => None,
+    };
+    let _telemetry = telemetry::init(
+        cli.log_format,
+        if client_side { "warn" } else { "info" },
+        otlp.as_deref(),
+    )?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

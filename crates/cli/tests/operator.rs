@@ -502,3 +502,94 @@ fn the_dashboard_in_headless_chromium_shows_progress_filters_opens_and_cancels()
         std::fs::write(common::repo_root().join("docs/dashboard.png"), png).unwrap();
     }
 }
+
+/// A small OTLP/HTTP receiver on loopback: answers every POST with `{}` and hands over each
+/// request's path and body.
+fn otlp_receiver() -> (String, std::sync::mpsc::Receiver<(String, String)>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().map_while(Result::ok) {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut conn = conn;
+                loop {
+                    let mut start = String::new();
+                    if reader.read_line(&mut start).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let path = start.split_whitespace().nth(1).unwrap_or("").to_string();
+                    let mut length = 0usize;
+                    loop {
+                        let mut h = String::new();
+                        if reader.read_line(&mut h).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if h.trim().is_empty() {
+                            break;
+                        }
+                        if let Some((k, v)) = h.split_once(':') {
+                            if k.eq_ignore_ascii_case("content-length") {
+                                length = v.trim().parse().unwrap_or(0);
+                            }
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let _ = tx.send((path, String::from_utf8_lossy(&body).into_owned()));
+                    let _ = conn.write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}",
+                    );
+                }
+            });
+        }
+    });
+    (url, rx)
+}
+
+#[test]
+fn spans_are_exported_over_otlp_when_a_collector_is_configured() {
+    let (collector, received) = otlp_receiver();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("otlp.toml");
+    std::fs::write(
+        &cfg,
+        format!("[telemetry]\notlp_endpoint = \"{collector}\"\n"),
+    )
+    .unwrap();
+    let mut cmd = std::process::Command::new(common::bin());
+    cmd.args([
+        "serve",
+        "--demo",
+        "--store",
+        "memory:",
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        cfg.to_str().unwrap(),
+    ])
+    .env("RUST_LOG", "info")
+    // Export every 200 ms instead of every 5 s.
+    .env("OTEL_BSP_SCHEDULE_DELAY", "200");
+    let server = ServerProcess::spawn(cmd);
+    let cli = Cli::new(&server.url);
+    let out = cli.run(&["task", "get", "0123456789abcdef"]);
+    assert_ne!(out.status.code(), Some(0));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut seen = String::new();
+    while !(seen.contains("tasks/get") && seen.contains("anonymous")) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let (path, body) = received
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("no span exported in time; got: {seen}"));
+        assert_eq!(path, "/v1/traces");
+        seen.push_str(&body);
+    }
+    assert!(seen.contains("\"request\""), "the request span: {seen}");
+    assert!(seen.contains("mcp-tasks"), "the service name: {seen}");
+}
