@@ -129,18 +129,23 @@ fn main() -> Result<()> {
         cli.command,
         Command::Call { .. } | Command::Task { .. } | Command::Tools { .. } | Command::Admin(_)
     );
-    // Traces go to a collector when the server's config names one ([telemetry] otlp_endpoint).
-    let otlp = match &cli.command {
-        Command::Serve(args) => match &args.config {
-            Some(path) => ConfigFile::load(path)?.telemetry.otlp_endpoint,
-            None => None,
+    // The server's config is read once, here: it also says where traces go ([telemetry]).
+    let file = match &cli.command {
+        Command::Serve(ServeArgs {
+            config: Some(path), ..
+        }) => match ConfigFile::load(path) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("error: {}", client::error_text(&e));
+                std::process::exit(1);
+            }
         },
-        _ => None,
+        _ => ConfigFile::default(),
     };
     let _telemetry = telemetry::init(
         cli.log_format,
         if client_side { "warn" } else { "info" },
-        otlp.as_deref(),
+        file.telemetry.otlp_endpoint.as_deref(),
     )?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -171,7 +176,7 @@ fn main() -> Result<()> {
     }
     match cli.command {
         Command::Serve(args) => {
-            if let Err(e) = runtime.block_on(serve(args)) {
+            if let Err(e) = runtime.block_on(serve(args, file)) {
                 // One line with each cause once; no backtrace for a configuration or start-up error.
                 eprintln!("error: {}", client::error_text(&e));
                 std::process::exit(1);
@@ -196,11 +201,7 @@ fn main() -> Result<()> {
     }
 }
 
-async fn serve(args: ServeArgs) -> Result<()> {
-    let file = match &args.config {
-        Some(p) => ConfigFile::load(p)?,
-        None => ConfigFile::default(),
-    };
+async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
     let store_url = match args.store.as_deref().or(file.server.store.as_deref()) {
         Some(s) => StoreUrl::parse(s)?,
         None => StoreUrl::Sqlite(default_sqlite_path()),

@@ -141,14 +141,7 @@ impl TaskHandler for UpstreamTool {
         };
         // What was reported last still reaches the task.
         while let Ok(e) = rx.try_recv() {
-            if let Event::Progress {
-                progress,
-                total,
-                message,
-            } = e
-            {
-                ctx.progress(progress, total, message).await;
-            }
+            forward(&ctx, e).await;
         }
         match result {
             Ok(Called::Done(outcome)) => self.outcome(outcome, timed_out, "call"),
