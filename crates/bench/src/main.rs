@@ -88,6 +88,10 @@ enum Command {
         /// PostgreSQL schema to use (replicas share one); default: a fresh one.
         #[arg(long)]
         pg_schema: Option<String>,
+        /// Log to standard error as `mcp-tasks serve` does, at this level or `RUST_LOG`-style
+        /// filter (e.g. `info`, its default); without it the server installs no subscriber.
+        #[arg(long)]
+        log: Option<String>,
     },
     /// Serve the ceiling: a canned reply to every request (run by the suite).
     Ceiling,
@@ -120,7 +124,20 @@ fn main() -> Result<()> {
             keep,
             prefill,
             pg_schema,
-        }) => runtime.block_on(serve::ours(&store, keep, prefill, pg_schema)),
+            log,
+        }) => {
+            if let Some(filter) = log {
+                // As `mcp-tasks serve` logs: without the span held for each task's whole run.
+                let off = mcp_tasks_engine::trace::RUN_SPAN_TARGET;
+                tracing_subscriber::fmt()
+                    .with_env_filter(tracing_subscriber::EnvFilter::new(format!(
+                        "{filter},{off}=off"
+                    )))
+                    .with_writer(std::io::stderr)
+                    .init();
+            }
+            runtime.block_on(serve::ours(&store, keep, prefill, pg_schema))
+        }
         Some(Command::Ceiling) => runtime.block_on(serve::ceiling()),
         Some(Command::Drive {
             url,

@@ -123,7 +123,11 @@ fn median(xs: &[f64]) -> f64 {
 async fn unfinished(scratch: &std::path::Path, n: usize, out: &mut String) -> Result<()> {
     let db = format!("sqlite://{}", scratch.join("unfinished.db").display());
     eprintln!("== {n} unfinished tasks on SQLite");
-    let t = ours("ours", &["--store".into(), db.clone()])?;
+    // Logging as `mcp-tasks serve` does by default: a subscriber keeps each running task's span.
+    let t = ours(
+        "ours",
+        &["--store".into(), db.clone(), "--log".into(), "info".into()],
+    )?;
     let mut running = t.start()?;
     let next = Arc::new(AtomicUsize::new(0));
     let mut workers = Vec::new();
@@ -155,7 +159,10 @@ async fn unfinished(scratch: &std::path::Path, n: usize, out: &mut String) -> Re
         restart.as_secs_f64()
     );
     let _ = writeln!(out, "\n### {n} unfinished tasks (SQLite)\n");
-    let _ = writeln!(out, "- server RSS: {rss:.0} MiB (peak {peak:.0} MiB)");
+    let _ = writeln!(
+        out,
+        "- server RSS, logging at `info` as `mcp-tasks serve` does: {rss:.0} MiB (peak {peak:.0} MiB)"
+    );
     let _ = writeln!(
         out,
         "- restart after kill -9, recovery included, until a request is served: {:.2} s",

@@ -40,8 +40,18 @@ pub fn init(
     default_level: &str,
     otlp_endpoint: Option<&str>,
 ) -> Result<Telemetry> {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    // A running task has a span held for its whole run, for the exporter, and one made each time it
+    // is polled, for the log lines (see `mcp_tasks_engine::trace`): each side is kept from the other,
+    // so logging alone keeps nothing per waiting task.
+    let filter = |off: &str| -> Result<EnvFilter> {
+        let f = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+        Ok(f.add_directive(
+            format!("{off}=off")
+                .parse()
+                .with_context(|| format!("filter directive for {off}"))?,
+        ))
+    };
+    let lines_filter = filter(mcp_tasks_engine::trace::RUN_SPAN_TARGET)?;
     let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let lines: Box<dyn Layer<Registry> + Send + Sync> = match format {
         LogFormat::Text => lines.boxed(),
@@ -66,16 +76,22 @@ pub fn init(
                 .build();
             let tracer = provider.tracer("mcp-tasks");
             (
-                Some(tracing_opentelemetry::layer().with_tracer(tracer)),
+                Some(
+                    tracing_opentelemetry::layer()
+                        .with_tracer(tracer)
+                        .with_filter(filter(mcp_tasks_engine::trace::POLL_SPAN_TARGET)?),
+                ),
                 Some(provider),
             )
         }
         None => (None, None),
     };
-    tracing_subscriber::registry()
-        .with(lines)
-        .with(spans)
-        .with(filter)
-        .init();
+    let logging = tracing_subscriber::registry().with(lines.with_filter(lines_filter));
+    // Not `.with(Option<Layer>)`: an absent layer answers that it wants every span, which could
+    // keep the span held per running task for nobody.
+    match spans {
+        Some(spans) => logging.with(spans).init(),
+        None => logging.init(),
+    }
     Ok(Telemetry { provider })
 }

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{text, ClientCli as Cli, ServerProcess};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 /// The samples of a text exposition: `name{labels}` → value.
@@ -311,7 +311,7 @@ fn admin_commands_list_show_cancel_and_purge_every_principals_tasks() {
 }
 
 #[test]
-fn json_logs_carry_the_requests_method_and_principal() {
+fn json_logs_carry_the_request_and_task_spans() {
     let mut cmd = std::process::Command::new(common::bin());
     cmd.args([
         "serve",
@@ -332,6 +332,10 @@ fn json_logs_carry_the_requests_method_and_principal() {
     assert_ne!(out.status.code(), Some(0));
     let out = cli.run(&["tools", "--no-2026"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = cli.run(&["call", "slow_compute", "seconds=0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The run logs its end right after storing it, which the client may see first.
+    std::thread::sleep(Duration::from_millis(500));
     server.child.kill().unwrap();
     let lines: Vec<serde_json::Value> = std::io::BufRead::lines(std::io::BufReader::new(stderr))
         .map_while(Result::ok)
@@ -349,6 +353,21 @@ fn json_logs_carry_the_requests_method_and_principal() {
         .find(|l| l["fields"]["message"] == "session initialized")
         .expect("the session is logged");
     assert_eq!(init["span"]["method"], "initialize");
+    // The task's own lines carry its span: task id, tool and principal.
+    let created = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "task created")
+        .expect("the task is logged");
+    assert_eq!(created["span"]["name"], "request");
+    assert_eq!(created["span"]["method"], "tools/call");
+    let finished = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "task finished")
+        .expect("its end is logged");
+    assert_eq!(finished["span"]["name"], "task");
+    assert_eq!(finished["span"]["task"], created["fields"]["task"]);
+    assert_eq!(finished["span"]["tool"], "slow_compute");
+    assert_eq!(finished["span"]["principal"], "anonymous");
 }
 
 /// A config with keys for alice and for ops, an operator.
@@ -580,16 +599,68 @@ fn spans_are_exported_over_otlp_when_a_collector_is_configured() {
     let cli = Cli::new(&server.url);
     let out = cli.run(&["task", "get", "0123456789abcdef"]);
     assert_ne!(out.status.code(), Some(0));
+    let out = cli.run(&["call", "slow_compute", "seconds=0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut seen = String::new();
-    while !(seen.contains("tasks/get") && seen.contains("anonymous")) {
+    let mut bodies = Vec::new();
+    let mut spans: Vec<(String, BTreeMap<String, String>)> = Vec::new();
+    let has = |spans: &[(String, BTreeMap<String, String>)], name: &str, key: &str, value: &str| {
+        spans
+            .iter()
+            .any(|(n, a)| n == name && a.get(key).map(String::as_str) == Some(value))
+    };
+    // The task span ends, and is exported, when the task does.
+    while !(has(&spans, "request", "method", "tasks/get")
+        && has(&spans, "task", "tool", "slow_compute"))
+    {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         let (path, body) = received
             .recv_timeout(left)
-            .unwrap_or_else(|_| panic!("no span exported in time; got: {seen}"));
+            .unwrap_or_else(|_| panic!("no span exported in time; got: {bodies:?}"));
         assert_eq!(path, "/v1/traces");
-        seen.push_str(&body);
+        spans.extend(otlp_spans(&body));
+        bodies.push(body);
     }
-    assert!(seen.contains("\"request\""), "the request span: {seen}");
-    assert!(seen.contains("mcp-tasks"), "the service name: {seen}");
+    assert!(
+        bodies.concat().contains("mcp-tasks"),
+        "the service name: {bodies:?}"
+    );
+    let lookup = spans
+        .iter()
+        .find(|(n, a)| n == "request" && a["method"] == "tasks/get")
+        .unwrap();
+    assert_eq!(lookup.1["principal"], "anonymous");
+    let (_, task) = spans.iter().find(|(n, _)| n == "task").unwrap();
+    assert_eq!(task["principal"], "anonymous");
+    assert_eq!(task["task"].len(), 44, "a task id: {task:?}");
+    // The call that created it names it too.
+    assert!(
+        has(&spans, "request", "task", &task["task"]),
+        "the tools/call span carries the task id: {spans:?}"
+    );
+}
+
+/// Each span in an OTLP/HTTP JSON export: its name and its string attributes.
+fn otlp_spans(body: &str) -> Vec<(String, BTreeMap<String, String>)> {
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    let mut out = Vec::new();
+    for rs in v["resourceSpans"].as_array().into_iter().flatten() {
+        for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
+            for span in ss["spans"].as_array().into_iter().flatten() {
+                let attributes = span["attributes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|a| {
+                        Some((
+                            a["key"].as_str()?.to_string(),
+                            a["value"]["stringValue"].as_str()?.to_string(),
+                        ))
+                    })
+                    .collect();
+                out.push((span["name"].as_str().unwrap_or("").to_string(), attributes));
+            }
+        }
+    }
+    out
 }

@@ -40,6 +40,7 @@ mod model;
 mod notifier;
 mod rules;
 pub mod store;
+pub mod trace;
 
 pub use clock::{format_rfc3339, now_ms};
 pub use context::{CheckpointError, ContextSink, InputError, LogLevel, TaskContext};

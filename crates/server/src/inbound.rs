@@ -130,8 +130,9 @@ impl Server {
             reply.announces = crate::core::CREATED.with(|c| c.take());
             reply
         });
-        // Every log line of the request carries its method and principal.
-        let span = tracing::info_span!("request", method = %method, principal = %peer.name());
+        // Every log line of the request carries its method and principal, and, once known, the task
+        // it made or is about.
+        let span = tracing::info_span!("request", method = %method, principal = %peer.name(), task = tracing::field::Empty);
         let work = tracing::Instrument::instrument(work, span);
         let reply = tokio::select! {
             r = work => Some(r),

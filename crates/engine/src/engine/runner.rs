@@ -16,11 +16,12 @@ use crate::ids::random_id;
 use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
 use crate::notifier::TaskEvent;
 use crate::store::{error_chain, Lookup, ProgressState, ProgressUpdate, TaskChange, UpdateError};
+use crate::trace::{RunLabels, Traced};
 
 impl Engine {
-    /// Starts `rec`'s handler in the background. The run holds only what it needs (id, tool name,
-    /// arguments, shown progress), not the record: with 100,000 tasks running, every byte of the
-    /// run's future counts a hundred thousand times.
+    /// Starts `rec`'s handler in the background. The run holds only what it needs (its sink, with
+    /// the id, tool, principal and shown progress; the arguments), not the record: with 100,000
+    /// tasks running, every byte of the run's future counts a hundred thousand times.
     pub(super) fn spawn_run(self: &Arc<Self>, rec: &TaskRecord, handler: Arc<dyn TaskHandler>) {
         // Marked as running before the handler starts, so a cancel that lands at once finds its
         // token and the sweeper never takes this task for an orphan.
@@ -30,49 +31,35 @@ impl Engine {
         }
         let stop = self.shutdown.child_token();
         self.running.insert(rec.id.clone(), stop.clone());
-        let run = Run {
+        let sink = Arc::new(TaskSink {
+            engine: self.clone(),
             id: rec.id.clone(),
             tool: rec.tool.clone(),
-            shown: ProgressState::of(rec),
+            owner: rec.owner.clone(),
+            shown: std::sync::Mutex::new(ProgressState::of(rec)),
             checkpoint: rec.checkpoint.clone(),
-        };
-        let arguments = rec.arguments.clone();
-        let id = run.id.clone();
-        let engine = self.clone();
-        // A combinator, not an async block around `run(..).await`: the block would keep the run's
-        // arguments, or the run's future twice, in slots of its own (640 or 920 bytes per running
-        // task instead of about 480).
-        tokio::spawn(
-            self.clone()
-                .run(run, arguments, handler, stop)
-                .map(move |()| {
-                    engine.running.remove(&id);
-                }),
-        );
+        });
+        let run = self
+            .clone()
+            .run(sink.clone(), rec.arguments.clone(), handler, stop);
+        tokio::spawn(Traced::new(run, sink));
     }
 
     /// Runs the handler until it returns, or until `stop` fires (the task was finished elsewhere, its
     /// lease was lost, or the server is stopping) and the grace period after it ends.
     async fn run(
         self: Arc<Self>,
-        run: Run,
+        sink: Arc<TaskSink>,
         arguments: Value,
         handler: Arc<dyn TaskHandler>,
         stop: CancellationToken,
     ) {
-        let Run {
-            id,
-            tool,
-            shown,
-            checkpoint,
-        } = run;
-        let sink = Arc::new(TaskSink {
-            engine: self.clone(),
-            id: id.clone(),
-            shown: std::sync::Mutex::new(shown),
-            checkpoint,
-        });
-        let ctx = TaskContext::new(Some(id.clone()), stop.clone(), sink);
+        // However the run ends, or if it is dropped (the runtime stopping), it is no longer running.
+        let _registered = Registered {
+            engine: &self,
+            id: &sink.id,
+        };
+        let ctx = TaskContext::new(Some(sink.id.clone()), stop.clone(), sink.clone());
         // Run inline rather than as a task of its own: one task per running handler, not two. A
         // panic is caught here, and dropping the future is what aborting it means.
         let mut work = std::panic::AssertUnwindSafe(handler.run(ctx, arguments)).catch_unwind();
@@ -84,7 +71,7 @@ impl Engine {
                 match Box::pin(tokio::time::timeout(self.config.cancel_grace, &mut work)).await {
                     Ok(joined) => Some(joined),
                     Err(_) => {
-                        tracing::warn!(task = %id, "handler ignored cancellation for the grace period; dropped");
+                        tracing::warn!(task = %sink.id, "handler ignored cancellation for the grace period; dropped");
                         None
                     }
                 }
@@ -93,7 +80,7 @@ impl Engine {
         drop(work);
         let outcome = match outcome {
             Some(Ok(outcome)) => outcome,
-            Some(Err(_)) => self.rules.failure(format!("tool `{tool}` panicked")),
+            Some(Err(_)) => self.rules.failure(format!("tool `{}` panicked", sink.tool)),
             None => return,
         };
         if stop.is_cancelled() {
@@ -104,7 +91,7 @@ impl Engine {
         }
         // Boxed: the write's future is large and needed once, at the end; inline it would sit in
         // every running task's future for the whole run.
-        Box::pin(self.finish(&id, outcome)).await;
+        Box::pin(self.finish(&sink.id, outcome)).await;
     }
 
     async fn finish(&self, id: &str, outcome: Outcome) {
@@ -162,24 +149,43 @@ impl Engine {
     }
 }
 
-/// What a run keeps of its task's record.
-struct Run {
-    id: String,
-    tool: String,
-    shown: ProgressState,
-    checkpoint: Option<Value>,
+/// A running task's entry in [`Engine::running`], removed when the run ends.
+struct Registered<'a> {
+    engine: &'a Engine,
+    id: &'a str,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.engine.running.remove(self.id);
+    }
 }
 
 /// Reports from a running task: into the store, then out through the notifier.
 struct TaskSink {
     engine: Arc<Engine>,
     id: String,
+    /// The tool and the principal, for the run's spans and messages.
+    tool: String,
+    owner: String,
     /// The progress the task shows as of this sink's last write. Only this sink changes it while the
     /// run lasts, so it tells (by the store's own rules) whether a report would change anything,
     /// without a read.
     shown: std::sync::Mutex<ProgressState>,
     /// The checkpoint the task had when this run started.
     checkpoint: Option<Value>,
+}
+
+impl RunLabels for TaskSink {
+    fn task(&self) -> &str {
+        &self.id
+    }
+    fn tool(&self) -> &str {
+        &self.tool
+    }
+    fn principal(&self) -> &str {
+        &self.owner
+    }
 }
 
 impl TaskSink {

@@ -176,7 +176,7 @@ impl Server {
         let remember = start
             .cancellable_by
             .map(|id| (peer.session_id().to_string(), id));
-        let submitted = tokio::spawn(async move {
+        let submitted = tokio::spawn(tracing::Instrument::in_current_span(async move {
             let submitted = match invalid {
                 Some(value) => {
                     server
@@ -204,10 +204,12 @@ impl Server {
                 }
             }
             submitted
-        })
+        }))
         .await
         .map_err(|e| internal(JoinFailure(e.to_string())))?;
         if let Ok(s) = &submitted {
+            // The request's span (see `Server::handle_request`) names the task it made or found.
+            tracing::Span::current().record("task", s.record.id.as_str());
             if peer.session.is_some() && start.era != super::Era::Stateless.task_label() {
                 // The reply to this request names the task (see `Server::reply_written`), also when
                 // a retry finds it: that releases messages a lost first reply left waiting.

@@ -102,7 +102,10 @@ impl Server {
             .await
             .map_err(|e| Unavailable::Internal(internal(e)))?;
         match found {
-            Lookup::Found(t) if t.owner == peer.name() && era_visible(&t.era) => Ok(t),
+            Lookup::Found(t) if t.owner == peer.name() && era_visible(&t.era) => {
+                tracing::Span::current().record("task", t.id.as_str());
+                Ok(t)
+            }
             Lookup::Expired { owner, .. } if owner == peer.name() => Err(Unavailable::Expired),
             _ => {
                 // Many of these from one principal look like someone guessing ids.
