@@ -7,8 +7,9 @@ use std::sync::Mutex;
 
 use super::{
     after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, ActiveCounts,
-    ActiveLimit, AnswerError, Created, InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy,
-    Purged, SessionRecord, StoreError, TaskChange, TaskFilter, TaskPage, TaskStore, UpdateError,
+    ActiveLimit, AnswerError, Created, FinishedCounts, InvalidCursor, ListQuery, Lookup,
+    OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskFilter, TaskPage,
+    TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus, Transition};
 
@@ -320,6 +321,16 @@ impl TaskStore for MemoryStore {
         found.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
         found.truncate(filter.limit);
         Ok(found)
+    }
+
+    async fn count_finished(&self, created_after: u64) -> Result<FinishedCounts, StoreError> {
+        let mut counts = FinishedCounts::default();
+        for t in self.lock().tasks.values() {
+            if t.created_at >= created_after {
+                counts.add(t);
+            }
+        }
+        Ok(counts)
     }
 
     async fn count_active(&self) -> Result<ActiveCounts, StoreError> {

@@ -254,6 +254,51 @@ impl ActiveCounts {
     }
 }
 
+/// Finished tasks by how they ended ([`TaskStore::count_finished`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FinishedCounts {
+    /// `completed` with a result that is not a tool error.
+    pub completed: u64,
+    /// `completed` with a result that reports a tool error (`is_error`).
+    pub completed_with_error: u64,
+    /// `failed` (a protocol-level error).
+    pub failed: u64,
+    /// `cancelled`.
+    pub cancelled: u64,
+}
+
+impl FinishedCounts {
+    /// Counts one task (unfinished ones are not counted).
+    pub fn add(&mut self, t: &TaskRecord) {
+        match (t.status, &t.outcome) {
+            (TaskStatus::Completed, Some(Outcome::Result { is_error: true, .. })) => {
+                self.completed_with_error += 1
+            }
+            (TaskStatus::Completed, _) => self.completed += 1,
+            (TaskStatus::Failed, _) => self.failed += 1,
+            (TaskStatus::Cancelled, _) => self.cancelled += 1,
+            _ => {}
+        }
+    }
+
+    /// Counts `n` tasks of status `status` (as stored) that ended with a tool error or not.
+    pub(crate) fn add_count(&mut self, status: &str, is_error: bool, n: u64) {
+        match (TaskStatus::parse(status), is_error) {
+            (Some(TaskStatus::Completed), true) => self.completed_with_error += n,
+            (Some(TaskStatus::Completed), false) => self.completed += n,
+            (Some(TaskStatus::Failed), _) => self.failed += n,
+            (Some(TaskStatus::Cancelled), _) => self.cancelled += n,
+            _ => {}
+        }
+    }
+}
+
+/// The smallest task id made at or after `ms` (see `ids::task_id`): where a range of ids by creation
+/// time starts.
+pub(crate) fn id_floor(ms: u64) -> String {
+    format!("{:012x}", ms & 0xffff_ffff_ffff)
+}
+
 /// One progress report of a running task; see [`TaskChange::progress`] for how it is applied.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProgressUpdate {
@@ -474,6 +519,9 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError>;
     /// How many tasks are `working` and how many `input_required`, across every node.
     async fn count_active(&self) -> Result<ActiveCounts, StoreError>;
+    /// Finished tasks created at or after `created_after` (Unix ms), by how they ended, across every
+    /// node: a count, not a read of the tasks (the dashboard asks every few seconds).
+    async fn count_finished(&self, created_after: u64) -> Result<FinishedCounts, StoreError>;
     /// The status changes of task `task_id` after its creation, oldest first (purged with it).
     async fn history(&self, task_id: &str) -> Result<Vec<Transition>, StoreError>;
     /// Every principal's tasks that `filter` selects, newest first (an operator's view).

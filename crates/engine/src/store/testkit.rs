@@ -6,8 +6,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::{
-    ActiveCounts, ActiveLimit, AnswerError, Created, ListQuery, Lookup, OrphanPlan, ProgressUpdate,
-    PurgePolicy, SessionRecord, StoreError, TaskChange, TaskFilter, TaskStore, UpdateError,
+    ActiveCounts, ActiveLimit, AnswerError, Created, FinishedCounts, ListQuery, Lookup, OrphanPlan,
+    ProgressUpdate, PurgePolicy, SessionRecord, StoreError, TaskChange, TaskFilter, TaskStore,
+    UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
 
@@ -85,6 +86,7 @@ where
     purge_takes_the_input_requests_of_purged_tasks(make().await).await;
     a_checkpoint_is_kept_until_the_task_finishes(make().await).await;
     unfinished_tasks_are_counted_by_status(make().await).await;
+    finished_tasks_since_a_time_are_counted_by_how_they_ended(make().await).await;
     an_operator_searches_every_principals_tasks_and_purges_finished_ones(make().await).await;
     every_status_change_is_kept_until_the_task_is_purged(make().await).await;
 }
@@ -224,6 +226,71 @@ async fn unfinished_tasks_are_counted_by_status(s: impl TaskStore) {
             working: 2,
             input_required: 1
         }
+    );
+}
+
+async fn finished_tasks_since_a_time_are_counted_by_how_they_ended(s: impl TaskStore) {
+    // Ids as the engine makes them (creation time first), which stores may use to find the range.
+    let day = 1_700_000_000_000u64;
+    let hour_ago = day + 10_000_000;
+    let error = |is_tool: bool| TaskChange {
+        status: Some(if is_tool {
+            TaskStatus::Completed
+        } else {
+            TaskStatus::Failed
+        }),
+        outcome: Some(if is_tool {
+            Outcome::Result {
+                value: json!({"bad": true}),
+                is_error: true,
+            }
+        } else {
+            Outcome::Error {
+                code: 1,
+                message: "broke".into(),
+                data: None,
+            }
+        }),
+        ..Default::default()
+    };
+    let cancel = TaskChange {
+        status: Some(TaskStatus::Cancelled),
+        ..Default::default()
+    };
+    let plan: Vec<(u64, Option<TaskChange>)> = vec![
+        (hour_ago - 1, Some(completed())),
+        (hour_ago - 1, Some(error(false))),
+        (hour_ago, Some(completed())),
+        (hour_ago + 5, Some(completed())),
+        (hour_ago + 6, Some(error(true))),
+        (hour_ago + 7, Some(error(false))),
+        (hour_ago + 8, Some(error(false))),
+        (hour_ago + 9, Some(cancel)),
+        (hour_ago + 10, None),
+    ];
+    for (at, change) in plan {
+        let id = crate::ids::task_id(at);
+        s.create(record(&id, "alice", at), None).await.unwrap();
+        if let Some(change) = change {
+            s.update(&id, &TaskStatus::ACTIVE, change, at + 1)
+                .await
+                .unwrap();
+        }
+    }
+    assert_eq!(
+        s.count_finished(hour_ago).await.unwrap(),
+        FinishedCounts {
+            completed: 2,
+            completed_with_error: 1,
+            failed: 2,
+            cancelled: 1
+        }
+    );
+    let all = s.count_finished(0).await.unwrap();
+    assert_eq!((all.completed, all.failed), (3, 3));
+    assert_eq!(
+        s.count_finished(hour_ago + 11).await.unwrap(),
+        FinishedCounts::default()
     );
 }
 

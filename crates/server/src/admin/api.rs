@@ -116,22 +116,13 @@ async fn summary_counts(State(server): State<Arc<Server>>, _: Operator) -> Respo
         Err(e) => return fail(StatusCode::SERVICE_UNAVAILABLE, e.chain()),
     };
     let hour_ago = mcp_tasks_engine::now_ms().saturating_sub(3_600_000);
-    let recent = TaskFilter {
-        statuses: vec![
-            TaskStatus::Completed,
-            TaskStatus::Failed,
-            TaskStatus::Cancelled,
-        ],
-        created_after: Some(hour_ago),
-        limit: 100_000,
-        ..TaskFilter::default()
-    };
-    let finished = match store.search(&recent).await {
+    let finished = match store.count_finished(hour_ago).await {
         Ok(f) => f,
         Err(e) => return fail(StatusCode::SERVICE_UNAVAILABLE, e.chain()),
     };
-    let count = |s: &str| finished.iter().filter(|t| finished_status(t) == s).count();
-    let (completed, failed, cancelled) = (count("completed"), count("failed"), count("cancelled"));
+    // The metrics' three statuses: a result that reports a tool error counts as failed.
+    let (completed, cancelled) = (finished.completed, finished.cancelled);
+    let failed = finished.failed + finished.completed_with_error;
     let done = completed + failed + cancelled;
     Json(json!({
         "working": active.working,

@@ -2,9 +2,9 @@
 
 use async_trait::async_trait;
 use mcp_tasks_engine::store::{
-    ActiveCounts, ActiveLimit, AnswerError, Created, Handed, InvalidCursor, ListQuery, Lookup,
-    OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskFilter, TaskPage,
-    TaskStore, UpdateError,
+    ActiveCounts, ActiveLimit, AnswerError, Created, FinishedCounts, Handed, InvalidCursor,
+    ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange,
+    TaskFilter, TaskPage, TaskStore, UpdateError,
 };
 use mcp_tasks_engine::{InputRecord, InputResponse, TaskRecord, TaskStatus, Transition};
 use std::future::Future;
@@ -102,6 +102,11 @@ impl TaskStore for MeteredStore {
     async fn search(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
         self.timed("search", self.inner.search(filter)).await
     }
+    async fn count_finished(&self, created_after: u64) -> Result<FinishedCounts, StoreError> {
+        self.timed("count_finished", self.inner.count_finished(created_after))
+            .await
+    }
+
     async fn count_active(&self) -> Result<ActiveCounts, StoreError> {
         self.timed("count_active", self.inner.count_active()).await
     }

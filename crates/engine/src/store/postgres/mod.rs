@@ -24,10 +24,10 @@ use self::rows::{
     TASK_COLUMNS,
 };
 use super::{
-    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, ActiveCounts,
-    ActiveLimit, AnswerError, Context, Created, Handed, InvalidCursor, ListQuery, Lookup,
-    OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskFilter, TaskPage,
-    TaskStore, UpdateError,
+    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, id_floor,
+    ActiveCounts, ActiveLimit, AnswerError, Context, Created, FinishedCounts, Handed,
+    InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError,
+    TaskChange, TaskFilter, TaskPage, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus, Transition};
 
@@ -551,6 +551,32 @@ impl TaskStore for PostgresStore {
             .await
             .context("search tasks")?;
         tasks_from_rows(&rows)
+    }
+
+    async fn count_finished(&self, created_after: u64) -> Result<FinishedCounts, StoreError> {
+        let client = self.client().await?;
+        // Task ids begin with their creation time (`ids::task_id`), so the primary key finds the
+        // range; only those rows are read.
+        let stmt = client
+            .prepare_cached(
+                "SELECT status, COALESCE((outcome::jsonb ->> 'is_error')::boolean, false), COUNT(*) \
+                 FROM tasks WHERE id >= $1 AND created_at >= $2 \
+                 AND status IN ('completed', 'failed', 'cancelled') GROUP BY 1, 2",
+            )
+            .await
+            .context("prepare the count of finished tasks")?;
+        let rows = client
+            .query(&stmt, &[&id_floor(created_after), &pg_int(created_after)])
+            .await
+            .context("count finished tasks")?;
+        let mut counts = FinishedCounts::default();
+        for row in rows {
+            let status: String = row.try_get(0).context("read a finished count")?;
+            let is_error: bool = row.try_get(1).context("read a finished count")?;
+            let n: i64 = row.try_get(2).context("read a finished count")?;
+            counts.add_count(&status, is_error, u64::try_from(n).unwrap_or(0));
+        }
+        Ok(counts)
     }
 
     async fn count_active(&self) -> Result<ActiveCounts, StoreError> {

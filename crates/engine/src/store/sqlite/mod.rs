@@ -22,10 +22,10 @@ use self::rows::{
 };
 use self::writer::{Completion, Job};
 use super::{
-    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, ActiveCounts,
-    ActiveLimit, AnswerError, Context, Created, InvalidCursor, ListQuery, Lookup, OrphanPlan,
-    PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskFilter, TaskPage, TaskStore,
-    UpdateError,
+    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, id_floor,
+    ActiveCounts, ActiveLimit, AnswerError, Context, Created, FinishedCounts, InvalidCursor,
+    ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange,
+    TaskFilter, TaskPage, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus, Transition};
 
@@ -423,6 +423,39 @@ impl TaskStore for SqliteStore {
                 ],
                 || "search tasks".to_string(),
             )
+        })
+        .await
+    }
+
+    async fn count_finished(&self, created_after: u64) -> Result<FinishedCounts, StoreError> {
+        self.read(move |conn| {
+            // Task ids begin with their creation time (`ids::task_id`), so the primary key finds the
+            // range; only those rows are read.
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT status, coalesce(json_extract(outcome, '$.is_error'), 0), COUNT(*) \
+                     FROM tasks WHERE id >= ?1 AND created_at >= ?2 \
+                     AND status IN ('completed', 'failed', 'cancelled') GROUP BY 1, 2",
+                )
+                .context("prepare the count of finished tasks")?;
+            let rows = stmt
+                .query_map(
+                    params![id_floor(created_after), sql_int(created_after)],
+                    |r| {
+                        Ok((
+                            r.get::<_, String>(0)?,
+                            r.get::<_, i64>(1)?,
+                            r.get::<_, i64>(2)?,
+                        ))
+                    },
+                )
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .context("count finished tasks")?;
+            let mut counts = FinishedCounts::default();
+            for (status, is_error, n) in rows {
+                counts.add_count(&status, is_error != 0, u64::try_from(n).unwrap_or(0));
+            }
+            Ok(counts)
         })
         .await
     }
