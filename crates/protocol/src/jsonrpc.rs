@@ -166,7 +166,9 @@ pub struct Rejected {
 
 /// Parses one JSON-RPC message from bytes, saying exactly what is wrong when it is not one.
 pub fn parse_message(bytes: &[u8]) -> Result<Message, Rejected> {
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| Rejected {
+    // A key given twice is refused: a proxy that reads the first and a server that reads the last
+    // would each see a different message.
+    let value: Value = crate::strict_json::from_slice(bytes).map_err(|e| Rejected {
         id: None,
         error: ErrorObject::parse_error(e),
     })?;

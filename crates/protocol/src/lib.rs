@@ -17,4 +17,5 @@ pub mod error_codes;
 pub mod jsonrpc;
 pub mod mcp_2025;
 pub mod meta;
+pub mod strict_json;
 pub mod version;

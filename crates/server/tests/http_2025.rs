@@ -157,7 +157,10 @@ async fn unknown_or_deleted_session_is_404() {
     let s = start(vec![]).await;
     let ex = raw_post(
         &s.url,
-        &[("mcp-session-id", "nope")],
+        &[
+            ("mcp-session-id", "nope"),
+            ("content-type", "application/json"),
+        ],
         r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
     )
     .await;
@@ -173,7 +176,10 @@ async fn unknown_or_deleted_session_is_404() {
     assert_eq!(del.status().as_u16(), 204);
     let ex = raw_post(
         &s.url,
-        &[("mcp-session-id", &sid)],
+        &[
+            ("mcp-session-id", &sid),
+            ("content-type", "application/json"),
+        ],
         r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
     )
     .await;
@@ -188,7 +194,11 @@ async fn mismatched_or_unknown_protocol_version_header_is_400() {
     for v in ["2025-06-18", "banana"] {
         let ex = raw_post(
             &s.url,
-            &[("mcp-session-id", &sid), ("mcp-protocol-version", v)],
+            &[
+                ("mcp-session-id", &sid),
+                ("mcp-protocol-version", v),
+                ("content-type", "application/json"),
+            ],
             r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
         )
         .await;

@@ -7,6 +7,8 @@
 //! - GET opens the session's standalone SSE stream for server-initiated messages.
 //! - DELETE ends the session.
 //!
+//! A deciding header sent twice gets 400, a body not declared JSON 415, an `Accept` that allows no
+//! reply form 406 (see `strict`); a JSON object with a key twice is a parse error (400).
 //! `Origin` is checked against the allow-list (403), bodies over the size limit get 413, a session
 //! message without `Mcp-Session-Id` 400, an unknown session 404, an unsupported
 //! `MCP-Protocol-Version` 400; a call refused by a rate limit 429 with `Retry-After`.
@@ -30,6 +32,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
+use super::strict::{self, Accepts};
 use crate::core::{Era, Peer, Reply, Server};
 use crate::inbound::Transport;
 use crate::session::Session;
@@ -48,7 +51,10 @@ pub fn router(server: Arc<Server>) -> axum::Router {
     axum::Router::new()
         .route("/mcp", get(get_stream).post(post).delete(delete))
         .route("/healthz", get(|| async { "ok" }))
-        .layer(middleware::from_fn_with_state(server.clone(), check_origin))
+        .layer(middleware::from_fn_with_state(
+            server.clone(),
+            check_headers,
+        ))
         .layer(DefaultBodyLimit::disable())
         .with_state(server)
 }
@@ -204,7 +210,16 @@ fn json_response(status: StatusCode, msg: &Message) -> Response {
         .into_response()
 }
 
-async fn check_origin(State(server): State<Arc<Server>>, req: HttpRequest, next: Next) -> Response {
+/// Checks every request's headers before its handler runs: no deciding header twice, an allowed
+/// `Origin`.
+async fn check_headers(
+    State(server): State<Arc<Server>>,
+    req: HttpRequest,
+    next: Next,
+) -> Response {
+    if let Some(problem) = strict::repeated_header(req.headers()) {
+        return HttpError::bad_request(problem).into_response();
+    }
     if let Some(origin) = req.headers().get(header::ORIGIN) {
         let ok = origin
             .to_str()
@@ -326,19 +341,13 @@ async fn post_message(
 ) -> Result<Response, Response> {
     let headers = &parts.headers;
     let fail = |e: HttpError| e.into_response();
-    if let Some(ct) = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-    {
-        if !ct.to_ascii_lowercase().starts_with("application/json") {
-            return Err(fail(HttpError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                ErrorObject::invalid_request(format!(
-                    "Content-Type must be application/json, got {ct:?}"
-                )),
-            )));
-        }
+    if let Some(problem) = strict::content_type_problem(headers) {
+        return Err(fail(HttpError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ErrorObject::invalid_request(problem),
+        )));
     }
+    let accepts = Accepts::of(headers);
     let limit = server.config().max_body_bytes;
     let bytes: Bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
         fail(HttpError::new(
@@ -354,6 +363,25 @@ async fn post_message(
             ..HttpError::new(StatusCode::BAD_REQUEST, rejected.error)
         })
     })?;
+    if let Message::Request(req) = &msg {
+        if !accepts.json && !accepts.sse {
+            let got = headers
+                .get_all(header::ACCEPT)
+                .iter()
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(fail(HttpError {
+                id: Some(req.id.clone()),
+                ..HttpError::new(
+                    StatusCode::NOT_ACCEPTABLE,
+                    ErrorObject::invalid_request(format!(
+                        "Accept must allow application/json or text/event-stream (a reply is one of them), got {got:?}"
+                    )),
+                )
+            }));
+        }
+    }
     let mut peer = peer_of(&server, &parts).map_err(fail)?;
     let found = session_header(&server, &peer, headers)
         .await
@@ -368,11 +396,11 @@ async fn post_message(
     };
     let era = era::classify(&facts);
     if era == Era::Stateless {
-        return Ok(post_stateless(server, peer, headers, msg).await);
+        return Ok(post_stateless(server, peer, headers, msg, accepts).await);
     }
     if let Message::Request(req) = &msg {
         if req.method == "initialize" {
-            return Ok(initialize(&server, &peer, req).await);
+            return Ok(initialize(&server, &peer, req, accepts).await);
         }
     }
     peer.session = Some(require_session(found, headers).map_err(fail)?);
@@ -387,25 +415,34 @@ async fn post_message(
                 Err(e) => fail(HttpError::new(StatusCode::BAD_REQUEST, e)),
             }
         }
-        Message::Request(req) => answer_request(server, era, peer, req).await,
+        Message::Request(req) => answer_request(server, era, peer, req, accepts).await,
     })
 }
 
-async fn initialize(server: &Server, peer: &Peer, req: &Request) -> Response {
+async fn initialize(server: &Server, peer: &Peer, req: &Request, accepts: Accepts) -> Response {
     match server
         .initialize(&peer.principal, req.params.as_ref())
         .await
     {
         Ok((session, result)) => {
-            let mut resp =
-                json_response(StatusCode::OK, &Message::response(req.id.clone(), result));
+            let mut resp = message_response(&Message::response(req.id.clone(), result), accepts);
             if let Ok(v) = HeaderValue::from_str(&session.id) {
                 resp.headers_mut().insert(SESSION_HEADER, v);
             }
             resp
         }
-        Err(e) => json_response(StatusCode::OK, &Message::error(Some(req.id.clone()), e)),
+        Err(e) => message_response(&Message::error(Some(req.id.clone()), e), accepts),
     }
+}
+
+/// One message as the whole answer: a JSON body, or a one-event SSE stream for a client that
+/// accepts only streams.
+fn message_response(message: &Message, accepts: Accepts) -> Response {
+    if accepts.json {
+        return json_response(StatusCode::OK, message);
+    }
+    let event = Event::default().event("message").data(message.to_json());
+    Sse::new(stream::once(async move { Ok::<_, Infallible>(event) })).into_response()
 }
 
 /// A message of the stateless wire (2026-07-28): no session; headers checked against the body.
@@ -414,6 +451,7 @@ async fn post_stateless(
     peer: Peer,
     headers: &HeaderMap,
     msg: Message,
+    accepts: Accepts,
 ) -> Response {
     match msg {
         // Nothing a client may notify changes state on this wire: requests are cancelled by closing
@@ -434,7 +472,7 @@ async fn post_stateless(
                 }
                 .into_response();
             }
-            answer_request(server, Era::Stateless, peer, req).await
+            answer_request(server, Era::Stateless, peer, req, accepts).await
         }
     }
 }
@@ -443,10 +481,17 @@ fn is_reply(m: &Message) -> bool {
     matches!(m, Message::Response(_) | Message::Error(_))
 }
 
-async fn answer_request(server: Arc<Server>, era: Era, peer: Peer, req: Request) -> Response {
+async fn answer_request(
+    server: Arc<Server>,
+    era: Era,
+    peer: Peer,
+    req: Request,
+    accepts: Accepts,
+) -> Response {
     // Only calls that can run long or send related messages may become streams; the rest (tasks/get
-    // above all: the client wants to poll) are always answered with plain JSON.
-    let may_stream = crate::wire::may_stream(&req.method);
+    // above all: the client wants to poll) are always answered with plain JSON. A client that
+    // accepts no stream gets the reply alone, as JSON; one that accepts only streams, a stream.
+    let may_stream = crate::wire::may_stream(&req.method) && accepts.sse;
     let (tx, mut rx) = mpsc::channel::<Message>(256);
     let (envelope_tx, envelope_rx) = tokio::sync::oneshot::channel::<Envelope>();
     let worker = server.clone();
@@ -470,11 +515,24 @@ async fn answer_request(server: Arc<Server>, era: Era, peer: Peer, req: Request)
             // Still running: stream.
             Err(_) => return sse(server, keep_alive, None, rx, envelope_rx),
         }
-    } else {
+    } else if accepts.sse {
         rx.recv().await
+    } else {
+        // No stream to carry what comes before the reply (progress, logs, questions): it is not
+        // sent, and a question goes unanswered until the call ends.
+        loop {
+            match rx.recv().await {
+                Some(m) if !is_reply(&m) => {
+                    tracing::debug!(
+                        "a message before the reply was not sent: the client accepts no stream"
+                    );
+                }
+                other => break other,
+            }
+        }
     };
     match first {
-        Some(m) if is_reply(&m) => match envelope_rx.await {
+        Some(m) if is_reply(&m) && accepts.json => match envelope_rx.await {
             Ok(envelope) => envelope.json(server, &m),
             Err(_) => json_response(StatusCode::OK, &m),
         },

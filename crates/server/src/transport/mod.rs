@@ -6,3 +6,4 @@ mod headers;
 pub mod http;
 pub mod stdio;
 pub(crate) mod streams;
+mod strict;

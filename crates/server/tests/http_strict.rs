@@ -1,0 +1,259 @@
+//! Strict reading of HTTP requests on both wires (issue 13, item 5): a deciding header sent twice, a
+//! JSON object with a key twice, a body not declared as JSON, and an `Accept` that allows no reply
+//! form are each refused with a JSON-RPC error that says what was wrong; an `Accept` that allows one
+//! form gets the reply in that form.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::{read_exchange, start_demo, Client, Exchange};
+
+const V2026: &str = "2026-07-28";
+
+async fn post(url: &str, headers: &[(&str, &str)], body: &str) -> Exchange {
+    let mut rb = reqwest::Client::new().post(url).body(body.to_string());
+    for (k, v) in headers {
+        rb = rb.header(*k, *v);
+    }
+    read_exchange(rb.send().await.unwrap()).await
+}
+
+const JSON: (&str, &str) = ("content-type", "application/json");
+const BOTH: (&str, &str) = ("accept", "application/json, text/event-stream");
+/// Header names and values.
+type Headers = Vec<(&'static str, String)>;
+
+/// A valid plain request on each wire (2025-11-25 in session `sid`, and 2026-07-28): its headers and body.
+fn wires(sid: &str) -> Vec<(&'static str, Headers, String)> {
+    // 2026-07-28 has no ping; tools/list is as plain.
+    let ping_2026 = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": V2026,
+        "io.modelcontextprotocol/clientCapabilities": {}}}});
+    vec![
+        (
+            "2025-11-25",
+            vec![
+                ("mcp-session-id", sid.to_string()),
+                ("mcp-protocol-version", "2025-11-25".into()),
+            ],
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#.to_string(),
+        ),
+        (
+            V2026,
+            vec![
+                ("mcp-protocol-version", V2026.into()),
+                ("mcp-method", "tools/list".into()),
+            ],
+            ping_2026.to_string(),
+        ),
+    ]
+}
+
+fn with<'a>(
+    base: &'a [(&'static str, String)],
+    extra: &[(&'a str, &'a str)],
+) -> Vec<(&'a str, &'a str)> {
+    let mut h: Vec<(&str, &str)> = base.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    h.extend_from_slice(extra);
+    h
+}
+
+#[tokio::test]
+async fn a_deciding_header_sent_twice_is_refused_and_named() {
+    let s = start_demo().await;
+    let sid = Client::connect(&s.url).await.session.unwrap();
+    for (wire, base, ping) in wires(&sid) {
+        let ok = post(&s.url, &with(&base, &[JSON, BOTH]), &ping).await;
+        assert_eq!(ok.status, 200, "{wire}: a valid ping: {:?}", ok.reply);
+        for (name, shown, value) in [
+            ("mcp-method", "Mcp-Method", "tasks/list"),
+            ("mcp-name", "Mcp-Name", "x"),
+            ("mcp-session-id", "Mcp-Session-Id", "other"),
+            ("mcp-protocol-version", "MCP-Protocol-Version", V2026),
+            ("authorization", "Authorization", "Bearer nope"),
+        ] {
+            // The header twice: once as the request has it (or a value), then another value.
+            let first = base
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.as_str())
+                .unwrap_or(value);
+            let mut h: Vec<(&str, &str)> = base
+                .iter()
+                .filter(|(k, _)| *k != name)
+                .map(|(k, v)| (*k, v.as_str()))
+                .collect();
+            h.extend_from_slice(&[JSON, BOTH, (name, first), (name, value)]);
+            let ex = post(&s.url, &h, &ping).await;
+            assert_eq!(ex.status, 400, "{wire}: {name} twice");
+            let reply = ex.reply.as_ref().expect("a JSON-RPC body");
+            assert_eq!(reply["error"]["code"], -32600, "{wire}: {name}: {reply}");
+            let message = reply["error"]["message"].as_str().unwrap();
+            assert!(
+                message.contains(&format!("the {shown} header appears more than once")),
+                "{wire}: {name}: {message}"
+            );
+        }
+    }
+    // GET and DELETE are read the same way.
+    let http = reqwest::Client::new();
+    for req in [http.get(&s.url), http.delete(&s.url)] {
+        let resp = req
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &sid)
+            .header("mcp-session-id", "other")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 400);
+        let body: Value = resp.json().await.unwrap();
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("Mcp-Session-Id"),
+            "{body}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_json_key_sent_twice_is_refused_on_both_wires() {
+    let s = start_demo().await;
+    let sid = Client::connect(&s.url).await.session.unwrap();
+    for (wire, base, _) in wires(&sid) {
+        for (body, key) in [
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping","method":"tasks/list"}"#,
+                "method",
+            ),
+            (r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#, "id"),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"_meta":{"a":1,"a":2}}}"#,
+                "a",
+            ),
+        ] {
+            let ex = post(&s.url, &with(&base, &[JSON, BOTH]), body).await;
+            assert_eq!(ex.status, 400, "{wire}: {body}");
+            let reply = ex.reply.as_ref().expect("a JSON-RPC body");
+            assert_eq!(reply["error"]["code"], -32700, "{wire}: {reply}");
+            let message = reply["error"]["message"].as_str().unwrap();
+            assert!(
+                message.contains(&format!("{key:?} appears twice")),
+                "{wire}: {message}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_body_must_be_declared_as_json() {
+    let s = start_demo().await;
+    let sid = Client::connect(&s.url).await.session.unwrap();
+    for (wire, base, ping) in wires(&sid) {
+        for (ct, want) in [
+            (
+                Some("text/plain"),
+                "Content-Type must be application/json, got \"text/plain\"",
+            ),
+            (
+                Some("application/jsonp"),
+                "Content-Type must be application/json",
+            ),
+            (None, "missing Content-Type"),
+        ] {
+            let mut extra = vec![BOTH];
+            if let Some(ct) = ct {
+                extra.push(("content-type", ct));
+            }
+            let ex = post(&s.url, &with(&base, &extra), &ping).await;
+            assert_eq!(ex.status, 415, "{wire}: {ct:?}");
+            let message = ex.reply.as_ref().unwrap()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            assert!(message.contains(want), "{wire}: {message}");
+        }
+        let ok = post(
+            &s.url,
+            &with(
+                &base,
+                &[BOTH, ("content-type", "Application/JSON; charset=utf-8")],
+            ),
+            &ping,
+        )
+        .await;
+        assert_eq!(ok.status, 200, "{wire}: parameters are allowed");
+    }
+}
+
+#[tokio::test]
+async fn accept_decides_the_form_of_the_reply() {
+    let s = start_demo().await;
+    let sid = Client::connect(&s.url).await.session.unwrap();
+    for (wire, base, ping) in wires(&sid) {
+        // Nothing the reply could be.
+        for accept in ["text/html", "application/json;q=0, text/event-stream;q=0"] {
+            let ex = post(&s.url, &with(&base, &[JSON, ("accept", accept)]), &ping).await;
+            assert_eq!(ex.status, 406, "{wire}: {accept}");
+            let reply = ex.reply.as_ref().unwrap();
+            assert_eq!(reply["id"], 1, "{wire}: the request's id");
+            assert!(
+                reply["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("Accept must allow"),
+                "{wire}: {reply}"
+            );
+        }
+        // Only streams: the reply comes as one.
+        let ex = post(
+            &s.url,
+            &with(&base, &[JSON, ("accept", "text/event-stream")]),
+            &ping,
+        )
+        .await;
+        assert_eq!(ex.status, 200, "{wire}");
+        assert!(
+            ex.content_type.starts_with("text/event-stream"),
+            "{wire}: {}",
+            ex.content_type
+        );
+        assert!(
+            ex.reply.as_ref().unwrap()["result"].is_object(),
+            "{wire}: {:?}",
+            ex.reply
+        );
+    }
+    // Only JSON, for a call that reports progress on the way: the reply alone, as JSON.
+    let (_, base, _) = wires(&sid).remove(0);
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "slow_compute", "arguments": {"seconds": 0.6}, "_meta": {"progressToken": "p"}}});
+    let ex = post(
+        &s.url,
+        &with(&base, &[JSON, ("accept", "application/json")]),
+        &call.to_string(),
+    )
+    .await;
+    assert_eq!(ex.status, 200);
+    assert!(
+        ex.content_type.starts_with("application/json"),
+        "{}",
+        ex.content_type
+    );
+    assert!(ex.notifications.is_empty());
+    assert_eq!(ex.reply.as_ref().unwrap()["id"], 7);
+    assert!(
+        ex.reply.as_ref().unwrap()["result"]["content"].is_array(),
+        "{:?}",
+        ex.reply
+    );
+    // Both: the same call streams its progress.
+    let ex = post(&s.url, &with(&base, &[JSON, BOTH]), &call.to_string()).await;
+    assert!(
+        ex.content_type.starts_with("text/event-stream"),
+        "{}",
+        ex.content_type
+    );
+    assert!(!ex.notifications.is_empty());
+}
