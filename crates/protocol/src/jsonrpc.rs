@@ -80,10 +80,21 @@ impl ErrorObject {
         )
     }
     /// -32601 for a method this server does not serve.
+    /// A method name that is not plain (spaces, control characters, empty) is quoted, so that
+    /// `"tasks/get "` reads as what it is.
     pub fn method_not_found(method: &str) -> Self {
+        let plain = !method.is_empty()
+            && method
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "/_-.:$".contains(c));
+        let shown = if plain {
+            method.to_string()
+        } else {
+            format!("{method:?}")
+        };
         Self::new(
             error_codes::METHOD_NOT_FOUND,
-            format!("Method not found: {method}"),
+            format!("Method not found: {shown}"),
         )
     }
     /// -32602 with a message saying which parameter was wrong.

@@ -1,7 +1,7 @@
 //! Strict reading of HTTP requests on both wires (issue 13, item 5): a deciding header sent twice, a
 //! JSON object with a key twice, a body not declared as JSON, and an `Accept` that allows no reply
 //! form are each refused with a JSON-RPC error that says what was wrong; an `Accept` that allows one
-//! form gets the reply in that form.
+//! form gets the reply in that form. Unknown paths and methods get JSON-RPC errors too (item 6).
 
 mod support;
 
@@ -256,4 +256,74 @@ async fn accept_decides_the_form_of_the_reply() {
         ex.content_type
     );
     assert!(!ex.notifications.is_empty());
+}
+
+#[tokio::test]
+async fn every_answer_is_json_rpc_with_the_right_status() {
+    let s = start_demo().await;
+    let base = s.url.trim_end_matches("/mcp").to_string();
+    let http = reqwest::Client::new();
+    let resp = http.get(format!("{base}/nope")).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 404);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["jsonrpc"], "2.0");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nothing is served at \"/nope\""),
+        "{body}"
+    );
+    for method in ["PUT", "PATCH", "OPTIONS", "TRACE"] {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let resp = http.request(m, &s.url).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 405, "{method}");
+        assert_eq!(resp.headers()["allow"], "GET, POST, DELETE", "{method}");
+        let body: Value = resp.json().await.unwrap();
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("does not serve {method}")),
+            "{method}: {body}"
+        );
+    }
+    // HEAD has no body by definition, but the status says the same.
+    let resp = http.head(&s.url).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 405);
+}
+
+#[tokio::test]
+async fn errors_say_what_was_actually_wrong() {
+    let s = start_demo().await;
+    let mut c = Client::connect(&s.url).await;
+    // A method name with a trailing space is not a task method this session lacks.
+    let ex = c.request("tasks/get ", json!({"taskId": "x"})).await;
+    assert_eq!(ex.error_code(), -32601);
+    assert_eq!(ex.error()["message"], "Method not found: \"tasks/get \"");
+    // A task poll interval that is not one is refused like a bad ttl.
+    for bad in [json!(-1), json!("soon"), json!({"ms": 5})] {
+        let ex = c
+            .request(
+                "tools/call",
+                json!({"name": "slow_compute", "arguments": {"seconds": 0}, "task": {"pollInterval": bad}}),
+            )
+            .await;
+        assert_eq!(ex.error_code(), -32602, "{bad}");
+        assert!(
+            ex.error()["message"]
+                .as_str()
+                .unwrap()
+                .contains("task.pollInterval must be a non-negative number"),
+            "{bad}: {:?}",
+            ex.reply
+        );
+    }
+    let ex = c
+        .request(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 0}, "task": {"pollInterval": 500, "ttl": 60000}}),
+        )
+        .await;
+    assert!(ex.result()["task"]["taskId"].is_string(), "{:?}", ex.reply);
 }

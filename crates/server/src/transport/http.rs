@@ -49,8 +49,15 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// The axum router serving `/mcp` (and `/healthz`).
 pub fn router(server: Arc<Server>) -> axum::Router {
     axum::Router::new()
-        .route("/mcp", get(get_stream).post(post).delete(delete))
+        .route(
+            "/mcp",
+            get(get_stream)
+                .post(post)
+                .delete(delete)
+                .fallback(method_not_allowed),
+        )
         .route("/healthz", get(|| async { "ok" }))
+        .fallback(no_such_path)
         .layer(middleware::from_fn_with_state(
             server.clone(),
             check_headers,
@@ -210,6 +217,32 @@ fn json_response(status: StatusCode, msg: &Message) -> Response {
         .into_response()
 }
 
+/// Any path but `/mcp` (and the admin paths where they are served here).
+async fn no_such_path(uri: axum::http::Uri) -> Response {
+    HttpError::new(
+        StatusCode::NOT_FOUND,
+        ErrorObject::invalid_request(format!(
+            "nothing is served at {:?}: MCP is served at /mcp",
+            uri.path()
+        )),
+    )
+    .into_response()
+}
+
+/// A method `/mcp` does not serve.
+async fn method_not_allowed(method: axum::http::Method) -> Response {
+    let mut resp = HttpError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        ErrorObject::invalid_request(format!(
+            "/mcp does not serve {method}: POST sends a message, GET opens a stream, DELETE ends a session"
+        )),
+    )
+    .into_response();
+    resp.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+    resp
+}
+
 /// Checks every request's headers before its handler runs: no deciding header twice, an allowed
 /// `Origin`.
 async fn check_headers(
@@ -219,6 +252,10 @@ async fn check_headers(
 ) -> Response {
     if let Some(problem) = strict::repeated_header(req.headers()) {
         return HttpError::bad_request(problem).into_response();
+    }
+    // Routing would answer HEAD with GET's handler (opening a stream whose body is then dropped).
+    if req.method() == axum::http::Method::HEAD && req.uri().path() == "/mcp" {
+        return method_not_allowed(axum::http::Method::HEAD).await;
     }
     if let Some(origin) = req.headers().get(header::ORIGIN) {
         let ok = origin

@@ -179,14 +179,16 @@ pub(crate) async fn dispatch(
                 .into()),
             }
         }
-        m if m.starts_with("tasks/") => Err(ErrorObject::new(
-            error_codes::METHOD_NOT_FOUND,
-            format!(
+        m @ ("tasks/get" | "tasks/result" | "tasks/list" | "tasks/cancel") => {
+            Err(ErrorObject::new(
+                error_codes::METHOD_NOT_FOUND,
+                format!(
                 "Method not found: {m} (tasks need protocol version {ERA}; this session uses {})",
                 session.protocol_version()
             ),
-        )
-        .into()),
+            )
+            .into())
+        }
         m => Err(ErrorObject::method_not_found(m).into()),
     }
 }
@@ -414,6 +416,18 @@ async fn tools_call(
             speaks_tasks: speaks_tasks(session),
         };
         return server.call_within_budget(peer, call, &out, &cancel).await;
+    }
+    // Not used (the server suggests its own interval), but a value that is not one is refused as ttl
+    // is: the client has a wrong idea of the field.
+    match task_meta_param.and_then(|t| t.get("pollInterval")) {
+        None | Some(Value::Null) => {}
+        Some(v) if v.as_f64().is_some_and(|ms| ms.is_finite() && ms >= 0.0) => {}
+        Some(_) => {
+            return Err(ErrorObject::invalid_params(
+                "tools/call: task.pollInterval must be a non-negative number of milliseconds",
+            )
+            .into());
+        }
     }
     let ttl_ms = match task_meta_param.and_then(|t| t.get("ttl")) {
         None | Some(Value::Null) => None,
