@@ -130,6 +130,14 @@ pub struct ServerSection {
     pub allowed_origins: Option<Vec<String>>,
     /// Largest request body in bytes (default 4 MiB).
     pub max_body_bytes: Option<usize>,
+    /// Open HTTP connections at most (default 4096, and never more than the open-file limit allows).
+    pub max_connections: Option<usize>,
+    /// Seconds for a request's headers, and a new connection's first request (default 10).
+    pub header_timeout_secs: Option<u64>,
+    /// Seconds for a POST body (default 30).
+    pub body_timeout_secs: Option<u64>,
+    /// Seconds a connection with nothing in progress may stay silent (default 60).
+    pub idle_timeout_secs: Option<u64>,
     /// Seconds between SSE keep-alive comments (default 15).
     pub keep_alive_secs: Option<u64>,
     /// `instructions` sent to clients at initialize.

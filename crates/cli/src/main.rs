@@ -261,6 +261,20 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
     if let Some(v) = s.keep_alive_secs {
         server_cfg.keep_alive = Duration::from_secs(v.max(1));
     }
+    if let Some(v) = s.header_timeout_secs {
+        server_cfg.header_timeout = Duration::from_secs(v.max(1));
+    }
+    if let Some(v) = s.body_timeout_secs {
+        server_cfg.body_timeout = Duration::from_secs(v.max(1));
+    }
+    if let Some(v) = s.idle_timeout_secs {
+        server_cfg.idle_timeout = Duration::from_secs(v.max(1));
+    }
+    server_cfg.max_connections = mcp_tasks_server::connections::fit_connections_to_descriptors(
+        s.max_connections
+            .unwrap_or(server_cfg.max_connections)
+            .max(1),
+    );
     server_cfg.instructions = s.instructions.clone();
     server_cfg.request_state_secret = s.request_state_secret.clone();
     server_cfg.sync_budget = t.sync_budget_secs.map(Duration::from_secs);

@@ -13,6 +13,18 @@ pub struct ServerConfig {
     pub instructions: Option<String>,
     /// Largest accepted HTTP request body, in bytes (default 4 MiB).
     pub max_body_bytes: usize,
+    /// Open HTTP connections at most (default 4096; `mcp-tasks serve` lowers it to fit the process's
+    /// descriptor limit with
+    /// [`fit_connections_to_descriptors`](crate::connections::fit_connections_to_descriptors)).
+    pub max_connections: usize,
+    /// Time for a request's headers to arrive once they begin, and for a new connection's first
+    /// request to begin (default 10 s).
+    pub header_timeout: Duration,
+    /// Time for a POST body to arrive (default 30 s); 408 after it.
+    pub body_timeout: Duration,
+    /// Time a connection with no request in progress may send nothing before it is closed (default
+    /// 60 s).
+    pub idle_timeout: Duration,
     /// `Origin` values accepted on HTTP (exact match; `*` accepts any). Requests without `Origin` are
     /// accepted. Default: localhost origins on any port.
     pub allowed_origins: Vec<String>,
@@ -39,6 +51,10 @@ impl Default for ServerConfig {
             version: env!("CARGO_PKG_VERSION").into(),
             instructions: None,
             max_body_bytes: 4 * 1024 * 1024,
+            max_connections: 4096,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
             allowed_origins: vec!["localhost".into()],
             keep_alive: Duration::from_secs(15),
             sse_after: Duration::from_millis(250),

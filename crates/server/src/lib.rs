@@ -47,4 +47,4 @@ pub use core::lists::ListKind;
 pub use core::{Era, Peer, Reply, Server, ServerBuilder};
 pub use inbound::Transport;
 pub use tool::{Tool, ToolRegistry};
-pub use transport::{http, stdio};
+pub use transport::{connections, http, stdio};

@@ -92,35 +92,19 @@ pub async fn serve_router(
     app: axum::Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
     let stopper = server.clone();
-    let graceful = async move {
+    let stop = async move {
         shutdown.await;
+        // Open streams and long waits end now, so their connections can close.
         stopper.shutdown();
-        let _ = stopping_tx.send(());
     };
-    // No Nagle: a reply is small and often written in parts (a streamed body, SSE events); waiting
-    // for the peer's delayed ACK before the last part would add tens of milliseconds.
-    use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "could not turn Nagle off on a connection");
-        }
-    });
-    let serving = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(graceful);
-    let serving = std::future::IntoFuture::into_future(serving);
-    tokio::pin!(serving);
-    tokio::select! {
-        r = &mut serving => r,
-        _ = async { let _ = stopping_rx.await; tokio::time::sleep(SHUTDOWN_GRACE).await } => {
-            tracing::warn!("requests still running {SHUTDOWN_GRACE:?} after shutdown began; closing them");
-            Ok(())
-        }
-    }
+    let config = server.config();
+    let limits = super::connections::ConnectionLimits {
+        max_connections: config.max_connections,
+        header_timeout: config.header_timeout,
+        idle_timeout: config.idle_timeout,
+    };
+    super::connections::serve(listener, app, limits, stop, SHUTDOWN_GRACE).await
 }
 
 /// The address a bound listener serves on, for logs.
@@ -386,14 +370,27 @@ async fn post_message(
     }
     let accepts = Accepts::of(headers);
     let limit = server.config().max_body_bytes;
-    let bytes: Bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
-        fail(HttpError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorObject::invalid_request(format!(
-                "request body larger than the limit of {limit} bytes"
-            )),
-        ))
-    })?;
+    let wait = server.config().body_timeout;
+    let bytes: Bytes = match tokio::time::timeout(wait, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(_)) => {
+            return Err(fail(HttpError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorObject::invalid_request(format!(
+                    "request body larger than the limit of {limit} bytes"
+                )),
+            )))
+        }
+        Err(_) => {
+            return Err(fail(HttpError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                ErrorObject::invalid_request(format!(
+                    "the request body did not arrive within {} s",
+                    wait.as_secs_f64()
+                )),
+            )))
+        }
+    };
     let msg = parse_message(&bytes).map_err(|rejected| {
         fail(HttpError {
             id: rejected.id,

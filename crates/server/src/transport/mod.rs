@@ -2,6 +2,7 @@
 //! facts about each message (headers, session, caller) and writes replies; it interprets no method
 //! beyond what the transport itself needs (`initialize`, which opens a session).
 
+pub mod connections;
 mod headers;
 pub mod http;
 pub mod stdio;

@@ -1,0 +1,70 @@
+//! The server under a client that holds connections open (issue 13, item 1), as a person would run
+//! it: `mcp-tasks serve` under a lowered descriptor limit, hundreds of silent connections, and a
+//! request that must still be served.
+
+mod common;
+
+use common::{text, ClientCli as Cli, ServerProcess};
+use std::io::Read;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+#[test]
+fn silent_connections_beyond_the_descriptor_limit_do_not_stop_new_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("limits.toml");
+    std::fs::write(&cfg, "[server]\nheader_timeout_secs = 1\n").unwrap();
+    // 256 descriptors, soft and hard: the server cannot raise it, and fits its connections under it.
+    let mut cmd = std::process::Command::new("prlimit");
+    cmd.args(["--nofile=256:256", "--"])
+        .arg(common::bin())
+        .args([
+            "serve",
+            "--demo",
+            "--store",
+            "memory:",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--config", cfg.to_str().unwrap()])
+        .env("RUST_LOG", "warn")
+        .stderr(std::process::Stdio::piped());
+    let mut server = ServerProcess::spawn(cmd);
+    let addr = server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    // 300 connections that never send a byte: more than the server has descriptors for.
+    let held: Vec<TcpStream> = (0..300)
+        .map(|_| TcpStream::connect(&addr).expect("the kernel takes the connection"))
+        .collect();
+    let started = Instant::now();
+    let url = server.url.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(Cli::new(&url).run(&["tools", "--no-2026"]));
+    });
+    // Without the limits, this request hangs: every descriptor is taken by a silent connection.
+    let out = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the request is served within 30 s");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let took = started.elapsed();
+    // The held connections are closed a second after they were accepted, in waves of the cap.
+    assert!(took < Duration::from_secs(15), "served after {took:?}");
+    drop(held);
+    server.child.kill().unwrap();
+    let mut log = String::new();
+    server
+        .child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert!(
+        log.contains("open connection limit reached"),
+        "the cap is logged: {log}"
+    );
+}

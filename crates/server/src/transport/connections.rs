@@ -1,0 +1,384 @@
+//! The HTTP connections themselves: how many may be open, how long a client may take to send a
+//! request's headers, and how long a connection may sit idle. Without these, a client that opens
+//! connections and sends nothing (or a byte at a time) holds a descriptor each for as long as it
+//! likes, and a few hundred of them stop the server from taking any new request.
+//!
+//! - At most `max_connections` are open; past it, new connections wait in the kernel's backlog until
+//!   one closes, and a log line says so (once a minute while it lasts).
+//! - A request's headers must arrive within `header_timeout` once their first byte has.
+//! - A connection with no request in progress (a streamed reply counts until its last byte) that
+//!   sends nothing for `idle_timeout` is closed; before its first request, after `header_timeout`.
+//!
+//! Both are watched here rather than with hyper's own header timer, which also runs while a kept-
+//! alive connection waits for its next request and so would close it as soon as the header timeout
+//! passed.
+//! - A POST body must arrive within `body_timeout` (see the POST handler): a 408 otherwise.
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::server::graceful::GracefulShutdown;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+
+/// Limits on connections (see the module docs).
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectionLimits {
+    /// Open connections at most.
+    pub max_connections: usize,
+    /// Time for a request's headers, once they begin.
+    pub header_timeout: Duration,
+    /// Time a connection with nothing in progress may send nothing.
+    pub idle_timeout: Duration,
+}
+
+/// Descriptors kept back from connections: the store, upstream servers, log files, the listener.
+const RESERVED_DESCRIPTORS: u64 = 64;
+
+/// Raises the process's soft limit on open descriptors to its hard limit (a server should not stop
+/// at a shell's default of 1024 when the system allows more), and returns how many of `wanted`
+/// connections fit under it with [`RESERVED_DESCRIPTORS`] kept back (at least 16).
+pub fn fit_connections_to_descriptors(wanted: usize) -> usize {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let soft = match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) => {
+            if soft < hard {
+                match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                    Ok(()) => {
+                        tracing::debug!(from = soft, to = hard, "raised the open-file limit");
+                        hard
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, soft, hard, "could not raise the open-file limit");
+                        soft
+                    }
+                }
+            } else {
+                soft
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the open-file limit");
+            return wanted;
+        }
+    };
+    let room = soft.saturating_sub(RESERVED_DESCRIPTORS).max(16);
+    let fit = usize::try_from(room).unwrap_or(usize::MAX).min(wanted);
+    if fit < wanted {
+        tracing::info!(
+            wanted,
+            fit,
+            open_file_limit = soft,
+            "fewer connections than configured: the open-file limit is lower"
+        );
+    }
+    fit
+}
+
+/// Serves `app` on `listener` until `stop` resolves; then takes no new connection, lets open ones
+/// finish their requests, and returns once they have closed or `grace` has passed.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    app: axum::Router,
+    limits: ConnectionLimits,
+    stop: impl Future<Output = ()>,
+    grace: Duration,
+) -> std::io::Result<()> {
+    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let graceful = GracefulShutdown::new();
+    let mut builder = Builder::new(TokioExecutor::new());
+    // No header timer of hyper's: `Activity` watches for it (see the module docs).
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(None);
+    builder.http2().timer(TokioTimer::new());
+    let builder = Arc::new(builder);
+    let started = Instant::now();
+    let mut last_full_warning: Option<Instant> = None;
+    tokio::pin!(stop);
+    loop {
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                if last_full_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                    last_full_warning = Some(Instant::now());
+                    tracing::warn!(
+                        max = limits.max_connections,
+                        "open connection limit reached; new connections wait until one closes (raise [server] max_connections if this is load, not abuse)"
+                    );
+                }
+                tokio::select! {
+                    p = permits.clone().acquire_owned() => match p {
+                        Ok(p) => p,
+                        Err(_) => break,
+                    },
+                    _ = &mut stop => break,
+                }
+            }
+        };
+        let (tcp, addr) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors, say: wait a moment instead of spinning on the error.
+                    tracing::warn!(error = %e, "could not accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut stop => break,
+        };
+        // No Nagle: a reply is small and often written in parts (a streamed body, SSE events); waiting
+        // for the peer's delayed ACK before the last part would add tens of milliseconds.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not turn Nagle off on a connection");
+        }
+        let activity = Arc::new(Activity {
+            started,
+            busy: AtomicUsize::new(0),
+            served: AtomicUsize::new(0),
+            head_since_ms: AtomicU64::new(NOT_STARTED),
+            last_read_ms: AtomicU64::new(started.elapsed().as_millis() as u64),
+        });
+        let io = TokioIo::new(Watched {
+            inner: tcp,
+            activity: activity.clone(),
+        });
+        let service = hyper_util::service::TowerToHyperService::new(PerConnection {
+            app: app.clone(),
+            addr,
+            activity: activity.clone(),
+        });
+        let conn = builder
+            .serve_connection_with_upgrades(io, service)
+            .into_owned();
+        let conn = graceful.watch(conn);
+        let idle = (limits.header_timeout, limits.idle_timeout);
+        tokio::spawn(async move {
+            let _permit = permit;
+            tokio::select! {
+                r = conn => {
+                    if let Err(e) = r {
+                        tracing::debug!(error = %e, client = %addr, "connection ended with an error");
+                    }
+                }
+                _ = activity.idle_for(idle) => {
+                    tracing::debug!(client = %addr, "idle connection closed");
+                }
+            }
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(grace) => {
+            tracing::warn!("requests still running {grace:?} after shutdown began; closing them");
+        }
+    }
+    Ok(())
+}
+
+/// `Activity::head_since_ms` when no request is being received.
+const NOT_STARTED: u64 = u64::MAX;
+
+/// What a connection is doing, for the idle check.
+struct Activity {
+    started: Instant,
+    /// Requests whose reply has not been sent in full.
+    busy: AtomicUsize,
+    /// Requests received so far.
+    served: AtomicUsize,
+    /// When the first byte of a request not yet received in full arrived (ms since `started`), or
+    /// [`NOT_STARTED`].
+    head_since_ms: AtomicU64,
+    /// When a byte last arrived, in ms since `started`.
+    last_read_ms: AtomicU64,
+}
+
+impl Activity {
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Resolves once the connection has had nothing in progress and received nothing for long
+    /// enough: `first` before its first request (a client that connects means to send one now;
+    /// holding a connection open unused is how descriptors are exhausted), `idle` after it.
+    /// Also resolves once a request's headers, begun, have not all arrived within `first`.
+    async fn idle_for(&self, (first, idle): (Duration, Duration)) {
+        let step = (first.min(idle) / 4).max(Duration::from_millis(50));
+        loop {
+            tokio::time::sleep(step).await;
+            if self.busy.load(Ordering::Relaxed) > 0 {
+                continue;
+            }
+            let now = self.now_ms();
+            let head_since = self.head_since_ms.load(Ordering::Relaxed);
+            if head_since != NOT_STARTED {
+                if now.saturating_sub(head_since) >= first.as_millis() as u64 {
+                    return;
+                }
+                continue;
+            }
+            let limit = if self.served.load(Ordering::Relaxed) == 0 {
+                first
+            } else {
+                idle
+            };
+            let quiet = now.saturating_sub(self.last_read_ms.load(Ordering::Relaxed));
+            if quiet >= limit.as_millis() as u64 {
+                return;
+            }
+        }
+    }
+}
+
+/// A connection's socket, noting when bytes arrive.
+struct Watched {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            let a = &self.activity;
+            let now = a.now_ms();
+            a.last_read_ms.store(now, Ordering::Relaxed);
+            // Bytes while nothing is in progress begin a request; its headers are timed from here.
+            if a.busy.load(Ordering::Relaxed) == 0 {
+                let _ = a.head_since_ms.compare_exchange(
+                    NOT_STARTED,
+                    now,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// The router as one connection's service: each request carries the client's address, and counts
+/// as in progress until its reply's last byte has gone.
+#[derive(Clone)]
+struct PerConnection {
+    app: axum::Router,
+    addr: SocketAddr,
+    activity: Arc<Activity>,
+}
+
+impl tower_service::Service<http::Request<Incoming>> for PerConnection {
+    type Response = http::Response<Tracked>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Incoming>) -> Self::Future {
+        let mut req = req.map(Body::new);
+        req.extensions_mut().insert(ConnectInfo(self.addr));
+        let busy = Busy::new(self.activity.clone());
+        let mut app = self.app.clone();
+        Box::pin(async move {
+            let resp = match tower_service::Service::call(&mut app, req).await {
+                Ok(r) => r,
+                Err(never) => match never {},
+            };
+            Ok(resp.map(|body| Tracked { body, _busy: busy }))
+        })
+    }
+}
+
+/// One request in progress on a connection.
+struct Busy(Arc<Activity>);
+
+impl Busy {
+    fn new(activity: Arc<Activity>) -> Busy {
+        activity.busy.fetch_add(1, Ordering::Relaxed);
+        activity.served.fetch_add(1, Ordering::Relaxed);
+        activity.head_since_ms.store(NOT_STARTED, Ordering::Relaxed);
+        Busy(activity)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.busy.fetch_sub(1, Ordering::Relaxed);
+        let now = self.0.now_ms();
+        // The idle time counts from the end of the reply.
+        self.0.last_read_ms.store(now, Ordering::Relaxed);
+    }
+}
+
+/// A reply body that keeps its request counted as in progress until it is dropped (sent in full, or
+/// the connection closed).
+struct Tracked {
+    body: Body,
+    _busy: Busy,
+}
+
+impl HttpBody for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
