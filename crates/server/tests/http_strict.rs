@@ -327,3 +327,33 @@ async fn errors_say_what_was_actually_wrong() {
         .await;
     assert!(ex.result()["task"]["taskId"].is_string(), "{:?}", ex.reply);
 }
+
+#[tokio::test]
+async fn too_many_or_too_large_headers_get_a_431_with_a_json_rpc_error() {
+    let s = start_demo().await;
+    let http = reqwest::Client::new();
+    let mut many = http
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+    for i in 0..150 {
+        many = many.header(format!("x-filler-{i}"), "1");
+    }
+    let large = http
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .header("x-large", "a".repeat(80 * 1024))
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+    for (req, want) in [
+        (many, "headers; at most 100"),
+        (large, "bytes of headers; at most 65536"),
+    ] {
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 431);
+        let body: Value = resp.json().await.unwrap();
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(want),
+            "{body}"
+        );
+    }
+}

@@ -104,7 +104,8 @@ pub(crate) async fn serve(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(None);
+        .header_read_timeout(None)
+        .max_headers(super::strict::HYPER_MAX_HEADERS);
     builder.http2().timer(TokioTimer::new());
     let builder = Arc::new(builder);
     let started = Instant::now();

@@ -234,6 +234,13 @@ async fn check_headers(
     req: HttpRequest,
     next: Next,
 ) -> Response {
+    if let Some(problem) = strict::oversized_headers(req.headers()) {
+        return HttpError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ErrorObject::invalid_request(problem),
+        )
+        .into_response();
+    }
     if let Some(problem) = strict::repeated_header(req.headers()) {
         return HttpError::bad_request(problem).into_response();
     }

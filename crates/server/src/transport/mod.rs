@@ -7,4 +7,4 @@ mod headers;
 pub mod http;
 pub mod stdio;
 pub(crate) mod streams;
-mod strict;
+pub(crate) mod strict;

@@ -23,6 +23,32 @@ pub(crate) fn repeated_header(headers: &HeaderMap) -> Option<String> {
     })
 }
 
+/// Most headers a request may have; hyper is set to read more, so that this answer (431 with a
+/// JSON-RPC error) is ours rather than hyper's bare one.
+pub(crate) const MAX_HEADERS: usize = 100;
+
+/// Most bytes of header names and values a request may have.
+pub(crate) const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// Headers hyper reads at most (beyond them, its own bare 431).
+pub(crate) const HYPER_MAX_HEADERS: usize = 4 * MAX_HEADERS;
+
+/// Why a request's headers are too many or too large, if they are.
+pub(crate) fn oversized_headers(headers: &HeaderMap) -> Option<String> {
+    let count = headers.len();
+    if count > MAX_HEADERS {
+        return Some(format!(
+            "{count} headers; at most {MAX_HEADERS} are accepted"
+        ));
+    }
+    let bytes: usize = headers
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len())
+        .sum();
+    (bytes > MAX_HEADER_BYTES)
+        .then(|| format!("{bytes} bytes of headers; at most {MAX_HEADER_BYTES} are accepted"))
+}
+
 /// Why a POST body is not declared as JSON, if it is not: `Content-Type` must be `application/json`,
 /// parameters (such as `charset=utf-8`) allowed.
 pub(crate) fn content_type_problem(headers: &HeaderMap) -> Option<String> {
