@@ -266,10 +266,19 @@ impl RateLimiter {
 
     /// Takes one call from `key`'s bucket; `Err(wait_ms)` when it is empty.
     pub fn check(&self, key: &str, per_minute: u32) -> Result<(), u64> {
+        self.check_cost(key, per_minute, 1)
+    }
+
+    /// Takes a request that costs `cost` calls (one per item it names) from `key`'s bucket: it goes
+    /// through when the bucket holds a call, and the bucket may then go below zero by the rest, so a
+    /// large request delays the caller's next ones (by its whole cost) instead of never fitting.
+    /// `Err(wait_ms)` when the bucket is empty.
+    pub fn check_cost(&self, key: &str, per_minute: u32, cost: u32) -> Result<(), u64> {
         let (rate, _) = rate_and_capacity(per_minute);
+        let cost = cost.max(1);
         let taken = self.with_bucket(key, per_minute, |b, _| {
             if b.tokens >= 1.0 {
-                b.tokens -= 1.0;
+                b.tokens -= f64::from(cost);
                 Ok(())
             } else {
                 Err(((1.0 - b.tokens) / rate * 1000.0).ceil() as u64)
@@ -277,7 +286,7 @@ impl RateLimiter {
         });
         if taken.is_ok() && self.shared.load(std::sync::atomic::Ordering::Relaxed) {
             let mut t = self.taken.entry(key.to_string()).or_insert((0, per_minute));
-            t.0 += 1;
+            t.0 = t.0.saturating_add(cost);
             t.1 = per_minute;
         }
         taken

@@ -262,3 +262,73 @@ async fn a_configured_limit_refuses_per_session_on_the_session_wire() {
     assert_eq!(ex.status, 200);
     assert!(ex.reply.unwrap().get("result").is_some());
 }
+
+#[tokio::test]
+async fn long_lists_are_refused_with_the_limit_and_each_item_counts_as_a_call() {
+    let s = start_with(
+        Arc::new(MemoryStore::new()),
+        support::fast_engine(),
+        limited(60),
+        vec![],
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let ids = |n: usize| -> Vec<String> { (0..n).map(|i| format!("{i:044x}")).collect() };
+    let (status, reply) = call(
+        &http,
+        &s.url,
+        1,
+        "subscriptions/listen",
+        json!({"notifications": {"taskIds": ids(1001)}}),
+    )
+    .await;
+    assert_eq!(status, 200, "a JSON-RPC error, as for any invalid params");
+    assert_eq!(reply["error"]["code"], -32602);
+    assert_eq!(
+        reply["error"]["message"],
+        "subscriptions/listen: 1001 taskIds; at most 1000 in one request"
+    );
+    assert_eq!(reply["error"]["data"]["limit"], 1000);
+    let answers: serde_json::Map<String, Value> = (0..101)
+        .map(|i| (format!("q{i}"), json!({"action": "cancel"})))
+        .collect();
+    let (_, reply) = call(
+        &http,
+        &s.url,
+        2,
+        "tasks/update",
+        json!({"taskId": "x", "inputResponses": answers}),
+    )
+    .await;
+    assert_eq!(reply["error"]["code"], -32602);
+    assert_eq!(
+        reply["error"]["message"],
+        "tasks/update: 101 inputResponses; at most 100 in one request"
+    );
+    // 60 calls a minute hold a burst of 10: a listen naming 30 tasks is let through (the bucket held
+    // a call) and leaves it 20 calls in debt, so the next call waits about 20 s.
+    let (status, _) = call(&http, &s.url, 3, "tasks/get", json!({"taskId": "x"})).await;
+    assert_eq!(status, 200, "refusals above did not count");
+    let listen = json!({"jsonrpc": "2.0", "id": 4, "method": "subscriptions/listen", "params": {
+    "notifications": {"taskIds": ids(30)},
+    "_meta": {
+        "io.modelcontextprotocol/protocolVersion": V,
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+    }}});
+    let resp = http
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", V)
+        .header("mcp-method", "subscriptions/listen")
+        .body(listen.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200, "the listen itself is served");
+    drop(resp);
+    let (status, reply) = call(&http, &s.url, 5, "tasks/get", json!({"taskId": "x"})).await;
+    assert_eq!(status, 429, "{reply}");
+    let wait = reply["error"]["data"]["retryAfterMs"].as_u64().unwrap();
+    assert!(wait > 15_000, "the debt of the 30 items: {wait} ms");
+}

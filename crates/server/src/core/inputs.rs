@@ -384,14 +384,21 @@ impl Server {
         responses: Map<String, Value>,
         method: &str,
     ) -> Result<(), Failure> {
+        // The task's questions in one read, not one per answer.
+        let open: std::collections::HashMap<String, InputRecord> =
+            match self.engine.store().inputs(&task.id).await {
+                Ok(inputs) => inputs
+                    .into_iter()
+                    .filter(|i| i.response.is_none())
+                    .map(|i| (i.key.clone(), i))
+                    .collect(),
+                Err(e) => return Err(ErrorObject::internal(e.to_string()).into()),
+            };
         let mut accepted = Vec::new();
         for (key, value) in responses {
-            let Ok(Some(input)) = self.engine.store().get_input(&key).await else {
+            let Some(input) = open.get(&key) else {
                 continue;
             };
-            if input.task_id != task.id || input.response.is_some() {
-                continue;
-            }
             if check_answer_shape(&input.method, &value).is_err() {
                 return Err(ErrorObject::invalid_params(format!(
                     "{method}: inputResponses[{key:?}] is not an ElicitResult (action accept, decline or cancel); nothing was applied"

@@ -11,6 +11,17 @@ impl Server {
     /// Takes one task-management call from the caller's bucket, or refuses it: -32005 with
     /// `data.retryAfterMs`, sent as HTTP 429 with `Retry-After`.
     pub(crate) fn check_rate(&self, peer: &Peer, method: &str) -> Result<(), Failure> {
+        self.check_rate_cost(peer, method, 1)
+    }
+
+    /// [`Server::check_rate`] for a request that names `cost` items (task ids, answers): each counts
+    /// as a call.
+    pub(crate) fn check_rate_cost(
+        &self,
+        peer: &Peer,
+        method: &str,
+        cost: u32,
+    ) -> Result<(), Failure> {
         let Some(per_minute) = peer.principal.limits.calls_per_minute else {
             return Ok(());
         };
@@ -18,7 +29,7 @@ impl Server {
             Some(scope) => format!("{}:{scope}", peer.name()),
             None => peer.name().to_string(),
         };
-        self.rate.check(&key, per_minute).map_err(|wait_ms| {
+        self.rate.check_cost(&key, per_minute, cost).map_err(|wait_ms| {
             self.metrics.rate_limited();
             tracing::info!(target: "mcp_tasks::audit", principal = %peer.name(), method, "rate limited");
             Failure {

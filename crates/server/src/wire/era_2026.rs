@@ -212,7 +212,8 @@ async fn serve(
             if wants_tasks && !declares_tasks(&rm.caps) {
                 return Err(missing_tasks_extension(&req.method));
             }
-            server.check_rate(peer, &req.method)?;
+            let items = listed_items(&req.method, &params)?;
+            server.check_rate_cost(peer, &req.method, items)?;
             match req.method.as_str() {
                 "tasks/get" => tasks_get(server, peer, &params).await?,
                 "tasks/update" => tasks_update(server, peer, &params).await?,
@@ -571,6 +572,52 @@ async fn tasks_cancel(
     }
 }
 
+/// Most task ids and resource URIs one `subscriptions/listen` may name, each.
+pub const MAX_LISTEN_ITEMS: usize = 1000;
+
+/// Most answers one `tasks/update` may carry.
+pub const MAX_INPUT_RESPONSES: usize = 100;
+
+/// How many items a task request names (one for most): refused above the limits, and each counted
+/// as a call by the rate limit.
+fn listed_items(method: &str, params: &Map<String, Value>) -> Result<u32, Failure> {
+    let count = |v: Option<&Value>| match v {
+        Some(Value::Array(a)) => a.len(),
+        Some(Value::Object(o)) => o.len(),
+        _ => 0,
+    };
+    let too_many = |what: &str, n: usize, max: usize| -> Failure {
+        ErrorObject::invalid_params(format!(
+            "{method}: {n} {what}; at most {max} in one request"
+        ))
+        .with_data(json!({"limit": max, "got": n}))
+        .into()
+    };
+    let n = match method {
+        "subscriptions/listen" => {
+            let filter = params.get("notifications");
+            let ids = count(filter.and_then(|f| f.get("taskIds")));
+            let uris = count(filter.and_then(|f| f.get("resourceSubscriptions")));
+            if ids > MAX_LISTEN_ITEMS {
+                return Err(too_many("taskIds", ids, MAX_LISTEN_ITEMS));
+            }
+            if uris > MAX_LISTEN_ITEMS {
+                return Err(too_many("resourceSubscriptions", uris, MAX_LISTEN_ITEMS));
+            }
+            ids + uris
+        }
+        "tasks/update" => {
+            let n = count(params.get("inputResponses"));
+            if n > MAX_INPUT_RESPONSES {
+                return Err(too_many("inputResponses", n, MAX_INPUT_RESPONSES));
+            }
+            n
+        }
+        _ => 1,
+    };
+    Ok(u32::try_from(n.max(1)).unwrap_or(u32::MAX))
+}
+
 /// `subscriptions/listen`: acknowledges, sends the current state of each accepted task, then streams
 /// `notifications/tasks` (the full `DetailedTask`) whenever it changes, until the client goes away.
 async fn listen(
@@ -591,18 +638,32 @@ async fn listen(
     let mut events = server.engine().notifier().subscribe_all();
     let mut resource_events = server.resource_changes();
     let mut list_events = server.list_changes();
-    let mut accepted = Vec::new();
-    for id in filter
+    // The named tasks in one read; those of other principals are left out like missing ones.
+    let named: Vec<String> = filter
         .get("taskIds")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .filter_map(Value::as_str)
-    {
-        if matches!(server.engine().get(id).await, Ok(Lookup::Found(t)) if t.owner == peer.name()) {
-            accepted.push(id.to_string());
+        .map(String::from)
+        .collect();
+    let mine: std::collections::HashSet<String> =
+        match server.engine().store().get_many(&named).await {
+            Ok(found) => found
+                .into_iter()
+                .filter(|t| t.owner == peer.name())
+                .map(|t| t.id)
+                .collect(),
+            Err(e) => return Err(ErrorObject::internal(e.to_string()).into()),
+        };
+    let mut accepted = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for id in named {
+        if mine.contains(&id) && seen.insert(id.clone()) {
+            accepted.push(id);
         }
     }
+    let watched: std::collections::HashSet<String> = accepted.iter().cloned().collect();
     let uris: Vec<String> = filter
         .get("resourceSubscriptions")
         .and_then(Value::as_array)
@@ -663,7 +724,7 @@ async fn listen(
             e = events.recv() => match e {
                 Ok(ev) => {
                     let relevant = matches!(ev, TaskEvent::Changed(_) | TaskEvent::Progress { .. } | TaskEvent::InputRequested { .. } | TaskEvent::InputAnswered { .. });
-                    if relevant && accepted.contains(&ev.task().id) {
+                    if relevant && watched.contains(&ev.task().id) {
                         send_state(&ev.task().id.clone(), &mut last).await?;
                     }
                 }

@@ -241,6 +241,26 @@ impl TaskStore for SqliteStore {
         .await
     }
 
+    async fn get_many(&self, ids: &[String]) -> Result<Vec<TaskRecord>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // One statement for the lot: the ids go in as one JSON array.
+        let list = serde_json::to_string(ids).context("encode task ids")?;
+        let n = ids.len();
+        self.read(move |conn| {
+            select_tasks(
+                conn,
+                &format!(
+                    "SELECT {TASK_COLUMNS} FROM tasks WHERE id IN (SELECT value FROM json_each(?1))"
+                ),
+                [&list],
+                || format!("read {n} tasks"),
+            )
+        })
+        .await
+    }
+
     async fn update(
         &self,
         id: &str,
