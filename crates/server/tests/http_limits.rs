@@ -146,15 +146,20 @@ fn limited(per_minute: u32) -> ServerConfig {
     }
 }
 
-#[tokio::test]
-async fn a_configured_limit_refuses_an_anonymous_stateless_client_by_its_address() {
-    let s = start_with(
+/// A server whose anonymous callers may make `per_minute` task calls a minute.
+async fn start_limited(per_minute: u32) -> support::TestServer {
+    start_with(
         Arc::new(MemoryStore::new()),
         support::fast_engine(),
-        limited(60),
+        limited(per_minute),
         vec![],
     )
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn a_configured_limit_refuses_an_anonymous_stateless_client_by_its_address() {
+    let s = start_limited(60).await;
     let http = reqwest::Client::new();
     let mut refused = None;
     for id in 0..30 {
@@ -234,13 +239,7 @@ async fn anonymous_stateless_clients_have_running_task_caps_of_their_own_address
 
 #[tokio::test]
 async fn a_configured_limit_refuses_per_session_on_the_session_wire() {
-    let s = start_with(
-        Arc::new(MemoryStore::new()),
-        support::fast_engine(),
-        limited(60),
-        vec![],
-    )
-    .await;
+    let s = start_limited(60).await;
     let mut a = Client::connect(&s.url).await;
     let mut refused = false;
     for _ in 0..30 {
@@ -265,13 +264,7 @@ async fn a_configured_limit_refuses_per_session_on_the_session_wire() {
 
 #[tokio::test]
 async fn long_lists_are_refused_with_the_limit_and_each_item_counts_as_a_call() {
-    let s = start_with(
-        Arc::new(MemoryStore::new()),
-        support::fast_engine(),
-        limited(60),
-        vec![],
-    )
-    .await;
+    let s = start_limited(60).await;
     let http = reqwest::Client::new();
     let ids = |n: usize| -> Vec<String> { (0..n).map(|i| format!("{i:044x}")).collect() };
     let (status, reply) = call(
