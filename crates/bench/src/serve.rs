@@ -81,6 +81,7 @@ pub async fn ours(
     config.auth.anonymous_limits = mcp_tasks_server::auth::Limits {
         max_running_tasks: 10_000_000,
         calls_per_minute: None,
+        max_plain_calls: 1_000_000,
     };
     let server = Server::builder(store, EngineConfig::default(), config)
         .notifier(notifier)

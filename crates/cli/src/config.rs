@@ -41,8 +41,11 @@ pub struct AuthSection {
     pub anonymous: Option<bool>,
     /// Unfinished tasks an anonymous session may have (default 100).
     pub anonymous_max_running_tasks: Option<usize>,
-    /// Task calls per minute per anonymous session (default 1200).
+    /// Task calls per minute per anonymous session (default: no limit).
     pub anonymous_calls_per_minute: Option<u32>,
+    /// Plain (non-task) tool calls an anonymous session, or client address, may run at once
+    /// (default 16).
+    pub anonymous_max_plain_calls: Option<usize>,
     /// `[[auth.keys]]`.
     #[serde(default)]
     pub keys: Vec<KeyEntry>,
@@ -58,8 +61,10 @@ pub struct KeyEntry {
     pub sha256: String,
     /// Unfinished tasks this principal may have at once (default 100).
     pub max_running_tasks: Option<usize>,
-    /// Task calls per minute (default 1200).
+    /// Task calls per minute (default: no limit).
     pub calls_per_minute: Option<u32>,
+    /// Plain (non-task) tool calls this principal may run at once (default 16).
+    pub max_plain_calls: Option<usize>,
     /// The key also opens the admin API and the dashboard.
     #[serde(default)]
     pub operator: bool,
@@ -91,6 +96,7 @@ impl AuthSection {
                 limits: Limits {
                     max_running_tasks: k.max_running_tasks.unwrap_or(defaults.max_running_tasks),
                     calls_per_minute: k.calls_per_minute.or(defaults.calls_per_minute),
+                    max_plain_calls: k.max_plain_calls.unwrap_or(defaults.max_plain_calls),
                 },
             });
         }
@@ -112,6 +118,9 @@ impl AuthSection {
                 calls_per_minute: self
                     .anonymous_calls_per_minute
                     .or(defaults.calls_per_minute),
+                max_plain_calls: self
+                    .anonymous_max_plain_calls
+                    .unwrap_or(defaults.max_plain_calls),
             },
             local_limits: base.local_limits,
         })

@@ -25,12 +25,16 @@ pub struct Limits {
     /// Task-management calls (task-augmented `tools/call`, `tasks/*`) per minute; `None` (the default):
     /// no limit. Unfinished tasks are capped either way (`max_running_tasks`).
     pub calls_per_minute: Option<u32>,
+    /// Plain (non-task) tool calls running at once (for anonymous callers: per session, or per
+    /// client address on the stateless wire).
+    pub max_plain_calls: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_running_tasks: 100,
+            max_plain_calls: 16,
             // Off by default: any rate that lets many clients on one address poll at full speed is more
             // than one machine serves, so it would bind nothing; configure one for exposed servers.
             calls_per_minute: None,
@@ -74,6 +78,7 @@ impl Default for AuthConfig {
             local_limits: Limits {
                 max_running_tasks: 1000,
                 calls_per_minute: None,
+                max_plain_calls: 64,
             },
             operators: Vec::new(),
         }

@@ -25,6 +25,7 @@ fn auth(allow_anonymous: bool) -> AuthConfig {
                 Limits {
                     max_running_tasks: 2,
                     calls_per_minute: Some(6000),
+                    ..Limits::default()
                 },
             ),
             key(
@@ -32,6 +33,7 @@ fn auth(allow_anonymous: bool) -> AuthConfig {
                 Limits {
                     max_running_tasks: 100,
                     calls_per_minute: Some(6),
+                    ..Limits::default()
                 },
             ),
         ],

@@ -279,6 +279,7 @@ impl ServerBuilder {
             list_events: tokio::sync::broadcast::channel(16).0,
             authenticator: auth::Authenticator::new(self.config.auth.clone()),
             rate: auth::RateLimiter::default(),
+            plain_calls: dashmap::DashMap::new(),
             sealer: Sealer::new(
                 self.config
                     .request_state_secret
@@ -327,6 +328,8 @@ pub struct Server {
     inline_inputs: DashMap<String, (String, tokio::sync::oneshot::Sender<InputResponse>)>,
     authenticator: auth::Authenticator,
     rate: auth::RateLimiter,
+    /// Plain calls running now, per caller (the rate limit's keys).
+    plain_calls: dashmap::DashMap<String, usize>,
     sealer: Sealer,
     /// Raised when the server stops: long waits (blocked results, listen streams) end.
     shutdown: CancellationToken,

@@ -69,6 +69,10 @@ pub struct CommandToolSpec {
     /// Seconds between SIGTERM and SIGKILL on cancel or timeout (default 5).
     #[serde(default)]
     pub kill_grace_secs: Option<u64>,
+    /// Processes of this tool running at once (default 32). Past it a task waits for one to end
+    /// (its status message says so) and a plain call is refused with -32004.
+    #[serde(default)]
+    pub max_processes: Option<usize>,
     /// Bytes of stdout and of stderr kept each (default 1 MiB); the rest is dropped and the result says so.
     #[serde(default)]
     pub max_output_bytes: Option<usize>,
@@ -86,7 +90,12 @@ impl CommandToolSpec {
     pub fn into_tool(self) -> Tool {
         let mut tool = Tool::new(
             self.name.clone(),
-            Arc::new(CommandHandler { spec: self.clone() }),
+            Arc::new(CommandHandler {
+                spec: self.clone(),
+                slots: Arc::new(tokio::sync::Semaphore::new(
+                    self.max_processes.unwrap_or(DEFAULT_MAX_PROCESSES).max(1),
+                )),
+            }),
         )
         .input_schema(
             self.input_schema
@@ -166,7 +175,12 @@ fn fill(template: &str, args: &Value) -> Result<String, String> {
 
 struct CommandHandler {
     spec: CommandToolSpec,
+    /// One permit per process that may run at once.
+    slots: Arc<tokio::sync::Semaphore>,
 }
+
+/// Processes of one command tool running at once, unless `max_processes` says otherwise.
+const DEFAULT_MAX_PROCESSES: usize = 32;
 
 /// Output kept from one stream, bounded.
 #[derive(Default)]
@@ -272,6 +286,35 @@ fn stop_group(pid: Option<u32>, signal: Signal) {
 impl TaskHandler for CommandHandler {
     async fn run(&self, ctx: TaskContext, arguments: Value) -> Outcome {
         let spec = &self.spec;
+        let max = spec.max_processes.unwrap_or(DEFAULT_MAX_PROCESSES).max(1);
+        let _slot = match self.slots.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            // A task is durable work: it waits its turn, and says so.
+            Err(_) if ctx.task_id().is_some() => {
+                ctx.status(format!(
+                    "waiting: {max} processes of {} are running (max_processes)",
+                    spec.name
+                ))
+                .await;
+                tokio::select! {
+                    permit = self.slots.clone().acquire_owned() => match permit {
+                        Ok(p) => p,
+                        Err(_) => return crate::core::rules::failure("the tool was shut down".into()),
+                    },
+                    _ = ctx.cancelled() => return crate::core::rules::failure("cancelled while waiting to start".into()),
+                }
+            }
+            Err(_) => {
+                return Outcome::Error {
+                    code: mcp_tasks_protocol::error_codes::TOO_MANY_TASKS,
+                    message: format!(
+                        "Too many processes running: {max} of tool {}, the limit is {max}; wait for one to finish, or call the tool as a task",
+                        spec.name
+                    ),
+                    data: Some(json!({"running": max, "limit": max})),
+                }
+            }
+        };
         let argv = match expand_argv(&spec.command, &arguments) {
             Ok(a) => a,
             Err(e) => {

@@ -373,6 +373,7 @@ async fn tools_call(
         if let Some(result) = invalid {
             return Ok(result);
         }
+        let _slot = server.plain_call_slot(peer)?;
         return run_inline(
             server,
             session,

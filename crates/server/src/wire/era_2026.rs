@@ -432,6 +432,7 @@ async fn tools_call(
         if let Some(r) = invalid {
             return Ok(r);
         }
+        let _slot = server.plain_call_slot(peer)?;
         return match run_round(
             tool.tool.handler.clone(),
             arguments,

@@ -1,0 +1,160 @@
+//! Plain (non-task) calls are capped (issue 13, item 4): per caller, and per command tool's
+//! processes; past a cap a plain call gets -32004 like the cap on unfinished tasks, and a task waits
+//! for a process slot instead.
+
+mod support;
+
+use mcp_tasks_engine::store::memory::MemoryStore;
+use mcp_tasks_server::auth::{AuthConfig, Limits};
+use mcp_tasks_server::tools::command::CommandToolSpec;
+use mcp_tasks_server::ServerConfig;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use support::{fast_engine, read_exchange, start_with, Client};
+
+fn plain_call(id: u64, tool: &str, arguments: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments}})
+    .to_string()
+}
+
+/// Sends the calls at once on `c`'s session and returns each reply.
+async fn all_at_once(c: &Client, calls: Vec<String>) -> Vec<Value> {
+    let sent = calls.into_iter().map(|body| {
+        let rb = c.post(body);
+        async move { read_exchange(rb.send().await.unwrap()).await.reply.unwrap() }
+    });
+    futures::future::join_all(sent).await
+}
+
+fn code(reply: &Value) -> i64 {
+    reply["error"]["code"].as_i64().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_caller_runs_at_most_its_plain_call_limit_at_once() {
+    let config = ServerConfig {
+        auth: AuthConfig {
+            anonymous_limits: Limits {
+                max_plain_calls: 2,
+                ..Limits::default()
+            },
+            ..AuthConfig::default()
+        },
+        ..ServerConfig::default()
+    };
+    let s = start_with(Arc::new(MemoryStore::new()), fast_engine(), config, vec![]).await;
+    let c = Client::connect(&s.url).await;
+    let slow = |id| plain_call(id, "slow_compute", json!({"seconds": 1.0}));
+    let replies = all_at_once(&c, vec![slow(1), slow(2), slow(3)]).await;
+    let refused: Vec<&Value> = replies.iter().filter(|r| code(r) == -32004).collect();
+    assert_eq!(refused.len(), 1, "{replies:?}");
+    assert_eq!(
+        refused[0]["error"]["message"],
+        "Too many calls running: 2 plain calls, the limit is 2; wait for one to finish, or call the tool as a task"
+    );
+    assert_eq!(
+        refused[0]["error"]["data"],
+        json!({"running": 2, "limit": 2})
+    );
+    assert_eq!(
+        replies.iter().filter(|r| r.get("result").is_some()).count(),
+        2
+    );
+    // The slots are given back when the calls end.
+    let again = all_at_once(&c, vec![slow(4), slow(5)]).await;
+    assert!(again.iter().all(|r| r.get("result").is_some()), "{again:?}");
+    // Another session (another anonymous caller) has slots of its own.
+    let other = Client::connect(&s.url).await;
+    let busy = all_at_once(&c, vec![slow(6), slow(7)]);
+    let elsewhere = all_at_once(&other, vec![slow(8)]);
+    let (_, elsewhere) = tokio::join!(busy, elsewhere);
+    assert!(elsewhere[0].get("result").is_some(), "{elsewhere:?}");
+}
+
+#[tokio::test]
+async fn on_the_stateless_wire_the_cap_is_per_client_address() {
+    let config = ServerConfig {
+        auth: AuthConfig {
+            anonymous_limits: Limits {
+                max_plain_calls: 1,
+                ..Limits::default()
+            },
+            ..AuthConfig::default()
+        },
+        ..ServerConfig::default()
+    };
+    let s = start_with(Arc::new(MemoryStore::new()), fast_engine(), config, vec![]).await;
+    let call = |url: String| async move {
+        let mut c = support::stateless::Stateless::new(&url, json!({}));
+        c.call(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 1.0}}),
+        )
+        .await
+        .body
+    };
+    let (a, b) = tokio::join!(call(s.url.clone()), call(s.url.clone()));
+    let codes = [code(&a), code(&b)];
+    assert!(codes.contains(&-32004), "one of two is refused: {a} {b}");
+    assert!(codes.contains(&0), "the other runs: {a} {b}");
+}
+
+#[tokio::test]
+async fn a_command_tool_runs_at_most_max_processes_and_tasks_wait_their_turn() {
+    let spec: CommandToolSpec = serde_json::from_value(json!({
+        "name": "nap",
+        "command": ["sleep", "1"],
+        "max_processes": 1,
+    }))
+    .unwrap();
+    let s = start_with(
+        Arc::new(MemoryStore::new()),
+        fast_engine(),
+        ServerConfig::default(),
+        vec![spec.into_tool()],
+    )
+    .await;
+    let mut c = Client::connect(&s.url).await;
+    let replies = all_at_once(
+        &c,
+        vec![
+            plain_call(1, "nap", json!({})),
+            plain_call(2, "nap", json!({})),
+        ],
+    )
+    .await;
+    let refused: Vec<&Value> = replies.iter().filter(|r| code(r) == -32004).collect();
+    assert_eq!(refused.len(), 1, "{replies:?}");
+    assert!(
+        refused[0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Too many processes running: 1 of tool nap, the limit is 1"),
+        "{refused:?}"
+    );
+    // As tasks, the second waits for the first and then runs.
+    let a = c.create_task("nap", json!({})).await;
+    let b = c.create_task("nap", json!({})).await;
+    let (a, b) = (
+        a["taskId"].as_str().unwrap().to_string(),
+        b["taskId"].as_str().unwrap().to_string(),
+    );
+    let mut saw_waiting = false;
+    for _ in 0..20 {
+        let t = c.get_task(&b).await;
+        if t["statusMessage"]
+            .as_str()
+            .is_some_and(|m| m.contains("waiting: 1 processes of nap"))
+        {
+            saw_waiting = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(saw_waiting, "the waiting task says why");
+    for id in [&a, &b] {
+        let done = c.wait_terminal(id).await;
+        assert_eq!(done["status"], "completed", "{done}");
+    }
+}
