@@ -27,23 +27,28 @@ async fn all_at_once(c: &Client, calls: Vec<String>) -> Vec<Value> {
     futures::future::join_all(sent).await
 }
 
-fn code(reply: &Value) -> i64 {
-    reply["error"]["code"].as_i64().unwrap_or(0)
-}
-
-#[tokio::test]
-async fn a_caller_runs_at_most_its_plain_call_limit_at_once() {
+/// A server whose anonymous callers may run `max_plain_calls` plain calls at once.
+async fn start_capped(max_plain_calls: usize) -> support::TestServer {
     let config = ServerConfig {
         auth: AuthConfig {
             anonymous_limits: Limits {
-                max_plain_calls: 2,
+                max_plain_calls,
                 ..Limits::default()
             },
             ..AuthConfig::default()
         },
         ..ServerConfig::default()
     };
-    let s = start_with(Arc::new(MemoryStore::new()), fast_engine(), config, vec![]).await;
+    start_with(Arc::new(MemoryStore::new()), fast_engine(), config, vec![]).await
+}
+
+fn code(reply: &Value) -> i64 {
+    reply["error"]["code"].as_i64().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_caller_runs_at_most_its_plain_call_limit_at_once() {
+    let s = start_capped(2).await;
     let c = Client::connect(&s.url).await;
     let slow = |id| plain_call(id, "slow_compute", json!({"seconds": 1.0}));
     let replies = all_at_once(&c, vec![slow(1), slow(2), slow(3)]).await;
@@ -74,17 +79,7 @@ async fn a_caller_runs_at_most_its_plain_call_limit_at_once() {
 
 #[tokio::test]
 async fn on_the_stateless_wire_the_cap_is_per_client_address() {
-    let config = ServerConfig {
-        auth: AuthConfig {
-            anonymous_limits: Limits {
-                max_plain_calls: 1,
-                ..Limits::default()
-            },
-            ..AuthConfig::default()
-        },
-        ..ServerConfig::default()
-    };
-    let s = start_with(Arc::new(MemoryStore::new()), fast_engine(), config, vec![]).await;
+    let s = start_capped(1).await;
     let call = |url: String| async move {
         let mut c = support::stateless::Stateless::new(&url, json!({}));
         c.call(
