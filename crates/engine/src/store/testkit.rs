@@ -55,6 +55,20 @@ fn completed() -> TaskChange {
     }
 }
 
+/// The change that fails a task with `message` (as its status message and its error).
+fn failed(message: &str) -> TaskChange {
+    TaskChange {
+        status: Some(TaskStatus::Failed),
+        status_message: Some(Some(message.into())),
+        outcome: Some(Outcome::Error {
+            code: 1,
+            message: message.into(),
+            data: None,
+        }),
+        ..Default::default()
+    }
+}
+
 /// Runs every contract test, each on a fresh store from `make`.
 pub async fn run_all<S, F, Fut>(make: F)
 where
@@ -110,16 +124,7 @@ async fn every_status_change_is_kept_until_the_task_is_purged(s: impl TaskStore)
         value: json!({"answer": "yes"}),
     };
     s.answer_input("h-q", answer, 1_200).await.unwrap();
-    let fail = TaskChange {
-        status: Some(TaskStatus::Failed),
-        status_message: Some(Some("it broke".into())),
-        outcome: Some(Outcome::Error {
-            code: 1,
-            message: "it broke".into(),
-            data: None,
-        }),
-        ..Default::default()
-    };
+    let fail = failed("it broke");
     s.update("h", &TaskStatus::ACTIVE, fail, 1_300)
         .await
         .unwrap();
@@ -233,23 +238,11 @@ async fn finished_tasks_since_a_time_are_counted_by_how_they_ended(s: impl TaskS
     // Ids as the engine makes them (creation time first), which stores may use to find the range.
     let day = 1_700_000_000_000u64;
     let hour_ago = day + 10_000_000;
-    let error = |is_tool: bool| TaskChange {
-        status: Some(if is_tool {
-            TaskStatus::Completed
-        } else {
-            TaskStatus::Failed
-        }),
-        outcome: Some(if is_tool {
-            Outcome::Result {
-                value: json!({"bad": true}),
-                is_error: true,
-            }
-        } else {
-            Outcome::Error {
-                code: 1,
-                message: "broke".into(),
-                data: None,
-            }
+    let tool_error = TaskChange {
+        status: Some(TaskStatus::Completed),
+        outcome: Some(Outcome::Result {
+            value: json!({"bad": true}),
+            is_error: true,
         }),
         ..Default::default()
     };
@@ -259,12 +252,12 @@ async fn finished_tasks_since_a_time_are_counted_by_how_they_ended(s: impl TaskS
     };
     let plan: Vec<(u64, Option<TaskChange>)> = vec![
         (hour_ago - 1, Some(completed())),
-        (hour_ago - 1, Some(error(false))),
+        (hour_ago - 1, Some(failed("broke"))),
         (hour_ago, Some(completed())),
         (hour_ago + 5, Some(completed())),
-        (hour_ago + 6, Some(error(true))),
-        (hour_ago + 7, Some(error(false))),
-        (hour_ago + 8, Some(error(false))),
+        (hour_ago + 6, Some(tool_error)),
+        (hour_ago + 7, Some(failed("broke"))),
+        (hour_ago + 8, Some(failed("broke"))),
         (hour_ago + 9, Some(cancel)),
         (hour_ago + 10, None),
     ];
@@ -904,16 +897,7 @@ async fn orphans_are_changed_by_the_plan_in_one_step(s: impl TaskStore) {
             attempt: Some(t.attempt + 1),
             ..Default::default()
         }),
-        _ => Some(TaskChange {
-            status: Some(TaskStatus::Failed),
-            status_message: Some(Some("interrupted".into())),
-            outcome: Some(Outcome::Error {
-                code: 1,
-                message: "interrupted".into(),
-                data: None,
-            }),
-            ..Default::default()
-        }),
+        _ => Some(failed("interrupted")),
     });
     let mut changed = s
         .claim_orphans("node-b", 10_000, true, 40_000, plan)

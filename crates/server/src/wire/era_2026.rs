@@ -657,14 +657,14 @@ async fn listen(
                 .collect(),
             Err(e) => return Err(ErrorObject::internal(e.to_string()).into()),
         };
+    // In the order named, each once (the acknowledgement lists them), and as a set to match events.
     let mut accepted = Vec::new();
-    let mut seen = std::collections::HashSet::new();
+    let mut watched = std::collections::HashSet::new();
     for id in named {
-        if mine.contains(&id) && seen.insert(id.clone()) {
+        if mine.contains(&id) && watched.insert(id.clone()) {
             accepted.push(id);
         }
     }
-    let watched: std::collections::HashSet<String> = accepted.iter().cloned().collect();
     let uris: Vec<String> = filter
         .get("resourceSubscriptions")
         .and_then(Value::as_array)
