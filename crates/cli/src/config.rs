@@ -39,13 +39,23 @@ pub struct AuthSection {
     /// Serve callers without a key as the anonymous principal (default: true when no keys are
     /// configured, false otherwise).
     pub anonymous: Option<bool>,
-    /// Unfinished tasks an anonymous session may have (default 100).
+    /// Unfinished tasks an anonymous client address may have, on each wire (default 100).
     pub anonymous_max_running_tasks: Option<usize>,
-    /// Task calls per minute per anonymous session (default: no limit).
+    /// Task calls per minute per anonymous client address, on each wire (default: no limit).
     pub anonymous_calls_per_minute: Option<u32>,
-    /// Plain (non-task) tool calls an anonymous session, or client address, may run at once
+    /// Plain (non-task) tool calls an anonymous client address may run at once, on each wire
     /// (default 16).
     pub anonymous_max_plain_calls: Option<usize>,
+    /// Sessions one anonymous client address may open per minute (default 60).
+    pub anonymous_sessions_per_minute: Option<u32>,
+    /// Sessions all anonymous callers together may open per minute (default 1200).
+    pub anonymous_sessions_per_minute_total: Option<u32>,
+    /// Live sessions of one anonymous client address (default 100).
+    pub anonymous_max_sessions_per_address: Option<usize>,
+    /// Live anonymous sessions in all (default 10000).
+    pub anonymous_max_sessions: Option<usize>,
+    /// An anonymous session unused this long ends (default 3600; keyed sessions: a day).
+    pub anonymous_session_idle_secs: Option<u64>,
     /// `[[auth.keys]]`.
     #[serde(default)]
     pub keys: Vec<KeyEntry>,
@@ -73,7 +83,7 @@ pub struct KeyEntry {
 impl AuthSection {
     /// The server's auth settings.
     pub fn to_config(&self) -> Result<mcp_tasks_server::auth::AuthConfig> {
-        use mcp_tasks_server::auth::{ApiKey, AuthConfig, Limits};
+        use mcp_tasks_server::auth::{ApiKey, AuthConfig, Limits, SessionBudget};
         let defaults = Limits::default();
         let mut keys = Vec::new();
         for k in &self.keys {
@@ -122,8 +132,55 @@ impl AuthSection {
                     .anonymous_max_plain_calls
                     .unwrap_or(defaults.max_plain_calls),
             },
+            anonymous_sessions: {
+                let d = base.anonymous_sessions;
+                let idle = match self.anonymous_session_idle_secs {
+                    Some(0) => bail!("[auth] anonymous_session_idle_secs must be at least 1"),
+                    Some(secs) => std::time::Duration::from_secs(secs),
+                    None => d.idle,
+                };
+                SessionBudget {
+                    per_minute_per_address: at_least_one(
+                        self.anonymous_sessions_per_minute,
+                        "anonymous_sessions_per_minute",
+                        d.per_minute_per_address,
+                    )?,
+                    per_minute: at_least_one(
+                        self.anonymous_sessions_per_minute_total,
+                        "anonymous_sessions_per_minute_total",
+                        d.per_minute,
+                    )?,
+                    max_per_address: at_least_one(
+                        self.anonymous_max_sessions_per_address,
+                        "anonymous_max_sessions_per_address",
+                        d.max_per_address,
+                    )?,
+                    max: at_least_one(
+                        self.anonymous_max_sessions,
+                        "anonymous_max_sessions",
+                        d.max,
+                    )?,
+                    idle,
+                }
+            },
             local_limits: base.local_limits,
         })
+    }
+}
+
+/// An `[auth]` budget of anonymous callers: the configured value, which must be at least 1 (zero
+/// would refuse every anonymous session; `anonymous = false` says that plainly), or the default.
+fn at_least_one<T: Copy + PartialEq + From<u8>>(
+    value: Option<T>,
+    name: &str,
+    default: T,
+) -> Result<T> {
+    match value {
+        Some(v) if v == T::from(0) => {
+            bail!("[auth] {name} must be at least 1 (set `anonymous = false` to serve no anonymous callers)")
+        }
+        Some(v) => Ok(v),
+        None => Ok(default),
     }
 }
 

@@ -51,7 +51,8 @@ pub use fingerprint::fingerprint;
 pub use handler::TaskHandler;
 pub use ids::random_id;
 pub use model::{
-    ActiveLimit, InputRecord, InputResponse, NewTask, Outcome, TaskRecord, TaskStatus, Transition,
+    ActiveLimit, Among, InputRecord, InputResponse, NewTask, Outcome, TaskRecord, TaskStatus,
+    Transition,
 };
 pub use notifier::{Notifier, Relayed, TaskEvent, TaskSubscription};
 pub use rules::{OutcomeRules, PlainRules};

@@ -223,8 +223,31 @@ pub struct ActiveLimit {
     pub max: usize,
     /// …of this owner…
     pub owner: String,
-    /// …in this session only, when set.
-    pub session: Option<String>,
+    /// …among these of its tasks.
+    pub among: Among,
+}
+
+/// Which of an owner's tasks an [`ActiveLimit`] counts, by the tasks' `session`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Among {
+    /// All of them.
+    All,
+    /// Those of one session.
+    Session(String),
+    /// Those of every session whose id starts with this prefix: a server that gives the sessions of
+    /// one client a common prefix counts them together.
+    SessionsStartingWith(String),
+}
+
+impl Among {
+    /// Whether a task in `session` is counted.
+    pub fn counts(&self, session: Option<&str>) -> bool {
+        match self {
+            Among::All => true,
+            Among::Session(s) => session == Some(s.as_str()),
+            Among::SessionsStartingWith(p) => session.is_some_and(|s| s.starts_with(p.as_str())),
+        }
+    }
 }
 
 impl NewTask {

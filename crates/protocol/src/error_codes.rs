@@ -18,6 +18,9 @@ pub const TOO_MANY_TASKS: i64 = -32004;
 /// mcp-tasks: a task-management call was refused by the caller's rate limit; `data.retryAfterMs` says
 /// when to try again (implementation-defined range).
 pub const RATE_LIMITED: i64 = -32005;
+/// mcp-tasks: no new session: the caller (an anonymous caller's client address, or all anonymous
+/// callers together) already holds as many live sessions as allowed (implementation-defined range).
+pub const TOO_MANY_SESSIONS: i64 = -32006;
 /// MCP 2026-07-28: an HTTP header disagrees with the body (`Mcp-Method`, `Mcp-Name`, protocol version).
 pub const HEADER_MISMATCH: i64 = -32020;
 /// MCP 2026-07-28: the request needs a client capability the client did not declare.

@@ -42,6 +42,52 @@ impl Default for Limits {
     }
 }
 
+/// The sessions (2025-11-25 `initialize`) anonymous callers may open and hold. Keyed callers are
+/// bound by their key; anonymous ones, who can open sessions without end, by these.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionBudget {
+    /// Sessions one client address may open per minute (a minute's worth at once).
+    pub per_minute_per_address: u32,
+    /// Sessions all anonymous callers together may open per minute.
+    pub per_minute: u32,
+    /// Live sessions of one client address.
+    pub max_per_address: usize,
+    /// Live anonymous sessions in all.
+    pub max: usize,
+    /// An anonymous session unused this long ends (keyed sessions: after a day).
+    pub idle: std::time::Duration,
+}
+
+impl Default for SessionBudget {
+    fn default() -> Self {
+        SessionBudget {
+            per_minute_per_address: 60,
+            per_minute: 1200,
+            max_per_address: 100,
+            max: 10_000,
+            idle: std::time::Duration::from_secs(3600),
+        }
+    }
+}
+
+/// The group a client address is counted in for anonymous limits: an IPv4 address itself, an IPv6
+/// address its /64 network (one host commonly holds a whole /64, and can pick a new address in it
+/// for every connection). An IPv4-mapped IPv6 address counts as its IPv4 address.
+pub fn client_group(address: std::net::IpAddr) -> String {
+    use std::net::IpAddr;
+    match address {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                let net = std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0);
+                format!("{net}/64")
+            }
+        },
+    }
+}
+
 /// One configured API key.
 #[derive(Clone, Debug)]
 pub struct ApiKey {
@@ -60,8 +106,10 @@ pub struct AuthConfig {
     pub keys: Vec<ApiKey>,
     /// Whether callers without a key are served (as the anonymous principal).
     pub allow_anonymous: bool,
-    /// Limits of anonymous callers (the running-task cap applies per session).
+    /// Limits of anonymous callers, counted per client address (see [`client_group`]) and wire.
     pub anonymous_limits: Limits,
+    /// What anonymous callers may open and hold: sessions, in total and per client address.
+    pub anonymous_sessions: SessionBudget,
     /// Limits of the local user on stdio.
     pub local_limits: Limits,
     /// Principals whose keys open the admin API and the dashboard (`operator = true`). With no keys
@@ -75,6 +123,7 @@ impl Default for AuthConfig {
             keys: Vec::new(),
             allow_anonymous: true,
             anonymous_limits: Limits::default(),
+            anonymous_sessions: SessionBudget::default(),
             local_limits: Limits {
                 max_running_tasks: 1000,
                 calls_per_minute: None,
@@ -192,6 +241,11 @@ impl Authenticator {
         }
     }
 
+    /// What anonymous callers may open and hold.
+    pub fn anonymous_sessions(&self) -> &SessionBudget {
+        &self.config.anonymous_sessions
+    }
+
     /// The local user of stdio.
     pub fn local_user(&self) -> Principal {
         Principal {
@@ -206,8 +260,9 @@ struct Bucket {
     last: Instant,
 }
 
-/// Token buckets for task-management calls, one per key (principal, or anonymous session). A bucket
-/// holds ten seconds' worth of calls, so short bursts pass and sustained floods are cut to the rate.
+/// Token buckets for task-management calls, one per key (a principal, or an anonymous client
+/// address), and for anonymous sessions opened. A bucket of calls holds ten seconds' worth, so short
+/// bursts pass and sustained floods are cut to the rate; one of sessions a minute's worth.
 ///
 /// With replicas, each one also counts the calls it let through ([`RateLimiter::share`]) and tells the
 /// others, who take them from their own buckets ([`RateLimiter::taken_elsewhere`]): one bucket per key
@@ -220,9 +275,18 @@ pub struct RateLimiter {
     shared: std::sync::atomic::AtomicBool,
 }
 
-fn rate_and_capacity(per_minute: u32) -> (f64, f64) {
+/// Keys of buckets that count sessions opened (not calls): they hold a whole minute's worth, so a
+/// client that opens its sessions together at start is not refused.
+pub(crate) const SESSIONS_OPENED: &str = "sessions opened by ";
+
+fn rate_and_capacity(key: &str, per_minute: u32) -> (f64, f64) {
     let rate = f64::from(per_minute.max(1)) / 60.0;
-    (rate, (rate * 10.0).max(5.0))
+    let burst_secs = if key.starts_with(SESSIONS_OPENED) {
+        60.0
+    } else {
+        10.0
+    };
+    (rate, (rate * burst_secs).max(5.0))
 }
 
 impl RateLimiter {
@@ -255,7 +319,7 @@ impl RateLimiter {
         per_minute: u32,
         f: impl FnOnce(&mut Bucket, f64) -> T,
     ) -> T {
-        let (rate, capacity) = rate_and_capacity(per_minute);
+        let (rate, capacity) = rate_and_capacity(key, per_minute);
         let now = Instant::now();
         let entry = self.buckets.entry(key.to_string()).or_insert_with(|| {
             Mutex::new(Bucket {
@@ -279,7 +343,7 @@ impl RateLimiter {
     /// large request delays the caller's next ones (by its whole cost) instead of never fitting.
     /// `Err(wait_ms)` when the bucket is empty.
     pub fn check_cost(&self, key: &str, per_minute: u32, cost: u32) -> Result<(), u64> {
-        let (rate, _) = rate_and_capacity(per_minute);
+        let (rate, _) = rate_and_capacity(key, per_minute);
         let cost = cost.max(1);
         let taken = self.with_bucket(key, per_minute, |b, _| {
             if b.tokens >= 1.0 {

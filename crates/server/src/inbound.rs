@@ -9,7 +9,6 @@ use mcp_tasks_protocol::jsonrpc::{ErrorObject, Message, Notification, Request, R
 use serde_json::Value;
 use std::sync::Arc;
 
-use crate::auth::Principal;
 use crate::core::{Era, Failure, Peer, Reply, Server};
 use crate::session::Session;
 use crate::transport::streams::StreamSender;
@@ -29,14 +28,20 @@ impl Server {
     /// streams. Returns the number of tasks recovered.
     pub async fn start(self: &Arc<Self>) -> Result<usize, StoreError> {
         let recovered = self.engine().start().await?;
-        let sweep = self.engine().config().sweep_interval;
+        // Anonymous sessions idle out sooner than the engine's sweep comes round: the caches are
+        // swept four times within their idle limit (and their open streams kept alive as often).
+        let sweep = self
+            .engine()
+            .config()
+            .sweep_interval
+            .min(self.authenticator().anonymous_sessions().idle / 4);
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(sweep);
+            let mut tick = tokio::time::interval(sweep.max(std::time::Duration::from_millis(100)));
             loop {
                 tick.tick().await;
                 let Some(server) = weak.upgrade() else { break };
-                server.sweep_caches();
+                server.sweep_caches().await;
             }
         });
         // Held messages of tasks whose announcing reply was never written go out after 10 s.
@@ -83,15 +88,14 @@ impl Server {
         Ok(recovered)
     }
 
-    /// Answers `initialize` for `principal`: negotiates the version and creates the session.
+    /// Answers `initialize` for `peer`: negotiates the version and creates the session.
     pub(crate) async fn initialize(
         &self,
-        principal: &Principal,
+        peer: &Peer,
         params: Option<&Value>,
-    ) -> Result<(Arc<Session>, Value), ErrorObject> {
-        let span =
-            tracing::info_span!("request", method = "initialize", principal = %principal.name);
-        tracing::Instrument::instrument(era_2025::initialize(self, principal, params), span).await
+    ) -> Result<(Arc<Session>, Value), Failure> {
+        let span = tracing::info_span!("request", method = "initialize", principal = %peer.name());
+        tracing::Instrument::instrument(era_2025::initialize(self, peer, params), span).await
     }
 
     /// Handles one request of wire form `era` and returns the reply, or `None` when the client

@@ -4,14 +4,16 @@
 //! a cache of the ones it has seen.
 
 use dashmap::DashMap;
-use mcp_tasks_engine::store::{SessionRecord, StoreError, TaskStore};
+use mcp_tasks_engine::store::{SessionLimit, SessionRecord, StoreError, TaskStore};
 use mcp_tasks_engine::{now_ms, random_id, LogLevel};
 use mcp_tasks_protocol::version;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// How often at most `last_seen` is written back for a busy session.
+/// How often at most `last_seen` is written back for a busy session (a session with a short idle
+/// limit: ten times within it).
 const TOUCH_EVERY_MS: u64 = 60_000;
 
 /// What the server remembers about a session.
@@ -40,8 +42,23 @@ pub struct Session {
     pub owner: String,
     /// Creation time.
     pub created_at: u64,
+    /// Its own idle limit (anonymous sessions), in ms; `None`: the server's.
+    pub idle_ms: Option<u64>,
     data: Mutex<SessionData>,
+    /// When `last_seen` was last written to the store.
     last_touch: Mutex<u64>,
+    /// When it was last used here (Unix ms).
+    last_used: AtomicU64,
+}
+
+/// What a new anonymous session is held to.
+pub(crate) struct Budgeted {
+    /// The start of its id, the same for every session of one client address.
+    pub(crate) id_prefix: String,
+    /// Its idle limit, in ms.
+    pub(crate) idle_ms: u64,
+    /// The caps on live sessions it must fit under.
+    pub(crate) limit: SessionLimit,
 }
 
 impl Session {
@@ -65,6 +82,11 @@ impl Session {
     pub fn async_tools(&self) -> bool {
         self.data().async_tools
     }
+    /// The start of its id that it shares with its client address's other sessions (anonymous
+    /// sessions only): what their limits are counted under.
+    pub fn group_prefix(&self) -> Option<&str> {
+        self.id.find('-').map(|i| &self.id[..=i])
+    }
     fn record(&self) -> SessionRecord {
         SessionRecord {
             id: self.id.clone(),
@@ -72,7 +94,18 @@ impl Session {
             data: serde_json::to_value(self.data()).unwrap_or(Value::Null),
             created_at: self.created_at,
             last_seen: now_ms(),
+            idle_ms: self.idle_ms,
         }
+    }
+    /// Whether it has been unused for its idle limit at `now` (`default_idle_ms` without its own).
+    fn is_idle(&self, now: u64, default_idle_ms: u64) -> bool {
+        let idle = self.idle_ms.unwrap_or(default_idle_ms);
+        now.saturating_sub(self.last_used.load(Ordering::Relaxed)) >= idle
+    }
+    /// How often its use is written to the store.
+    fn touch_every(&self) -> u64 {
+        self.idle_ms
+            .map_or(TOUCH_EVERY_MS, |idle| TOUCH_EVERY_MS.min(idle / 10))
     }
 }
 
@@ -95,17 +128,32 @@ impl Sessions {
         }
     }
 
-    /// Creates and stores a session.
-    pub async fn create(&self, owner: &str, data: SessionData) -> Result<Arc<Session>, StoreError> {
+    /// Creates and stores a session; one `budgeted` (anonymous) only within its caps
+    /// ([`StoreError::TooManySessions`] otherwise).
+    pub(crate) async fn create(
+        &self,
+        owner: &str,
+        data: SessionData,
+        budgeted: Option<Budgeted>,
+    ) -> Result<Arc<Session>, StoreError> {
         let now = now_ms();
+        let id = match &budgeted {
+            Some(b) => format!("{}{}", b.id_prefix, random_id()),
+            None => random_id(),
+        };
         let s = Arc::new(Session {
-            id: random_id(),
+            id,
             owner: owner.to_string(),
             created_at: now,
+            idle_ms: budgeted.as_ref().map(|b| b.idle_ms),
             data: Mutex::new(data),
             last_touch: Mutex::new(now),
+            last_used: AtomicU64::new(now),
         });
-        self.store.put_session(&s.record()).await?;
+        match &budgeted {
+            Some(b) => self.store.create_session(&s.record(), &b.limit).await?,
+            None => self.store.put_session(&s.record()).await?,
+        }
         self.cache.insert(s.id.clone(), s.clone());
         Ok(s)
     }
@@ -126,17 +174,26 @@ impl Sessions {
                     id: rec.id,
                     owner: rec.owner,
                     created_at: rec.created_at,
+                    idle_ms: rec.idle_ms,
                     data: Mutex::new(data),
                     last_touch: Mutex::new(rec.last_seen),
+                    last_used: AtomicU64::new(rec.last_seen),
                 });
                 self.cache.insert(s.id.clone(), s.clone());
                 s
             }
         };
         let now = now_ms();
+        if s.idle_ms.is_some() && s.is_idle(now, u64::MAX) {
+            // Past its own idle limit (which the store's purge may not have reached yet): ended.
+            self.cache.remove(&s.id);
+            self.store.delete_session(&s.id).await?;
+            return Ok(None);
+        }
+        s.last_used.fetch_max(now, Ordering::Relaxed);
         let due = {
             let mut last = s.last_touch.lock().unwrap_or_else(|p| p.into_inner());
-            if now.saturating_sub(*last) >= TOUCH_EVERY_MS {
+            if now.saturating_sub(*last) >= s.touch_every() {
                 *last = now;
                 true
             } else {
@@ -163,12 +220,27 @@ impl Sessions {
         Ok(self.store.delete_session(id).await? || cached)
     }
 
-    /// Drops cached sessions unused for `idle_ms` (the store purges them on its own schedule).
-    pub fn evict_idle(&self, idle_ms: u64) {
+    /// Drops cached sessions unused for their idle limit (`idle_ms` for those without their own;
+    /// the store purges them on its own schedule) and returns their ids.
+    pub fn evict_idle(&self, idle_ms: u64) -> Vec<String> {
         let now = now_ms();
-        self.cache.retain(|_, s| {
-            now.saturating_sub(*s.last_touch.lock().unwrap_or_else(|p| p.into_inner())) < idle_ms
+        let mut gone = Vec::new();
+        self.cache.retain(|id, s| {
+            let idle = s.is_idle(now, idle_ms);
+            if idle {
+                gone.push(id.clone());
+            }
+            !idle
         });
+        gone
+    }
+
+    /// Counts `ids` as used now: a session whose client holds a stream open is not idle.
+    pub(crate) async fn keep_alive(&self, ids: impl IntoIterator<Item = String>) {
+        for id in ids {
+            // A store error here only delays the touch to the next sweep.
+            let _ = self.get(&id).await;
+        }
     }
 
     /// A cached session without touching the store (for the notification router).

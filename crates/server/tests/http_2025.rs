@@ -81,10 +81,16 @@ async fn initialize_declares_task_capabilities_for_2025_11_25() {
         r["capabilities"]["tasks"],
         json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}})
     );
-    assert!(c
-        .session
-        .as_ref()
-        .is_some_and(|s| s.len() == 32 && s.bytes().all(|b| (0x21..=0x7e).contains(&b))));
+    // Visible ASCII; an anonymous session's id is its client address's prefix (a keyed digest),
+    // then 128 random bits.
+    let id = c.session.clone().unwrap();
+    assert!(id.bytes().all(|b| (0x21..=0x7e).contains(&b)), "{id}");
+    let (prefix, random) = id.split_once('-').unwrap();
+    assert_eq!(prefix.len(), 12, "{id}");
+    assert!(
+        random.len() == 32 && random.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{id}"
+    );
 }
 
 #[tokio::test]

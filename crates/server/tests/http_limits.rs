@@ -238,7 +238,7 @@ async fn anonymous_stateless_clients_have_running_task_caps_of_their_own_address
 }
 
 #[tokio::test]
-async fn a_configured_limit_refuses_per_session_on_the_session_wire() {
+async fn a_configured_limit_refuses_per_client_address_on_the_session_wire() {
     let s = start_limited(60).await;
     let mut a = Client::connect(&s.url).await;
     let mut refused = false;
@@ -255,11 +255,22 @@ async fn a_configured_limit_refuses_per_session_on_the_session_wire() {
         }
     }
     assert!(refused, "60/min allows a burst of 10, then refuses");
-    // A second session (another client) has a bucket of its own.
-    let mut b = Client::connect(&s.url).await;
+    // A new session from the same address shares the bucket: sessions are no way around it.
+    let mut again = Client::connect(&s.url).await;
+    let ex = again.request("tasks/list", json!({})).await;
+    assert_eq!(ex.status, 429, "{:?}", ex.reply);
+    // Another address has a bucket of its own, and so do the address's stateless calls.
+    let mut b = Client::connect_from(&s.url, "127.0.0.2").await;
     let ex = b.request("tasks/list", json!({})).await;
     assert_eq!(ex.status, 200);
     assert!(ex.reply.unwrap().get("result").is_some());
+    let unknown = json!({"taskId": format!("{:044x}", 1)});
+    let (status, reply) = call(&from("127.0.0.1"), &s.url, 1, "tasks/get", unknown).await;
+    assert_eq!(
+        status, 200,
+        "the stateless wire is counted on its own: {reply}"
+    );
+    assert_eq!(reply["error"]["code"], -32602, "not rate limited: {reply}");
 }
 
 #[tokio::test]

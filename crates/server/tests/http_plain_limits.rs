@@ -69,11 +69,20 @@ async fn a_caller_runs_at_most_its_plain_call_limit_at_once() {
     // The slots are given back when the calls end.
     let again = all_at_once(&c, vec![slow(4), slow(5)]).await;
     assert!(again.iter().all(|r| r.get("result").is_some()), "{again:?}");
-    // Another session (another anonymous caller) has slots of its own.
-    let other = Client::connect(&s.url).await;
+    // Another session of the same address shares the slots; another address has its own.
+    let same = Client::connect(&s.url).await;
+    let other = Client::connect_from(&s.url, "127.0.0.2").await;
     let busy = all_at_once(&c, vec![slow(6), slow(7)]);
-    let elsewhere = all_at_once(&other, vec![slow(8)]);
-    let (_, elsewhere) = tokio::join!(busy, elsewhere);
+    let shared = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        all_at_once(&same, vec![slow(8)]).await
+    };
+    let elsewhere = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        all_at_once(&other, vec![slow(9)]).await
+    };
+    let (_, shared, elsewhere) = tokio::join!(busy, shared, elsewhere);
+    assert_eq!(code(&shared[0]), -32004, "{shared:?}");
     assert!(elsewhere[0].get("result").is_some(), "{elsewhere:?}");
 }
 

@@ -7,9 +7,9 @@ use std::sync::Mutex;
 
 use super::{
     after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, ActiveCounts,
-    ActiveLimit, AnswerError, Created, FinishedCounts, InvalidCursor, ListQuery, Lookup,
-    OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange, TaskFilter, TaskPage,
-    TaskStore, UpdateError,
+    ActiveLimit, Among, AnswerError, Created, FinishedCounts, InvalidCursor, ListQuery, Lookup,
+    OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord, StoreError, TaskChange,
+    TaskFilter, TaskPage, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus, Transition};
 
@@ -73,14 +73,20 @@ impl Inner {
         }
     }
 
-    /// Unfinished tasks of `owner`, of one session when given.
-    fn unfinished_of(&self, owner: &str, session: Option<&String>) -> usize {
-        match session {
-            Some(s) => self
+    /// Unfinished tasks of `owner` among `among`.
+    fn unfinished_of(&self, owner: &str, among: &Among) -> usize {
+        match among {
+            Among::All => self.unfinished_per_owner.get(owner).copied().unwrap_or(0),
+            Among::Session(s) => self
                 .unfinished
                 .get(&(owner.to_string(), Some(s.clone())))
                 .map_or(0, HashSet::len),
-            None => self.unfinished_per_owner.get(owner).copied().unwrap_or(0),
+            Among::SessionsStartingWith(_) => self
+                .unfinished
+                .iter()
+                .filter(|((o, session), _)| o == owner && among.counts(session.as_deref()))
+                .map(|(_, ids)| ids.len())
+                .sum(),
         }
     }
 }
@@ -128,7 +134,7 @@ impl TaskStore for MemoryStore {
             }
         }
         if let Some(l) = &limit {
-            let active = inner.unfinished_of(&l.owner, l.session.as_ref());
+            let active = inner.unfinished_of(&l.owner, &l.among);
             if active >= l.max {
                 return Err(StoreError::TooManyActive { active, max: l.max });
             }
@@ -441,9 +447,11 @@ impl TaskStore for MemoryStore {
             .retain(|_, (_, _, at)| at.saturating_add(p.tombstone_ms) > p.now);
         purged.tombstones = before - inner.tombstones.len();
         let before = inner.sessions.len();
-        inner
-            .sessions
-            .retain(|_, s| s.last_seen.saturating_add(p.session_idle_ms) > p.now);
+        inner.sessions.retain(|_, s| {
+            s.last_seen
+                .saturating_add(s.idle_ms.unwrap_or(p.session_idle_ms))
+                > p.now
+        });
         purged.sessions = before - inner.sessions.len();
         Ok(purged)
     }
@@ -455,12 +463,55 @@ impl TaskStore for MemoryStore {
         Ok(())
     }
 
+    async fn create_session(
+        &self,
+        session: &SessionRecord,
+        limit: &SessionLimit,
+    ) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        let now = session.last_seen;
+        let live = inner
+            .sessions
+            .values()
+            .filter(|s| s.owner == session.owner && s.is_live(now));
+        let (mut all, mut of_prefix) = (0, 0);
+        for s in live {
+            all += 1;
+            if limit
+                .per_prefix
+                .as_ref()
+                .is_some_and(|(p, _)| s.id.starts_with(p.as_str()))
+            {
+                of_prefix += 1;
+            }
+        }
+        if let Some((_, max)) = &limit.per_prefix {
+            if of_prefix >= *max {
+                return Err(StoreError::TooManySessions {
+                    live: of_prefix,
+                    max: *max,
+                    of_prefix: true,
+                });
+            }
+        }
+        if all >= limit.max {
+            return Err(StoreError::TooManySessions {
+                live: all,
+                max: limit.max,
+                of_prefix: false,
+            });
+        }
+        inner.sessions.insert(session.id.clone(), session.clone());
+        Ok(())
+    }
+
     async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
         Ok(self.lock().sessions.get(id).cloned())
     }
 
     async fn touch_session(&self, id: &str, now: u64) -> Result<bool, StoreError> {
         Ok(match self.lock().sessions.get_mut(id) {
+            Some(s) if !s.is_live(now) => false,
             Some(s) => {
                 s.last_seen = s.last_seen.max(now);
                 true

@@ -19,7 +19,7 @@ use serde_json::Value;
 use std::sync::Arc;
 use thiserror::Error;
 
-pub use crate::model::ActiveLimit;
+pub use crate::model::{ActiveLimit, Among};
 use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus, Transition};
 
 /// A failure of the storage backend itself.
@@ -43,6 +43,17 @@ pub enum StoreError {
         active: usize,
         /// The limit.
         max: usize,
+    },
+    /// The owner (or the group of its sessions a [`SessionLimit`] names) already has as many live
+    /// sessions as the limit allows.
+    #[error("too many sessions: {live} live, the limit is {max}")]
+    TooManySessions {
+        /// Live sessions now.
+        live: usize,
+        /// The limit.
+        max: usize,
+        /// Whether it is the limit of the sessions with the limit's prefix (else the owner's).
+        of_prefix: bool,
     },
     /// The same idempotency key was used for different work.
     #[error("idempotency key {key:?} was already used for a different call (task {task_id})")]
@@ -299,6 +310,21 @@ pub(crate) fn id_floor(ms: u64) -> String {
     format!("{:012x}", ms & 0xffff_ffff_ffff)
 }
 
+/// Where the strings that start with `prefix` end, in byte order (and so in code-point order): the
+/// prefix with its last character raised by one, or `None` when no string is past them all. A range
+/// `[prefix, end)` of an index holds exactly the strings that start with `prefix`.
+pub(crate) fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32);
+        if let Some(c) = next {
+            chars.push(c);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
 /// One progress report of a running task; see [`TaskChange::progress`] for how it is applied.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProgressUpdate {
@@ -406,6 +432,28 @@ pub struct SessionRecord {
     pub created_at: u64,
     /// Last request, Unix ms.
     pub last_seen: u64,
+    /// How long it may stay unused before it ends: this session's own limit, instead of the
+    /// purge policy's `session_idle_ms`.
+    pub idle_ms: Option<u64>,
+}
+
+impl SessionRecord {
+    /// Whether it is still live at `now`: not past its own idle limit (a session without one
+    /// lives until the purge takes it).
+    pub fn is_live(&self, now: u64) -> bool {
+        self.idle_ms
+            .is_none_or(|idle| self.last_seen.saturating_add(idle) > now)
+    }
+}
+
+/// A cap on live sessions, checked atomically with [`TaskStore::create_session`]. Sessions past
+/// their own idle limit do not count, purged or not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionLimit {
+    /// At most this many live sessions of the new session's owner…
+    pub max: usize,
+    /// …and at most `.1` of them whose id starts with `.0` (the new session's id must).
+    pub per_prefix: Option<(String, usize)>,
 }
 
 /// What [`TaskStore::purge`] removed.
@@ -428,7 +476,7 @@ pub struct PurgePolicy {
     pub finished_grace_ms: u64,
     /// How long a tombstone answers "expired" before the id becomes "not found".
     pub tombstone_ms: u64,
-    /// Sessions idle longer than this are removed.
+    /// Sessions idle longer than this are removed (those with their own `idle_ms`: longer than that).
     pub session_idle_ms: u64,
     /// Instead of the expired tasks: every task that finished before this time (Unix ms), whatever
     /// its retention (an operator's purge).
@@ -557,9 +605,17 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// Creates or replaces a session.
     async fn put_session(&self, session: &SessionRecord) -> Result<(), StoreError>;
+    /// Creates a session unless `limit` is reached: [`StoreError::TooManySessions`] then, and
+    /// nothing stored. The count and the insert are one atomic step (across replicas too).
+    async fn create_session(
+        &self,
+        session: &SessionRecord,
+        limit: &SessionLimit,
+    ) -> Result<(), StoreError>;
     /// Reads a session.
     async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError>;
-    /// Marks a session as used at `now`; returns `false` when it no longer exists (purged or deleted).
+    /// Marks a session as used at `now`; returns `false` when it no longer exists (purged or deleted)
+    /// or is past its own idle limit (it is not brought back).
     async fn touch_session(&self, id: &str, now: u64) -> Result<bool, StoreError>;
     /// Deletes a session; returns whether it existed.
     async fn delete_session(&self, id: &str) -> Result<bool, StoreError>;
@@ -692,6 +748,25 @@ pub(crate) fn apply_change(rec: &mut TaskRecord, change: TaskChange, now: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prefix_range_holds_exactly_the_strings_with_the_prefix() {
+        assert_eq!(prefix_end("ab-").as_deref(), Some("ab."));
+        assert_eq!(prefix_end("a\u{d7ff}").as_deref(), Some("a\u{e000}"));
+        assert_eq!(prefix_end("a\u{10ffff}").as_deref(), Some("b"));
+        assert_eq!(prefix_end("\u{10ffff}"), None);
+        assert_eq!(prefix_end(""), None);
+        let end = prefix_end("ab-").unwrap();
+        for (s, inside) in [
+            ("ab-", true),
+            ("ab-zz", true),
+            ("ab", false),
+            ("ab.", false),
+            ("ab,", false),
+        ] {
+            assert_eq!(s >= "ab-" && s < end.as_str(), inside, "{s}");
+        }
+    }
 
     #[test]
     fn a_chain_shows_the_context_and_each_cause_once() {

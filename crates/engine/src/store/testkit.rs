@@ -6,9 +6,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::{
-    ActiveCounts, ActiveLimit, AnswerError, Created, FinishedCounts, ListQuery, Lookup, OrphanPlan,
-    ProgressUpdate, PurgePolicy, SessionRecord, StoreError, TaskChange, TaskFilter, TaskStore,
-    UpdateError,
+    ActiveCounts, ActiveLimit, Among, AnswerError, Created, FinishedCounts, ListQuery, Lookup,
+    OrphanPlan, ProgressUpdate, PurgePolicy, SessionLimit, SessionRecord, StoreError, TaskChange,
+    TaskFilter, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
 
@@ -95,6 +95,7 @@ where
     an_update_for_a_lease_holder_fails_once_the_lease_moved(make().await).await;
     purge_keeps_running_tasks_and_leaves_tombstones(make().await).await;
     sessions_round_trip_and_expire(make().await).await;
+    live_sessions_are_capped_with_the_create(make().await).await;
     input_requests_move_the_task_and_take_one_answer(make().await).await;
     active_limit_is_enforced_with_the_create(make().await).await;
     purge_takes_the_input_requests_of_purged_tasks(make().await).await;
@@ -379,7 +380,7 @@ async fn active_limit_is_enforced_with_the_create(s: impl TaskStore) {
         Some(ActiveLimit {
             max,
             owner: "alice".into(),
-            session: session.map(String::from),
+            among: session.map_or(Among::All, |s| Among::Session(s.into())),
         })
     };
     s.create(record("a1", "alice", 1), limit(2, None))
@@ -419,6 +420,30 @@ async fn active_limit_is_enforced_with_the_create(s: impl TaskStore) {
     )
     .await
     .unwrap();
+    // Among sessions that share a prefix: "c1-x" and "c1-y" count together, "c10" and "c2-x" not.
+    let by_prefix = || {
+        Some(ActiveLimit {
+            max: 2,
+            owner: "carol".into(),
+            among: Among::SessionsStartingWith("c1-".into()),
+        })
+    };
+    for (id, session) in [
+        ("c1", "c1-x"),
+        ("c2", "c10"),
+        ("c3", "c2-x"),
+        ("c4", "c1-y"),
+    ] {
+        let mut t = record(id, "carol", 7);
+        t.session = Some(session.into());
+        s.create(t, by_prefix()).await.unwrap();
+    }
+    let mut third = record("c5", "carol", 8);
+    third.session = Some("c1-z".into());
+    match s.create(third, by_prefix()).await {
+        Err(StoreError::TooManyActive { active: 2, max: 2 }) => {}
+        other => panic!("expected the prefix's limit, got {other:?}"),
+    }
 }
 
 fn input(key: &str, task: &str, at: u64) -> InputRecord {
@@ -932,7 +957,7 @@ async fn orphans_are_changed_by_the_plan_in_one_step(s: impl TaskStore) {
     let limit = ActiveLimit {
         max: 3,
         owner: "alice".into(),
-        session: None,
+        among: Among::All,
     };
     s.create(record("n1", "alice", 11_000), Some(limit.clone()))
         .await
@@ -993,6 +1018,7 @@ async fn sessions_round_trip_and_expire(s: impl TaskStore) {
         data: json!({"protocolVersion": "2025-11-25"}),
         created_at: 1_000,
         last_seen: 1_000,
+        idle_ms: None,
     };
     s.put_session(&sess).await.unwrap();
     assert_eq!(s.get_session("sess").await.unwrap(), Some(sess.clone()));
@@ -1015,6 +1041,108 @@ async fn sessions_round_trip_and_expire(s: impl TaskStore) {
     s.put_session(&sess).await.unwrap();
     assert!(s.delete_session("sess").await.unwrap());
     assert!(!s.delete_session("sess").await.unwrap());
+
+    // A session with its own idle limit: purged past it (not the policy's), and a touch after it
+    // does not bring it back.
+    let short = SessionRecord {
+        id: "short".into(),
+        idle_ms: Some(10_000),
+        ..sess.clone()
+    };
+    let long = SessionRecord {
+        id: "long".into(),
+        idle_ms: Some(500_000),
+        ..sess.clone()
+    };
+    s.put_session(&short).await.unwrap();
+    s.put_session(&long).await.unwrap();
+    s.put_session(&sess).await.unwrap();
+    assert_eq!(s.get_session("short").await.unwrap(), Some(short.clone()));
+    assert!(
+        s.touch_session("short", 10_999).await.unwrap(),
+        "still live"
+    );
+    assert!(
+        !s.touch_session("short", 30_000).await.unwrap(),
+        "idle past its limit"
+    );
+    let policy = |now| PurgePolicy {
+        now,
+        finished_grace_ms: 0,
+        tombstone_ms: 0,
+        session_idle_ms: 50_000,
+        finished_before: None,
+    };
+    assert_eq!(s.purge(policy(25_000)).await.unwrap().sessions, 1);
+    assert_eq!(s.get_session("short").await.unwrap(), None);
+    assert_eq!(
+        s.purge(policy(100_000)).await.unwrap().sessions,
+        1,
+        "the policy's idle"
+    );
+    assert!(
+        s.get_session("long").await.unwrap().is_some(),
+        "its own, longer idle"
+    );
+}
+
+async fn live_sessions_are_capped_with_the_create(s: impl TaskStore) {
+    let session = |id: &str, owner: &str, at: u64| SessionRecord {
+        id: id.into(),
+        owner: owner.into(),
+        data: json!({}),
+        created_at: at,
+        last_seen: at,
+        idle_ms: Some(10_000),
+    };
+    let limit = SessionLimit {
+        max: 3,
+        per_prefix: Some(("a-".into(), 2)),
+    };
+    s.create_session(&session("a-1", "anon", 1_000), &limit)
+        .await
+        .unwrap();
+    s.create_session(&session("a-2", "anon", 1_000), &limit)
+        .await
+        .unwrap();
+    match s
+        .create_session(&session("a-3", "anon", 2_000), &limit)
+        .await
+    {
+        Err(StoreError::TooManySessions {
+            live: 2,
+            max: 2,
+            of_prefix: true,
+        }) => {}
+        other => panic!("expected the prefix's cap, got {other:?}"),
+    }
+    assert_eq!(s.get_session("a-3").await.unwrap(), None, "nothing stored");
+    let other = SessionLimit {
+        per_prefix: Some(("b-".into(), 2)),
+        ..limit.clone()
+    };
+    s.create_session(&session("b-1", "anon", 2_000), &other)
+        .await
+        .unwrap();
+    match s
+        .create_session(&session("b-2", "anon", 2_000), &other)
+        .await
+    {
+        Err(StoreError::TooManySessions {
+            live: 3,
+            max: 3,
+            of_prefix: false,
+        }) => {}
+        other => panic!("expected the owner's cap, got {other:?}"),
+    }
+    // Another owner has its own count; sessions past their idle limit do not count, purged or not.
+    s.create_session(&session("a-9", "bob", 2_000), &limit)
+        .await
+        .unwrap();
+    s.create_session(&session("a-3", "anon", 11_500), &limit)
+        .await
+        .unwrap();
+    assert!(s.get_session("a-3").await.unwrap().is_some());
 }
 
 async fn a_task_is_found_by_its_key_for_its_owner_only(s: impl TaskStore) {

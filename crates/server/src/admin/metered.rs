@@ -3,8 +3,8 @@
 use async_trait::async_trait;
 use mcp_tasks_engine::store::{
     ActiveCounts, ActiveLimit, AnswerError, Created, FinishedCounts, Handed, InvalidCursor,
-    ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange,
-    TaskFilter, TaskPage, TaskStore, UpdateError,
+    ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord, StoreError,
+    TaskChange, TaskFilter, TaskPage, TaskStore, UpdateError,
 };
 use mcp_tasks_engine::{InputRecord, InputResponse, TaskRecord, TaskStatus, Transition};
 use std::future::Future;
@@ -138,6 +138,14 @@ impl TaskStore for MeteredStore {
     }
     async fn put_session(&self, session: &SessionRecord) -> Result<(), StoreError> {
         self.timed("put_session", self.inner.put_session(session))
+            .await
+    }
+    async fn create_session(
+        &self,
+        session: &SessionRecord,
+        limit: &SessionLimit,
+    ) -> Result<(), StoreError> {
+        self.timed("create_session", self.inner.create_session(session, limit))
             .await
     }
     async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {

@@ -1,7 +1,7 @@
 //! Tool calls, era-neutral: which tool and arguments a call names, whether the arguments are valid,
 //! running a handler inside a request, and starting a task (idempotency, limits, error mapping).
 
-use mcp_tasks_engine::store::{ActiveLimit, StoreError};
+use mcp_tasks_engine::store::{ActiveLimit, Among, StoreError};
 use mcp_tasks_engine::{EngineError, NewTask, Outcome, TaskContext, TaskHandler, TaskRecord};
 use mcp_tasks_protocol::error_codes;
 use mcp_tasks_protocol::jsonrpc::ErrorObject;
@@ -163,8 +163,8 @@ impl Server {
             active_limit: Some(ActiveLimit {
                 max: peer.principal.limits.max_running_tasks,
                 owner: peer.name().to_string(),
-                // Anonymous callers share one principal: count per session or address.
-                session: session.filter(|_| scope.is_some()),
+                // Anonymous callers share one principal: count per client address.
+                among: peer.anonymous_among().unwrap_or(Among::All),
             }),
         };
         // The create runs to its end in a task of its own: a call cancelled or dropped half-way must

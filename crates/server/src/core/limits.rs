@@ -1,12 +1,17 @@
-//! The rate limit on task-management calls, era-neutral: one bucket per principal, and for anonymous
-//! callers (who share a principal) one per session or, without a session, per client address.
+//! The limits on a caller, era-neutral: the rate of task-management calls, plain calls at once, and
+//! the sessions anonymous callers open. One count per principal; for anonymous callers (who share a
+//! principal) one per client address and wire.
 
+use mcp_tasks_engine::Among;
 use mcp_tasks_protocol::error_codes;
 use mcp_tasks_protocol::jsonrpc::ErrorObject;
 use serde_json::json;
 use std::sync::Arc;
 
 use super::{Failure, Peer, Server};
+use crate::auth::{self, SESSIONS_OPENED};
+use crate::session::Budgeted;
+use mcp_tasks_engine::store::{SessionLimit, StoreError};
 
 /// A plain call counted as running for its caller until dropped.
 pub(crate) struct PlainCallSlot {
@@ -27,11 +32,15 @@ impl Drop for PlainCallSlot {
 
 impl Server {
     /// The key a caller's limits are counted under: the principal, and for anonymous callers (who
-    /// share one) their session or client address too.
+    /// share one) their client address too, on each wire: all the sessions it opened (they share an
+    /// id prefix), or its stateless calls.
     fn limit_key(peer: &Peer) -> String {
-        match peer.anonymous_scope() {
-            Some(scope) => format!("{}:{scope}", peer.name()),
-            None => peer.name().to_string(),
+        match (peer.anonymous_scope(), peer.anonymous_among()) {
+            (_, Some(Among::SessionsStartingWith(prefix))) => {
+                format!("{}:sessions {prefix}", peer.name())
+            }
+            (Some(scope), _) => format!("{}:{scope}", peer.name()),
+            (None, _) => peer.name().to_string(),
         }
     }
 
@@ -90,6 +99,102 @@ impl Server {
                 status: 429,
                 retry_after_ms: Some(wait_ms),
             }
+        })
+    }
+
+    /// What a new session of `peer` is held to: nothing for an authenticated caller; for an
+    /// anonymous one, its client address's and all anonymous callers' budgets. Refuses at once when
+    /// either has opened its sessions per minute (-32005; 429 for the address, 503 for all).
+    pub(crate) fn session_budget(&self, peer: &Peer) -> Result<Option<Budgeted>, Failure> {
+        if !peer.is_anonymous() {
+            return Ok(None);
+        }
+        let budget = self.authenticator().anonymous_sessions();
+        let group = peer.address.map(auth::client_group).unwrap_or_default();
+        let opened = |key: String, per_minute: u32, status: u16, whose: &str| {
+            self.rate.check(&key, per_minute).map_err(|wait_ms| {
+                self.metrics.rate_limited();
+                tracing::info!(target: "mcp_tasks::audit", address = %group, limit = per_minute, "session refused: too many opened");
+                Failure {
+                    error: ErrorObject::new(
+                        error_codes::RATE_LIMITED,
+                        format!("Too many sessions opened: at most {per_minute} per minute {whose}; retry in {wait_ms} ms"),
+                    )
+                    .with_data(json!({"retryAfterMs": wait_ms, "limit": per_minute})),
+                    status,
+                    retry_after_ms: Some(wait_ms),
+                }
+            })
+        };
+        opened(
+            format!("{SESSIONS_OPENED}{group}"),
+            budget.per_minute_per_address,
+            429,
+            "from one client address",
+        )?;
+        opened(
+            format!("{SESSIONS_OPENED}anonymous callers"),
+            budget.per_minute,
+            503,
+            "by anonymous callers in all",
+        )?;
+        // The id prefix groups the address's sessions in the store, the same on every replica that
+        // shares the secret; keyed, so an id says nothing of the address.
+        let tag = self
+            .sealer()
+            .tag(format!("anonymous sessions of {group}").as_bytes());
+        let id_prefix = format!("{}-", &tag[..12]);
+        let idle_ms = u64::try_from(budget.idle.as_millis()).unwrap_or(u64::MAX);
+        Ok(Some(Budgeted {
+            limit: SessionLimit {
+                max: budget.max,
+                per_prefix: Some((id_prefix.clone(), budget.max_per_address)),
+            },
+            id_prefix,
+            idle_ms,
+        }))
+    }
+
+    /// The error a session refused by its live-session cap gets: -32006, 429 when it is the client
+    /// address's cap, 503 when all anonymous callers'.
+    pub(crate) fn too_many_sessions(&self, e: &StoreError) -> Option<Failure> {
+        let StoreError::TooManySessions {
+            live,
+            max,
+            of_prefix,
+        } = *e
+        else {
+            return None;
+        };
+        let idle_mins = self
+            .authenticator()
+            .anonymous_sessions()
+            .idle
+            .as_secs()
+            .div_ceil(60);
+        let (message, status) = if of_prefix {
+            (
+                format!(
+                    "Too many sessions: this client address has {live} live sessions, the limit is {max}; \
+                     end one (HTTP DELETE with its Mcp-Session-Id) or wait until one has been unused for {idle_mins} min"
+                ),
+                429,
+            )
+        } else {
+            (
+                format!(
+                    "Too many anonymous sessions: {live} live, the limit is {max}; try again later, \
+                     or authenticate with an API key"
+                ),
+                503,
+            )
+        };
+        tracing::info!(target: "mcp_tasks::audit", live, limit = max, per_address = of_prefix, "session refused: too many live");
+        Some(Failure {
+            error: ErrorObject::new(error_codes::TOO_MANY_SESSIONS, message)
+                .with_data(json!({"live": live, "limit": max})),
+            status,
+            retry_after_ms: None,
         })
     }
 }

@@ -111,9 +111,21 @@ impl Peer {
         }
         match (&self.session, self.address) {
             (Some(s), _) => Some(s.id.clone()),
-            (None, Some(a)) => Some(format!("address:{a}")),
+            (None, Some(a)) => Some(format!("address:{}", auth::client_group(a))),
             (None, None) => Some(String::new()),
         }
+    }
+
+    /// Which of an anonymous caller's tasks count against its limits: those of every session its
+    /// client address opened (on 2025-11-25; they share an id prefix), or its address's stateless
+    /// calls (on 2026-07-28). `None` for an authenticated caller: all of the principal's.
+    pub(crate) fn anonymous_among(&self) -> Option<mcp_tasks_engine::Among> {
+        use mcp_tasks_engine::Among;
+        let scope = self.anonymous_scope()?;
+        Some(match self.session.as_ref().and_then(|s| s.group_prefix()) {
+            Some(prefix) => Among::SessionsStartingWith(prefix.to_string()),
+            None => Among::Session(scope),
+        })
     }
 }
 
@@ -437,9 +449,21 @@ impl Server {
     }
 
     /// Housekeeping of this node's caches, run by the sweeper.
-    pub(crate) fn sweep_caches(&self) {
-        self.sessions
-            .evict_idle(self.engine.config().session_idle_ms);
+    pub(crate) async fn sweep_caches(&self) {
+        // A session whose client holds a stream open here is in use, however long it sends nothing.
+        let open: std::collections::HashSet<String> = self
+            .streams
+            .open_streams()
+            .into_iter()
+            .map(|(session, ..)| session)
+            .collect();
+        self.sessions.keep_alive(open).await;
+        for id in self
+            .sessions
+            .evict_idle(self.engine.config().session_idle_ms)
+        {
+            self.forget_session(&id);
+        }
         self.expire_held();
         self.rate.forget_idle(std::time::Duration::from_secs(600));
         self.forget_old_calls();
@@ -474,6 +498,13 @@ impl Server {
     /// Ends a session: forgets it, closes its streams and stops its in-flight requests.
     pub async fn end_session(&self, id: &str) -> Result<bool, StoreError> {
         let existed = self.sessions.delete(id).await?;
+        self.forget_session(id);
+        Ok(existed)
+    }
+
+    /// Forgets what this node holds for a session that ended (deleted, or idle past its limit):
+    /// closes its streams and stops its in-flight requests.
+    fn forget_session(&self, id: &str) {
         self.streams.close_session(id);
         self.held.remove(id);
         self.subscriptions.remove(id);
@@ -486,6 +517,5 @@ impl Server {
                 true
             }
         });
-        Ok(existed)
     }
 }

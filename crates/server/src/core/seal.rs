@@ -43,6 +43,14 @@ impl Sealer {
         <HmacSha256 as KeyInit>::new_from_slice(&self.key).expect("HMAC takes any key length")
     }
 
+    /// A keyed digest of `data` as 64 lowercase hex digits: the same on every replica that shares
+    /// the secret, and not computable without it.
+    pub(crate) fn tag(&self, data: &[u8]) -> String {
+        let mut mac = self.mac();
+        mac.update(data);
+        hex::encode(mac.finalize().into_bytes())
+    }
+
     /// `payload` and its signature, as one URL-safe string.
     pub(crate) fn seal(&self, payload: &[u8]) -> String {
         let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;

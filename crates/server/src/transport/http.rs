@@ -460,11 +460,13 @@ async fn post_message(
     })
 }
 
-async fn initialize(server: &Server, peer: &Peer, req: &Request, accepts: Accepts) -> Response {
-    match server
-        .initialize(&peer.principal, req.params.as_ref())
-        .await
-    {
+async fn initialize(
+    server: &Arc<Server>,
+    peer: &Peer,
+    req: &Request,
+    accepts: Accepts,
+) -> Response {
+    match server.initialize(peer, req.params.as_ref()).await {
         Ok((session, result)) => {
             let mut resp = message_response(&Message::response(req.id.clone(), result), accepts);
             if let Ok(v) = HeaderValue::from_str(&session.id) {
@@ -472,7 +474,12 @@ async fn initialize(server: &Server, peer: &Peer, req: &Request, accepts: Accept
             }
             resp
         }
-        Err(e) => message_response(&Message::error(Some(req.id.clone()), e), accepts),
+        // A refused session is an HTTP error (429, 503) with Retry-After, whatever the client accepts.
+        Err(f) if f.status != 200 => {
+            let (envelope, message) = Envelope::of(Reply::of(req.id.clone(), Err(f)));
+            envelope.json(server.clone(), &message)
+        }
+        Err(f) => message_response(&Message::error(Some(req.id.clone()), f.error), accepts),
     }
 }
 

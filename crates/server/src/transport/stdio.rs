@@ -73,8 +73,8 @@ where
                     let _ = tx.send(Message::error(Some(req.id), e)).await;
                     continue;
                 }
-                let principal = peer.read().await.principal.clone();
-                let reply = match server.initialize(&principal, req.params.as_ref()).await {
+                let caller = peer.read().await.clone();
+                let reply = match server.initialize(&caller, req.params.as_ref()).await {
                     Ok((session, result)) => {
                         // stdout is this session's standalone stream for task notifications.
                         _standalone = Some(server.streams().register_standalone(
@@ -85,7 +85,7 @@ where
                         peer.write().await.session = Some(session);
                         Message::response(req.id, result)
                     }
-                    Err(e) => Message::error(Some(req.id), e),
+                    Err(f) => Message::error(Some(req.id), f.error),
                 };
                 let _ = tx.send(reply).await;
             }

@@ -16,7 +16,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::messages::{self, params_object};
 use super::render_2025;
-use crate::auth::Principal;
 use crate::core::budget::BudgetedCall;
 use crate::core::{
     calls, internal, tasks::Cancel, Era, Failure, HandlerRun, Peer, Server, TaskStart,
@@ -40,9 +39,10 @@ pub(crate) const ASYNC_TOOLS_CAPABILITY: &str = "asyncToolExecution";
 /// Answers `initialize`: negotiates the version and creates the session.
 pub(crate) async fn initialize(
     server: &Server,
-    principal: &Principal,
+    peer: &Peer,
     params: Option<&Value>,
-) -> Result<(Arc<Session>, Value), ErrorObject> {
+) -> Result<(Arc<Session>, Value), Failure> {
+    let principal = &peer.principal;
     let params = params
         .and_then(Value::as_object)
         .ok_or_else(|| ErrorObject::invalid_params("initialize: params must be an object with protocolVersion, capabilities and clientInfo"))?;
@@ -57,9 +57,9 @@ pub(crate) async fn initialize(
         .cloned()
         .unwrap_or_else(|| json!({}));
     if !capabilities.is_object() {
-        return Err(ErrorObject::invalid_params(
-            "initialize: \"capabilities\" must be an object",
-        ));
+        return Err(
+            ErrorObject::invalid_params("initialize: \"capabilities\" must be an object").into(),
+        );
     }
     let client_info = params
         .get("clientInfo")
@@ -77,11 +77,12 @@ pub(crate) async fn initialize(
         log_level: LogLevel::Info,
         async_tools,
     };
+    let budgeted = server.session_budget(peer)?;
     let session = server
         .sessions()
-        .create(&principal.name, data)
+        .create(&principal.name, data, budgeted)
         .await
-        .map_err(|e| internal(e).error)?;
+        .map_err(|e| server.too_many_sessions(&e).unwrap_or_else(|| internal(e)))?;
     let mut caps = json!({"tools": {"listChanged": server.tools().can_change()}, "logging": {}});
     if let Value::Object(c) = &mut caps {
         c.extend(server.catalog_capabilities());

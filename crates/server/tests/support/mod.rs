@@ -204,15 +204,41 @@ impl Client {
     ) -> Client {
         let mut c = Client::new(url);
         c.token = token;
-        let ex = c
+        c.initialize(version, capabilities).await;
+        c
+    }
+
+    /// A client whose connections come from `ip` (any 127.0.0.0/8 address): another client
+    /// address on the same machine.
+    pub fn new_from(url: &str, ip: &str) -> Client {
+        Client {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .local_address(ip.parse::<std::net::IpAddr>().unwrap())
+                .build()
+                .unwrap(),
+            ..Client::new(url)
+        }
+    }
+
+    /// A 2025-11-25 session opened from `ip`.
+    pub async fn connect_from(url: &str, ip: &str) -> Client {
+        let mut c = Client::new_from(url, ip);
+        c.initialize("2025-11-25", json!({})).await;
+        c
+    }
+
+    /// Opens a session (replacing this client's, if it had one) and says it is initialized.
+    pub async fn initialize(&mut self, version: &str, capabilities: Value) {
+        self.session = None;
+        let ex = self
             .request(
                 "initialize",
                 json!({"protocolVersion": version, "capabilities": capabilities, "clientInfo": {"name": "test", "version": "0"}}),
             )
             .await;
-        c.version = ex.result()["protocolVersion"].as_str().unwrap().to_string();
-        c.notify("notifications/initialized", json!({})).await;
-        c
+        self.version = ex.result()["protocolVersion"].as_str().unwrap().to_string();
+        self.notify("notifications/initialized", json!({})).await;
     }
 
     fn id(&self) -> i64 {

@@ -50,6 +50,14 @@ impl Stateless {
             .unwrap();
         self
     }
+    /// The same client, connecting from `ip` (any 127.0.0.0/8 address): another client address.
+    pub fn bound_to(mut self, ip: &str) -> Stateless {
+        self.http = reqwest::Client::builder()
+            .local_address(ip.parse::<std::net::IpAddr>().unwrap())
+            .build()
+            .unwrap();
+        self
+    }
     pub fn with_tasks(url: &str) -> Stateless {
         Self::new(
             url,

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::rows::{insert_task, prepare_insert, task_from_row, TASK_COLUMNS};
 use super::Context;
 use crate::model::TaskRecord;
-use crate::store::{ActiveLimit, Created, StoreError};
+use crate::store::{ActiveLimit, Among, Created, StoreError};
 
 /// Most creates one transaction takes.
 const MAX_GROUP: usize = 256;
@@ -73,8 +73,8 @@ fn shared_cause(e: &StoreError) -> String {
     }
 }
 
-/// Which unfinished tasks a limit counts: an owner's, or an owner's in one session.
-type Scope = (String, Option<String>);
+/// Which unfinished tasks a limit counts: an owner's, among some of its sessions.
+type Scope = (String, Among);
 
 async fn commit_group(
     pool: &Pool,
@@ -117,7 +117,7 @@ async fn decide_and_insert(
     for (_, l) in &jobs {
         if let Some(l) = l {
             let max = scopes
-                .entry((l.owner.clone(), l.session.clone()))
+                .entry((l.owner.clone(), l.among.clone()))
                 .or_default();
             *max = (*max).max(l.max);
         }
@@ -145,15 +145,27 @@ async fn decide_and_insert(
         .prepare_cached(
             "SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE owner = $1 \
              AND ($2::TEXT IS NULL OR session = $2) \
-             AND status IN ('working', 'input_required') LIMIT $3) AS active",
+             AND ($3::TEXT IS NULL OR starts_with(session, $3)) \
+             AND status IN ('working', 'input_required') LIMIT $4) AS active",
         )
         .await
         .context("prepare the unfinished count")?;
     prepare_insert(client).await?;
 
-    let params: Vec<[&(dyn tokio_postgres::types::ToSql + Sync); 3]> = scope_list
+    let filters: Vec<(Option<&String>, Option<&String>)> = scope_list
         .iter()
-        .map(|((owner, session), max)| [owner as _, session as _, max as _])
+        .map(|((_, among), _)| match among {
+            Among::All => (None, None),
+            Among::Session(s) => (Some(s), None),
+            Among::SessionsStartingWith(p) => (None, Some(p)),
+        })
+        .collect();
+    let params: Vec<[&(dyn tokio_postgres::types::ToSql + Sync); 4]> = scope_list
+        .iter()
+        .zip(&filters)
+        .map(|(((owner, _), max), (session, prefix))| {
+            [owner as _, session as _, prefix as _, max as _]
+        })
         .collect();
     let pg: &tokio_postgres::Client = client;
     let (begun, locked, found, counts) = tokio::join!(
@@ -214,7 +226,7 @@ async fn decide_and_insert(
         }
         if let Some(l) = &limit {
             let n = active
-                .get(&(l.owner.clone(), l.session.clone()))
+                .get(&(l.owner.clone(), l.among.clone()))
                 .copied()
                 .unwrap_or(0);
             if n >= l.max {
@@ -226,8 +238,8 @@ async fn decide_and_insert(
             }
         }
         if !task.status.is_terminal() {
-            for ((owner, session), n) in active.iter_mut() {
-                if *owner == task.owner && (session.is_none() || *session == task.session) {
+            for ((owner, among), n) in active.iter_mut() {
+                if *owner == task.owner && among.counts(task.session.as_deref()) {
                     *n += 1;
                 }
             }

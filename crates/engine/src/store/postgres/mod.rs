@@ -26,8 +26,8 @@ use self::rows::{
 use super::{
     after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, id_floor,
     ActiveCounts, ActiveLimit, AnswerError, Context, Created, FinishedCounts, Handed,
-    InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError,
-    TaskChange, TaskFilter, TaskPage, TaskStore, UpdateError,
+    InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord,
+    StoreError, TaskChange, TaskFilter, TaskPage, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus, Transition};
 
@@ -745,9 +745,11 @@ impl TaskStore for PostgresStore {
                     .execute("DELETE FROM tombstones WHERE expired_at < $1", &[&tomb_edge])
                     .await
                     .context("delete old tombstones")?;
-                let idle_edge = pg_int(p.now.saturating_sub(p.session_idle_ms));
                 let sessions = tx
-                    .execute("DELETE FROM sessions WHERE last_seen < $1", &[&idle_edge])
+                    .execute(
+                        "DELETE FROM sessions WHERE last_seen < $1::BIGINT - COALESCE(idle_ms, $2::BIGINT)",
+                        &[&now, &pg_int(p.session_idle_ms)],
+                    )
                     .await
                     .context("delete idle sessions")?;
                 let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
@@ -763,28 +765,63 @@ impl TaskStore for PostgresStore {
 
     async fn put_session(&self, s: &SessionRecord) -> Result<(), StoreError> {
         let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(&format!(
-                "INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ($1,$2,$3,$4,$5) \
-                 ON CONFLICT (id) DO UPDATE SET owner = EXCLUDED.owner, data = EXCLUDED.data, \
-                 created_at = EXCLUDED.created_at, last_seen = EXCLUDED.last_seen"
-            ))
-            .await
-            .context("prepare the session write")?;
-        client
-            .execute(
-                &stmt,
-                &[
-                    &s.id,
-                    &s.owner,
-                    &s.data.to_string(),
-                    &pg_int(s.created_at),
-                    &pg_int(s.last_seen),
-                ],
-            )
-            .await
-            .with_context(|| format!("store session {}", s.id))?;
-        Ok(())
+        insert_session(&client, s).await
+    }
+
+    async fn create_session(
+        &self,
+        s: &SessionRecord,
+        limit: &SessionLimit,
+    ) -> Result<(), StoreError> {
+        let (s, limit) = (s.clone(), limit.clone());
+        self.in_tx(move |tx| {
+            Box::pin(async move {
+                // One owner's session creates queue on its lock, across replicas: the counts then
+                // see every create before this one.
+                tx.execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended('sessions of ' || $1, 0))",
+                    &[&s.owner],
+                )
+                .await
+                .context("lock the owner's sessions")?;
+                let now = pg_int(s.last_seen);
+                let count = |prefix: Option<String>, max: usize| {
+                    let owner = s.owner.clone();
+                    async move {
+                        let row = tx
+                            .query_one(
+                                "SELECT COUNT(*) FROM (SELECT 1 FROM sessions WHERE owner = $1 \
+                                 AND (idle_ms IS NULL OR last_seen + idle_ms > $2) \
+                                 AND ($3::TEXT IS NULL OR starts_with(id, $3)) LIMIT $4) AS live",
+                                &[&owner, &now, &prefix, &pg_int(max as u64)],
+                            )
+                            .await
+                            .with_context(|| format!("count the live sessions of {owner}"))?;
+                        Ok::<usize, StoreError>(usize::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+                    }
+                };
+                if let Some((prefix, max)) = &limit.per_prefix {
+                    let live = count(Some(prefix.clone()), *max).await?;
+                    if live >= *max {
+                        return Err(StoreError::TooManySessions {
+                            live,
+                            max: *max,
+                            of_prefix: true,
+                        });
+                    }
+                }
+                let live = count(None, limit.max).await?;
+                if live >= limit.max {
+                    return Err(StoreError::TooManySessions {
+                        live,
+                        max: limit.max,
+                        of_prefix: false,
+                    });
+                }
+                insert_session(tx, &s).await
+            })
+        })
+        .await
     }
 
     async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
@@ -807,7 +844,10 @@ impl TaskStore for PostgresStore {
     async fn touch_session(&self, id: &str, now: u64) -> Result<bool, StoreError> {
         let client = self.client().await?;
         let stmt = client
-            .prepare_cached("UPDATE sessions SET last_seen = GREATEST(last_seen, $2) WHERE id = $1")
+            .prepare_cached(
+                "UPDATE sessions SET last_seen = GREATEST(last_seen, $2) WHERE id = $1 \
+                 AND (idle_ms IS NULL OR last_seen + idle_ms > $2)",
+            )
             .await
             .context("prepare the session touch")?;
         let n = client
@@ -836,9 +876,41 @@ impl TaskStore for PostgresStore {
     }
 }
 
+/// Creates or replaces a session row.
+async fn insert_session(
+    client: &impl deadpool_postgres::GenericClient,
+    s: &SessionRecord,
+) -> Result<(), StoreError> {
+    let stmt = client
+        .prepare_cached(&format!(
+            "INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ($1,$2,$3,$4,$5,$6) \
+             ON CONFLICT (id) DO UPDATE SET owner = EXCLUDED.owner, data = EXCLUDED.data, \
+             created_at = EXCLUDED.created_at, last_seen = EXCLUDED.last_seen, \
+             idle_ms = EXCLUDED.idle_ms"
+        ))
+        .await
+        .context("prepare the session write")?;
+    client
+        .execute(
+            &stmt,
+            &[
+                &s.id,
+                &s.owner,
+                &s.data.to_string(),
+                &pg_int(s.created_at),
+                &pg_int(s.last_seen),
+                &s.idle_ms.map(pg_int),
+            ],
+        )
+        .await
+        .with_context(|| format!("store session {}", s.id))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Among;
 
     /// The test database (`MCP_TASKS_TEST_PG`, else the machine's server).
     fn test_url() -> String {
@@ -1024,7 +1096,7 @@ mod tests {
         let limit = ActiveLimit {
             max: 5,
             owner: "alice".into(),
-            session: None,
+            among: Among::All,
         };
         let creates = (0..40).map(|i| {
             let store = if i % 2 == 0 { a.clone() } else { b.clone() };
@@ -1045,6 +1117,47 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn session_caps_are_exact_under_concurrent_creates() {
+        let schema = fresh_schema("session_cap");
+        let url = test_url();
+        let a = std::sync::Arc::new(PostgresStore::open_in_schema(&url, &schema).await.unwrap());
+        let b = std::sync::Arc::new(PostgresStore::open_in_schema(&url, &schema).await.unwrap());
+        // 40 creates from two replicas, two prefixes: at most 3 per prefix, 5 in all.
+        let creates = (0..40u64).map(|i| {
+            let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let prefix = if i % 4 < 2 { "p1-" } else { "p2-" };
+            async move {
+                let s = SessionRecord {
+                    id: format!("{prefix}{i}"),
+                    owner: "anon".into(),
+                    data: serde_json::json!({}),
+                    created_at: 1_000,
+                    last_seen: 1_000,
+                    idle_ms: Some(60_000),
+                };
+                let limit = SessionLimit {
+                    max: 5,
+                    per_prefix: Some((prefix.into(), 3)),
+                };
+                (prefix, store.create_session(&s, &limit).await)
+            }
+        });
+        let results = futures::future::join_all(creates).await;
+        let made = |p: &str| results.iter().filter(|(q, r)| *q == p && r.is_ok()).count();
+        assert_eq!(
+            made("p1-") + made("p2-"),
+            5,
+            "exactly the owner's cap: {results:?}"
+        );
+        assert!(made("p1-") <= 3 && made("p2-") <= 3);
+        assert!(results
+            .iter()
+            .filter_map(|(_, r)| r.as_ref().err())
+            .all(|e| matches!(e, StoreError::TooManySessions { .. })));
+        drop_schema(&schema).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn per_session_limits_are_exact_under_concurrent_creates() {
         let schema = fresh_schema("session_limit");
         let url = test_url();
@@ -1059,7 +1172,7 @@ mod tests {
                 let limit = ActiveLimit {
                     max: 3,
                     owner: "alice".into(),
-                    session: Some(session.into()),
+                    among: Among::Session(session.into()),
                 };
                 (session, store.create(t, Some(limit)).await)
             }

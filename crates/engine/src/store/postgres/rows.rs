@@ -20,7 +20,7 @@ pub(super) const INPUT_COLUMNS: &str =
     "key, task_id, method, params, created_at, response, answered_at";
 
 /// The `sessions` columns a [`SessionRecord`] is read from, in [`session_from_row`]'s order.
-pub(super) const SESSION_COLUMNS: &str = "id, owner, data, created_at, last_seen";
+pub(super) const SESSION_COLUMNS: &str = "id, owner, data, created_at, last_seen, idle_ms";
 
 /// A time or count as a BIGINT, clamped (no real time reaches `i64::MAX` ms).
 pub(super) fn pg_int(v: u64) -> i64 {
@@ -139,6 +139,10 @@ pub(super) fn session_from_row(row: &Row) -> Result<SessionRecord, StoreError> {
         data: json("session data", row.try_get(2).map_err(get)?)?,
         created_at: u64_from_pg(row.try_get(3).map_err(get)?),
         last_seen: u64_from_pg(row.try_get(4).map_err(get)?),
+        idle_ms: row
+            .try_get::<_, Option<i64>>(5)
+            .map_err(get)?
+            .map(u64_from_pg),
     })
 }
 

@@ -109,6 +109,12 @@ CREATE TABLE sessions (
               status TEXT NOT NULL, message TEXT); \
               CREATE INDEX task_history_task ON task_history (task_id, at);",
     },
+    Migration {
+        version: 6,
+        what: "add sessions.idle_ms (a session's own idle limit) and an index of sessions by owner",
+        sql: "ALTER TABLE sessions ADD COLUMN idle_ms BIGINT; \
+              CREATE INDEX sessions_by_owner ON sessions (owner, id);",
+    },
 ];
 
 /// The version a database is at once every migration is applied.

@@ -22,10 +22,10 @@ use self::rows::{
 };
 use self::writer::{Completion, Job};
 use super::{
-    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, id_floor,
-    ActiveCounts, ActiveLimit, AnswerError, Context, Created, FinishedCounts, InvalidCursor,
-    ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionRecord, StoreError, TaskChange,
-    TaskFilter, TaskPage, TaskStore, UpdateError,
+    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, id_floor, prefix_end,
+    ActiveCounts, ActiveLimit, Among, AnswerError, Context, Created, FinishedCounts, InvalidCursor,
+    ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord, StoreError,
+    TaskChange, TaskFilter, TaskPage, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus, Transition};
 
@@ -173,25 +173,34 @@ impl TaskStore for SqliteStore {
                 // bound parameter: SQLite recompiles a statement whenever a parameter its planner
                 // looked at (a LIMIT, `?2 IS NULL`) is bound again, which was once per create. So
                 // each shape is a statement of its own, cached per limit.
-                let sql = match &l.session {
-                    Some(_) => format!(
-                        "SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE owner = ?1 AND session = ?2 \
-                         AND status IN ('working', 'input_required') LIMIT {})",
-                        l.max
-                    ),
-                    None => format!(
-                        "SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE owner = ?1 \
-                         AND status IN ('working', 'input_required') LIMIT {})",
-                        l.max
-                    ),
+                let (filter, bounds) = match &l.among {
+                    Among::All => ("", None),
+                    Among::Session(s) => ("AND session = ?2", Some((s.clone(), None))),
+                    // A range of the (owner, session) index: ids that start with the prefix sort
+                    // from it up to (not including) the prefix with its last character raised.
+                    Among::SessionsStartingWith(p) => match prefix_end(p) {
+                        Some(end) => (
+                            "AND session >= ?2 AND session < ?3",
+                            Some((p.clone(), Some(end))),
+                        ),
+                        None => ("AND session >= ?2", Some((p.clone(), None))),
+                    },
                 };
+                let sql = format!(
+                    "SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE owner = ?1 {filter} \
+                     AND status IN ('working', 'input_required') LIMIT {})",
+                    l.max
+                );
                 let active: i64 = conn
                     .prepare_cached(&sql)
-                    .and_then(|mut s| match &l.session {
-                        Some(session) => s.query_row(params![l.owner, session], |r| r.get(0)),
+                    .and_then(|mut s| match &bounds {
                         None => s.query_row(params![l.owner], |r| r.get(0)),
+                        Some((from, None)) => s.query_row(params![l.owner, from], |r| r.get(0)),
+                        Some((from, Some(to))) => {
+                            s.query_row(params![l.owner, from, to], |r| r.get(0))
+                        }
                     })
-                .context("count unfinished tasks")?;
+                    .context("count unfinished tasks")?;
                 let active = usize::try_from(active).unwrap_or(0);
                 if active >= l.max {
                     return Err(StoreError::TooManyActive { active, max: l.max });
@@ -626,9 +635,11 @@ impl TaskStore for SqliteStore {
             let tombstones = conn
                 .execute("DELETE FROM tombstones WHERE expired_at < ?1", [tomb_edge])
                 .context("delete old tombstones")?;
-            let idle_edge = sql_int(p.now.saturating_sub(p.session_idle_ms));
             let sessions = conn
-                .execute("DELETE FROM sessions WHERE last_seen < ?1", [idle_edge])
+                .execute(
+                    "DELETE FROM sessions WHERE last_seen < ?1 - COALESCE(idle_ms, ?2)",
+                    params![sql_int(p.now), sql_int(p.session_idle_ms)],
+                )
                 .context("delete idle sessions")?;
             Ok(Purged {
                 tasks,
@@ -641,21 +652,36 @@ impl TaskStore for SqliteStore {
 
     async fn put_session(&self, s: &SessionRecord) -> Result<(), StoreError> {
         let s = s.clone();
+        self.write(move |conn| insert_session(conn, &s)).await
+    }
+
+    async fn create_session(
+        &self,
+        s: &SessionRecord,
+        limit: &SessionLimit,
+    ) -> Result<(), StoreError> {
+        let (s, limit) = (s.clone(), limit.clone());
         self.write(move |conn| {
-            conn.prepare_cached(&format!(
-                "INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}) VALUES (?1,?2,?3,?4,?5)"
-            ))
-            .and_then(|mut st| {
-                st.execute(params![
-                    s.id,
-                    s.owner,
-                    s.data.to_string(),
-                    sql_int(s.created_at),
-                    sql_int(s.last_seen)
-                ])
-            })
-            .with_context(|| format!("store session {}", s.id))?;
-            Ok(())
+            // The writer thread runs one job at a time: the counts and the insert are one step.
+            if let Some((prefix, max)) = &limit.per_prefix {
+                let live = live_sessions(conn, &s.owner, Some(prefix), *max, s.last_seen)?;
+                if live >= *max {
+                    return Err(StoreError::TooManySessions {
+                        live,
+                        max: *max,
+                        of_prefix: true,
+                    });
+                }
+            }
+            let live = live_sessions(conn, &s.owner, None, limit.max, s.last_seen)?;
+            if live >= limit.max {
+                return Err(StoreError::TooManySessions {
+                    live,
+                    max: limit.max,
+                    of_prefix: false,
+                });
+            }
+            insert_session(conn, &s)
         })
         .await
     }
@@ -677,7 +703,8 @@ impl TaskStore for SqliteStore {
         self.write(move |conn| {
             let n = conn
                 .execute(
-                    "UPDATE sessions SET last_seen = MAX(last_seen, ?2) WHERE id = ?1",
+                    "UPDATE sessions SET last_seen = MAX(last_seen, ?2) WHERE id = ?1 \
+                     AND (idle_ms IS NULL OR last_seen + idle_ms > ?2)",
                     params![id, sql_int(now)],
                 )
                 .with_context(|| format!("touch session {id}"))?;
@@ -700,6 +727,56 @@ impl TaskStore for SqliteStore {
     fn is_exclusive(&self) -> bool {
         true
     }
+}
+
+/// Creates or replaces a session row.
+fn insert_session(conn: &Connection, s: &SessionRecord) -> Result<(), StoreError> {
+    conn.prepare_cached(&format!(
+        "INSERT OR REPLACE INTO sessions ({SESSION_COLUMNS}) VALUES (?1,?2,?3,?4,?5,?6)"
+    ))
+    .and_then(|mut st| {
+        st.execute(params![
+            s.id,
+            s.owner,
+            s.data.to_string(),
+            sql_int(s.created_at),
+            sql_int(s.last_seen),
+            s.idle_ms.map(sql_int)
+        ])
+    })
+    .with_context(|| format!("store session {}", s.id))?;
+    Ok(())
+}
+
+/// Live sessions of `owner` at `now` (of those whose id starts with `prefix`, when given), counted up
+/// to `max`: a range of the `sessions_by_owner` index, never more than `max` entries of it.
+fn live_sessions(
+    conn: &Connection,
+    owner: &str,
+    prefix: Option<&String>,
+    max: usize,
+    now: u64,
+) -> Result<usize, StoreError> {
+    let live = "(idle_ms IS NULL OR last_seen + idle_ms > ?2)";
+    let n: i64 = match prefix {
+        None => conn
+            .prepare_cached(&format!(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM sessions WHERE owner = ?1 AND {live} LIMIT {max})"
+            ))
+            .and_then(|mut st| st.query_row(params![owner, sql_int(now)], |r| r.get(0))),
+        Some(p) => {
+            let end = prefix_end(p).unwrap_or_else(|| format!("{p}\u{10ffff}"));
+            conn.prepare_cached(&format!(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM sessions WHERE owner = ?1 AND {live} \
+                 AND id >= ?3 AND id < ?4 LIMIT {max})"
+            ))
+            .and_then(|mut st| {
+                st.query_row(params![owner, sql_int(now), p, end], |r| r.get(0))
+            })
+        }
+    }
+    .with_context(|| format!("count the live sessions of {owner}"))?;
+    Ok(usize::try_from(n).unwrap_or(0))
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ pub(super) const INPUT_COLUMNS: &str =
     "key, task_id, method, params, created_at, response, answered_at";
 
 /// The `sessions` columns a [`SessionRecord`] is read from, in [`session_from_row`]'s order.
-pub(super) const SESSION_COLUMNS: &str = "id, owner, data, created_at, last_seen";
+pub(super) const SESSION_COLUMNS: &str = "id, owner, data, created_at, last_seen, idle_ms";
 
 fn status_from_sql(idx: usize, s: String) -> rusqlite::Result<TaskStatus> {
     TaskStatus::parse(&s).ok_or_else(|| {
@@ -109,6 +109,7 @@ pub(super) fn session_from_row(row: &Row<'_>) -> rusqlite::Result<SessionRecord>
         data: json_from_sql(2, &row.get::<_, String>(2)?)?,
         created_at: u64_from_sql(row.get(3)?),
         last_seen: u64_from_sql(row.get(4)?),
+        idle_ms: row.get::<_, Option<i64>>(5)?.map(u64_from_sql),
     })
 }
 
