@@ -13,6 +13,7 @@ mod load;
 mod report;
 mod scale;
 mod serve;
+mod soak;
 mod targets;
 mod wire;
 
@@ -113,6 +114,29 @@ enum Command {
         #[arg(long, default_value_t = 3000)]
         ops: usize,
     },
+    /// Kill `mcp-tasks serve --demo` with SIGKILL again and again under a mixed load, then read
+    /// every task it acknowledged: lost and stuck must be 0 (exit 1 otherwise).
+    Soak {
+        /// Stores: sqlite, postgres (MCP_TASKS_TEST_PG, else 127.0.0.1:5432/test, a fresh schema),
+        /// comma-separated.
+        #[arg(long, default_value = "sqlite,postgres")]
+        stores: String,
+        /// Kill -9 cycles per store.
+        #[arg(long, default_value_t = 5)]
+        cycles: usize,
+        /// Seconds per cycle (the kill comes between a third of it and its end).
+        #[arg(long, default_value_t = 6)]
+        cycle_secs: u64,
+        /// Concurrent clients, half on each wire.
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// Longest wait, after the last restart, for every task to finish, in seconds.
+        #[arg(long, default_value_t = 60)]
+        settle_secs: u64,
+        /// The `mcp-tasks` binary [default: the one next to this binary].
+        #[arg(long)]
+        server: Option<std::path::PathBuf>,
+    },
 }
 
 fn main() -> Result<()> {
@@ -146,6 +170,33 @@ fn main() -> Result<()> {
             clients,
             ops,
         }) => runtime.block_on(drive(&url, &wire, &mode, clients, ops)),
+        Some(Command::Soak {
+            stores,
+            cycles,
+            cycle_secs,
+            clients,
+            settle_secs,
+            server,
+        }) => {
+            let server = match server {
+                Some(s) => s,
+                None => std::env::current_exe()?.with_file_name("mcp-tasks"),
+            };
+            if !server.exists() {
+                anyhow::bail!(
+                    "{} is missing: build it (cargo build -p mcp-tasks) or pass --server",
+                    server.display()
+                );
+            }
+            runtime.block_on(soak::run(soak::SoakArgs {
+                server,
+                stores: stores.split(',').map(|s| s.trim().to_string()).collect(),
+                cycles: cycles.max(1),
+                cycle: Duration::from_secs(cycle_secs.max(1)),
+                clients: clients.max(1),
+                settle: Duration::from_secs(settle_secs),
+            }))
+        }
         None => runtime.block_on(suite(args.suite)),
     }
 }

@@ -43,6 +43,8 @@ pub struct Client {
     wire: Wire,
     session: Option<String>,
     next_id: u64,
+    /// An API key sent as `Authorization: Bearer` on every request.
+    bearer: Option<String>,
 }
 
 const EXT: &str = "io.modelcontextprotocol/tasks";
@@ -51,6 +53,11 @@ impl Client {
     /// A client; on 2025-11-25 it initializes a session first. `url` may list several endpoints,
     /// comma-separated (replicas on one store): requests go to them in turn.
     pub async fn connect(url: &str, wire: Wire) -> Result<Client> {
+        Self::connect_as(url, wire, None).await
+    }
+
+    /// [`Client::connect`] with an API key.
+    pub async fn connect_as(url: &str, wire: Wire, bearer: Option<&str>) -> Result<Client> {
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(2)
             .build()?;
@@ -61,6 +68,7 @@ impl Client {
             wire,
             session: None,
             next_id: 1,
+            bearer: bearer.map(str::to_string),
         };
         if wire == Wire::Session2025 {
             let init = json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "mcp-tasks-bench", "version": "1"}});
@@ -141,6 +149,9 @@ impl Client {
             .post(self.next_url())
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream");
+        if let Some(key) = &self.bearer {
+            rb = rb.bearer_auth(key);
+        }
         match self.wire {
             Wire::Session2025 => {
                 if let Some(s) = &self.session {
@@ -163,7 +174,16 @@ impl Client {
     }
 
     /// One request; the reply's `result` (JSON or an SSE stream ending with the reply).
-    async fn call(&mut self, method: &str, mut params: Value) -> Result<Value> {
+    async fn call(&mut self, method: &str, params: Value) -> Result<Value> {
+        let reply = self.reply(method, params).await?;
+        if let Some(e) = reply.get("error") {
+            bail!("{method} failed: {e}");
+        }
+        Ok(reply["result"].clone())
+    }
+
+    /// One request; the whole reply, a result or a JSON-RPC error. `Err` when no reply came.
+    pub async fn reply(&mut self, method: &str, mut params: Value) -> Result<Value> {
         let id = self.next_id;
         self.next_id += 1;
         let name = params
@@ -205,9 +225,6 @@ impl Client {
             serde_json::from_str(&text)
                 .with_context(|| format!("{method}: HTTP {status}, not JSON: {text:.200}"))?
         };
-        if let Some(e) = reply.get("error") {
-            bail!("{method} failed: {e}");
-        }
-        Ok(reply["result"].clone())
+        Ok(reply)
     }
 }

@@ -375,6 +375,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_client_address_is_counted_by_its_ipv4_address_or_its_ipv6_64() {
+        let group = |a: &str| client_group(a.parse().unwrap());
+        assert_eq!(group("203.0.113.7"), "203.0.113.7");
+        assert_eq!(group("::ffff:203.0.113.7"), "203.0.113.7");
+        assert_eq!(group("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::/64");
+        assert_eq!(
+            group("2001:db8:1:2:bbbb:cccc:dddd:eeee"),
+            "2001:db8:1:2::/64"
+        );
+        assert_ne!(group("2001:db8:1:3::1"), group("2001:db8:1:2::1"));
+        assert_eq!(group("::1"), "::/64");
+    }
+
+    #[test]
     fn calls_let_through_elsewhere_empty_the_bucket_here() {
         let here = RateLimiter::default();
         here.taken_elsewhere("k", 10, 60);

@@ -162,3 +162,57 @@ async fn a_command_tool_runs_at_most_max_processes_and_tasks_wait_their_turn() {
         assert_eq!(done["status"], "completed", "{done}");
     }
 }
+
+#[tokio::test]
+async fn a_flood_of_plain_calls_starts_no_more_processes_than_the_caps_allow() {
+    // The flood: 60 plain calls of a command tool at once (they used to start 60
+    // processes). 16 plain calls per caller get in; of those, 4 processes run; the rest are told
+    // -32004 at once. The four run for 3 s: the whole flood arrives while they do.
+    let spec: CommandToolSpec = serde_json::from_value(json!({
+        "name": "nap",
+        "command": ["sleep", "3"],
+        "max_processes": 4,
+    }))
+    .unwrap();
+    let s = start_with(
+        Arc::new(MemoryStore::new()),
+        fast_engine(),
+        ServerConfig::default(),
+        vec![spec.into_tool()],
+    )
+    .await;
+    let c = Client::connect(&s.url).await;
+    let started = std::time::Instant::now();
+    let replies = all_at_once(
+        &c,
+        (1..=60).map(|i| plain_call(i, "nap", json!({}))).collect(),
+    )
+    .await;
+    let ran = replies.iter().filter(|r| r.get("result").is_some()).count();
+    let refused: Vec<String> = replies
+        .iter()
+        .filter(|r| code(r) == -32004)
+        .map(|r| {
+            r["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(ran, 4, "{replies:?}");
+    assert_eq!(
+        refused.len(),
+        56,
+        "every other call is refused: {replies:?}"
+    );
+    assert!(refused
+        .iter()
+        .any(|m| m.starts_with("Too many calls running: 16 plain calls")));
+    assert!(refused
+        .iter()
+        .any(|m| m.starts_with("Too many processes running: 4 of tool nap")));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "no call waited for a slot"
+    );
+}
