@@ -10,7 +10,11 @@
 #   - valgrind (Debian package, when missing): the performance guard counts instructions with callgrind
 #   - nginx-light (Debian package, when missing): the load balancer in front of three replicas
 #   - tmux (Debian package, when missing): the client's terminal tests type into a real terminal
-# then runs the Rust test suites (unit, property, HTTP/stdio integration, crash, interop) and doc tests.
+#   - a nightly Rust toolchain (rustup, minimal profile) and cargo-fuzz 0.13.2 (cargo install
+#     --locked), when missing: the fuzz targets
+# then runs the Rust test suites (unit, property, HTTP/stdio integration, crash, interop) and doc
+# tests, each fuzz target for a bounded time (MCP_TASKS_FUZZ_SECS, default 30 s; scripts/fuzz.sh),
+# and a short kill -9 soak on SQLite and PostgreSQL (scripts/soak.sh: lost and stuck must be 0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -131,3 +135,9 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace --no-fail-fast
 fi
+
+echo "==> fuzz targets, ${MCP_TASKS_FUZZ_SECS:-30} s each (scripts/fuzz.sh)"
+bash scripts/fuzz.sh "${MCP_TASKS_FUZZ_SECS:-30}"
+
+echo "==> kill -9 soak, 3 cycles per store (scripts/soak.sh)"
+bash scripts/soak.sh --cycles 3 --cycle-secs 5 --settle-secs 90
