@@ -42,6 +42,23 @@ async fn start_capped(max_plain_calls: usize) -> support::TestServer {
     start_with(Arc::new(MemoryStore::new()), fast_engine(), config, vec![]).await
 }
 
+/// A server with the command tool `nap` (`sleep SECS`), at most `max_processes` of it at once.
+async fn start_napping(secs: u32, max_processes: usize) -> support::TestServer {
+    let spec: CommandToolSpec = serde_json::from_value(json!({
+        "name": "nap",
+        "command": ["sleep", secs.to_string()],
+        "max_processes": max_processes,
+    }))
+    .unwrap();
+    start_with(
+        Arc::new(MemoryStore::new()),
+        fast_engine(),
+        ServerConfig::default(),
+        vec![spec.into_tool()],
+    )
+    .await
+}
+
 fn code(reply: &Value) -> i64 {
     reply["error"]["code"].as_i64().unwrap_or(0)
 }
@@ -106,19 +123,7 @@ async fn on_the_stateless_wire_the_cap_is_per_client_address() {
 
 #[tokio::test]
 async fn a_command_tool_runs_at_most_max_processes_and_tasks_wait_their_turn() {
-    let spec: CommandToolSpec = serde_json::from_value(json!({
-        "name": "nap",
-        "command": ["sleep", "1"],
-        "max_processes": 1,
-    }))
-    .unwrap();
-    let s = start_with(
-        Arc::new(MemoryStore::new()),
-        fast_engine(),
-        ServerConfig::default(),
-        vec![spec.into_tool()],
-    )
-    .await;
+    let s = start_napping(1, 1).await;
     let mut c = Client::connect(&s.url).await;
     let replies = all_at_once(
         &c,
@@ -168,19 +173,7 @@ async fn a_flood_of_plain_calls_starts_no_more_processes_than_the_caps_allow() {
     // The flood: 60 plain calls of a command tool at once (they used to start 60
     // processes). 16 plain calls per caller get in; of those, 4 processes run; the rest are told
     // -32004 at once. The four run for 3 s: the whole flood arrives while they do.
-    let spec: CommandToolSpec = serde_json::from_value(json!({
-        "name": "nap",
-        "command": ["sleep", "3"],
-        "max_processes": 4,
-    }))
-    .unwrap();
-    let s = start_with(
-        Arc::new(MemoryStore::new()),
-        fast_engine(),
-        ServerConfig::default(),
-        vec![spec.into_tool()],
-    )
-    .await;
+    let s = start_napping(3, 4).await;
     let c = Client::connect(&s.url).await;
     let started = std::time::Instant::now();
     let replies = all_at_once(

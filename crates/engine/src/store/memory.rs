@@ -485,22 +485,7 @@ impl TaskStore for MemoryStore {
                 of_prefix += 1;
             }
         }
-        if let Some((_, max)) = &limit.per_prefix {
-            if of_prefix >= *max {
-                return Err(StoreError::TooManySessions {
-                    live: of_prefix,
-                    max: *max,
-                    of_prefix: true,
-                });
-            }
-        }
-        if all >= limit.max {
-            return Err(StoreError::TooManySessions {
-                live: all,
-                max: limit.max,
-                of_prefix: false,
-            });
-        }
+        limit.check(of_prefix, all)?;
         inner.sessions.insert(session.id.clone(), session.clone());
         Ok(())
     }

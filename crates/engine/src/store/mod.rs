@@ -456,6 +456,30 @@ pub struct SessionLimit {
     pub per_prefix: Option<(String, usize)>,
 }
 
+impl SessionLimit {
+    /// Whether a new session fits beside `of_prefix` live sessions with its prefix and `all` live
+    /// sessions of its owner: [`StoreError::TooManySessions`] (the prefix's cap first) when not.
+    pub(crate) fn check(&self, of_prefix: usize, all: usize) -> Result<(), StoreError> {
+        if let Some((_, max)) = &self.per_prefix {
+            if of_prefix >= *max {
+                return Err(StoreError::TooManySessions {
+                    live: of_prefix,
+                    max: *max,
+                    of_prefix: true,
+                });
+            }
+        }
+        if all >= self.max {
+            return Err(StoreError::TooManySessions {
+                live: all,
+                max: self.max,
+                of_prefix: false,
+            });
+        }
+        Ok(())
+    }
+}
+
 /// What [`TaskStore::purge`] removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Purged {

@@ -800,24 +800,11 @@ impl TaskStore for PostgresStore {
                         Ok::<usize, StoreError>(usize::try_from(row.get::<_, i64>(0)).unwrap_or(0))
                     }
                 };
-                if let Some((prefix, max)) = &limit.per_prefix {
-                    let live = count(Some(prefix.clone()), *max).await?;
-                    if live >= *max {
-                        return Err(StoreError::TooManySessions {
-                            live,
-                            max: *max,
-                            of_prefix: true,
-                        });
-                    }
-                }
-                let live = count(None, limit.max).await?;
-                if live >= limit.max {
-                    return Err(StoreError::TooManySessions {
-                        live,
-                        max: limit.max,
-                        of_prefix: false,
-                    });
-                }
+                let of_prefix = match &limit.per_prefix {
+                    Some((prefix, max)) => count(Some(prefix.clone()), *max).await?,
+                    None => 0,
+                };
+                limit.check(of_prefix, count(None, limit.max).await?)?;
                 insert_session(tx, &s).await
             })
         })

@@ -663,24 +663,14 @@ impl TaskStore for SqliteStore {
         let (s, limit) = (s.clone(), limit.clone());
         self.write(move |conn| {
             // The writer thread runs one job at a time: the counts and the insert are one step.
-            if let Some((prefix, max)) = &limit.per_prefix {
-                let live = live_sessions(conn, &s.owner, Some(prefix), *max, s.last_seen)?;
-                if live >= *max {
-                    return Err(StoreError::TooManySessions {
-                        live,
-                        max: *max,
-                        of_prefix: true,
-                    });
+            let of_prefix = match &limit.per_prefix {
+                Some((prefix, max)) => {
+                    live_sessions(conn, &s.owner, Some(prefix), *max, s.last_seen)?
                 }
-            }
-            let live = live_sessions(conn, &s.owner, None, limit.max, s.last_seen)?;
-            if live >= limit.max {
-                return Err(StoreError::TooManySessions {
-                    live,
-                    max: limit.max,
-                    of_prefix: false,
-                });
-            }
+                None => 0,
+            };
+            let all = live_sessions(conn, &s.owner, None, limit.max, s.last_seen)?;
+            limit.check(of_prefix, all)?;
             insert_session(conn, &s)
         })
         .await
