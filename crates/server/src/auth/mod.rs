@@ -4,6 +4,8 @@
 //! Only SHA-256 hashes of keys are kept. A key is `mcpt_` followed by 43 characters of base64url
 //! (256 random bits); `mcp-tasks key new --principal NAME` makes one and prints the config entry.
 
+pub mod oauth;
+
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;

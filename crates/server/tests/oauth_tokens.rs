@@ -1,0 +1,179 @@
+//! Access tokens checked against a real authorization server on loopback (issue 14, item 1): RS256
+//! and ES256, `at+jwt` and `JWT`, the key set found through the issuer's metadata and fetched again
+//! for an unknown key (at most once per 30 s); expired, not yet valid, wrong audience, wrong issuer,
+//! unknown key, bad signature and `alg: none` refused, each with its own reason.
+
+#[path = "support/authz.rs"]
+mod authz;
+
+use authz::{now, sign, AuthServer, Key};
+use mcp_tasks_server::auth::oauth::{OAuthConfig, TokenError, TokenVerifier};
+use serde_json::json;
+
+const AUDIENCE: &str = "http://127.0.0.1:9/mcp";
+
+fn verifier(issuer: &str) -> TokenVerifier {
+    TokenVerifier::new(OAuthConfig::new(issuer, AUDIENCE))
+}
+
+#[tokio::test]
+async fn tokens_of_the_issuer_for_this_server_are_accepted_with_their_principal_and_scopes() {
+    let (rsa, ec) = (Key::fixture("rsa-a", "r1"), Key::fixture("ec-a", "e1"));
+    let idp = AuthServer::start(&[&rsa, &ec]).await;
+    let v = verifier(&idp.issuer);
+    let alice = sign(
+        &rsa,
+        "at+jwt",
+        &idp.claims("alice", AUDIENCE, "tasks:read tasks:write"),
+    );
+    let t = v.verify(&alice).await.unwrap();
+    assert_eq!(t.principal, format!("{}#alice", idp.issuer));
+    assert_eq!(t.scopes, ["tasks:read", "tasks:write"]);
+    // ES256, typed JWT, scopes as an array claim (`scp`), audience as an array.
+    let mut claims = idp.claims("bob", AUDIENCE, "");
+    claims.remove("scope");
+    claims.insert("scp".into(), json!(["a", "b"]));
+    claims.insert("aud".into(), json!(["other", AUDIENCE]));
+    let v_scp = TokenVerifier::new(OAuthConfig {
+        scopes_claim: "scp".into(),
+        ..OAuthConfig::new(&idp.issuer, AUDIENCE)
+    });
+    let t = v_scp.verify(&sign(&ec, "JWT", &claims)).await.unwrap();
+    assert_eq!(t.principal, format!("{}#bob", idp.issuer));
+    assert_eq!(t.scopes, ["a", "b"]);
+    assert_eq!(
+        idp.fetches(),
+        2,
+        "one fetch per verifier, through the metadata"
+    );
+    // Held: no fetch for the next token.
+    v.verify(&alice).await.unwrap();
+    assert_eq!(idp.fetches(), 2);
+}
+
+#[tokio::test]
+async fn each_way_a_token_can_be_wrong_is_refused_with_its_reason() {
+    let rsa = Key::fixture("rsa-a", "r1");
+    let idp = AuthServer::start(&[&rsa]).await;
+    let v = verifier(&idp.issuer);
+    let check = |mutate: &dyn Fn(&mut serde_json::Map<String, serde_json::Value>)| {
+        let mut c = idp.claims("alice", AUDIENCE, "x");
+        mutate(&mut c);
+        sign(&rsa, "at+jwt", &c)
+    };
+    let expired = check(&|c| {
+        c.insert("exp".into(), json!(now() - 120));
+    });
+    assert_eq!(v.verify(&expired).await, Err(TokenError::Expired));
+    // Within the 60 s leeway, an expired token still passes.
+    let just = check(&|c| {
+        c.insert("exp".into(), json!(now() - 10));
+    });
+    assert!(v.verify(&just).await.is_ok());
+    let early = check(&|c| {
+        c.insert("nbf".into(), json!(now() + 600));
+    });
+    assert_eq!(v.verify(&early).await, Err(TokenError::NotYetValid));
+    let elsewhere = check(&|c| {
+        c.insert("aud".into(), json!("http://127.0.0.1:9/other"));
+    });
+    assert_eq!(v.verify(&elsewhere).await, Err(TokenError::WrongAudience));
+    let foreign = check(&|c| {
+        c.insert("iss".into(), json!("http://127.0.0.1:1"));
+    });
+    assert_eq!(v.verify(&foreign).await, Err(TokenError::WrongIssuer));
+    let nobody = check(&|c| {
+        c.remove("sub");
+    });
+    assert_eq!(
+        v.verify(&nobody).await,
+        Err(TokenError::MissingClaim("sub".into()))
+    );
+    let no_exp = check(&|c| {
+        c.remove("exp");
+    });
+    assert_eq!(
+        v.verify(&no_exp).await,
+        Err(TokenError::MissingClaim("exp".into()))
+    );
+    // Signed by another key under the same kid: the signature does not verify.
+    let impostor = Key::fixture("rsa-b", "r1");
+    let forged = sign(&impostor, "at+jwt", &idp.claims("alice", AUDIENCE, "x"));
+    assert_eq!(v.verify(&forged).await, Err(TokenError::BadSignature));
+    // A changed payload under the original signature.
+    let good = sign(&rsa, "at+jwt", &idp.claims("alice", AUDIENCE, "x"));
+    let parts: Vec<&str> = good.split('.').collect();
+    let mallory = sign(&rsa, "at+jwt", &idp.claims("mallory", AUDIENCE, "x"));
+    let spliced = format!(
+        "{}.{}.{}",
+        parts[0],
+        mallory.split('.').nth(1).unwrap(),
+        parts[2]
+    );
+    assert_eq!(v.verify(&spliced).await, Err(TokenError::BadSignature));
+    // Not an access token type.
+    let typed = sign(&rsa, "dpop+jwt", &idp.claims("alice", AUDIENCE, "x"));
+    assert_eq!(
+        v.verify(&typed).await,
+        Err(TokenError::WrongType("dpop+jwt".into()))
+    );
+    // ES256 is not accepted when the config allows RS256 only.
+    let ec = Key::fixture("ec-a", "e1");
+    idp.publish(&ec);
+    let rs_only = TokenVerifier::new(OAuthConfig {
+        algorithms: vec![jsonwebtoken::Algorithm::RS256],
+        ..OAuthConfig::new(&idp.issuer, AUDIENCE)
+    });
+    let es = sign(&ec, "at+jwt", &idp.claims("alice", AUDIENCE, "x"));
+    assert_eq!(
+        rs_only.verify(&es).await,
+        Err(TokenError::Algorithm("ES256".into()))
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_key_is_fetched_again_but_not_more_than_once_per_interval() {
+    let (old, new) = (
+        Key::fixture("rsa-a", "2026-01"),
+        Key::fixture("rsa-b", "2026-02"),
+    );
+    let idp = AuthServer::start(&[&old]).await;
+    let every = std::time::Duration::from_millis(400);
+    let v = verifier(&idp.issuer).refresh_at_most_every(every);
+    let alice = |key: &Key| sign(key, "at+jwt", &idp.claims("alice", AUDIENCE, ""));
+    v.verify(&alice(&old)).await.unwrap();
+    assert_eq!(idp.fetches(), 1);
+    // The issuer rotates a new key in. Right after a fetch, a token of it is refused, and neither
+    // it nor made-up key ids make the server fetch again within the interval.
+    idp.publish(&new);
+    assert_eq!(
+        v.verify(&alice(&new)).await,
+        Err(TokenError::UnknownKey("2026-02".into()))
+    );
+    for i in 0..20 {
+        let made_up = Key::fixture("rsa-b", &format!("made-up-{i}"));
+        assert!(matches!(
+            v.verify(&alice(&made_up)).await,
+            Err(TokenError::UnknownKey(_))
+        ));
+    }
+    assert_eq!(idp.fetches(), 1, "no fetch storm");
+    // Past the interval, the unknown key makes it fetch once, and the new key works.
+    tokio::time::sleep(every).await;
+    v.verify(&alice(&new)).await.unwrap();
+    assert_eq!(idp.fetches(), 2);
+    v.verify(&alice(&old)).await.unwrap();
+    assert_eq!(idp.fetches(), 2, "both held now");
+}
+
+#[tokio::test]
+async fn an_issuer_without_metadata_or_key_set_is_reported_as_such() {
+    let v = verifier("http://127.0.0.1:1");
+    let rsa = Key::fixture("rsa-a", "r1");
+    let mut c = serde_json::Map::new();
+    c.insert("sub".into(), json!("x"));
+    match v.verify(&sign(&rsa, "at+jwt", &c)).await {
+        Err(TokenError::KeySet(m)) => assert!(m.contains("no jwks_uri"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
