@@ -164,6 +164,8 @@ impl AuthSection {
                 }
             },
             local_limits: base.local_limits,
+            // `[auth.oauth]` is not read from the config yet (issue 14 goes on).
+            oauth: None,
         })
     }
 }

@@ -117,6 +117,8 @@ pub struct AuthConfig {
     /// Principals whose keys open the admin API and the dashboard (`operator = true`). With no keys
     /// configured at all, those are open to loopback callers only.
     pub operators: Vec<String>,
+    /// Access tokens of an OAuth authorization server, accepted beside the API keys.
+    pub oauth: Option<oauth::OAuthConfig>,
 }
 
 impl Default for AuthConfig {
@@ -132,6 +134,7 @@ impl Default for AuthConfig {
                 max_plain_calls: 64,
             },
             operators: Vec::new(),
+            oauth: None,
         }
     }
 }
@@ -139,10 +142,12 @@ impl Default for AuthConfig {
 /// A resolved caller.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Principal {
-    /// Its name (`anonymous` for callers without a key).
+    /// Its name (`anonymous` for callers without a key; `ISSUER#SUBJECT` for an OAuth user).
     pub name: String,
     /// Its limits.
     pub limits: Limits,
+    /// The scopes its access token grants (an OAuth user's; empty for everyone else).
+    pub scopes: Vec<String>,
 }
 
 /// Why a request was not authenticated.
@@ -157,6 +162,9 @@ pub enum AuthError {
     /// The key is not configured.
     #[error("invalid API key")]
     Invalid,
+    /// An OAuth access token that is not valid (and not an API key either).
+    #[error("invalid access token: {0}")]
+    Token(oauth::TokenError),
 }
 
 /// Lowercase hex SHA-256 of a key.
@@ -178,6 +186,7 @@ pub fn generate_key() -> String {
 pub struct Authenticator {
     config: AuthConfig,
     by_hash: HashMap<String, usize>,
+    tokens: Option<oauth::TokenVerifier>,
 }
 
 impl Authenticator {
@@ -189,16 +198,46 @@ impl Authenticator {
             .enumerate()
             .map(|(i, k)| (k.sha256.to_ascii_lowercase(), i))
             .collect();
-        Authenticator { config, by_hash }
+        let tokens = config.oauth.clone().map(oauth::TokenVerifier::new);
+        Authenticator {
+            config,
+            by_hash,
+            tokens,
+        }
     }
 
-    /// The principal behind an `Authorization` header value (or its absence).
-    pub fn resolve(&self, authorization: Option<&str>) -> Result<Principal, AuthError> {
+    /// The OAuth settings, when access tokens are accepted.
+    pub fn oauth(&self) -> Option<&oauth::OAuthConfig> {
+        self.config.oauth.as_ref()
+    }
+
+    /// The principal behind an `Authorization` header value (or its absence): an API key's, else
+    /// (with `[auth.oauth]`) an access token's user.
+    pub async fn resolve(&self, authorization: Option<&str>) -> Result<Principal, AuthError> {
+        match self.resolve_key(authorization) {
+            Err(AuthError::Invalid) => {}
+            other => return other,
+        }
+        let (Some(tokens), Some(value)) = (&self.tokens, authorization) else {
+            return Err(AuthError::Invalid);
+        };
+        let token = value.trim().split_once(' ').map_or("", |(_, t)| t.trim());
+        let t = tokens.verify(token).await.map_err(AuthError::Token)?;
+        Ok(Principal {
+            name: t.principal,
+            limits: tokens.config().limits.clone(),
+            scopes: t.scopes,
+        })
+    }
+
+    /// The principal behind an `Authorization` header value (or its absence), by API key only.
+    pub fn resolve_key(&self, authorization: Option<&str>) -> Result<Principal, AuthError> {
         let Some(value) = authorization else {
             return if self.config.allow_anonymous {
                 Ok(Principal {
                     name: ANONYMOUS.into(),
                     limits: self.config.anonymous_limits.clone(),
+                    scopes: Vec::new(),
                 })
             } else {
                 Err(AuthError::Missing)
@@ -216,6 +255,7 @@ impl Authenticator {
         Ok(Principal {
             name: key.principal.clone(),
             limits: key.limits.clone(),
+            scopes: Vec::new(),
         })
     }
 
@@ -231,7 +271,7 @@ impl Authenticator {
         }
         let principal = match authorization {
             None => return Err("send an operator's key: Authorization: Bearer <key>".into()),
-            Some(_) => self.resolve(authorization).map_err(|e| e.to_string())?,
+            Some(_) => self.resolve_key(authorization).map_err(|e| e.to_string())?,
         };
         if self.config.operators.contains(&principal.name) {
             Ok(principal.name)
@@ -253,6 +293,7 @@ impl Authenticator {
         Principal {
             name: LOCAL_USER.into(),
             limits: self.config.local_limits.clone(),
+            scopes: Vec::new(),
         }
     }
 }
@@ -423,12 +464,18 @@ mod tests {
     #[test]
     fn keys_resolve_to_principals_and_bad_ones_do_not() {
         let a = auth(false);
-        assert_eq!(a.resolve(Some("Bearer secret-a")).unwrap().name, "alice");
-        assert_eq!(a.resolve(Some("bearer   secret-a")).unwrap().name, "alice");
-        assert_eq!(a.resolve(Some("Bearer nope")), Err(AuthError::Invalid));
-        assert_eq!(a.resolve(Some("Basic abc")), Err(AuthError::Malformed));
-        assert_eq!(a.resolve(None), Err(AuthError::Missing));
-        assert_eq!(auth(true).resolve(None).unwrap().name, ANONYMOUS);
+        assert_eq!(
+            a.resolve_key(Some("Bearer secret-a")).unwrap().name,
+            "alice"
+        );
+        assert_eq!(
+            a.resolve_key(Some("bearer   secret-a")).unwrap().name,
+            "alice"
+        );
+        assert_eq!(a.resolve_key(Some("Bearer nope")), Err(AuthError::Invalid));
+        assert_eq!(a.resolve_key(Some("Basic abc")), Err(AuthError::Malformed));
+        assert_eq!(a.resolve_key(None), Err(AuthError::Missing));
+        assert_eq!(auth(true).resolve_key(None).unwrap().name, ANONYMOUS);
     }
 
     #[test]

@@ -378,17 +378,30 @@ impl TokenVerifier {
 /// issuer's path), then OpenID Connect Discovery (appended to the issuer).
 pub fn metadata_urls(issuer: &str) -> Vec<String> {
     let issuer = issuer.trim_end_matches('/');
-    let (origin, path) = match issuer.find("://").map(|i| i + 3) {
-        Some(start) => match issuer[start..].find('/') {
-            Some(p) => issuer.split_at(start + p),
-            None => (issuer, ""),
-        },
-        None => (issuer, ""),
-    };
+    let (origin, path) = split_origin(issuer);
     vec![
         format!("{origin}/.well-known/oauth-authorization-server{path}"),
         format!("{issuer}/.well-known/openid-configuration"),
     ]
+}
+
+/// Where the protected-resource metadata (RFC 9728) of `resource` is: its origin, the well-known
+/// name, then its path (`https://h/mcp` → `https://h/.well-known/oauth-protected-resource/mcp`).
+pub fn resource_metadata_url(resource: &str) -> String {
+    let r = resource.trim_end_matches('/');
+    let (origin, path) = split_origin(r);
+    format!("{origin}/.well-known/oauth-protected-resource{path}")
+}
+
+/// A URL's origin and its path (with its leading slash; empty when it has none).
+fn split_origin(url: &str) -> (&str, &str) {
+    match url.find("://").map(|i| i + 3) {
+        Some(start) => match url[start..].find('/') {
+            Some(p) => url.split_at(start + p),
+            None => (url, ""),
+        },
+        None => (url, ""),
+    }
 }
 
 /// Whether `jwk` may check a signature of `alg`: its own `alg`, when it names one, is that one.

@@ -412,8 +412,11 @@ impl Server {
         &self.tools
     }
     /// Resolves the caller of an HTTP request from its `Authorization` header.
-    pub fn authenticate(&self, authorization: Option<&str>) -> Result<Principal, auth::AuthError> {
-        self.authenticator.resolve(authorization)
+    pub async fn authenticate(
+        &self,
+        authorization: Option<&str>,
+    ) -> Result<Principal, auth::AuthError> {
+        self.authenticator.resolve(authorization).await
     }
     /// The local user (stdio).
     pub fn local_user(&self) -> Principal {

@@ -48,7 +48,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// The axum router serving `/mcp` (and `/healthz`).
 pub fn router(server: Arc<Server>) -> axum::Router {
-    axum::Router::new()
+    let mut r = axum::Router::new()
         .route(
             "/mcp",
             get(get_stream)
@@ -56,14 +56,46 @@ pub fn router(server: Arc<Server>) -> axum::Router {
                 .delete(delete)
                 .fallback(method_not_allowed),
         )
-        .route("/healthz", get(|| async { "ok" }))
-        .fallback(no_such_path)
+        .route("/healthz", get(|| async { "ok" }));
+    if let Some(oauth) = server.authenticator().oauth() {
+        // RFC 9728: at the well-known name, and at it followed by the resource's path.
+        const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
+        r = r.route(WELL_KNOWN, get(resource_metadata));
+        let url = crate::auth::oauth::resource_metadata_url(&oauth.audience);
+        if let Some(suffixed) = url.find(WELL_KNOWN).map(|i| &url[i..]) {
+            if suffixed != WELL_KNOWN {
+                r = r.route(suffixed, get(resource_metadata));
+            }
+        }
+    }
+    r.fallback(no_such_path)
         .layer(middleware::from_fn_with_state(
             server.clone(),
             check_headers,
         ))
         .layer(DefaultBodyLimit::disable())
         .with_state(server)
+}
+
+/// The protected-resource metadata (RFC 9728): this server as an OAuth resource, and the
+/// authorization server whose tokens it takes.
+async fn resource_metadata(State(server): State<Arc<Server>>, uri: axum::http::Uri) -> Response {
+    let Some(oauth) = server.authenticator().oauth() else {
+        return no_such_path(uri).await;
+    };
+    let body = serde_json::json!({
+        "resource": oauth.audience,
+        "authorization_servers": [oauth.issuer],
+        "scopes_supported": oauth.scopes_supported,
+        "bearer_methods_supported": ["header"],
+        "resource_name": server.config().name,
+    });
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 /// Serves on `addr` until the process ends.
@@ -117,8 +149,8 @@ struct HttpError {
     status: StatusCode,
     id: Option<RequestId>,
     error: ErrorObject,
-    /// `WWW-Authenticate` for a 401.
-    challenge: Option<&'static str>,
+    /// `WWW-Authenticate` for a 401 or a 403.
+    challenge: Option<String>,
 }
 
 impl HttpError {
@@ -141,9 +173,8 @@ impl HttpError {
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
         let mut resp = json_response(self.status, &Message::error(self.id, self.error));
-        if let Some(c) = self.challenge {
-            resp.headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(c));
+        if let Some(v) = self.challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
         }
         resp
     }
@@ -268,18 +299,15 @@ async fn check_headers(
 }
 
 /// The caller of a request, from its `Authorization` header and its connection.
-fn peer_of(server: &Server, req: &axum::http::request::Parts) -> Result<Peer, HttpError> {
+async fn peer_of(server: &Server, req: &axum::http::request::Parts) -> Result<Peer, HttpError> {
     let value = req
         .headers
         .get(header::AUTHORIZATION)
         .map(|v| v.to_str().unwrap_or("\u{0}"));
-    let principal = server.authenticate(value).map_err(|e| {
+    let principal = server.authenticate(value).await.map_err(|e| {
         tracing::info!(target: "mcp_tasks::audit", reason = %e, "authentication failed");
         HttpError {
-            challenge: Some(match e {
-                crate::auth::AuthError::Missing => "Bearer",
-                _ => "Bearer error=\"invalid_token\"",
-            }),
+            challenge: Some(challenge(server, &e)),
             ..HttpError::new(
                 StatusCode::UNAUTHORIZED,
                 ErrorObject::invalid_request(e.to_string()),
@@ -292,6 +320,32 @@ fn peer_of(server: &Server, req: &axum::http::request::Parts) -> Result<Peer, Ht
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip());
     Ok(peer)
+}
+
+/// The `WWW-Authenticate` of a 401: with OAuth, where the protected-resource metadata is (RFC 9728),
+/// so a client can find the authorization server; and, when a credential was sent, why it failed.
+fn challenge(server: &Server, e: &crate::auth::AuthError) -> String {
+    let mut c = String::from("Bearer");
+    let mut params = Vec::new();
+    if !matches!(e, crate::auth::AuthError::Missing) {
+        params.push("error=\"invalid_token\"".to_string());
+    }
+    if let Some(oauth) = server.authenticator().oauth() {
+        if !matches!(e, crate::auth::AuthError::Missing) {
+            // A quoted-string: no quotes or backslashes inside.
+            let why = e.to_string().replace(['"', '\\'], "'");
+            params.push(format!("error_description=\"{why}\""));
+        }
+        params.push(format!(
+            "resource_metadata=\"{}\"",
+            crate::auth::oauth::resource_metadata_url(&oauth.audience)
+        ));
+    }
+    if !params.is_empty() {
+        c.push(' ');
+        c.push_str(&params.join(", "));
+    }
+    c
 }
 
 /// What the `Mcp-Session-Id` header names.
@@ -423,7 +477,7 @@ async fn post_message(
             }));
         }
     }
-    let mut peer = peer_of(&server, &parts).map_err(fail)?;
+    let mut peer = peer_of(&server, &parts).await.map_err(fail)?;
     let found = session_header(&server, &peer, headers)
         .await
         .map_err(fail)?;
@@ -646,7 +700,9 @@ fn stateless_get_or_delete(headers: &HeaderMap) -> Option<Response> {
 /// The session of a GET or DELETE: its caller must be the session's owner.
 async fn session_request(server: &Server, req: HttpRequest) -> Result<Arc<Session>, Response> {
     let (parts, _) = req.into_parts();
-    let peer = peer_of(server, &parts).map_err(IntoResponse::into_response)?;
+    let peer = peer_of(server, &parts)
+        .await
+        .map_err(IntoResponse::into_response)?;
     let found = session_header(server, &peer, &parts.headers)
         .await
         .map_err(IntoResponse::into_response)?;
