@@ -36,8 +36,8 @@ pub struct ConfigFile {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuthSection {
-    /// Serve callers without a key as the anonymous principal (default: true when no keys are
-    /// configured, false otherwise).
+    /// Serve callers without credentials as the anonymous principal (default: true when neither
+    /// keys nor `[auth.oauth]` are configured, false otherwise).
     pub anonymous: Option<bool>,
     /// Unfinished tasks an anonymous client address may have, on each wire (default 100).
     pub anonymous_max_running_tasks: Option<usize>,
@@ -59,6 +59,98 @@ pub struct AuthSection {
     /// `[[auth.keys]]`.
     #[serde(default)]
     pub keys: Vec<KeyEntry>,
+    /// `[auth.oauth]`: access tokens of an OAuth authorization server, beside the keys.
+    pub oauth: Option<OAuthSection>,
+}
+
+/// `[auth.oauth]`: this server as an OAuth 2.1 resource server (the MCP authorization spec): it
+/// accepts the access tokens (JWTs) of one authorization server, and each token's user is a
+/// principal of its own, `ISSUER#SUBJECT`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthSection {
+    /// The authorization server's issuer identifier, exactly as its tokens' `iss` says.
+    pub issuer: String,
+    /// This server's resource identifier: its public URL as clients reach it (e.g.
+    /// "https://mcp.example.com/mcp"). Tokens must name it in `aud`.
+    pub audience: String,
+    /// The issuer's key set (default: the `jwks_uri` of its metadata).
+    pub jwks_url: Option<String>,
+    /// Signature algorithms accepted (default ["RS256", "ES256"]; never "none" or HMAC).
+    pub algorithms: Option<Vec<String>>,
+    /// Clock skew allowed on `exp` and `nbf`, seconds (default 60).
+    pub leeway_secs: Option<u64>,
+    /// The claim naming the user (default "sub").
+    pub principal_claim: Option<String>,
+    /// The claim listing the token's scopes (default "scope", space-separated; an array claim such
+    /// as "scp" works too).
+    pub scopes_claim: Option<String>,
+    /// The scopes the metadata lists (default: every scope a tool or upstream requires).
+    pub scopes_supported: Option<Vec<String>>,
+    /// Unfinished tasks each OAuth user may have at once (default 100).
+    pub max_running_tasks: Option<usize>,
+    /// Task calls per minute of each OAuth user (default: no limit).
+    pub calls_per_minute: Option<u32>,
+    /// Plain (non-task) tool calls each OAuth user may run at once (default 16).
+    pub max_plain_calls: Option<usize>,
+}
+
+impl OAuthSection {
+    /// The server's OAuth settings, checked.
+    pub fn to_config(&self) -> Result<mcp_tasks_server::auth::oauth::OAuthConfig> {
+        use mcp_tasks_server::auth::oauth::{parse_algorithm, OAuthConfig};
+        use mcp_tasks_server::auth::Limits;
+        let url = |what: &str, v: &str| -> Result<()> {
+            let u = reqwest::Url::parse(v)
+                .with_context(|| format!("[auth.oauth] {what} {v:?} is not a URL"))?;
+            if !matches!(u.scheme(), "https" | "http") {
+                bail!("[auth.oauth] {what} {v:?} must be an https:// (or http://) URL");
+            }
+            Ok(())
+        };
+        url("issuer", &self.issuer)?;
+        url("audience", &self.audience)?;
+        if let Some(j) = &self.jwks_url {
+            url("jwks_url", j)?;
+        }
+        let mut config = OAuthConfig::new(self.issuer.trim(), self.audience.trim());
+        config.jwks_url = self.jwks_url.clone();
+        if let Some(names) = &self.algorithms {
+            config.algorithms = names
+                .iter()
+                .map(|n| {
+                    parse_algorithm(n).map_err(|e| anyhow::anyhow!("[auth.oauth] algorithms: {e}"))
+                })
+                .collect::<Result<_>>()?;
+        }
+        if let Some(secs) = self.leeway_secs {
+            config.leeway = std::time::Duration::from_secs(secs);
+        }
+        for (name, value, slot) in [
+            (
+                "principal_claim",
+                &self.principal_claim,
+                &mut config.principal_claim,
+            ),
+            ("scopes_claim", &self.scopes_claim, &mut config.scopes_claim),
+        ] {
+            if let Some(v) = value {
+                if v.trim().is_empty() {
+                    bail!("[auth.oauth] {name} is empty: name a claim of the tokens");
+                }
+                *slot = v.trim().to_string();
+            }
+        }
+        config.scopes_supported = self.scopes_supported.clone().unwrap_or_default();
+        let d = Limits::default();
+        config.limits = Limits {
+            max_running_tasks: self.max_running_tasks.unwrap_or(d.max_running_tasks),
+            calls_per_minute: self.calls_per_minute.or(d.calls_per_minute),
+            max_plain_calls: self.max_plain_calls.unwrap_or(d.max_plain_calls),
+        };
+        config.check().map_err(anyhow::Error::msg)?;
+        Ok(config)
+    }
 }
 
 /// One `[[auth.keys]]` entry. Make one with `mcp-tasks key new --principal NAME`.
@@ -78,6 +170,8 @@ pub struct KeyEntry {
     /// The key also opens the admin API and the dashboard.
     #[serde(default)]
     pub operator: bool,
+    /// The scopes the key grants, for tools that require scopes (default: every scope).
+    pub scopes: Option<Vec<String>>,
 }
 
 impl AuthSection {
@@ -108,6 +202,7 @@ impl AuthSection {
                     calls_per_minute: k.calls_per_minute.or(defaults.calls_per_minute),
                     max_plain_calls: k.max_plain_calls.unwrap_or(defaults.max_plain_calls),
                 },
+                scopes: k.scopes.clone(),
             });
         }
         let base = AuthConfig::default();
@@ -117,9 +212,15 @@ impl AuthSection {
             .filter(|k| k.operator)
             .map(|k| k.principal.clone())
             .collect();
+        let oauth = self
+            .oauth
+            .as_ref()
+            .map(OAuthSection::to_config)
+            .transpose()?;
         Ok(AuthConfig {
             operators,
-            allow_anonymous: self.anonymous.unwrap_or(keys.is_empty()),
+            // Open only when nothing at all authenticates callers.
+            allow_anonymous: self.anonymous.unwrap_or(keys.is_empty() && oauth.is_none()),
             keys,
             anonymous_limits: Limits {
                 max_running_tasks: self
@@ -164,8 +265,7 @@ impl AuthSection {
                 }
             },
             local_limits: base.local_limits,
-            // `[auth.oauth]` is not read from the config yet (issue 14 goes on).
-            oauth: None,
+            oauth,
         })
     }
 }
@@ -352,6 +452,73 @@ mod tests {
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/gateway-everything.toml");
         let cfg = ConfigFile::load(&path).unwrap();
         assert_eq!(cfg.upstreams[0].sync_budget_secs, Some(20));
+    }
+
+    #[test]
+    fn the_oauth_example_reads_as_documented() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/oauth-keycloak.toml");
+        let cfg = ConfigFile::load(&path).unwrap();
+        let auth = cfg.auth.to_config().unwrap();
+        assert!(
+            !auth.allow_anonymous,
+            "tokens configured: no anonymous callers"
+        );
+        let o = auth.oauth.unwrap();
+        assert_eq!(o.issuer, "https://sso.example.com/realms/engineering");
+        assert_eq!(o.audience, "https://mcp.example.com/mcp");
+        assert_eq!(o.jwks_url, None);
+        assert_eq!(o.limits.calls_per_minute, Some(600));
+        assert_eq!(auth.keys[0].scopes, None);
+        assert_eq!(auth.keys[1].scopes, Some(vec![]));
+        assert_eq!(auth.operators, ["ops"]);
+        let deploy = cfg.tools[0].clone().into_tool();
+        assert_eq!(deploy.scopes, ["tasks:deploy"]);
+    }
+
+    fn oauth(extra: &str) -> Result<mcp_tasks_server::auth::AuthConfig> {
+        let cfg: ConfigFile = toml::from_str(&format!(
+            "[auth.oauth]\nissuer = \"https://idp.example.com\"\naudience = \"https://h/mcp\"\n{extra}"
+        ))?;
+        cfg.auth.to_config()
+    }
+
+    #[test]
+    fn oauth_settings_have_defaults_and_bad_ones_are_refused_with_the_reason() {
+        let o = oauth("").unwrap().oauth.unwrap();
+        use mcp_tasks_server::auth::oauth::Algorithm;
+        assert_eq!(o.algorithms, [Algorithm::RS256, Algorithm::ES256]);
+        assert_eq!(o.leeway, std::time::Duration::from_secs(60));
+        assert_eq!(
+            (o.principal_claim.as_str(), o.scopes_claim.as_str()),
+            ("sub", "scope")
+        );
+        assert_eq!(o.limits, mcp_tasks_server::auth::Limits::default());
+        let o = oauth("algorithms = [\"PS256\", \"EdDSA\"]\nscopes_claim = \"scp\"\nleeway_secs = 5\nmax_running_tasks = 3")
+            .unwrap()
+            .oauth
+            .unwrap();
+        assert_eq!(o.algorithms, [Algorithm::PS256, Algorithm::EdDSA]);
+        assert_eq!(o.scopes_claim, "scp");
+        assert_eq!(o.leeway, std::time::Duration::from_secs(5));
+        assert_eq!(o.limits.max_running_tasks, 3);
+        let err = |extra: &str| format!("{:#}", oauth(extra).unwrap_err());
+        assert!(err("algorithms = [\"none\"]").contains("never accepted"));
+        assert!(err("algorithms = [\"HS256\"]").contains("HMAC"));
+        assert!(err("algorithms = []").contains("algorithms is empty"));
+        assert!(err("principal_claim = \" \"").contains("principal_claim is empty"));
+        assert!(err("jwks_url = \"keys.json\"").contains("jwks_url \"keys.json\" is not a URL"));
+        assert!(err("unknown = 1").contains("unknown field"));
+        let cfg: ConfigFile =
+            toml::from_str("[auth.oauth]\nissuer = \"idp\"\naudience = \"https://h/mcp\"").unwrap();
+        assert!(format!("{:#}", cfg.auth.to_config().unwrap_err())
+            .contains("issuer \"idp\" is not a URL"));
+        // Anonymous callers stay possible when asked for.
+        assert!(oauth("").unwrap().allow_anonymous.eq(&false));
+        let cfg: ConfigFile = toml::from_str(
+            "[auth]\nanonymous = true\n[auth.oauth]\nissuer = \"https://i\"\naudience = \"https://h/mcp\"",
+        )
+        .unwrap();
+        assert!(cfg.auth.to_config().unwrap().allow_anonymous);
     }
 
     #[test]

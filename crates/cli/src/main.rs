@@ -286,6 +286,14 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
             "API keys loaded"
         );
     }
+    if let Some(o) = &server_cfg.auth.oauth {
+        tracing::info!(
+            issuer = %o.issuer,
+            audience = %o.audience,
+            anonymous = server_cfg.auth.allow_anonymous,
+            "OAuth access tokens accepted"
+        );
+    }
 
     let relay_stop = tokio_util::sync::CancellationToken::new();
     let _stop_relay = relay_stop.clone().drop_guard();

@@ -21,6 +21,11 @@ pub const RATE_LIMITED: i64 = -32005;
 /// mcp-tasks: no new session: the caller (an anonymous caller's client address, or all anonymous
 /// callers together) already holds as many live sessions as allowed (implementation-defined range).
 pub const TOO_MANY_SESSIONS: i64 = -32006;
+/// mcp-tasks: the caller's credentials do not grant the scopes the tool requires; `data` names
+/// `requiredScopes` and `missingScopes`. Over HTTP it comes with 403 (401 for a caller without
+/// credentials) and a `WWW-Authenticate` challenge naming the scopes to ask for
+/// (implementation-defined range).
+pub const INSUFFICIENT_SCOPE: i64 = -32007;
 /// MCP 2026-07-28: an HTTP header disagrees with the body (`Mcp-Method`, `Mcp-Name`, protocol version).
 pub const HEADER_MISMATCH: i64 = -32020;
 /// MCP 2026-07-28: the request needs a client capability the client did not declare.

@@ -28,6 +28,10 @@ impl Server {
     /// streams. Returns the number of tasks recovered.
     pub async fn start(self: &Arc<Self>) -> Result<usize, StoreError> {
         let recovered = self.engine().start().await?;
+        if self.authenticator().oauth().is_some() {
+            let server = self.clone();
+            tokio::spawn(async move { server.authenticator().prefetch_keys().await });
+        }
         // Anonymous sessions idle out sooner than the engine's sweep comes round: the caches are
         // swept four times within their idle limit (and their open streams kept alive as often).
         let sweep = self

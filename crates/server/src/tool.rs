@@ -55,6 +55,10 @@ pub struct Tool {
     /// continues as task ID (followed up with the plain tools `task_status`, `task_result`,
     /// `task_cancel`). `None`: the server's default ([`ServerConfig::sync_budget`](crate::ServerConfig)).
     pub sync_budget: Option<std::time::Duration>,
+    /// Scopes a caller must hold to call the tool (an OAuth access token's, or an API key's
+    /// `scopes`). The tool is listed to every caller; a call without them is refused with a
+    /// challenge naming them (HTTP 403, or 401 without credentials), so the client can ask for them.
+    pub scopes: Vec<String>,
 }
 
 impl Tool {
@@ -73,7 +77,13 @@ impl Tool {
             requires: None,
             prepare: None,
             sync_budget: None,
+            scopes: Vec::new(),
         }
+    }
+    /// Sets the scopes a caller needs (see [`Tool::scopes`]).
+    pub fn scopes<S: Into<String>>(mut self, scopes: impl IntoIterator<Item = S>) -> Self {
+        self.scopes = scopes.into_iter().map(Into::into).collect();
+        self
     }
     /// Sets the sync budget (see [`Tool::sync_budget`]).
     pub fn sync_budget(mut self, budget: std::time::Duration) -> Self {

@@ -577,11 +577,13 @@ async fn principals_apply_on_this_wire_too() {
                 principal: "alice".into(),
                 sha256: hash_key("ka"),
                 limits: Limits::default(),
+                scopes: None,
             },
             ApiKey {
                 principal: "bob".into(),
                 sha256: hash_key("kb"),
                 limits: Limits::default(),
+                scopes: None,
             },
         ],
         allow_anonymous: false,
@@ -823,11 +825,13 @@ async fn a_retried_call_with_the_same_idempotency_key_gets_the_same_task() {
             principal: "alice".into(),
             sha256: mcp_tasks_server::auth::hash_key("ka"),
             limits: Default::default(),
+            scopes: None,
         },
         mcp_tasks_server::auth::ApiKey {
             principal: "bob".into(),
             sha256: mcp_tasks_server::auth::hash_key("kb"),
             limits: Default::default(),
+            scopes: None,
         },
     ];
     let keyed = start_with(

@@ -25,6 +25,7 @@ async fn start_budgeted(budget: SessionBudget, limits: Limits) -> TestServer {
                 principal: "alice".into(),
                 sha256: hash_key(KEY),
                 limits: Limits::default(),
+                scopes: None,
             }],
             allow_anonymous: true,
             anonymous_limits: limits,

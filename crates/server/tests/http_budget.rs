@@ -21,6 +21,7 @@ async fn with_principals(runs: Arc<AtomicUsize>) -> support::TestServer {
         principal: who.into(),
         sha256: hash_key(&format!("key-{who}")),
         limits: Limits::default(),
+        scopes: None,
     };
     let config = mcp_tasks_server::ServerConfig {
         auth: AuthConfig {

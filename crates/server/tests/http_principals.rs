@@ -8,13 +8,14 @@ use mcp_tasks_server::auth::{hash_key, ApiKey, AuthConfig, Limits};
 use mcp_tasks_server::ServerConfig;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use support::{start_with, Client};
+use support::{long_task, sees_nothing, start_with, Client};
 
 fn auth(allow_anonymous: bool) -> AuthConfig {
     let key = |who: &str, limits: Limits| ApiKey {
         principal: who.into(),
         sha256: hash_key(&format!("key-{who}")),
         limits,
+        scopes: None,
     };
     AuthConfig {
         keys: vec![
@@ -98,37 +99,6 @@ async fn missing_or_bad_keys_get_401_with_a_challenge() {
     assert_eq!(status, 200);
 }
 
-async fn task_of(c: &mut Client) -> String {
-    c.create_task("slow_compute", json!({"seconds": 30})).await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
-/// Every task method on `id` answers exactly like a task that does not exist.
-async fn sees_nothing(c: &mut Client, id: &str) {
-    let missing = "0123456789abcdef0123456789abcdef";
-    for method in ["tasks/get", "tasks/result", "tasks/cancel"] {
-        let theirs = c.request(method, json!({"taskId": id})).await;
-        let nothing = c.request(method, json!({"taskId": missing})).await;
-        assert_eq!(
-            theirs.error(),
-            nothing.error(),
-            "{method} on another's task must look like a missing one"
-        );
-    }
-    let listed = c.request("tasks/list", json!({})).await;
-    assert!(
-        listed.result()["tasks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|t| t["taskId"] != id),
-        "{method} list leaks",
-        method = "tasks/list"
-    );
-}
-
 #[tokio::test]
 async fn principals_and_anonymous_sessions_see_nothing_of_each_others_tasks() {
     let s = server(true).await;
@@ -137,10 +107,10 @@ async fn principals_and_anonymous_sessions_see_nothing_of_each_others_tasks() {
     let mut bob = Client::connect_token(&s.url, "key-bob", json!({})).await;
     let mut anon1 = Client::connect(&s.url).await;
     let mut anon2 = Client::connect(&s.url).await;
-    let ta = task_of(&mut alice).await;
-    let tb = task_of(&mut bob).await;
-    let t1 = task_of(&mut anon1).await;
-    let t2 = task_of(&mut anon2).await;
+    let ta = long_task(&mut alice).await;
+    let tb = long_task(&mut bob).await;
+    let t1 = long_task(&mut anon1).await;
+    let t2 = long_task(&mut anon2).await;
 
     for (who, c) in [("bob", &mut bob), ("anon1", &mut anon1)] {
         println!("{who} probes alice's task");
@@ -257,8 +227,8 @@ async fn another_principal_cannot_answer_a_tasks_input_request() {
 async fn running_task_limit_gives_a_clear_error_and_frees_up() {
     let s = server(true).await;
     let mut c = Client::connect_token(&s.url, "key-capped", json!({})).await;
-    let first = task_of(&mut c).await;
-    task_of(&mut c).await;
+    let first = long_task(&mut c).await;
+    long_task(&mut c).await;
     let ex = c
         .request(
             "tools/call",
@@ -280,7 +250,7 @@ async fn running_task_limit_gives_a_clear_error_and_frees_up() {
     assert!(ok.result()["task"]["taskId"].is_string());
     // Other principals are not affected by this one's limit.
     let mut other = Client::connect_token(&s.url, "key-alice", json!({})).await;
-    task_of(&mut other).await;
+    long_task(&mut other).await;
 }
 
 #[tokio::test]

@@ -99,6 +99,9 @@ pub struct ApiKey {
     pub sha256: String,
     /// Its limits.
     pub limits: Limits,
+    /// The scopes the key grants, for tools that require scopes; `None`: every scope (a key is
+    /// the operator's own grant).
+    pub scopes: Option<Vec<String>>,
 }
 
 /// Authentication settings.
@@ -146,8 +149,72 @@ pub struct Principal {
     pub name: String,
     /// Its limits.
     pub limits: Limits,
-    /// The scopes its access token grants (an OAuth user's; empty for everyone else).
-    pub scopes: Vec<String>,
+    /// The scopes it holds, for tools that require scopes: an access token's, or an API key's
+    /// `scopes`; none for anonymous callers. `None`: not limited by scopes (an API key without
+    /// `scopes`, the local user of stdio).
+    pub scopes: Option<Vec<String>>,
+}
+
+impl Principal {
+    /// Which of `required` this principal does not hold (empty: it may go on).
+    pub fn missing_scopes<'a>(&self, required: &'a [String]) -> Vec<&'a str> {
+        match &self.scopes {
+            None => Vec::new(),
+            Some(held) => required
+                .iter()
+                .filter(|r| !held.contains(r))
+                .map(String::as_str)
+                .collect(),
+        }
+    }
+}
+
+/// A `WWW-Authenticate: Bearer …` challenge (RFC 6750 section 3, with RFC 9728's
+/// `resource_metadata`): what a 401 or a 403 tells the client to do next.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Challenge {
+    /// `invalid_token`, `insufficient_scope`, or none (no credential was sent).
+    pub error: Option<&'static str>,
+    /// Why, for a person.
+    pub description: Option<String>,
+    /// The scopes to ask the authorization server for, space-separated.
+    pub scope: Option<String>,
+    /// Where this server's protected-resource metadata is (only with `[auth.oauth]`).
+    pub resource_metadata: Option<String>,
+}
+
+impl Challenge {
+    /// The header's value.
+    pub fn header_value(&self) -> String {
+        // Quoted-strings: no quotes, backslashes or control characters inside.
+        let quote = |v: &str| -> String {
+            v.chars()
+                .map(|c| match c {
+                    '"' | '\\' => '\'',
+                    c if c.is_control() => ' ',
+                    c => c,
+                })
+                .collect()
+        };
+        let mut params = Vec::new();
+        if let Some(e) = self.error {
+            params.push(format!("error=\"{e}\""));
+        }
+        if let Some(d) = &self.description {
+            params.push(format!("error_description=\"{}\"", quote(d)));
+        }
+        if let Some(s) = &self.scope {
+            params.push(format!("scope=\"{}\"", quote(s)));
+        }
+        if let Some(m) = &self.resource_metadata {
+            params.push(format!("resource_metadata=\"{}\"", quote(m)));
+        }
+        if params.is_empty() {
+            "Bearer".into()
+        } else {
+            format!("Bearer {}", params.join(", "))
+        }
+    }
 }
 
 /// Why a request was not authenticated.
@@ -206,6 +273,20 @@ impl Authenticator {
         }
     }
 
+    /// Fetches the OAuth issuer's key set ahead of the first token (see
+    /// [`oauth::TokenVerifier::prefetch`]); a failure is logged, and tried again at the first token.
+    pub async fn prefetch_keys(&self) {
+        let Some(tokens) = &self.tokens else { return };
+        match tokens.prefetch().await {
+            Ok(n) => tracing::debug!(keys = n, "the OAuth issuer's key set is held"),
+            Err(e) => tracing::warn!(
+                issuer = %tokens.config().issuer,
+                error = %e,
+                "cannot read the OAuth issuer's key set yet: access tokens are refused until it can be read"
+            ),
+        }
+    }
+
     /// The OAuth settings, when access tokens are accepted.
     pub fn oauth(&self) -> Option<&oauth::OAuthConfig> {
         self.config.oauth.as_ref()
@@ -222,11 +303,15 @@ impl Authenticator {
             return Err(AuthError::Invalid);
         };
         let token = value.trim().split_once(' ').map_or("", |(_, t)| t.trim());
+        if !token.contains('.') {
+            // Not shaped like a JWT: it was meant as an API key.
+            return Err(AuthError::Invalid);
+        }
         let t = tokens.verify(token).await.map_err(AuthError::Token)?;
         Ok(Principal {
             name: t.principal,
             limits: tokens.config().limits.clone(),
-            scopes: t.scopes,
+            scopes: Some(t.scopes),
         })
     }
 
@@ -237,7 +322,7 @@ impl Authenticator {
                 Ok(Principal {
                     name: ANONYMOUS.into(),
                     limits: self.config.anonymous_limits.clone(),
-                    scopes: Vec::new(),
+                    scopes: Some(Vec::new()),
                 })
             } else {
                 Err(AuthError::Missing)
@@ -255,7 +340,7 @@ impl Authenticator {
         Ok(Principal {
             name: key.principal.clone(),
             limits: key.limits.clone(),
-            scopes: Vec::new(),
+            scopes: key.scopes.clone(),
         })
     }
 
@@ -293,7 +378,7 @@ impl Authenticator {
         Principal {
             name: LOCAL_USER.into(),
             limits: self.config.local_limits.clone(),
-            scopes: Vec::new(),
+            scopes: None,
         }
     }
 }
@@ -455,6 +540,7 @@ mod tests {
                 principal: "alice".into(),
                 sha256: hash_key("secret-a"),
                 limits: Limits::default(),
+                scopes: None,
             }],
             allow_anonymous: anonymous,
             ..AuthConfig::default()

@@ -9,7 +9,9 @@
 
 use base64::Engine as _;
 use jsonwebtoken::jwk::JwkSet;
-use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+/// A signature algorithm (of `jsonwebtoken`, whose checks this module runs).
+pub use jsonwebtoken::Algorithm;
+use jsonwebtoken::{DecodingKey, Validation};
 use serde_json::{Map, Value};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -189,6 +191,23 @@ impl TokenVerifier {
     /// The settings.
     pub fn config(&self) -> &OAuthConfig {
         &self.config
+    }
+
+    /// Fetches the issuer's key set now unless one is held (at start, so the first caller does not
+    /// wait for it, and a wrong issuer or key set address shows in the log at once). Returns how
+    /// many keys it holds.
+    pub async fn prefetch(&self) -> Result<usize, TokenError> {
+        let mut fetched = self.fetched.lock().await;
+        if let Some(set) = self.held() {
+            return Ok(set.keys.len());
+        }
+        *fetched = Some(Instant::now());
+        let set = self.fetch().await?;
+        let n = set.keys.len();
+        if let Ok(mut k) = self.keys.write() {
+            k.set = Some(Arc::new(set));
+        }
+        Ok(n)
     }
 
     /// Checks `token`: its header, its key, its signature and claims.

@@ -99,9 +99,11 @@ pub(crate) struct TaskStart {
 }
 
 impl Server {
-    /// The tool a `tools/call` names and its arguments (an object; absent means `{}`).
+    /// The tool a `tools/call` names and its arguments (an object; absent means `{}`), when `peer`
+    /// holds the scopes the tool requires.
     pub(crate) fn tool_call(
         &self,
+        peer: &Peer,
         params: &Map<String, Value>,
     ) -> Result<(Arc<RegisteredTool>, Value), Failure> {
         let name = params
@@ -115,6 +117,7 @@ impl Server {
             ))
             .into());
         };
+        self.check_scopes(peer, &tool.tool)?;
         let arguments = match params.get("arguments") {
             None | Some(Value::Null) => json!({}),
             Some(v @ Value::Object(_)) => v.clone(),
@@ -126,6 +129,49 @@ impl Server {
             }
         };
         Ok((tool, arguments))
+    }
+
+    /// Refuses a call of `tool` by a caller without the scopes it requires: 403 with an
+    /// `insufficient_scope` challenge naming what to ask for (the scopes held and the missing ones,
+    /// so a client that asks again keeps what it had); 401 for a caller without credentials.
+    fn check_scopes(&self, peer: &Peer, tool: &crate::Tool) -> Result<(), Failure> {
+        let missing = peer.principal.missing_scopes(&tool.scopes);
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let held = peer.principal.scopes.as_deref().unwrap_or_default();
+        let mut wanted: Vec<&str> = held.iter().map(String::as_str).collect();
+        wanted.extend(missing.iter().copied());
+        let anonymous = peer.is_anonymous();
+        tracing::info!(target: "mcp_tasks::audit", principal = %peer.name(), tool = %tool.name,
+            missing = %missing.join(" "), "call refused: insufficient scope");
+        let message = if anonymous {
+            format!(
+                "Tool {} requires scope(s) {}: authenticate with an access token that grants them",
+                tool.name,
+                missing.join(" ")
+            )
+        } else {
+            format!(
+                "Tool {} requires scope(s) {}, which your credentials do not grant",
+                tool.name,
+                missing.join(" ")
+            )
+        };
+        let oauth = self.authenticator().oauth();
+        Err(Failure {
+            error: ErrorObject::new(error_codes::INSUFFICIENT_SCOPE, message.clone())
+                .with_data(json!({"requiredScopes": tool.scopes, "missingScopes": missing})),
+            status: if anonymous { 401 } else { 403 },
+            retry_after_ms: None,
+            challenge: Some(Box::new(crate::auth::Challenge {
+                error: (!anonymous).then_some("insufficient_scope"),
+                description: (!anonymous).then_some(message),
+                scope: Some(wanted.join(" ")),
+                resource_metadata: oauth
+                    .map(|o| crate::auth::oauth::resource_metadata_url(&o.audience)),
+            })),
+        })
     }
 
     /// Starts a task for a call: running, or — when the arguments were invalid — finished at once with

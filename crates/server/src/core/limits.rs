@@ -98,6 +98,7 @@ impl Server {
                 .with_data(json!({"retryAfterMs": wait_ms})),
                 status: 429,
                 retry_after_ms: Some(wait_ms),
+                challenge: None,
             }
         })
     }
@@ -123,6 +124,7 @@ impl Server {
                     .with_data(json!({"retryAfterMs": wait_ms, "limit": per_minute})),
                     status,
                     retry_after_ms: Some(wait_ms),
+                    challenge: None,
                 }
             })
         };
@@ -195,6 +197,7 @@ impl Server {
                 .with_data(json!({"live": live, "limit": max})),
             status,
             retry_after_ms: None,
+            challenge: None,
         })
     }
 }

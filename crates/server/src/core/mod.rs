@@ -138,6 +138,9 @@ pub(crate) struct Failure {
     pub(crate) status: u16,
     /// For a refused call: when to try again (HTTP `Retry-After`).
     pub(crate) retry_after_ms: Option<u64>,
+    /// For a call the caller's credentials do not allow (401, 403): what to do about it (HTTP
+    /// `WWW-Authenticate`).
+    pub(crate) challenge: Option<Box<auth::Challenge>>,
 }
 
 impl From<ErrorObject> for Failure {
@@ -146,6 +149,7 @@ impl From<ErrorObject> for Failure {
             error,
             status: 200,
             retry_after_ms: None,
+            challenge: None,
         }
     }
 }
@@ -175,6 +179,9 @@ pub struct Reply {
     pub http_status: u16,
     /// For a refused call: milliseconds until it may be retried (`Retry-After`).
     pub retry_after_ms: Option<u64>,
+    /// For a call the caller's credentials do not allow: the `WWW-Authenticate` value. Such a reply
+    /// is always an HTTP error (401, 403), whatever the client accepts, so the client can act on it.
+    pub challenge: Option<String>,
     /// The task this reply tells the client about for the first time: the transport calls
     /// [`Server::reply_written`] once the reply is out, and only then do the task's messages follow.
     pub announces: Option<String>,
@@ -188,12 +195,14 @@ impl Reply {
                 message: Message::response(id, v),
                 http_status: 200,
                 retry_after_ms: None,
+                challenge: None,
                 announces: None,
             },
             Err(f) => Reply {
                 message: Message::error(Some(id), f.error),
                 http_status: f.status,
                 retry_after_ms: f.retry_after_ms,
+                challenge: f.challenge.map(|c| c.header_value()),
                 announces: None,
             },
         }
@@ -385,6 +394,25 @@ impl Server {
             config,
             catalog: Catalog::default(),
         }
+    }
+
+    /// The scopes this server knows, for its protected-resource metadata: `[auth.oauth]
+    /// scopes_supported` when set, else every scope a tool requires (sorted, once each).
+    pub fn scopes_supported(&self) -> Vec<String> {
+        if let Some(o) = self.authenticator().oauth() {
+            if !o.scopes_supported.is_empty() {
+                return o.scopes_supported.clone();
+            }
+        }
+        let mut all: Vec<String> = self
+            .tools
+            .all()
+            .iter()
+            .flat_map(|t| t.tool.scopes.iter().cloned())
+            .collect();
+        all.sort();
+        all.dedup();
+        all
     }
 
     /// The engine.

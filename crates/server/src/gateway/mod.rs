@@ -470,6 +470,7 @@ fn tools_of(link: &Arc<Link>, listed: &[mcp_tasks_client::ToolInfo]) -> (Vec<Too
             .sync_budget_secs
             .or(spec.sync_budget_secs)
             .map(Duration::from_secs);
+        tool.scopes = o.scopes.clone().unwrap_or_else(|| spec.scopes.clone());
         tool.title = info.title.clone();
         tool.description = Some(match &info.description {
             Some(d) => d.clone(),

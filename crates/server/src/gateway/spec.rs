@@ -48,6 +48,10 @@ pub struct UpstreamSpec {
     /// as a task, for every tool of this upstream.
     #[serde(default)]
     pub sync_budget_secs: Option<u64>,
+    /// Scopes a caller must hold to call any tool of this upstream (an OAuth access token's, or an
+    /// API key's `scopes`); the tools are listed to everyone.
+    #[serde(default)]
+    pub scopes: Vec<String>,
     /// Per-tool settings, by the upstream's tool name.
     #[serde(default)]
     pub tool_overrides: BTreeMap<String, ToolOverride>,
@@ -69,4 +73,7 @@ pub struct ToolOverride {
     /// Seconds a client that did not ask for a task waits before the call continues as a task.
     #[serde(default)]
     pub sync_budget_secs: Option<u64>,
+    /// Scopes a caller must hold to call this tool, in place of the upstream's `scopes`.
+    #[serde(default)]
+    pub scopes: Option<Vec<String>>,
 }

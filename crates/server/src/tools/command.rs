@@ -83,6 +83,10 @@ pub struct CommandToolSpec {
     /// then continues as a task (see `Tool::sync_budget`). Default: the `[tasks]` setting.
     #[serde(default)]
     pub sync_budget_secs: Option<u64>,
+    /// Scopes a caller must hold to call the tool (an OAuth access token's, or an API key's
+    /// `scopes`); the tool is listed to everyone (see `Tool::scopes`).
+    #[serde(default)]
+    pub scopes: Vec<String>,
 }
 
 impl CommandToolSpec {
@@ -105,6 +109,7 @@ impl CommandToolSpec {
         .task_support(self.task_support.unwrap_or(TaskSupport::Optional))
         .retry_on_restart(self.retry_on_restart);
         tool.sync_budget = self.sync_budget_secs.map(Duration::from_secs);
+        tool.scopes = self.scopes;
         tool.title = self.title;
         tool.description = Some(
             self.description

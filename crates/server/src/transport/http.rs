@@ -86,7 +86,7 @@ async fn resource_metadata(State(server): State<Arc<Server>>, uri: axum::http::U
     let body = serde_json::json!({
         "resource": oauth.audience,
         "authorization_servers": [oauth.issuer],
-        "scopes_supported": oauth.scopes_supported,
+        "scopes_supported": server.scopes_supported(),
         "bearer_methods_supported": ["header"],
         "resource_name": server.config().name,
     });
@@ -184,6 +184,8 @@ impl IntoResponse for HttpError {
 struct Envelope {
     http_status: u16,
     retry_after_ms: Option<u64>,
+    /// `WWW-Authenticate` of a call the caller's credentials do not allow.
+    challenge: Option<String>,
     /// The task the reply tells the client about for the first time.
     announces: Option<String>,
 }
@@ -193,6 +195,7 @@ impl Envelope {
         let envelope = Envelope {
             http_status: reply.http_status,
             retry_after_ms: reply.retry_after_ms,
+            challenge: reply.challenge,
             announces: reply.announces,
         };
         (envelope, reply.message)
@@ -209,6 +212,9 @@ impl Envelope {
             if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
                 resp.headers_mut().insert(header::RETRY_AFTER, v);
             }
+        }
+        if let Some(v) = self.challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
         }
         if let Some(task) = self.announces {
             let body = std::mem::take(resp.body_mut());
@@ -325,27 +331,15 @@ async fn peer_of(server: &Server, req: &axum::http::request::Parts) -> Result<Pe
 /// The `WWW-Authenticate` of a 401: with OAuth, where the protected-resource metadata is (RFC 9728),
 /// so a client can find the authorization server; and, when a credential was sent, why it failed.
 fn challenge(server: &Server, e: &crate::auth::AuthError) -> String {
-    let mut c = String::from("Bearer");
-    let mut params = Vec::new();
-    if !matches!(e, crate::auth::AuthError::Missing) {
-        params.push("error=\"invalid_token\"".to_string());
+    let sent = !matches!(e, crate::auth::AuthError::Missing);
+    let oauth = server.authenticator().oauth();
+    crate::auth::Challenge {
+        error: sent.then_some("invalid_token"),
+        description: (sent && oauth.is_some()).then(|| e.to_string()),
+        scope: None,
+        resource_metadata: oauth.map(|o| crate::auth::oauth::resource_metadata_url(&o.audience)),
     }
-    if let Some(oauth) = server.authenticator().oauth() {
-        if !matches!(e, crate::auth::AuthError::Missing) {
-            // A quoted-string: no quotes or backslashes inside.
-            let why = e.to_string().replace(['"', '\\'], "'");
-            params.push(format!("error_description=\"{why}\""));
-        }
-        params.push(format!(
-            "resource_metadata=\"{}\"",
-            crate::auth::oauth::resource_metadata_url(&oauth.audience)
-        ));
-    }
-    if !params.is_empty() {
-        c.push(' ');
-        c.push_str(&params.join(", "));
-    }
-    c
+    .header_value()
 }
 
 /// What the `Mcp-Session-Id` header names.
@@ -634,9 +628,23 @@ async fn answer_request(
         }
     };
     match first {
-        Some(m) if is_reply(&m) && accepts.json => match envelope_rx.await {
-            Ok(envelope) => envelope.json(server, &m),
-            Err(_) => json_response(StatusCode::OK, &m),
+        // The envelope went out before the reply, so it is here.
+        Some(m) if is_reply(&m) => match envelope_rx.await {
+            // A challenge (401, 403) is an HTTP error whatever the client accepts: that is where
+            // clients look for it.
+            Ok(envelope) if accepts.json || envelope.challenge.is_some() => {
+                envelope.json(server, &m)
+            }
+            Ok(envelope) => {
+                let (again, rx_again) = tokio::sync::oneshot::channel();
+                let _ = again.send(envelope);
+                sse(server, keep_alive, Some(m), rx, rx_again)
+            }
+            Err(_) if accepts.json => json_response(StatusCode::OK, &m),
+            Err(_) => {
+                let (_, closed) = tokio::sync::oneshot::channel();
+                sse(server, keep_alive, Some(m), rx, closed)
+            }
         },
         // Something to send before the reply: only a stream can carry it. Cancelled (`None`): a
         // request is answered with JSON or a stream, so a stream that ends without a reply.

@@ -211,7 +211,7 @@ async fn call(
             }
         },
     };
-    let (tool, arguments) = server.tool_call(&call_params)?;
+    let (tool, arguments) = server.tool_call(peer, &call_params)?;
     let name = tool.tool.name.as_str();
     if tool.tool.task_support == TaskSupport::Forbidden {
         return Err(ErrorObject::invalid_params(format!(

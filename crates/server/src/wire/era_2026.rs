@@ -397,7 +397,7 @@ async fn tools_call(
     if let Some(r) = server.follow_up_call(peer, params).await {
         return r;
     }
-    let (tool, arguments) = server.tool_call(params)?;
+    let (tool, arguments) = server.tool_call(peer, params)?;
     let name = tool.tool.name.as_str();
     if let Some(Value::Object(needed)) = &tool.tool.requires {
         let missing = needed

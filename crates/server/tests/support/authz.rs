@@ -1,14 +1,22 @@
 //! A small OAuth authorization server on loopback for the OAuth tests: it serves its metadata
 //! (RFC 8414) and its key set, and signs access tokens with the test keys in `tests/fixtures/oauth`
 //! (RS256 and ES256). Keys can be added to the set while it runs (a rotation), and it counts how
-//! often the key set was fetched.
+//! often the key set was fetched. Its token endpoint grants client credentials (RFC 6749 section
+//! 4.4) to registered clients, for the scopes each may have, with the audience a client names in
+//! `resource` (RFC 8707): the access token's subject is the client.
+//!
+//! Used by `crates/server/tests` and, through `#[path]`, by `crates/cli/tests`.
 #![allow(dead_code)]
 
-use axum::routing::get;
-use axum::Json;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Form, Json};
+use base64::Engine as _;
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{json, Map, Value};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -48,12 +56,29 @@ impl Key {
     }
 }
 
+/// A client registered for the client-credentials grant.
+#[derive(Clone)]
+struct Registered {
+    secret: String,
+    scopes: Vec<String>,
+}
+
+/// What the token endpoint needs: the clients, the key it signs with, what it has issued.
+struct Tokens {
+    issuer: String,
+    signer: Key,
+    clients: Mutex<HashMap<String, Registered>>,
+    /// (client, scope) of every token issued.
+    issued: Mutex<Vec<(String, String)>>,
+}
+
 /// The running authorization server.
 pub struct AuthServer {
     /// Its issuer identifier (its base URL).
     pub issuer: String,
     published: Arc<Mutex<Vec<Jwk>>>,
     fetches: Arc<AtomicUsize>,
+    tokens: Arc<Tokens>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -66,7 +91,7 @@ impl Drop for AuthServer {
 }
 
 impl AuthServer {
-    /// Starts one publishing `keys`.
+    /// Starts one publishing `keys`; it signs the tokens of its token endpoint with the first.
     pub async fn start(keys: &[&Key]) -> AuthServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let issuer = format!("http://{}", listener.local_addr().unwrap());
@@ -81,7 +106,23 @@ impl AuthServer {
             "response_types_supported": ["code"],
         });
         let (set, count) = (published.clone(), fetches.clone());
+        let tokens = Arc::new(Tokens {
+            issuer: issuer.clone(),
+            signer: keys[0].clone(),
+            clients: Mutex::default(),
+            issued: Mutex::default(),
+        });
+        let grants = tokens.clone();
         let app = axum::Router::new()
+            .route(
+                "/token",
+                post(
+                    move |headers: HeaderMap, Form(form): Form<HashMap<String, String>>| {
+                        let grants = grants.clone();
+                        async move { grants.grant(&headers, &form) }
+                    },
+                ),
+            )
             .route(
                 "/.well-known/oauth-authorization-server",
                 get(move || {
@@ -109,8 +150,25 @@ impl AuthServer {
             issuer,
             published,
             fetches,
+            tokens,
             stop: Some(tx),
         }
+    }
+
+    /// Registers a client of the client-credentials grant that may ask for `scopes`.
+    pub fn register(&self, client_id: &str, secret: &str, scopes: &[&str]) {
+        self.tokens.clients.lock().unwrap().insert(
+            client_id.into(),
+            Registered {
+                secret: secret.into(),
+                scopes: scopes.iter().map(|s| s.to_string()).collect(),
+            },
+        );
+    }
+
+    /// The (client, scope) of every token the token endpoint issued, in order.
+    pub fn issued(&self) -> Vec<(String, String)> {
+        self.tokens.issued.lock().unwrap().clone()
     }
 
     /// Adds `key` to the published set (a key rotation).
@@ -131,6 +189,89 @@ impl AuthServer {
             "iat": now, "exp": now + 3600, "client_id": "test-client",
         });
         v.as_object().unwrap().clone()
+    }
+}
+
+impl Tokens {
+    /// The token endpoint: client credentials only, the client authenticated by HTTP Basic
+    /// (`client_secret_basic`) or in the form (`client_secret_post`).
+    fn grant(&self, headers: &HeaderMap, form: &HashMap<String, String>) -> Response {
+        let oauth_error = |status: StatusCode, error: &str, why: &str| {
+            (
+                status,
+                Json(json!({"error": error, "error_description": why})),
+            )
+                .into_response()
+        };
+        if form.get("grant_type").map(String::as_str) != Some("client_credentials") {
+            return oauth_error(
+                StatusCode::BAD_REQUEST,
+                "unsupported_grant_type",
+                "only client_credentials",
+            );
+        }
+        let basic = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Basic "))
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+            .and_then(|b| String::from_utf8(b).ok())
+            // RFC 6749 section 2.3.1 form-urlencodes both parts; the tests' ids and secrets are
+            // plain letters and digits, the same either way.
+            .and_then(|s| {
+                let (id, secret) = s.split_once(':')?;
+                Some((id.to_string(), secret.to_string()))
+            });
+        let (id, secret) = match (basic, form.get("client_id"), form.get("client_secret")) {
+            (Some(pair), _, _) => pair,
+            (None, Some(id), Some(secret)) => (id.clone(), secret.clone()),
+            _ => {
+                return oauth_error(
+                    StatusCode::UNAUTHORIZED,
+                    "invalid_client",
+                    "no client credentials",
+                )
+            }
+        };
+        let Some(client) = self.clients.lock().unwrap().get(&id).cloned() else {
+            return oauth_error(StatusCode::UNAUTHORIZED, "invalid_client", "unknown client");
+        };
+        if client.secret != secret {
+            return oauth_error(StatusCode::UNAUTHORIZED, "invalid_client", "wrong secret");
+        }
+        let asked: Vec<&str> = form
+            .get("scope")
+            .map(|s| s.split_whitespace().collect())
+            .unwrap_or_default();
+        if let Some(no) = asked
+            .iter()
+            .find(|s| !client.scopes.iter().any(|c| c == *s))
+        {
+            return oauth_error(
+                StatusCode::BAD_REQUEST,
+                "invalid_scope",
+                &format!("{id} may not have {no}"),
+            );
+        }
+        let Some(resource) = form.get("resource") else {
+            return oauth_error(
+                StatusCode::BAD_REQUEST,
+                "invalid_target",
+                "name the resource (RFC 8707)",
+            );
+        };
+        let scope = asked.join(" ");
+        let now = now();
+        let claims = json!({
+            "iss": self.issuer, "sub": id, "aud": resource, "scope": scope,
+            "iat": now, "exp": now + 3600, "client_id": id,
+        });
+        let token = sign(&self.signer, "at+jwt", claims.as_object().unwrap());
+        self.issued.lock().unwrap().push((id, scope.clone()));
+        Json(json!({
+            "access_token": token, "token_type": "Bearer", "expires_in": 3600, "scope": scope,
+        }))
+        .into_response()
     }
 }
 

@@ -75,9 +75,25 @@ pub async fn start_demo() -> TestServer {
 }
 
 async fn serve(server: Arc<Server>) -> TestServer {
-    server.start().await.unwrap();
+    let (listener, url) = bind().await;
+    serve_on(server, listener, url).await
+}
+
+/// A listener on an ephemeral loopback port, and the MCP endpoint's URL on it: for servers whose
+/// config names their own URL (an OAuth audience).
+pub async fn bind() -> (tokio::net::TcpListener, String) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    (listener, url)
+}
+
+/// Starts `server` and serves it on `listener` (whose endpoint is `url`).
+pub async fn serve_on(
+    server: Arc<Server>,
+    listener: tokio::net::TcpListener,
+    url: String,
+) -> TestServer {
+    server.start().await.unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let s = server.clone();
     tokio::spawn(async move {
@@ -104,23 +120,7 @@ pub async fn start_with(
     for t in demo::tools::tools().into_iter().chain(extra) {
         b = b.tool(t).unwrap();
     }
-    let server = b.build();
-    server.start().await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let s = server.clone();
-    tokio::spawn(async move {
-        let _ = mcp_tasks_server::http::serve_listener(s, listener, async {
-            let _ = rx.await;
-        })
-        .await;
-    });
-    TestServer {
-        server,
-        url,
-        shutdown: Some(tx),
-    }
+    serve(b.build()).await
 }
 
 /// What one POST produced.
@@ -130,6 +130,8 @@ pub struct Exchange {
     pub content_type: String,
     /// The `Retry-After` header, if any.
     pub retry_after: Option<String>,
+    /// The `WWW-Authenticate` header, if any.
+    pub challenge: Option<String>,
     /// Messages that came before the reply (SSE only).
     pub notifications: Vec<Value>,
     /// The reply (absent for 202).
@@ -467,6 +469,10 @@ pub async fn read_exchange(resp: reqwest::Response) -> Exchange {
         .headers()
         .get("retry-after")
         .map(|v| v.to_str().unwrap().to_string());
+    let challenge = resp
+        .headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap().to_string());
     let text = resp.text().await.unwrap();
     let mut notifications = Vec::new();
     let mut reply = None;
@@ -496,9 +502,42 @@ pub async fn read_exchange(resp: reqwest::Response) -> Exchange {
         status,
         content_type,
         retry_after,
+        challenge,
         notifications,
         reply,
     }
+}
+
+/// A task of `c` that runs for 30 s (`slow_compute`).
+pub async fn long_task(c: &mut Client) -> String {
+    c.create_task("slow_compute", json!({"seconds": 30})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Every task method of `c` on `id` answers exactly like a task that does not exist, and
+/// `tasks/list` does not show it.
+pub async fn sees_nothing(c: &mut Client, id: &str) {
+    let missing = "0123456789abcdef0123456789abcdef";
+    for method in ["tasks/get", "tasks/result", "tasks/cancel"] {
+        let theirs = c.request(method, json!({"taskId": id})).await;
+        let nothing = c.request(method, json!({"taskId": missing})).await;
+        assert_eq!(
+            theirs.error(),
+            nothing.error(),
+            "{method} on another's task must look like a missing one"
+        );
+    }
+    let listed = c.request("tasks/list", json!({})).await;
+    assert!(
+        listed.result()["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["taskId"] != id),
+        "tasks/list leaks another's task"
+    );
 }
 
 /// Keeps a `Message` import used for tests that build raw messages.

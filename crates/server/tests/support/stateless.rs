@@ -22,6 +22,8 @@ pub struct Stateless {
 /// One request's answer: HTTP status, the reply, and the notifications streamed before it.
 pub struct Answer {
     pub status: u16,
+    /// The `WWW-Authenticate` header, if any.
+    pub challenge: Option<String>,
     pub body: Value,
     pub notifications: Vec<Value>,
 }
@@ -148,6 +150,7 @@ impl Stateless {
         }
         Answer {
             status: ex.status,
+            challenge: ex.challenge,
             body: reply,
             notifications: ex.notifications,
         }
