@@ -31,8 +31,9 @@ pub struct Key {
 impl Key {
     /// A fixture key (`rsa-a`, `rsa-b`, `ec-a`) as `kid`.
     pub fn fixture(name: &str, kid: &str) -> Key {
+        // From the server crate's fixtures, whichever crate's tests include this file.
         let path = format!(
-            "{}/tests/fixtures/oauth/{name}.pem",
+            "{}/../server/tests/fixtures/oauth/{name}.pem",
             env!("CARGO_MANIFEST_DIR")
         );
         let pem = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -101,6 +102,9 @@ impl AuthServer {
             "issuer": issuer,
             "jwks_uri": format!("{issuer}/jwks"),
             "token_endpoint": format!("{issuer}/token"),
+            // Required by RFC 8414 (and the SDKs' metadata schemas); nothing is served there.
+            "authorization_endpoint": format!("{issuer}/authorize"),
+            "code_challenge_methods_supported": ["S256"],
             "grant_types_supported": ["client_credentials"],
             "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
             "response_types_supported": ["code"],
