@@ -181,6 +181,73 @@ timeout_secs = 4
     }
 }
 
+/// `[[upstreams]] scopes` hold for every tool of the upstream, a tool's override in its place:
+/// a key holding only the upstream's scope calls its tools but not the one that needs more.
+#[test]
+fn upstream_tools_need_the_scopes_of_their_upstream_or_their_override() {
+    let dir = tempfile::tempdir().unwrap();
+    let hash = |k: &str| mcp_tasks_server::auth::hash_key(k);
+    let cfg = config(
+        dir.path(),
+        &format!(
+            r#"
+[[auth.keys]]
+principal = "reader"
+sha256 = "{reader}"
+scopes = ["ev:read"]
+
+[[auth.keys]]
+principal = "ops"
+sha256 = "{ops}"
+
+[[upstreams]]
+name = "everything"
+command = ["node", "{ev}", "stdio"]
+tools = ["echo", "get-sum"]
+scopes = ["ev:read"]
+
+[upstreams.tool_overrides.get-sum]
+scopes = ["ev:read", "ev:math"]
+"#,
+            reader = hash("key-reader"),
+            ops = hash("key-ops"),
+            ev = everything()
+        ),
+    );
+    let server = ServerProcess::start(&["--store", "memory:", "--config", &cfg]);
+    let cli = Cli::new(&server.url);
+    let call = |wire: &[&str], key: &str, rest: &[&str]| {
+        let mut a = vec!["call", "--key", key];
+        a.extend_from_slice(rest);
+        cli.run(&args(wire, &a))
+    };
+    for wire in WIRES {
+        let out = call(wire, "key-reader", &["echo", "message=hi"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(text(&out.stdout).contains("hi"), "{}", text(&out.stdout));
+        let out = call(wire, "key-reader", &["get-sum", "a=1", "b=2"]);
+        assert_ne!(out.status.code(), Some(0), "{wire:?}");
+        assert!(
+            text(&out.stderr).contains("requires scope(s) ev:math"),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+        let out = call(wire, "key-ops", &["get-sum", "a=1", "b=2"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(text(&out.stdout).contains('3'), "{}", text(&out.stdout));
+    }
+}
+
 #[test]
 fn a_tool_name_taken_twice_stops_the_start() {
     let dir = tempfile::tempdir().unwrap();

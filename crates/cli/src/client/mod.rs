@@ -63,7 +63,7 @@ pub struct ServerArgs {
     /// An extra HTTP header, `NAME:VALUE` (repeatable).
     #[arg(long = "header", value_name = "NAME:VALUE", global = true)]
     pub headers: Vec<String>,
-    /// An API key, sent as `Authorization: Bearer KEY`.
+    /// An API key or an OAuth access token, sent as `Authorization: Bearer KEY`.
     #[arg(long, env = "MCP_TASKS_KEY", hide_env_values = true, global = true)]
     pub key: Option<String>,
     /// Speak 2025-11-25 (or older) even to a server that offers 2026-07-28.
