@@ -75,6 +75,8 @@ async fn own_tasks(c: &mut Client, n: usize) -> Result<Vec<String>> {
 /// Runs `mode` against `url` with `clients` clients for `ops` operations (or until `limit`). For the
 /// get mode each client first creates `per_client` tasks of its own and waits until they are finished
 /// (not timed; some servers show a task only to the session that made it), then reads those.
+/// Each client presents `credential`.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     url: &str,
     wire: Wire,
@@ -83,14 +85,16 @@ pub async fn run(
     ops: usize,
     per_client: usize,
     limit: Duration,
+    credential: crate::credentials::Credential,
 ) -> Result<Figures> {
     let next = Arc::new(AtomicUsize::new(0));
     let ready = Arc::new(tokio::sync::Barrier::new(clients + 1));
     let mut workers = Vec::new();
-    for _ in 0..clients {
+    for i in 0..clients {
         let (url, next, ready) = (url.to_string(), next.clone(), ready.clone());
+        let bearer = credential.bearer(i)?;
         workers.push(tokio::spawn(async move {
-            let mut c = Client::connect(&url, wire).await;
+            let mut c = Client::connect_as(&url, wire, bearer.as_deref()).await;
             let existing = match (&mut c, mode) {
                 (Ok(c), Mode::Get) => own_tasks(c, per_client).await,
                 _ => Ok(Vec::new()),

@@ -9,6 +9,7 @@
 //! cargo run --release -p mcp-tasks-bench -- --only ours  # our server only
 //! ```
 
+mod credentials;
 mod load;
 mod report;
 mod scale;
@@ -93,6 +94,9 @@ enum Command {
         /// filter (e.g. `info`, its default); without it the server installs no subscriber.
         #[arg(long)]
         log: Option<String>,
+        /// Also take the load's API key and OAuth access tokens (`drive --credential`).
+        #[arg(long)]
+        auth: bool,
     },
     /// Serve the ceiling: a canned reply to every request (run by the suite).
     Ceiling,
@@ -113,6 +117,10 @@ enum Command {
         /// Operations.
         #[arg(long, default_value_t = 3000)]
         ops: usize,
+        /// What each client presents: none, key (an API key) or token (an OAuth access token of
+        /// its own user); key and token need `serve-ours --auth`.
+        #[arg(long, default_value = "none")]
+        credential: String,
     },
     /// Kill `mcp-tasks serve --demo` with SIGKILL again and again under a mixed load, then read
     /// every task it acknowledged: lost and stuck must be 0 (exit 1 otherwise).
@@ -149,6 +157,7 @@ fn main() -> Result<()> {
             prefill,
             pg_schema,
             log,
+            auth,
         }) => {
             if let Some(filter) = log {
                 // As `mcp-tasks serve` logs: without the span held for each task's whole run.
@@ -160,7 +169,7 @@ fn main() -> Result<()> {
                     .with_writer(std::io::stderr)
                     .init();
             }
-            runtime.block_on(serve::ours(&store, keep, prefill, pg_schema))
+            runtime.block_on(serve::ours(&store, keep, prefill, pg_schema, auth))
         }
         Some(Command::Ceiling) => runtime.block_on(serve::ceiling()),
         Some(Command::Drive {
@@ -169,7 +178,8 @@ fn main() -> Result<()> {
             mode,
             clients,
             ops,
-        }) => runtime.block_on(drive(&url, &wire, &mode, clients, ops)),
+            credential,
+        }) => runtime.block_on(drive(&url, &wire, &mode, clients, ops, &credential)),
         Some(Command::Soak {
             stores,
             cycles,
@@ -201,7 +211,15 @@ fn main() -> Result<()> {
     }
 }
 
-async fn drive(url: &str, wire: &str, mode: &str, clients: usize, ops: usize) -> Result<()> {
+async fn drive(
+    url: &str,
+    wire: &str,
+    mode: &str,
+    clients: usize,
+    ops: usize,
+    credential: &str,
+) -> Result<()> {
+    let credential = credentials::Credential::parse(credential)?;
     let wire = match wire {
         "2026" => Wire::Stateless2026,
         _ => Wire::Session2025,
@@ -211,7 +229,17 @@ async fn drive(url: &str, wire: &str, mode: &str, clients: usize, ops: usize) ->
         .chain([Mode::Hold])
         .find(|m| m.label() == mode)
         .context("mode is create, get, e2e or hold")?;
-    let f = load::run(url, wire, mode, clients, ops, 64, Duration::from_secs(600)).await?;
+    let f = load::run(
+        url,
+        wire,
+        mode,
+        clients,
+        ops,
+        64,
+        Duration::from_secs(600),
+        credential,
+    )
+    .await?;
     println!(
         "{} {}: {} ops, {:.0} ops/s, p50 {:.2} ms, p99 {:.2} ms, {} errors",
         wire.label(),
@@ -273,6 +301,7 @@ async fn suite(args: SuiteArgs) -> Result<()> {
                 args.ops,
                 64,
                 limit,
+                credentials::Credential::None,
             )
             .await
             .with_context(|| format!("{} {}", target.name, mode.label()))?;

@@ -79,6 +79,7 @@ async fn flat(
                         3000,
                         64,
                         Duration::from_secs(60),
+                        crate::credentials::Credential::None,
                     )
                     .await?;
                     rates[i][m].push(f.rate);

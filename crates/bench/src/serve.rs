@@ -15,11 +15,13 @@ use std::sync::Arc;
 /// or `postgres://…`, in schema `pg_schema` or a fresh one), with limits lifted so the load measures the server, and these tools (each a task when
 /// asked): `noop` (done at once), `wait` (runs until cancelled), `stamp {ms}` (sleeps `ms`, then answers
 /// the Unix time in µs at which it finished). With `prefill`, first stores that many finished tasks.
+/// With `auth`, callers may also present the load's API key or access tokens (see `credentials`).
 pub async fn ours(
     store: &str,
     keep: bool,
     prefill: usize,
     pg_schema: Option<String>,
+    auth: bool,
 ) -> Result<()> {
     let notifier = mcp_tasks_engine::Notifier::new();
     let store: Arc<dyn TaskStore> = if store.starts_with("postgres") {
@@ -78,11 +80,17 @@ pub async fn ours(
     .description("Sleeps `ms`, then answers the Unix time in µs at which it finished.")
     .task_support(TaskSupport::Optional);
     let mut config = ServerConfig::default();
-    config.auth.anonymous_limits = mcp_tasks_server::auth::Limits {
+    let lifted = mcp_tasks_server::auth::Limits {
         max_running_tasks: 10_000_000,
         calls_per_minute: None,
         max_plain_calls: 1_000_000,
     };
+    if auth {
+        let jwks = crate::credentials::serve_key_set().await?;
+        config.auth = crate::credentials::accept_all(jwks, lifted);
+    } else {
+        config.auth.anonymous_limits = lifted;
+    }
     let server = Server::builder(store, EngineConfig::default(), config)
         .notifier(notifier)
         .tool(noop)?
