@@ -1,8 +1,9 @@
 //! OAuth principals over real HTTP (issue 14), with a small authorization server on loopback
 //! (`support/authz.rs`): the protected-resource metadata and the 401 that points to it; each way a
-//! token can be wrong refused with `invalid_token` and its reason; two users isolated on both wires;
-//! a tool's required scopes refused with 403 `insufficient_scope` (401 for anonymous callers) and a
-//! fresh token stepping up on the same session; API keys beside tokens; OAuth users' limits.
+//! token can be wrong refused with `invalid_token` and its reason; an unreadable key set a 503 to
+//! retry; two users isolated on both wires; a tool's required scopes refused with 403
+//! `insufficient_scope` (401 for anonymous callers) and a fresh token stepping up on the same
+//! session; API keys beside tokens; OAuth users' limits.
 
 mod support;
 
@@ -245,6 +246,35 @@ async fn each_way_a_token_can_be_wrong_is_a_401_that_says_why() {
             .replace('"', "'");
         assert!(said.contains(why), "{body}");
     }
+}
+
+/// While the issuer's key set cannot be read, a token is not at fault: 503 with `Retry-After` and
+/// no `invalid_token` (which would make the client throw the token away), the reason kept from the
+/// client; API keys work on.
+#[tokio::test]
+async fn an_unreadable_key_set_is_a_503_to_retry_not_an_invalid_token() {
+    let s = Setup::start(false).await;
+    s.idp.set_down(true);
+    let resp = reqwest::Client::new()
+        .post(s.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .bearer_auth(s.token("alice", ""))
+        .body(INIT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 503);
+    assert_eq!(resp.headers()["retry-after"], "5");
+    assert!(resp.headers().get("www-authenticate").is_none());
+    let body = resp.text().await.unwrap();
+    assert!(body.contains("try again later"), "{body}");
+    assert!(
+        !body.contains("/jwks"),
+        "the key set's address is not shown: {body}"
+    );
+    let (status, _, body) = post(s.url(), &[("authorization", "Bearer key-ops")], INIT).await;
+    assert_eq!(status, 200, "{body}");
 }
 
 #[tokio::test]

@@ -177,3 +177,28 @@ async fn an_issuer_without_metadata_or_key_set_is_reported_as_such() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn an_unreadable_key_set_is_tried_again_at_most_once_per_interval_not_per_token() {
+    let rsa = Key::fixture("rsa-a", "r1");
+    let idp = AuthServer::start(&[&rsa]).await;
+    idp.set_down(true);
+    let every = std::time::Duration::from_millis(400);
+    let v = verifier(&idp.issuer).refresh_at_most_every(every);
+    let alice = sign(&rsa, "at+jwt", &idp.claims("alice", AUDIENCE, ""));
+    for _ in 0..10 {
+        match v.verify(&alice).await {
+            Err(TokenError::KeySet(m)) => assert!(m.contains("HTTP 503"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(idp.fetches(), 1, "one try for ten tokens");
+    // Back up: within the interval the last failure still answers, past it one fetch succeeds.
+    idp.set_down(false);
+    assert!(matches!(v.verify(&alice).await, Err(TokenError::KeySet(_))));
+    assert_eq!(idp.fetches(), 1);
+    tokio::time::sleep(every).await;
+    v.verify(&alice).await.unwrap();
+    v.verify(&alice).await.unwrap();
+    assert_eq!(idp.fetches(), 2);
+}

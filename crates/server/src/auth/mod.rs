@@ -274,7 +274,8 @@ impl Authenticator {
     }
 
     /// Fetches the OAuth issuer's key set ahead of the first token (see
-    /// [`oauth::TokenVerifier::prefetch`]); a failure is logged, and tried again at the first token.
+    /// [`oauth::TokenVerifier::prefetch`]); a failure is logged, and tried again when tokens come (at
+    /// most every [`oauth::RETRY_UNREADABLE_EVERY`]).
     pub async fn prefetch_keys(&self) {
         let Some(tokens) = &self.tokens else { return };
         match tokens.prefetch().await {

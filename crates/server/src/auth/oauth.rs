@@ -22,6 +22,11 @@ use super::Limits;
 /// with made-up key ids cannot make the server hammer the issuer.
 pub const REFRESH_AT_MOST_EVERY: Duration = Duration::from_secs(30);
 
+/// While no key set is held because fetching it failed, it is tried again at most this often; the
+/// tokens checked in between fail at once with the last failure, so an unreachable issuer neither
+/// makes every request wait for a timeout nor gets a fetch per request.
+pub const RETRY_UNREADABLE_EVERY: Duration = Duration::from_secs(5);
+
 /// `[auth.oauth]`: the authorization server whose access tokens this server accepts.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OAuthConfig {
@@ -110,7 +115,8 @@ pub struct AccessToken {
     pub scopes: Vec<String>,
 }
 
-/// Why an access token was not accepted. The message is safe to show the client.
+/// Why an access token was not accepted. The message is safe to show the client, except that of
+/// [`TokenError::KeySet`], which is the server's problem and names its addresses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TokenError {
     /// Not a JWT.
@@ -160,9 +166,16 @@ pub struct TokenVerifier {
     refresh_every: Duration,
     http: reqwest::Client,
     keys: RwLock<Keys>,
-    /// When the key set was last fetched (or tried); held while fetching, so one fetch serves all
-    /// the requests that wait for it.
-    fetched: tokio::sync::Mutex<Option<Instant>>,
+    /// The last fetch of the key set; held while fetching, so one fetch serves all the requests
+    /// that wait for it.
+    fetched: tokio::sync::Mutex<LastFetch>,
+}
+
+/// When the key set was last fetched (or tried), and why that failed if it did.
+#[derive(Default)]
+struct LastFetch {
+    at: Option<Instant>,
+    failed: Option<TokenError>,
 }
 
 impl TokenVerifier {
@@ -177,7 +190,7 @@ impl TokenVerifier {
             refresh_every: REFRESH_AT_MOST_EVERY,
             http,
             keys: RwLock::default(),
-            fetched: tokio::sync::Mutex::new(None),
+            fetched: tokio::sync::Mutex::default(),
         }
     }
 
@@ -201,13 +214,8 @@ impl TokenVerifier {
         if let Some(set) = self.held() {
             return Ok(set.keys.len());
         }
-        *fetched = Some(Instant::now());
-        let set = self.fetch().await?;
-        let n = set.keys.len();
-        if let Ok(mut k) = self.keys.write() {
-            k.set = Some(Arc::new(set));
-        }
-        Ok(n)
+        let set = self.fetch_into(&mut fetched).await?;
+        Ok(set.keys.len())
     }
 
     /// Checks `token`: its header, its key, its signature and claims.
@@ -292,17 +300,39 @@ impl TokenVerifier {
                 return Ok(key);
             }
             let held = self.held().is_some();
-            let due = fetched.is_none_or(|at| at.elapsed() >= self.refresh_every);
-            if !held || due {
-                *fetched = Some(Instant::now());
-                let set = self.fetch().await?;
-                if let Ok(mut k) = self.keys.write() {
-                    k.set = Some(Arc::new(set));
-                }
+            let every = if held {
+                self.refresh_every
+            } else {
+                RETRY_UNREADABLE_EVERY.min(self.refresh_every)
+            };
+            let due = fetched.at.is_none_or(|at| at.elapsed() >= every);
+            if due {
+                self.fetch_into(&mut fetched).await?;
+            } else if let (false, Some(e)) = (held, &fetched.failed) {
+                return Err(e.clone());
             }
         }
         self.find(kid, alg)?
             .ok_or_else(|| TokenError::UnknownKey(kid.unwrap_or("(none)").to_string()))
+    }
+
+    /// Fetches the key set now, keeps it, and notes the attempt in `last`.
+    async fn fetch_into(&self, last: &mut LastFetch) -> Result<Arc<JwkSet>, TokenError> {
+        last.at = Some(Instant::now());
+        match self.fetch().await {
+            Ok(set) => {
+                let set = Arc::new(set);
+                if let Ok(mut k) = self.keys.write() {
+                    k.set = Some(set.clone());
+                }
+                last.failed = None;
+                Ok(set)
+            }
+            Err(e) => {
+                last.failed = Some(e.clone());
+                Err(e)
+            }
+        }
     }
 
     fn held(&self) -> Option<Arc<JwkSet>> {
@@ -352,7 +382,7 @@ impl TokenVerifier {
             .get(&url)
             .send()
             .await
-            .map_err(|e| TokenError::KeySet(format!("GET {url}: {e}")))?;
+            .map_err(|e| TokenError::KeySet(format!("GET {url}: {}", causes(&e))))?;
         if !resp.status().is_success() {
             return Err(TokenError::KeySet(format!(
                 "GET {url}: HTTP {}",
@@ -362,7 +392,7 @@ impl TokenVerifier {
         let set: JwkSet = resp
             .json()
             .await
-            .map_err(|e| TokenError::KeySet(format!("{url}: not a JWK set: {e}")))?;
+            .map_err(|e| TokenError::KeySet(format!("{url}: not a JWK set: {}", causes(&e))))?;
         tracing::info!(url = %url, keys = set.keys.len(), "fetched the OAuth issuer's key set");
         Ok(set)
     }
@@ -373,24 +403,42 @@ impl TokenVerifier {
         let mut tried = Vec::new();
         for url in metadata_urls(&self.config.issuer) {
             let found = async {
-                let resp = self.http.get(&url).send().await.ok()?;
+                let resp = self.http.get(&url).send().await.map_err(|e| causes(&e))?;
                 if !resp.status().is_success() {
-                    return None;
+                    return Err(format!("HTTP {}", resp.status()));
                 }
-                let meta: Value = resp.json().await.ok()?;
-                meta.get("jwks_uri")?.as_str().map(String::from)
+                let meta: Value = resp.json().await.map_err(|e| causes(&e))?;
+                meta.get("jwks_uri")
+                    .and_then(Value::as_str)
+                    .map(String::from)
+                    .ok_or_else(|| "no jwks_uri".to_string())
             }
             .await;
             match found {
-                Some(u) => return Ok(u),
-                None => tried.push(url),
+                Ok(u) => return Ok(u),
+                Err(why) => tried.push(format!("{url}: {why}")),
             }
         }
         Err(TokenError::KeySet(format!(
             "no jwks_uri in the issuer's metadata (tried {}); set [auth.oauth] jwks_url",
-            tried.join(", ")
+            tried.join("; ")
         )))
     }
+}
+
+/// An error and its sources, outermost first: `reqwest` keeps the useful part (connection refused,
+/// the certificate's issuer unknown) in the sources.
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !text.contains(&s_text) {
+            text = format!("{text}: {s_text}");
+        }
+        source = s.source();
+    }
+    text
 }
 
 /// Where an issuer's metadata may be: RFC 8414 (the well-known part between the host and the

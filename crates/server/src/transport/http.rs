@@ -151,6 +151,9 @@ struct HttpError {
     error: ErrorObject,
     /// `WWW-Authenticate` for a 401 or a 403.
     challenge: Option<String>,
+    /// `Retry-After` (seconds) for a 503; a byte, to keep the error small (clippy's
+    /// `result_large_err`): nothing here asks a client to wait longer.
+    retry_after_secs: Option<u8>,
 }
 
 impl HttpError {
@@ -160,6 +163,7 @@ impl HttpError {
             id: None,
             error,
             challenge: None,
+            retry_after_secs: None,
         }
     }
     fn bad_request(message: impl std::fmt::Display) -> HttpError {
@@ -175,6 +179,10 @@ impl IntoResponse for HttpError {
         let mut resp = json_response(self.status, &Message::error(self.id, self.error));
         if let Some(v) = self.challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
             resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+        }
+        if let Some(secs) = self.retry_after_secs {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(u16::from(secs)));
         }
         resp
     }
@@ -311,6 +319,25 @@ async fn peer_of(server: &Server, req: &axum::http::request::Parts) -> Result<Pe
         .get(header::AUTHORIZATION)
         .map(|v| v.to_str().unwrap_or("\u{0}"));
     let principal = server.authenticate(value).await.map_err(|e| {
+        if let crate::auth::AuthError::Token(crate::auth::oauth::TokenError::KeySet(why)) = &e {
+            // The token is not at fault: a 401 would make the client throw it away and sign in
+            // again, to no avail. The reason (an address, a TLS error) is for the operator only.
+            tracing::warn!(reason = %why, "cannot check an access token: the issuer's key set is unreadable");
+            return HttpError {
+                // When the next fetch will be tried.
+                retry_after_secs: Some(
+                    u8::try_from(crate::auth::oauth::RETRY_UNREADABLE_EVERY.as_secs())
+                        .unwrap_or(u8::MAX),
+                ),
+                ..HttpError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ErrorObject::internal(
+                        "access tokens cannot be checked right now: the authorization server's \
+                         keys are unreadable; try again later",
+                    ),
+                )
+            };
+        }
         tracing::info!(target: "mcp_tasks::audit", reason = %e, "authentication failed");
         HttpError {
             challenge: Some(challenge(server, &e)),

@@ -17,7 +17,7 @@ use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// A signing key of the test server.
@@ -79,6 +79,7 @@ pub struct AuthServer {
     pub issuer: String,
     published: Arc<Mutex<Vec<Jwk>>>,
     fetches: Arc<AtomicUsize>,
+    down: Arc<AtomicBool>,
     tokens: Arc<Tokens>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -98,6 +99,7 @@ impl AuthServer {
         let issuer = format!("http://{}", listener.local_addr().unwrap());
         let published = Arc::new(Mutex::new(keys.iter().map(|k| k.jwk()).collect::<Vec<_>>()));
         let fetches = Arc::new(AtomicUsize::new(0));
+        let down = Arc::new(AtomicBool::new(false));
         let meta = json!({
             "issuer": issuer,
             "jwks_uri": format!("{issuer}/jwks"),
@@ -109,7 +111,7 @@ impl AuthServer {
             "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
             "response_types_supported": ["code"],
         });
-        let (set, count) = (published.clone(), fetches.clone());
+        let (set, count, outage) = (published.clone(), fetches.clone(), down.clone());
         let tokens = Arc::new(Tokens {
             issuer: issuer.clone(),
             signer: keys[0].clone(),
@@ -139,7 +141,14 @@ impl AuthServer {
                 get(move || {
                     count.fetch_add(1, Ordering::SeqCst);
                     let keys = set.lock().unwrap().clone();
-                    async move { Json(JwkSet { keys }) }
+                    let down = outage.load(Ordering::SeqCst);
+                    async move {
+                        if down {
+                            StatusCode::SERVICE_UNAVAILABLE.into_response()
+                        } else {
+                            Json(JwkSet { keys }).into_response()
+                        }
+                    }
                 }),
             );
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -154,6 +163,7 @@ impl AuthServer {
             issuer,
             published,
             fetches,
+            down,
             tokens,
             stop: Some(tx),
         }
@@ -180,7 +190,12 @@ impl AuthServer {
         self.published.lock().unwrap().push(key.jwk());
     }
 
-    /// How often the key set was fetched.
+    /// Makes its key set answer 503 (an outage) or serve the keys again.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::SeqCst);
+    }
+
+    /// How often the key set was fetched (or tried, during an outage).
     pub fn fetches(&self) -> usize {
         self.fetches.load(Ordering::SeqCst)
     }
