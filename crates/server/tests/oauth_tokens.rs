@@ -202,3 +202,43 @@ async fn an_unreadable_key_set_is_tried_again_at_most_once_per_interval_not_per_
     v.verify(&alice).await.unwrap();
     assert_eq!(idp.fetches(), 2);
 }
+
+#[tokio::test]
+async fn a_checked_token_is_remembered_until_it_expires_and_forgotten_when_keys_are_fetched_again()
+{
+    let (old, new) = (Key::fixture("rsa-a", "r1"), Key::fixture("rsa-b", "r2"));
+    let idp = AuthServer::start(&[&old]).await;
+    let every = std::time::Duration::from_millis(200);
+    let v = TokenVerifier::new(OAuthConfig {
+        leeway: std::time::Duration::ZERO,
+        ..OAuthConfig::new(&idp.issuer, AUDIENCE)
+    })
+    .refresh_at_most_every(every);
+    let mut claims = idp.claims("alice", AUDIENCE, "a");
+    claims.insert("exp".into(), json!(now() + 2));
+    let short = sign(&old, "at+jwt", &claims);
+    let alice = v.verify(&short).await.unwrap();
+    assert_eq!(v.verify(&short).await.unwrap(), alice);
+    assert_eq!(v.remembered(), 1);
+    // Refusals are not remembered.
+    let mut wrong = idp.claims("alice", "http://127.0.0.1:9/other", "a");
+    wrong.insert("exp".into(), json!(now() + 60));
+    let wrong = sign(&old, "at+jwt", &wrong);
+    for _ in 0..2 {
+        assert_eq!(v.verify(&wrong).await, Err(TokenError::WrongAudience));
+    }
+    assert_eq!(v.remembered(), 1);
+    // Past its `exp` a remembered token is refused like any other.
+    tokio::time::sleep(std::time::Duration::from_millis(3100)).await;
+    assert_eq!(v.verify(&short).await, Err(TokenError::Expired));
+
+    // A fetch of the key set (here for a rotated-in key) forgets every token checked before it.
+    let long = sign(&old, "at+jwt", &idp.claims("bob", AUDIENCE, "a"));
+    v.verify(&long).await.unwrap();
+    assert_eq!(v.remembered(), 1);
+    idp.publish(&new);
+    v.verify(&sign(&new, "at+jwt", &idp.claims("carol", AUDIENCE, "a")))
+        .await
+        .unwrap();
+    assert_eq!(v.remembered(), 1, "only carol's, checked after the fetch");
+}

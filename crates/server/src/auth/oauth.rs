@@ -2,19 +2,23 @@
 //! `JWT` or `at+jwt`, RFC 9068) signed by the configured issuer with an allowed asymmetric algorithm,
 //! for this server's audience, within their lifetime. The issuer's key set is fetched (from
 //! `jwks_url`, or from the `jwks_uri` of the issuer's metadata), kept, and fetched again when a token
-//! names a key it does not hold, at most once per [`REFRESH_AT_MOST_EVERY`].
+//! names a key it does not hold, at most once per [`REFRESH_AT_MOST_EVERY`]. A token that passed is
+//! remembered for [`REMEMBER_FOR`] at most (never past its `exp`), so a client's next requests with
+//! it cost a hash instead of a signature check.
 //!
 //! The principal of a token is its issuer and its principal claim (`sub` by default), so two
 //! issuers' users never share a principal, nor does a token's user an API key's principal.
 
 use base64::Engine as _;
+use dashmap::DashMap;
 use jsonwebtoken::jwk::JwkSet;
 /// A signature algorithm (of `jsonwebtoken`, whose checks this module runs).
 pub use jsonwebtoken::Algorithm;
 use jsonwebtoken::{DecodingKey, Validation};
 use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::Limits;
 
@@ -26,6 +30,15 @@ pub const REFRESH_AT_MOST_EVERY: Duration = Duration::from_secs(30);
 /// tokens checked in between fail at once with the last failure, so an unreachable issuer neither
 /// makes every request wait for a timeout nor gets a fetch per request.
 pub const RETRY_UNREADABLE_EVERY: Duration = Duration::from_secs(5);
+
+/// A token that passed every check is taken as checked when it comes again, for at most this long
+/// and never past its `exp` (plus the leeway): a client sends the same token with each of its
+/// requests, and checking its signature each time is most of what authenticating it costs.
+pub const REMEMBER_FOR: Duration = Duration::from_secs(300);
+
+/// How many checked tokens are remembered (by their SHA-256, never as themselves); past it the
+/// expired ones are dropped, then all.
+pub const REMEMBER_AT_MOST: usize = 10_000;
 
 /// `[auth.oauth]`: the authorization server whose access tokens this server accepts.
 #[derive(Clone, Debug, PartialEq)]
@@ -169,6 +182,15 @@ pub struct TokenVerifier {
     /// The last fetch of the key set; held while fetching, so one fetch serves all the requests
     /// that wait for it.
     fetched: tokio::sync::Mutex<LastFetch>,
+    /// Tokens that passed, by the SHA-256 of the token; forgotten when the key set is fetched
+    /// again (a key may have been withdrawn).
+    checked: DashMap<[u8; 32], Checked>,
+}
+
+/// A token that passed, and until when that holds.
+struct Checked {
+    token: AccessToken,
+    until: Instant,
 }
 
 /// When the key set was last fetched (or tried), and why that failed if it did.
@@ -191,6 +213,7 @@ impl TokenVerifier {
             http,
             keys: RwLock::default(),
             fetched: tokio::sync::Mutex::default(),
+            checked: DashMap::new(),
         }
     }
 
@@ -218,8 +241,61 @@ impl TokenVerifier {
         Ok(set.keys.len())
     }
 
-    /// Checks `token`: its header, its key, its signature and claims.
+    /// How many checked tokens are remembered now.
+    pub fn remembered(&self) -> usize {
+        self.checked.len()
+    }
+
+    /// Checks `token`: its header, its key, its signature and claims (or finds it checked in the
+    /// last [`REMEMBER_FOR`] and not expired since).
     pub async fn verify(&self, token: &str) -> Result<AccessToken, TokenError> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let now = Instant::now();
+        // The guard of `get` is dropped before `remove` (which would wait for it).
+        let hit = self
+            .checked
+            .get(&digest)
+            .map(|c| (c.until > now).then(|| c.token.clone()));
+        match hit {
+            Some(Some(token)) => return Ok(token),
+            Some(None) => {
+                self.checked.remove(&digest);
+            }
+            None => {}
+        }
+        let (checked, exp) = self.check(token).await?;
+        self.remember(digest, &checked, exp);
+        Ok(checked)
+    }
+
+    /// Remembers `token` (of SHA-256 `digest`), valid until `exp` (seconds since the epoch).
+    fn remember(&self, digest: [u8; 32], token: &AccessToken, exp: u64) {
+        let unix_now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let left = exp
+            .saturating_add(self.config.leeway.as_secs())
+            .saturating_sub(unix_now);
+        let now = Instant::now();
+        let until = now + Duration::from_secs(left).min(REMEMBER_FOR);
+        if self.checked.len() >= REMEMBER_AT_MOST {
+            self.checked.retain(|_, c| c.until > now);
+            if self.checked.len() >= REMEMBER_AT_MOST {
+                self.checked.clear();
+            }
+        }
+        self.checked.insert(
+            digest,
+            Checked {
+                token: token.clone(),
+                until,
+            },
+        );
+    }
+
+    /// Checks `token` in full; the token and its `exp`.
+    async fn check(&self, token: &str) -> Result<(AccessToken, u64), TokenError> {
         let header = raw_header(token)?;
         let alg_name = header
             .get("alg")
@@ -281,10 +357,18 @@ impl TokenVerifier {
                 .collect(),
             _ => Vec::new(),
         };
-        Ok(AccessToken {
-            principal: format!("{}#{who}", self.config.issuer),
-            scopes,
-        })
+        // `exp` is required and was checked to be a number by the validation above.
+        let exp = claims
+            .get("exp")
+            .and_then(|e| e.as_u64().or_else(|| e.as_f64().map(|f| f as u64)))
+            .unwrap_or(0);
+        Ok((
+            AccessToken {
+                principal: format!("{}#{who}", self.config.issuer),
+                scopes,
+            },
+            exp,
+        ))
     }
 
     /// The key a token of `alg` with `kid` is checked with: from the key set held, else from a fresh
@@ -325,6 +409,8 @@ impl TokenVerifier {
                 if let Ok(mut k) = self.keys.write() {
                     k.set = Some(set.clone());
                 }
+                // A key may be gone from the new set: its tokens are checked again.
+                self.checked.clear();
                 last.failed = None;
                 Ok(set)
             }
@@ -550,6 +636,36 @@ mod tests {
         assert_eq!(c.check(), Ok(()));
         c.algorithms.push(Algorithm::HS256);
         assert!(c.check().unwrap_err().contains("HMAC"));
+    }
+
+    #[tokio::test]
+    async fn a_remembered_token_is_taken_without_being_checked_again() {
+        // No issuer behind it: a token that is not remembered could not be checked at all.
+        let v = TokenVerifier::new(OAuthConfig::new("http://127.0.0.1:1", "http://127.0.0.1:9"));
+        let token = "header.claims.signature";
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let alice = AccessToken {
+            principal: "http://127.0.0.1:1#alice".into(),
+            scopes: vec!["a".into()],
+        };
+        let in_an_hour = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 3600;
+        v.remember(digest, &alice, in_an_hour);
+        assert_eq!(v.verify(token).await, Ok(alice.clone()));
+        // One that expired (past the leeway too) is not taken.
+        v.remember(digest, &alice, in_an_hour - 3600 - 120);
+        assert!(v.verify(token).await.is_err());
+        // Full: the expired ones go first, then all.
+        for i in 0..REMEMBER_AT_MOST {
+            let d: [u8; 32] = Sha256::digest(i.to_string().as_bytes()).into();
+            v.remember(d, &alice, in_an_hour);
+        }
+        assert_eq!(v.remembered(), REMEMBER_AT_MOST);
+        v.remember(digest, &alice, in_an_hour);
+        assert_eq!(v.remembered(), 1);
     }
 
     #[tokio::test]
