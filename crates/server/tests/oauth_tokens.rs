@@ -183,7 +183,8 @@ async fn an_unreadable_key_set_is_tried_again_at_most_once_per_interval_not_per_
     let rsa = Key::fixture("rsa-a", "r1");
     let idp = AuthServer::start(&[&rsa]).await;
     idp.set_down(true);
-    let every = std::time::Duration::from_millis(400);
+    // Long enough for the checks below to run inside it on a loaded machine.
+    let every = std::time::Duration::from_secs(2);
     let v = verifier(&idp.issuer).refresh_at_most_every(every);
     let alice = sign(&rsa, "at+jwt", &idp.claims("alice", AUDIENCE, ""));
     for _ in 0..10 {
@@ -241,4 +242,56 @@ async fn a_checked_token_is_remembered_until_it_expires_and_forgotten_when_keys_
         .await
         .unwrap();
     assert_eq!(v.remembered(), 1, "only carol's, checked after the fetch");
+}
+
+/// The requests that queued behind a slow failing fetch take its failure instead of each trying
+/// again (each would wait for the identity provider in turn).
+#[tokio::test]
+async fn requests_waiting_for_a_slow_failing_fetch_share_its_failure() {
+    let rsa = Key::fixture("rsa-a", "r1");
+    let idp = AuthServer::start(&[&rsa]).await;
+    idp.set_down(true);
+    idp.set_delay(std::time::Duration::from_millis(800));
+    let v = std::sync::Arc::new(
+        verifier(&idp.issuer).refresh_at_most_every(std::time::Duration::from_millis(300)),
+    );
+    let alice = sign(&rsa, "at+jwt", &idp.claims("alice", AUDIENCE, ""));
+    let calls: Vec<_> = (0..6)
+        .map(|_| {
+            let (v, t) = (v.clone(), alice.clone());
+            tokio::spawn(async move { v.verify(&t).await })
+        })
+        .collect();
+    for c in calls {
+        assert!(matches!(c.await.unwrap(), Err(TokenError::KeySet(_))));
+    }
+    assert_eq!(idp.fetches(), 1, "one fetch for six waiting requests");
+}
+
+/// A key set is held, a token names a key it lacks, and the fetch for it fails: that token is
+/// answered with the fetch's failure (a 503 to retry) until the next try, not as an unknown key
+/// (a 401 that makes its client throw a good token away); tokens of held keys pass meanwhile.
+#[tokio::test]
+async fn a_failed_refresh_for_a_new_key_is_a_failure_to_retry_not_an_unknown_key() {
+    let (old, new) = (Key::fixture("rsa-a", "r1"), Key::fixture("rsa-b", "r2"));
+    let idp = AuthServer::start(&[&old]).await;
+    let every = std::time::Duration::from_secs(1);
+    let v = verifier(&idp.issuer).refresh_at_most_every(every);
+    let token = |key: &Key, sub: &str| sign(key, "at+jwt", &idp.claims(sub, AUDIENCE, ""));
+    v.verify(&token(&old, "alice")).await.unwrap();
+    idp.publish(&new);
+    idp.set_down(true);
+    tokio::time::sleep(every).await;
+    for _ in 0..3 {
+        assert!(matches!(
+            v.verify(&token(&new, "bob")).await,
+            Err(TokenError::KeySet(_))
+        ));
+    }
+    assert_eq!(idp.fetches(), 2, "one failed refresh");
+    v.verify(&token(&old, "carol")).await.unwrap();
+    idp.set_down(false);
+    tokio::time::sleep(every).await;
+    v.verify(&token(&new, "bob")).await.unwrap();
+    assert_eq!(idp.fetches(), 3);
 }

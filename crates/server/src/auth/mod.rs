@@ -283,7 +283,7 @@ impl Authenticator {
             Err(e) => tracing::warn!(
                 issuer = %tokens.config().issuer,
                 error = %e,
-                "cannot read the OAuth issuer's key set yet: access tokens are refused until it can be read"
+                "cannot read the OAuth issuer's key set yet: tokens that need it get 503 until it can be read"
             ),
         }
     }

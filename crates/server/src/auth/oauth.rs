@@ -17,6 +17,7 @@ pub use jsonwebtoken::Algorithm;
 use jsonwebtoken::{DecodingKey, Validation};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -37,7 +38,7 @@ pub const RETRY_UNREADABLE_EVERY: Duration = Duration::from_secs(5);
 pub const REMEMBER_FOR: Duration = Duration::from_secs(300);
 
 /// How many checked tokens are remembered (by their SHA-256, never as themselves); past it the
-/// expired ones are dropped, then all.
+/// expired ones are dropped, and all of them when that leaves it more than nine tenths full.
 pub const REMEMBER_AT_MOST: usize = 10_000;
 
 /// `[auth.oauth]`: the authorization server whose access tokens this server accepts.
@@ -162,6 +163,10 @@ pub enum TokenError {
     /// A claim the server needs is missing or of the wrong type.
     #[error("the token has no {0:?} claim")]
     MissingClaim(String),
+    /// The key the token names is in the issuer's key set but cannot check a signature (a curve or
+    /// parameters this server does not support).
+    #[error("the issuer's key {0} cannot be used")]
+    UnusableKey(String),
     /// The issuer's key set could not be fetched (the token is not at fault).
     #[error("the issuer's key set could not be read: {0}")]
     KeySet(String),
@@ -182,15 +187,18 @@ pub struct TokenVerifier {
     /// The last fetch of the key set; held while fetching, so one fetch serves all the requests
     /// that wait for it.
     fetched: tokio::sync::Mutex<LastFetch>,
-    /// Tokens that passed, by the SHA-256 of the token; forgotten when the key set is fetched
-    /// again (a key may have been withdrawn).
+    /// Tokens that passed, by the SHA-256 of the token.
     checked: DashMap<[u8; 32], Checked>,
+    /// Counts the key sets fetched: a token remembered under an earlier one is checked again (a
+    /// key may have been withdrawn), even one whose check raced with the fetch.
+    generation: AtomicU64,
 }
 
-/// A token that passed, and until when that holds.
+/// A token that passed, until when that holds, and the key set it was checked under.
 struct Checked {
     token: AccessToken,
     until: Instant,
+    generation: u64,
 }
 
 /// When the key set was last fetched (or tried), and why that failed if it did.
@@ -214,6 +222,7 @@ impl TokenVerifier {
             keys: RwLock::default(),
             fetched: tokio::sync::Mutex::default(),
             checked: DashMap::new(),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -251,25 +260,30 @@ impl TokenVerifier {
     pub async fn verify(&self, token: &str) -> Result<AccessToken, TokenError> {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let now = Instant::now();
-        // The guard of `get` is dropped before `remove` (which would wait for it).
+        // Read before any key is looked up: a fetch that lands during the check makes the entry
+        // this check leaves behind stale.
+        let generation = self.generation.load(Ordering::Acquire);
+        let good = |c: &Checked| c.until > now && c.generation == generation;
+        // The guard of `get` is dropped before `remove_if` (which would wait for it).
         let hit = self
             .checked
             .get(&digest)
-            .map(|c| (c.until > now).then(|| c.token.clone()));
+            .map(|c| good(&c).then(|| c.token.clone()));
         match hit {
             Some(Some(token)) => return Ok(token),
             Some(None) => {
-                self.checked.remove(&digest);
+                self.checked.remove_if(&digest, |_, c| !good(c));
             }
             None => {}
         }
         let (checked, exp) = self.check(token).await?;
-        self.remember(digest, &checked, exp);
+        self.remember(digest, &checked, exp, generation);
         Ok(checked)
     }
 
-    /// Remembers `token` (of SHA-256 `digest`), valid until `exp` (seconds since the epoch).
-    fn remember(&self, digest: [u8; 32], token: &AccessToken, exp: u64) {
+    /// Remembers `token` (of SHA-256 `digest`), checked under key set `generation`, valid until
+    /// `exp` (seconds since the epoch) plus the leeway.
+    fn remember(&self, digest: [u8; 32], token: &AccessToken, exp: u64, generation: u64) {
         let unix_now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -280,8 +294,11 @@ impl TokenVerifier {
         let now = Instant::now();
         let until = now + Duration::from_secs(left).min(REMEMBER_FOR);
         if self.checked.len() >= REMEMBER_AT_MOST {
-            self.checked.retain(|_, c| c.until > now);
-            if self.checked.len() >= REMEMBER_AT_MOST {
+            let current = self.generation.load(Ordering::Acquire);
+            self.checked
+                .retain(|_, c| c.until > now && c.generation == current);
+            // Not one full scan per new token while nearly all are live.
+            if self.checked.len() >= REMEMBER_AT_MOST / 10 * 9 {
                 self.checked.clear();
             }
         }
@@ -290,6 +307,7 @@ impl TokenVerifier {
             Checked {
                 token: token.clone(),
                 until,
+                generation,
             },
         );
     }
@@ -372,7 +390,8 @@ impl TokenVerifier {
     }
 
     /// The key a token of `alg` with `kid` is checked with: from the key set held, else from a fresh
-    /// one (at most once per [`REFRESH_AT_MOST_EVERY`], or at once when none is held yet).
+    /// one (at most once per [`REFRESH_AT_MOST_EVERY`], or at once when none is held yet; after a
+    /// failed fetch at most once per [`RETRY_UNREADABLE_EVERY`], that failure the answer meanwhile).
     async fn key_for(&self, kid: Option<&str>, alg: Algorithm) -> Result<DecodingKey, TokenError> {
         if let Some(key) = self.find(kid, alg)? {
             return Ok(key);
@@ -383,16 +402,16 @@ impl TokenVerifier {
             if let Some(key) = self.find(kid, alg)? {
                 return Ok(key);
             }
-            let held = self.held().is_some();
-            let every = if held {
-                self.refresh_every
-            } else {
+            let every = if fetched.failed.is_some() {
                 RETRY_UNREADABLE_EVERY.min(self.refresh_every)
+            } else {
+                self.refresh_every
             };
             let due = fetched.at.is_none_or(|at| at.elapsed() >= every);
             if due {
                 self.fetch_into(&mut fetched).await?;
-            } else if let (false, Some(e)) = (held, &fetched.failed) {
+            } else if let Some(e) = &fetched.failed {
+                // Not `UnknownKey`: the key may well be in the set that cannot be read.
                 return Err(e.clone());
             }
         }
@@ -402,14 +421,18 @@ impl TokenVerifier {
 
     /// Fetches the key set now, keeps it, and notes the attempt in `last`.
     async fn fetch_into(&self, last: &mut LastFetch) -> Result<Arc<JwkSet>, TokenError> {
+        let result = self.fetch().await;
+        // When it ended, not began: the requests that waited for a slow failure (up to the
+        // timeout per address) take its answer instead of each trying again.
         last.at = Some(Instant::now());
-        match self.fetch().await {
+        match result {
             Ok(set) => {
                 let set = Arc::new(set);
                 if let Ok(mut k) = self.keys.write() {
                     k.set = Some(set.clone());
                 }
                 // A key may be gone from the new set: its tokens are checked again.
+                self.generation.fetch_add(1, Ordering::Release);
                 self.checked.clear();
                 last.failed = None;
                 Ok(set)
@@ -452,9 +475,12 @@ impl TokenVerifier {
                 "{alg:?} with a key not meant for it"
             )));
         }
-        DecodingKey::from_jwk(jwk)
-            .map(Some)
-            .map_err(|e| TokenError::KeySet(format!("key {:?}: {e}", jwk.common.key_id)))
+        DecodingKey::from_jwk(jwk).map(Some).map_err(|e| {
+            TokenError::UnusableKey(format!(
+                "{}: {e}",
+                jwk.common.key_id.as_deref().unwrap_or("(no kid)")
+            ))
+        })
     }
 
     /// Fetches the key set (finding its address in the issuer's metadata first when not configured).
@@ -653,19 +679,42 @@ mod tests {
             .unwrap()
             .as_secs()
             + 3600;
-        v.remember(digest, &alice, in_an_hour);
+        v.remember(digest, &alice, in_an_hour, 0);
         assert_eq!(v.verify(token).await, Ok(alice.clone()));
-        // One that expired (past the leeway too) is not taken.
-        v.remember(digest, &alice, in_an_hour - 3600 - 120);
+        // Under an earlier key set it is not taken (and is dropped).
+        v.generation.fetch_add(1, Ordering::Release);
         assert!(v.verify(token).await.is_err());
-        // Full: the expired ones go first, then all.
-        for i in 0..REMEMBER_AT_MOST {
+        assert_eq!(v.remembered(), 0);
+        // One that expired (past the leeway too) is not taken either.
+        v.remember(digest, &alice, in_an_hour - 3600 - 120, 1);
+        assert!(v.verify(token).await.is_err());
+        assert_eq!(v.remembered(), 0);
+        // Full: the expired ones and those of earlier key sets go, and all when that frees little.
+        v.remember(digest, &alice, in_an_hour, 0);
+        v.remember([7; 32], &alice, in_an_hour - 3600 - 120, 1);
+        for i in 2..REMEMBER_AT_MOST {
             let d: [u8; 32] = Sha256::digest(i.to_string().as_bytes()).into();
-            v.remember(d, &alice, in_an_hour);
+            v.remember(d, &alice, in_an_hour, 1);
         }
         assert_eq!(v.remembered(), REMEMBER_AT_MOST);
-        v.remember(digest, &alice, in_an_hour);
+        v.remember([8; 32], &alice, in_an_hour, 1);
         assert_eq!(v.remembered(), 1);
+        for i in 1..REMEMBER_AT_MOST / 2 {
+            let d: [u8; 32] = Sha256::digest(i.to_string().as_bytes()).into();
+            v.remember(d, &alice, in_an_hour - 3600 - 120, 1);
+        }
+        for i in REMEMBER_AT_MOST / 2..REMEMBER_AT_MOST {
+            let d: [u8; 32] = Sha256::digest(i.to_string().as_bytes()).into();
+            v.remember(d, &alice, in_an_hour, 1);
+        }
+        assert_eq!(v.remembered(), REMEMBER_AT_MOST);
+        v.remember(digest, &alice, in_an_hour, 1);
+        assert_eq!(
+            v.remembered(),
+            REMEMBER_AT_MOST / 2 + 2,
+            "only the expired went"
+        );
+        assert_eq!(v.verify(token).await, Ok(alice));
     }
 
     #[tokio::test]

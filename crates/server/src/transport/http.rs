@@ -324,7 +324,7 @@ async fn peer_of(server: &Server, req: &axum::http::request::Parts) -> Result<Pe
             // again, to no avail. The reason (an address, a TLS error) is for the operator only.
             tracing::warn!(reason = %why, "cannot check an access token: the issuer's key set is unreadable");
             return HttpError {
-                // When the next fetch will be tried.
+                // About when the next fetch will be tried (sooner than the refresh interval).
                 retry_after_secs: Some(
                     u8::try_from(crate::auth::oauth::RETRY_UNREADABLE_EVERY.as_secs())
                         .unwrap_or(u8::MAX),

@@ -17,7 +17,7 @@ use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// A signing key of the test server.
@@ -80,6 +80,7 @@ pub struct AuthServer {
     published: Arc<Mutex<Vec<Jwk>>>,
     fetches: Arc<AtomicUsize>,
     down: Arc<AtomicBool>,
+    delay_ms: Arc<AtomicU64>,
     tokens: Arc<Tokens>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -100,6 +101,7 @@ impl AuthServer {
         let published = Arc::new(Mutex::new(keys.iter().map(|k| k.jwk()).collect::<Vec<_>>()));
         let fetches = Arc::new(AtomicUsize::new(0));
         let down = Arc::new(AtomicBool::new(false));
+        let delay_ms = Arc::new(AtomicU64::new(0));
         let meta = json!({
             "issuer": issuer,
             "jwks_uri": format!("{issuer}/jwks"),
@@ -111,7 +113,12 @@ impl AuthServer {
             "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
             "response_types_supported": ["code"],
         });
-        let (set, count, outage) = (published.clone(), fetches.clone(), down.clone());
+        let (set, count, outage, slow) = (
+            published.clone(),
+            fetches.clone(),
+            down.clone(),
+            delay_ms.clone(),
+        );
         let tokens = Arc::new(Tokens {
             issuer: issuer.clone(),
             signer: keys[0].clone(),
@@ -142,7 +149,9 @@ impl AuthServer {
                     count.fetch_add(1, Ordering::SeqCst);
                     let keys = set.lock().unwrap().clone();
                     let down = outage.load(Ordering::SeqCst);
+                    let delay = std::time::Duration::from_millis(slow.load(Ordering::SeqCst));
                     async move {
+                        tokio::time::sleep(delay).await;
                         if down {
                             StatusCode::SERVICE_UNAVAILABLE.into_response()
                         } else {
@@ -164,6 +173,7 @@ impl AuthServer {
             published,
             fetches,
             down,
+            delay_ms,
             tokens,
             stop: Some(tx),
         }
@@ -193,6 +203,12 @@ impl AuthServer {
     /// Makes its key set answer 503 (an outage) or serve the keys again.
     pub fn set_down(&self, down: bool) {
         self.down.store(down, Ordering::SeqCst);
+    }
+
+    /// Makes its key set answer only after `delay` (a slow or hanging identity provider).
+    pub fn set_delay(&self, delay: std::time::Duration) {
+        self.delay_ms
+            .store(delay.as_millis() as u64, Ordering::SeqCst);
     }
 
     /// How often the key set was fetched (or tried, during an outage).
