@@ -144,7 +144,13 @@ fn main() -> Result<()> {
     };
     let _telemetry = telemetry::init(
         cli.log_format,
-        if client_side { "warn" } else { "info" },
+        // rustls-platform-verifier logs each refused certificate at ERROR on its own; our errors
+        // already carry that cause (and say which connection), so by default it is not said twice.
+        if client_side {
+            "warn,rustls_platform_verifier=off"
+        } else {
+            "info,rustls_platform_verifier=off"
+        },
         file.telemetry.otlp_endpoint.as_deref(),
     )?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
