@@ -5,7 +5,7 @@
 mod common;
 mod rmcp_scenario;
 
-use common::{bin, repo_root, text, ClientCli as Cli, ServerProcess};
+use common::{repo_root, serve_command, text, ClientCli as Cli, ServerProcess};
 use std::process::Command;
 
 const WIRES: [&[&str]; 2] = [&[], &["--no-2026"]];
@@ -258,16 +258,7 @@ fn a_tool_name_taken_twice_stops_the_start() {
             "[[upstreams]]\nname = \"one\"\ncommand = [\"node\", \"{ev}\", \"stdio\"]\ntools = [\"echo\"]\n\n[[upstreams]]\nname = \"two\"\ncommand = [\"node\", \"{ev}\", \"stdio\"]\ntools = [\"echo\"]\n"
         ),
     );
-    let out = Command::new(bin())
-        .args([
-            "serve",
-            "--store",
-            "memory:",
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-            &cfg,
-        ])
+    let out = serve_command(&["--store", "memory:", "--config", &cfg])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -282,16 +273,7 @@ fn a_tool_name_taken_twice_stops_the_start() {
         dir.path(),
         &format!("[[upstreams]]\nname = \"one\"\ncommand = [\"node\", \"{ev}\", \"stdio\"]\ntools = [\"nope\"]\n"),
     );
-    let out = Command::new(bin())
-        .args([
-            "serve",
-            "--store",
-            "memory:",
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-            &cfg,
-        ])
+    let out = serve_command(&["--store", "memory:", "--config", &cfg])
         .output()
         .unwrap();
     assert!(
@@ -303,16 +285,7 @@ fn a_tool_name_taken_twice_stops_the_start() {
         dir.path(),
         "[[upstreams]]\nname = \"gone\"\ncommand = [\"/nonexistent/server\"]\n",
     );
-    let out = Command::new(bin())
-        .args([
-            "serve",
-            "--store",
-            "memory:",
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-            &cfg,
-        ])
+    let out = serve_command(&["--store", "memory:", "--config", &cfg])
         .output()
         .unwrap();
     assert!(

@@ -24,11 +24,7 @@ async fn typescript_sdk_v1_client_gets_a_token_from_our_401_and_steps_up_after_o
     let idp = authz::AuthServer::start(&[&authz::Key::fixture("rsa-a", "r1")]).await;
     idp.register("ci-bot", "s3cret", &["tasks", "tasks:deploy"]);
     // The audience is the server's own URL, so its port is chosen first.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::free_port();
     let url = format!("http://127.0.0.1:{port}/mcp");
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("oauth.toml");

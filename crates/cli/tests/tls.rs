@@ -10,13 +10,13 @@ mod common;
 #[path = "../../server/tests/support/authz.rs"]
 mod authz;
 
-use common::{bin, text, ClientCli, ServerProcess};
+use common::{bin, free_port, serve_command, text, ClientCli, ServerProcess};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio_rustls::rustls;
 
 fn fixture(name: &str) -> PathBuf {
@@ -102,18 +102,6 @@ impl TlsFront {
     }
 }
 
-/// Waits (at most 30 s) until `path` holds `needle`, and returns what it holds.
-fn wait_for_text(path: &std::path::Path, needle: &str) -> String {
-    let start = Instant::now();
-    loop {
-        let got = std::fs::read_to_string(path).unwrap_or_default();
-        if got.contains(needle) || start.elapsed() > Duration::from_secs(30) {
-            return got;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// `mcp-tasks serve --demo` on a loopback port with `config`, trusting `ca`, its log in a file.
 fn serve(
     config: &std::path::Path,
@@ -130,14 +118,6 @@ fn serve(
         .env_remove("SSL_CERT_DIR")
         .stderr(Stdio::from(std::fs::File::create(log).unwrap()));
     ServerProcess::spawn(cmd)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -174,7 +154,11 @@ async fn an_https_issuer_is_discovered_and_its_tokens_accepted_and_refused_under
             assert_ne!(out.status.code(), Some(0));
             let err = text(&out.stderr);
             assert!(err.contains("try again later"), "{err}");
-            let logged = wait_for_text(&log, "certificate");
+            let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+            common::eventually(Duration::from_secs(30), || {
+                read_log().contains("certificate")
+            });
+            let logged = read_log();
             assert!(
                 logged.contains("cannot read the OAuth issuer's key set")
                     && logged.contains(&format!(
@@ -252,16 +236,7 @@ async fn the_gateway_fronts_an_https_upstream() {
 
     // Under a CA that did not sign the upstream's certificate the gateway does not start, and says
     // which upstream and why.
-    let out = Command::new(bin())
-        .args([
-            "serve",
-            "--store",
-            "memory:",
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-        ])
-        .arg(&config)
+    let out = serve_command(&["--store", "memory:", "--config", config.to_str().unwrap()])
         .env("SSL_CERT_FILE", untrusted())
         .env_remove("SSL_CERT_DIR")
         .stdin(Stdio::null())

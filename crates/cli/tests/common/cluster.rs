@@ -3,7 +3,7 @@
 //! operator runs past one machine (examples/nginx-replicas.conf), on loopback ports of the test's own.
 
 use super::pg::FreshSchema;
-use super::{is_root, repo_root, ServerProcess};
+use super::{free_port, is_root, repo_root, ServerProcess};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -97,13 +97,6 @@ pub fn nginx_bin() -> PathBuf {
         "nginx is missing: scripts/test.sh installs Debian's nginx-light (apt-get install nginx-light)"
     );
     p
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
 }
 
 fn port_of(url: &str) -> u16 {

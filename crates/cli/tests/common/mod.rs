@@ -36,12 +36,7 @@ impl Drop for ServerProcess {
 impl ServerProcess {
     /// Starts the server with `args` (plus `--listen 127.0.0.1:0`) and waits for its URL.
     pub fn start(args: &[&str]) -> ServerProcess {
-        let mut cmd = Command::new(bin());
-        cmd.arg("serve")
-            .args(args)
-            .args(["--listen", "127.0.0.1:0"])
-            .env("RUST_LOG", "warn");
-        ServerProcess::spawn(cmd)
+        ServerProcess::spawn(serve_command(args))
     }
 
     /// Starts any server that prints `listening on URL` as its first line, and waits for that URL.
@@ -76,6 +71,25 @@ impl ServerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `mcp-tasks serve ARGS --listen 127.0.0.1:0`, logging warnings and errors only.
+pub fn serve_command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.arg("serve")
+        .args(args)
+        .args(["--listen", "127.0.0.1:0"])
+        .env("RUST_LOG", "warn");
+    cmd
+}
+
+/// A loopback port free now: for a server whose own URL (an OAuth audience, a replica's address)
+/// must be known before it starts.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
 }
 
 /// `mcp-tasks` as a client: its own state directory (remembered tasks), `MCP_TASKS_URL` set to

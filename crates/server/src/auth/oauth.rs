@@ -15,6 +15,9 @@ use jsonwebtoken::jwk::JwkSet;
 /// A signature algorithm (of `jsonwebtoken`, whose checks this module runs).
 pub use jsonwebtoken::Algorithm;
 use jsonwebtoken::{DecodingKey, Validation};
+// `reqwest` keeps the useful part of a failure (refused, the certificate's issuer unknown) in the
+// error's sources.
+use mcp_tasks_engine::error_chain;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -494,17 +497,16 @@ impl TokenVerifier {
             .get(&url)
             .send()
             .await
-            .map_err(|e| TokenError::KeySet(format!("GET {url}: {}", causes(&e))))?;
+            .map_err(|e| TokenError::KeySet(format!("GET {url}: {}", error_chain(&e))))?;
         if !resp.status().is_success() {
             return Err(TokenError::KeySet(format!(
                 "GET {url}: HTTP {}",
                 resp.status()
             )));
         }
-        let set: JwkSet = resp
-            .json()
-            .await
-            .map_err(|e| TokenError::KeySet(format!("{url}: not a JWK set: {}", causes(&e))))?;
+        let set: JwkSet = resp.json().await.map_err(|e| {
+            TokenError::KeySet(format!("{url}: not a JWK set: {}", error_chain(&e)))
+        })?;
         tracing::info!(url = %url, keys = set.keys.len(), "fetched the OAuth issuer's key set");
         Ok(set)
     }
@@ -515,11 +517,16 @@ impl TokenVerifier {
         let mut tried = Vec::new();
         for url in metadata_urls(&self.config.issuer) {
             let found = async {
-                let resp = self.http.get(&url).send().await.map_err(|e| causes(&e))?;
+                let resp = self
+                    .http
+                    .get(&url)
+                    .send()
+                    .await
+                    .map_err(|e| error_chain(&e))?;
                 if !resp.status().is_success() {
                     return Err(format!("HTTP {}", resp.status()));
                 }
-                let meta: Value = resp.json().await.map_err(|e| causes(&e))?;
+                let meta: Value = resp.json().await.map_err(|e| error_chain(&e))?;
                 meta.get("jwks_uri")
                     .and_then(Value::as_str)
                     .map(String::from)
@@ -536,21 +543,6 @@ impl TokenVerifier {
             tried.join("; ")
         )))
     }
-}
-
-/// An error and its sources, outermost first: `reqwest` keeps the useful part (connection refused,
-/// the certificate's issuer unknown) in the sources.
-fn causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let s_text = s.to_string();
-        if !text.contains(&s_text) {
-            text = format!("{text}: {s_text}");
-        }
-        source = s.source();
-    }
-    text
 }
 
 /// Where an issuer's metadata may be: RFC 8414 (the well-known part between the host and the
