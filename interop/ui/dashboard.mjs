@@ -48,6 +48,8 @@ await check('the dashboard asks for an operator key, and the key logs in', async
     await page.fill('#key', key);
     await Promise.all([page.waitForURL(`${base}/ui`), page.click('#login button')]);
     await page.locator('#app').waitFor({ state: 'visible', timeout: 10_000 });
+    // Logged in with a key: there is something to log out of.
+    await page.locator('#logout').waitFor({ state: 'visible', timeout: 10_000 });
 });
 
 await check("a running task's progress advances without a reload", async () => {

@@ -84,6 +84,7 @@ pub async fn ours(
         max_running_tasks: 10_000_000,
         calls_per_minute: None,
         max_plain_calls: 1_000_000,
+        max_streams: 1_000_000,
     };
     if auth {
         let jwks = crate::credentials::serve_key_set().await?;

@@ -6,18 +6,25 @@ use std::path::PathBuf;
 
 use crate::config::ConfigFile;
 
-/// Where the server's admin API is and who is asking.
+/// Where the server's admin API is and who is asking. The flags are global: they may come before
+/// or after the subcommand (`admin --url U tasks` and `admin tasks --url U`).
 #[derive(clap::Args, Debug)]
 pub struct AdminArgs {
     /// The admin address, e.g. http://127.0.0.1:9090 (default: from --config, else
     /// http://127.0.0.1:8080).
-    #[arg(long, env = "MCP_TASKS_ADMIN_URL", conflicts_with = "config")]
+    #[arg(
+        long,
+        env = "MCP_TASKS_ADMIN_URL",
+        conflicts_with = "config",
+        global = true
+    )]
     url: Option<String>,
     /// The server's config file: its [admin] listen (else [server] listen) is the address.
-    #[arg(long, short = 'c')]
+    #[arg(long, short = 'c', global = true)]
     config: Option<PathBuf>,
-    /// An operator's API key (a key whose [[auth.keys]] entry has operator = true).
-    #[arg(long, env = "MCP_TASKS_KEY", hide_env_values = true)]
+    /// An operator's credentials: an API key whose [[auth.keys]] entry has operator = true, or an
+    /// OAuth access token carrying [auth.oauth] operator_scope.
+    #[arg(long, env = "MCP_TASKS_KEY", hide_env_values = true, global = true)]
     key: Option<String>,
     #[command(subcommand)]
     command: AdminCommand,
@@ -110,7 +117,14 @@ pub async fn run(args: AdminArgs) -> Result<i32> {
         .build()
         .context("set up the HTTP client")?;
     let call = |method: reqwest::Method, path: String| {
+        // The admin API takes state changes as JSON only (a cross-site form cannot send it).
+        let post = method == reqwest::Method::POST;
         let mut rb = http.request(method, format!("{base}{path}"));
+        if post {
+            rb = rb
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body("{}");
+        }
         if let Some(k) = &args.key {
             rb = rb.bearer_auth(k);
         }

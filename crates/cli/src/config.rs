@@ -46,6 +46,9 @@ pub struct AuthSection {
     /// Plain (non-task) tool calls an anonymous client address may run at once, on each wire
     /// (default 16).
     pub anonymous_max_plain_calls: Option<usize>,
+    /// Streams one anonymous client address may hold open (GET streams, subscriptions/listen,
+    /// blocking tasks/result; default 128).
+    pub anonymous_max_streams: Option<usize>,
     /// Sessions one anonymous client address may open per minute (default 60).
     pub anonymous_sessions_per_minute: Option<u32>,
     /// Sessions all anonymous callers together may open per minute (default 1200).
@@ -93,6 +96,11 @@ pub struct OAuthSection {
     pub calls_per_minute: Option<u32>,
     /// Plain (non-task) tool calls each OAuth user may run at once (default 16).
     pub max_plain_calls: Option<usize>,
+    /// Streams each OAuth user may hold open (default 128).
+    pub max_streams: Option<usize>,
+    /// The scope that makes a token's user an operator (admin API, dashboard, metrics); default
+    /// none: OAuth users are never operators.
+    pub operator_scope: Option<String>,
 }
 
 impl OAuthSection {
@@ -142,11 +150,18 @@ impl OAuthSection {
             }
         }
         config.scopes_supported = self.scopes_supported.clone().unwrap_or_default();
+        if let Some(scope) = &self.operator_scope {
+            if scope.trim().is_empty() || scope.contains(char::is_whitespace) {
+                bail!("[auth.oauth] operator_scope {scope:?} must be one scope (no spaces)");
+            }
+            config.operator_scope = Some(scope.clone());
+        }
         let d = Limits::default();
         config.limits = Limits {
             max_running_tasks: self.max_running_tasks.unwrap_or(d.max_running_tasks),
             calls_per_minute: self.calls_per_minute.or(d.calls_per_minute),
             max_plain_calls: self.max_plain_calls.unwrap_or(d.max_plain_calls),
+            max_streams: self.max_streams.unwrap_or(d.max_streams),
         };
         config.check().map_err(anyhow::Error::msg)?;
         Ok(config)
@@ -167,6 +182,9 @@ pub struct KeyEntry {
     pub calls_per_minute: Option<u32>,
     /// Plain (non-task) tool calls this principal may run at once (default 16).
     pub max_plain_calls: Option<usize>,
+    /// Streams this principal may hold open (GET streams, subscriptions/listen, blocking
+    /// tasks/result; default 128).
+    pub max_streams: Option<usize>,
     /// The key also opens the admin API and the dashboard.
     #[serde(default)]
     pub operator: bool,
@@ -201,6 +219,7 @@ impl AuthSection {
                     max_running_tasks: k.max_running_tasks.unwrap_or(defaults.max_running_tasks),
                     calls_per_minute: k.calls_per_minute.or(defaults.calls_per_minute),
                     max_plain_calls: k.max_plain_calls.unwrap_or(defaults.max_plain_calls),
+                    max_streams: k.max_streams.unwrap_or(defaults.max_streams),
                 },
                 scopes: k.scopes.clone(),
             });
@@ -232,6 +251,7 @@ impl AuthSection {
                 max_plain_calls: self
                     .anonymous_max_plain_calls
                     .unwrap_or(defaults.max_plain_calls),
+                max_streams: self.anonymous_max_streams.unwrap_or(defaults.max_streams),
             },
             anonymous_sessions: {
                 let d = base.anonymous_sessions;
@@ -296,6 +316,10 @@ pub struct ServerSection {
     pub store: Option<String>,
     /// Allowed `Origin` values (default `["localhost"]`: localhost, 127.0.0.1 and [::1] on any port).
     pub allowed_origins: Option<Vec<String>>,
+    /// Host names the admin API, the dashboard and the metrics answer to, beside IP addresses and
+    /// `localhost` (default none; `"*"`: any). Name the host a proxy forwards, e.g.
+    /// `["ops.example.com"]`.
+    pub allowed_hosts: Option<Vec<String>>,
     /// Largest request body in bytes (default 4 MiB).
     pub max_body_bytes: Option<usize>,
     /// Open HTTP connections at most (default 4096, and never more than the open-file limit allows).
@@ -330,6 +354,9 @@ pub struct TelemetrySection {
 pub struct AdminSection {
     /// Serve them on this address instead of next to `/mcp` (e.g. "127.0.0.1:9090").
     pub listen: Option<String>,
+    /// Serve `/metrics` without an operator's credentials, for a scraper (default: true when no
+    /// authentication is configured, false otherwise).
+    pub metrics_public: Option<bool>,
 }
 
 /// `[tasks]`: task retention and execution settings.
@@ -471,6 +498,13 @@ mod tests {
         assert_eq!(auth.keys[0].scopes, None);
         assert_eq!(auth.keys[1].scopes, Some(vec![]));
         assert_eq!(auth.operators, ["ops"]);
+        assert_eq!(o.operator_scope.as_deref(), Some("tasks:admin"));
+        assert_eq!(o.limits.max_streams, 128);
+        assert_eq!(cfg.server.allowed_hosts, Some(vec!["mcp.example.com".into()]));
+        assert!(oauth("operator_scope = \"two scopes\"")
+            .unwrap_err()
+            .to_string()
+            .contains("one scope"));
         let deploy = cfg.tools[0].clone().into_tool();
         assert_eq!(deploy.scopes, ["tasks:deploy"]);
     }

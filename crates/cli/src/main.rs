@@ -261,6 +261,10 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
     if let Some(v) = &s.allowed_origins {
         server_cfg.allowed_origins = v.clone();
     }
+    if let Some(v) = &s.allowed_hosts {
+        server_cfg.allowed_hosts = v.clone();
+    }
+    server_cfg.metrics_public = file.admin.metrics_public;
     if let Some(v) = s.max_body_bytes {
         server_cfg.max_body_bytes = v;
     }
@@ -395,7 +399,13 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
             tracing::info!(url = %format!("http://{local}/metrics"), "serving metrics and health");
             let admin_server = server.clone();
             tokio::spawn(async move {
-                if let Err(e) = mcp_tasks_server::admin::serve(admin_server, admin_listener).await {
+                if let Err(e) = mcp_tasks_server::admin::serve(
+                    admin_server,
+                    admin_listener,
+                    std::future::pending(),
+                )
+                .await
+                {
                     tracing::error!(error = %e, "the admin listener failed");
                 }
             });
@@ -431,4 +441,43 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every flag of a command with subcommands is global, so it is taken after the subcommand as
+    /// well as before (`admin tasks --url U`, `task get ID --url U`).
+    #[test]
+    fn flags_of_commands_with_subcommands_are_taken_after_the_subcommand() {
+        fn walk(cmd: &clap::Command, path: &str) {
+            if cmd.has_subcommands() {
+                for a in cmd.get_arguments() {
+                    let id = a.get_id().as_str();
+                    if a.is_positional() || id == "help" || id == "version" {
+                        continue;
+                    }
+                    assert!(a.is_global_set(), "{path}: --{id} is not global");
+                }
+            }
+            for s in cmd.get_subcommands() {
+                walk(s, &format!("{path} {}", s.get_name()));
+            }
+        }
+        let cmd = Cli::command();
+        cmd.clone().debug_assert();
+        walk(&cmd, "mcp-tasks");
+        for line in [
+            "mcp-tasks admin tasks --url http://127.0.0.1:9 --key k",
+            "mcp-tasks admin --url http://127.0.0.1:9 tasks",
+            "mcp-tasks admin show ID --config x.toml",
+            "mcp-tasks task get ID --url http://127.0.0.1:9/mcp",
+            "mcp-tasks tools --url http://127.0.0.1:9/mcp --json",
+        ] {
+            let parsed = Cli::try_parse_from(line.split(' '));
+            assert!(parsed.is_ok(), "{line}: {}", parsed.err().unwrap());
+        }
+    }
 }

@@ -69,3 +69,56 @@ fn silent_connections_beyond_the_descriptor_limit_do_not_stop_new_requests() {
         "the cap is logged: {log}"
     );
 }
+
+#[test]
+fn at_the_connection_cap_silent_connections_make_room_for_a_fresh_request_at_once() {
+    // The default header timeout (10 s): without making room, a fresh request would wait for the
+    // silent connections to time out.
+    let mut cmd = std::process::Command::new("prlimit");
+    cmd.args(["--nofile=256:256", "--"])
+        .arg(common::bin())
+        .args([
+            "serve",
+            "--demo",
+            "--store",
+            "memory:",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env("RUST_LOG", "warn");
+    let server = ServerProcess::spawn(cmd);
+    let addr = server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    let held: Vec<TcpStream> = (0..300)
+        .map(|_| TcpStream::connect(&addr).expect("the kernel takes the connection"))
+        .collect();
+    // Let the server take as many as it has room for.
+    std::thread::sleep(Duration::from_millis(500));
+    for round in 0..3 {
+        let started = Instant::now();
+        let mut fresh = TcpStream::connect(&addr).unwrap();
+        fresh
+            .set_read_timeout(Some(Duration::from_secs(15)))
+            .unwrap();
+        std::io::Write::write_all(
+            &mut fresh,
+            b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap();
+        let mut answer = String::new();
+        let _ = fresh.read_to_string(&mut answer);
+        let took = started.elapsed();
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "round {round}: {answer:?} after {took:?}"
+        );
+        assert!(
+            took < Duration::from_secs(2),
+            "round {round}: answered after {took:?}"
+        );
+    }
+    drop(held);
+}

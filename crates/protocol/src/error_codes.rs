@@ -26,6 +26,10 @@ pub const TOO_MANY_SESSIONS: i64 = -32006;
 /// credentials) and a `WWW-Authenticate` challenge naming the scopes to ask for
 /// (implementation-defined range).
 pub const INSUFFICIENT_SCOPE: i64 = -32007;
+/// mcp-tasks: no new stream: the caller (an anonymous caller's client address) already holds as
+/// many streams open (GET streams, `subscriptions/listen`, blocking `tasks/result`) as allowed;
+/// `data` names `open` and `limit`. Over HTTP it comes with 429 (implementation-defined range).
+pub const TOO_MANY_STREAMS: i64 = -32008;
 /// MCP 2026-07-28: an HTTP header disagrees with the body (`Mcp-Method`, `Mcp-Name`, protocol version).
 pub const HEADER_MISMATCH: i64 = -32020;
 /// MCP 2026-07-28: the request needs a client capability the client did not declare.

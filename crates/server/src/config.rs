@@ -28,6 +28,14 @@ pub struct ServerConfig {
     /// `Origin` values accepted on HTTP (exact match; `*` accepts any). Requests without `Origin` are
     /// accepted. Default: localhost origins on any port.
     pub allowed_origins: Vec<String>,
+    /// Host names (without port) the operator's routes (admin API, dashboard, metrics) answer
+    /// to, beside IP addresses and `localhost`, which always pass; `*` accepts any. A name that is
+    /// not listed is refused (403): that is how a DNS-rebinding page, which names its own host,
+    /// is kept out. Default: none.
+    pub allowed_hosts: Vec<String>,
+    /// Whether `/metrics` answers without an operator's credentials; `None` (the default):
+    /// public only when no authentication (keys, OAuth) is configured.
+    pub metrics_public: Option<bool>,
     /// Interval of SSE keep-alive comments, so idle proxies don't cut long streams (default 15 s).
     pub keep_alive: Duration,
     /// How long a POST waits for its reply before switching to an SSE stream (default 250 ms).
@@ -56,6 +64,8 @@ impl Default for ServerConfig {
             body_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
             allowed_origins: vec!["localhost".into()],
+            allowed_hosts: Vec::new(),
+            metrics_public: None,
             keep_alive: Duration::from_secs(15),
             sse_after: Duration::from_millis(250),
             page_size: 100,
@@ -94,9 +104,48 @@ impl ServerConfig {
     }
 }
 
+impl ServerConfig {
+    /// Whether the operator's routes answer to `host` (lowercase, without its port): an IP
+    /// address, `localhost` (or a name under it), or a name in `allowed_hosts`.
+    pub fn host_allowed(&self, host: &str) -> bool {
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        if bare.parse::<std::net::IpAddr>().is_ok()
+            || host == "localhost"
+            || host.ends_with(".localhost")
+        {
+            return true;
+        }
+        self.allowed_hosts
+            .iter()
+            .any(|a| a == "*" || a.trim().eq_ignore_ascii_case(host))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn addresses_and_localhost_pass_as_hosts_and_other_names_only_when_listed() {
+        let mut c = ServerConfig::default();
+        for ok in [
+            "127.0.0.1",
+            "[::1]",
+            "10.1.2.3",
+            "localhost",
+            "app.localhost",
+        ] {
+            assert!(c.host_allowed(ok), "{ok}");
+        }
+        for no in ["evil.example", "localhost.evil.example", "127.0.0.1.nip.io"] {
+            assert!(!c.host_allowed(no), "{no}");
+        }
+        c.allowed_hosts = vec!["Ops.Example.com".into()];
+        assert!(c.host_allowed("ops.example.com"));
+        assert!(!c.host_allowed("evil.example"));
+        c.allowed_hosts = vec!["*".into()];
+        assert!(c.host_allowed("evil.example"));
+    }
 
     #[test]
     fn localhost_origins_pass_and_others_do_not() {

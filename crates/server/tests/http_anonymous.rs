@@ -272,6 +272,7 @@ async fn a_greedy_anonymous_client_does_not_starve_a_polite_one() {
             max_running_tasks: 3,
             calls_per_minute: Some(60),
             max_plain_calls: 2,
+            ..Limits::default()
         },
     )
     .await;

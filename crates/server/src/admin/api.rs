@@ -1,9 +1,8 @@
 //! The admin API (JSON) under `/admin/api`, for `mcp-tasks admin …` and the dashboard: every
-//! principal's tasks, one task in full, cancel, purge. Operators only (see
-//! `Authenticator::operator`).
+//! principal's tasks, one task in full, cancel, purge. Operators only (see `access`).
 
-use axum::extract::{ConnectInfo, Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Json;
@@ -11,9 +10,9 @@ use mcp_tasks_engine::store::{Lookup, PurgePolicy, TaskFilter};
 use mcp_tasks_engine::{EngineError, Outcome, TaskRecord, TaskStatus};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::net::SocketAddr;
 use std::sync::Arc;
 
+use super::access::{self, fail, Operator};
 use super::finished_status;
 use crate::Server;
 
@@ -29,82 +28,9 @@ pub(crate) fn routes() -> axum::Router<Arc<Server>> {
         .route("/admin/api/purge", post(purge))
         .route("/admin/api/summary", get(summary_counts))
         .route("/admin/api/events", get(events))
-        .route("/admin/login", post(login))
-        .route("/admin/logout", post(logout))
-}
-
-/// The cookie a dashboard login sets.
-const COOKIE: &str = "mcp_tasks_admin";
-/// How long a login lasts.
-const LOGIN_FOR: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
-
-/// The login token a request's cookie carries, if any.
-fn cookie_token(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(axum::http::header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == COOKIE)
-        .map(|(_, v)| v.to_string())
-}
-
-/// What `POST /admin/login` takes (a form).
-#[derive(Debug, Deserialize)]
-struct LoginForm {
-    key: String,
-}
-
-/// Checks an operator's key and sets an HttpOnly cookie for the dashboard (303 to `/ui`), or
-/// answers 403 saying why.
-async fn login(
-    State(server): State<Arc<Server>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    axum::Form(form): axum::Form<LoginForm>,
-) -> Response {
-    let bearer = format!("Bearer {}", form.key.trim());
-    match server
-        .authenticator()
-        .operator(Some(&bearer), peer.ip().is_loopback())
-    {
-        Ok(who) => {
-            let token = mcp_tasks_engine::random_id();
-            server.admin_logins().insert(
-                token.clone(),
-                (who.clone(), std::time::Instant::now() + LOGIN_FOR),
-            );
-            tracing::info!(target: "mcp_tasks::audit", operator = %who, "operator logged in to the dashboard");
-            let cookie = format!(
-                "{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
-                LOGIN_FOR.as_secs()
-            );
-            (
-                StatusCode::SEE_OTHER,
-                [
-                    (axum::http::header::SET_COOKIE, cookie),
-                    (axum::http::header::LOCATION, "/ui".to_string()),
-                ],
-            )
-                .into_response()
-        }
-        Err(why) => fail(StatusCode::FORBIDDEN, why),
-    }
-}
-
-async fn logout(State(server): State<Arc<Server>>, headers: HeaderMap) -> Response {
-    if let Some(t) = cookie_token(&headers) {
-        server.admin_logins().remove(&t);
-    }
-    let cookie = format!("{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0");
-    (
-        StatusCode::SEE_OTHER,
-        [
-            (axum::http::header::SET_COOKIE, cookie),
-            (axum::http::header::LOCATION, "/ui".to_string()),
-        ],
-    )
-        .into_response()
+        .route("/admin/api/me", get(access::me))
+        .route("/admin/login", post(access::login))
+        .route("/admin/logout", post(access::logout))
 }
 
 /// Counts for the dashboard's strip: unfinished tasks now, and how the tasks created in the last
@@ -163,58 +89,6 @@ async fn events(State(server): State<Arc<Server>>, _: Operator) -> Response {
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()
-}
-
-fn fail(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, Json(json!({"error": message.into()}))).into_response()
-}
-
-/// The operator making the request (by key, by the dashboard's login cookie, or — with no keys
-/// configured — by calling from loopback), or why the request is refused (403).
-fn operator(
-    server: &Server,
-    headers: &HeaderMap,
-    peer: Option<SocketAddr>,
-) -> Result<String, String> {
-    let authorization = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    if authorization.is_none() {
-        if let Some(token) = cookie_token(headers) {
-            let logins = server.admin_logins();
-            match logins.get(&token).map(|e| e.value().clone()) {
-                Some((who, until)) if until > std::time::Instant::now() => return Ok(who),
-                Some(_) => {
-                    logins.remove(&token);
-                }
-                None => {}
-            }
-        }
-    }
-    server
-        .authenticator()
-        .operator(authorization, peer.is_some_and(|p| p.ip().is_loopback()))
-}
-
-/// The operator making a request, as a handler's argument: the request is refused (403, saying
-/// why) before the handler runs otherwise.
-pub(crate) struct Operator(pub(crate) String);
-
-impl axum::extract::FromRequestParts<Arc<Server>> for Operator {
-    type Rejection = Response;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        server: &Arc<Server>,
-    ) -> Result<Self, Self::Rejection> {
-        let peer = parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0);
-        operator(server, &parts.headers, peer)
-            .map(Operator)
-            .map_err(|why| fail(StatusCode::FORBIDDEN, why))
-    }
 }
 
 /// The status an operator sees: `working`, `input_required`, or how a finished task counts

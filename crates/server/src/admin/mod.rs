@@ -1,7 +1,12 @@
 //! The operator's view: Prometheus metrics (`/metrics`), liveness (`/healthz`), readiness
-//! (`/readyz`) and the admin API (`/admin/api/…`), served with `/mcp` or on an address of their
-//! own (`[admin] listen`).
+//! (`/readyz`), the dashboard (`/ui`) and the admin API (`/admin/api/…`), served with `/mcp` or on
+//! an address of their own (`[admin] listen`).
+//!
+//! Health probes are public (orchestrators call them without credentials). Everything else is
+//! the operator's (see `access`): the admin API and the dashboard always, the metrics unless
+//! `[admin] metrics_public` (by default public only when no authentication is configured).
 
+mod access;
 mod api;
 mod metered;
 mod metrics;
@@ -12,7 +17,7 @@ pub use metrics::{finished_status, Metrics};
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
@@ -23,29 +28,51 @@ use crate::Server;
 /// How long the store gets to answer the readiness write.
 const WRITE_BOUND: Duration = Duration::from_secs(2);
 
-/// The admin routes: `/metrics`, `/readyz`, and with `healthz` also `/healthz` (which the MCP
-/// router serves itself, so leave it out when merging the two).
+/// The admin routes: `/metrics`, `/ui`, `/admin/…` (behind `access::guard`), `/readyz`, and with
+/// `healthz` also `/healthz` (which the MCP router serves itself, so leave it out when merging the
+/// two).
 pub fn router(server: Arc<Server>, healthz: bool) -> axum::Router {
-    let mut r = api::routes()
+    let operators = api::routes()
         .route("/ui", get(ui))
         .route("/metrics", get(metrics))
-        .route("/readyz", get(readyz));
+        .layer(axum::middleware::from_fn_with_state(
+            server.clone(),
+            access::guard,
+        ));
+    let mut r = operators.route("/readyz", get(readyz));
     if healthz {
         r = r.route("/healthz", get(healthz_handler));
     }
     r.with_state(server)
 }
 
-/// Serves the admin routes (all three) on `listener` until the process ends.
-pub async fn serve(server: Arc<Server>, listener: tokio::net::TcpListener) -> std::io::Result<()> {
-    axum::serve(
-        listener,
-        router(server, true).into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .await
+/// Serves the admin routes (all of them) on `listener` until `shutdown` resolves, under the same
+/// connection limits as `/mcp` (a cap, header and idle timeouts).
+pub async fn serve(
+    server: Arc<Server>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = router(server.clone(), true);
+    crate::http::serve_router(server, listener, app, shutdown).await
 }
 
-async fn metrics(State(server): State<Arc<Server>>) -> impl IntoResponse {
+/// Whether `/metrics` answers without an operator's credentials: `[admin] metrics_public`, by
+/// default only when no authentication is configured.
+fn metrics_public(server: &Server) -> bool {
+    server
+        .config()
+        .metrics_public
+        .unwrap_or_else(|| !server.authenticator().configured())
+}
+
+async fn metrics(State(server): State<Arc<Server>>, req: axum::extract::Request) -> Response {
+    if !metrics_public(&server) {
+        let (parts, _) = req.into_parts();
+        if let Err(why) = access::operator(&server, &parts.headers, access::peer_of(&parts)).await {
+            return access::refusal(why);
+        }
+    }
     let active = server.engine().store().count_active().await;
     if let Err(e) = &active {
         tracing::warn!(error = %e.chain(), "metrics: cannot count unfinished tasks");
@@ -60,18 +87,33 @@ async fn metrics(State(server): State<Arc<Server>>) -> impl IntoResponse {
         )],
         text,
     )
+        .into_response()
 }
 
-/// The dashboard: one page, served from the binary (no build step, nothing fetched from elsewhere);
-/// it talks to the admin API and shows a login form when that asks for one.
-async fn ui() -> impl IntoResponse {
+/// The dashboard: one page, served from the binary (no build step, nothing fetched from elsewhere).
+/// It holds no data: that comes from the admin API. To someone who is not (yet) an operator it is
+/// served with the refusal's status (401 or 403), and shows its login form.
+async fn ui(State(server): State<Arc<Server>>, req: axum::extract::Request) -> Response {
+    let (parts, _) = req.into_parts();
+    let status = match access::operator(&server, &parts.headers, access::peer_of(&parts)).await {
+        Ok(_) => StatusCode::OK,
+        Err(why) => access::refusal(why).status(),
+    };
     (
+        status,
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
             (header::CACHE_CONTROL, "no-store"),
+            // Nothing from elsewhere, and never inside another site's frame.
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
+            ),
+            (header::X_FRAME_OPTIONS, "DENY"),
         ],
         include_str!("ui.html"),
     )
+        .into_response()
 }
 
 async fn healthz_handler() -> impl IntoResponse {

@@ -30,6 +30,9 @@ pub struct Limits {
     /// Plain (non-task) tool calls running at once (for anonymous callers: per session, or per
     /// client address on the stateless wire).
     pub max_plain_calls: usize,
+    /// Streams held open at once: 2025-11-25 GET streams, 2026-07-28 `subscriptions/listen` and
+    /// blocking `tasks/result` together (for anonymous callers: per client address).
+    pub max_streams: usize,
 }
 
 impl Default for Limits {
@@ -37,6 +40,7 @@ impl Default for Limits {
         Limits {
             max_running_tasks: 100,
             max_plain_calls: 16,
+            max_streams: 128,
             // Off by default: any rate that lets many clients on one address poll at full speed is more
             // than one machine serves, so it would bind nothing; configure one for exposed servers.
             calls_per_minute: None,
@@ -117,8 +121,9 @@ pub struct AuthConfig {
     pub anonymous_sessions: SessionBudget,
     /// Limits of the local user on stdio.
     pub local_limits: Limits,
-    /// Principals whose keys open the admin API and the dashboard (`operator = true`). With no keys
-    /// configured at all, those are open to loopback callers only.
+    /// Principals whose keys open the admin API and the dashboard (`operator = true`). With no
+    /// authentication configured at all (no keys, no OAuth), those are open to loopback callers
+    /// only; OAuth users operate with `[auth.oauth] operator_scope`.
     pub operators: Vec<String>,
     /// Access tokens of an OAuth authorization server, accepted beside the API keys.
     pub oauth: Option<oauth::OAuthConfig>,
@@ -135,6 +140,7 @@ impl Default for AuthConfig {
                 max_running_tasks: 1000,
                 calls_per_minute: None,
                 max_plain_calls: 64,
+                max_streams: 1024,
             },
             operators: Vec::new(),
             oauth: None,
@@ -232,6 +238,20 @@ pub enum AuthError {
     /// An OAuth access token that is not valid (and not an API key either).
     #[error("invalid access token: {0}")]
     Token(oauth::TokenError),
+}
+
+/// Why a caller may not use the admin API.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OperatorRefusal {
+    /// No credentials, or ones that are not valid (401).
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// Valid credentials of someone who is not an operator, or a caller the rule keeps out (403).
+    #[error("{0}")]
+    Forbidden(String),
+    /// The credentials cannot be checked now: the OAuth issuer's key set is unreadable (503).
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// Lowercase hex SHA-256 of a key.
@@ -345,27 +365,82 @@ impl Authenticator {
         })
     }
 
-    /// Who may use the admin API: the operator whose key `authorization` carries, or — when no
-    /// keys are configured at all — any loopback caller (`loopback`). `Err` says why not.
-    pub fn operator(&self, authorization: Option<&str>, loopback: bool) -> Result<String, String> {
-        if self.config.keys.is_empty() {
+    /// Whether any authentication is configured (API keys or `[auth.oauth]`). Without any, the
+    /// admin API is open to loopback callers; with some, it takes an operator's credentials.
+    pub fn configured(&self) -> bool {
+        !self.config.keys.is_empty() || self.config.oauth.is_some()
+    }
+
+    /// Who may use the admin API, the dashboard and (unless public) the metrics:
+    /// - with no authentication configured at all, any loopback caller (`loopback`), and nobody
+    ///   else;
+    /// - otherwise an operator: the principal of a key whose entry says `operator = true`, or an
+    ///   OAuth user whose token carries `[auth.oauth] operator_scope`.
+    ///
+    /// `Err` says why not, and how the refusal is answered.
+    pub async fn operator(
+        &self,
+        authorization: Option<&str>,
+        loopback: bool,
+    ) -> Result<String, OperatorRefusal> {
+        if !self.configured() {
             return if loopback {
                 Ok("loopback".into())
             } else {
-                Err("no keys are configured: the admin API is open to loopback callers only".into())
+                Err(OperatorRefusal::Forbidden(
+                    "no authentication is configured: the admin API is open to loopback callers                      only (configure an [[auth.keys]] entry with operator = true to open it to                      others)"
+                        .into(),
+                ))
             };
         }
-        let principal = match authorization {
-            None => return Err("send an operator's key: Authorization: Bearer <key>".into()),
-            Some(_) => self.resolve_key(authorization).map_err(|e| e.to_string())?,
+        let Some(value) = authorization else {
+            return Err(OperatorRefusal::Unauthenticated(
+                "send an operator's credentials: Authorization: Bearer <operator key or access token>"
+                    .into(),
+            ));
         };
-        if self.config.operators.contains(&principal.name) {
-            Ok(principal.name)
-        } else {
-            Err(format!(
-                "{} is not an operator (set operator = true on its [[auth.keys]] entry)",
-                principal.name
-            ))
+        match self.resolve_key(Some(value)) {
+            Ok(principal) if self.config.operators.contains(&principal.name) => {
+                return Ok(principal.name)
+            }
+            Ok(principal) => {
+                return Err(OperatorRefusal::Forbidden(format!(
+                    "{} is not an operator (set operator = true on its [[auth.keys]] entry)",
+                    principal.name
+                )))
+            }
+            Err(AuthError::Invalid) => {}
+            Err(e) => return Err(OperatorRefusal::Unauthenticated(e.to_string())),
+        }
+        let token = value.trim().split_once(' ').map_or("", |(_, t)| t.trim());
+        let Some(tokens) = self.tokens.as_ref().filter(|_| token.contains('.')) else {
+            return Err(OperatorRefusal::Unauthenticated(
+                AuthError::Invalid.to_string(),
+            ));
+        };
+        let t = match tokens.verify(token).await {
+            Ok(t) => t,
+            Err(oauth::TokenError::KeySet(why)) => {
+                return Err(OperatorRefusal::Unavailable(format!(
+                    "access tokens cannot be checked right now: {why}"
+                )))
+            }
+            Err(e) => {
+                return Err(OperatorRefusal::Unauthenticated(
+                    AuthError::Token(e).to_string(),
+                ))
+            }
+        };
+        match &tokens.config().operator_scope {
+            Some(scope) if t.scopes.contains(scope) => Ok(t.principal),
+            Some(scope) => Err(OperatorRefusal::Forbidden(format!(
+                "{} is not an operator: its token does not carry the operator scope {scope:?}",
+                t.principal
+            ))),
+            None => Err(OperatorRefusal::Forbidden(format!(
+                "{} is not an operator: no [auth.oauth] operator_scope is configured, so OAuth                  users cannot operate (use an operator's API key)",
+                t.principal
+            ))),
         }
     }
 
@@ -563,6 +638,38 @@ mod tests {
         assert_eq!(a.resolve_key(Some("Basic abc")), Err(AuthError::Malformed));
         assert_eq!(a.resolve_key(None), Err(AuthError::Missing));
         assert_eq!(auth(true).resolve_key(None).unwrap().name, ANONYMOUS);
+    }
+
+    #[tokio::test]
+    async fn the_admin_api_is_open_without_credentials_only_to_loopback_and_only_without_auth() {
+        let none = Authenticator::new(AuthConfig::default());
+        assert_eq!(none.operator(None, true).await, Ok("loopback".into()));
+        assert!(matches!(
+            none.operator(None, false).await,
+            Err(OperatorRefusal::Forbidden(_))
+        ));
+        let keyed = auth(true);
+        for loopback in [true, false] {
+            assert!(matches!(
+                keyed.operator(None, loopback).await,
+                Err(OperatorRefusal::Unauthenticated(_))
+            ));
+            assert!(matches!(
+                keyed.operator(Some("Bearer secret-a"), loopback).await,
+                Err(OperatorRefusal::Forbidden(_))
+            ));
+        }
+        let oauth_only = Authenticator::new(AuthConfig {
+            oauth: Some(oauth::OAuthConfig::new(
+                "https://idp.example",
+                "https://mcp.example/mcp",
+            )),
+            ..AuthConfig::default()
+        });
+        assert!(matches!(
+            oauth_only.operator(None, true).await,
+            Err(OperatorRefusal::Unauthenticated(_))
+        ));
     }
 
     #[test]

@@ -67,6 +67,9 @@ pub struct OAuthConfig {
     pub scopes_supported: Vec<String>,
     /// Limits of each OAuth principal.
     pub limits: Limits,
+    /// The scope that makes a token's user an operator (the admin API, the dashboard, the
+    /// metrics); `None`: OAuth users never are.
+    pub operator_scope: Option<String>,
 }
 
 impl OAuthConfig {
@@ -82,6 +85,7 @@ impl OAuthConfig {
             scopes_claim: "scope".into(),
             scopes_supported: Vec::new(),
             limits: Limits::default(),
+            operator_scope: None,
         }
     }
 

@@ -13,15 +13,35 @@ use crate::auth::{self, SESSIONS_OPENED};
 use crate::session::Budgeted;
 use mcp_tasks_engine::store::{SessionLimit, StoreError};
 
-/// A plain call counted as running for its caller until dropped.
-pub(crate) struct PlainCallSlot {
-    server: Arc<Server>,
+/// How many of something each caller holds now (plain calls running, streams open), by key.
+#[derive(Clone, Default)]
+pub(crate) struct Held(Arc<dashmap::DashMap<String, usize>>);
+
+impl Held {
+    /// Counts one more under `key`, or says how many are held when `max` already are.
+    fn take(&self, key: String, max: usize) -> Result<Slot, usize> {
+        let mut held = self.0.entry(key.clone()).or_insert(0);
+        if *held >= max {
+            return Err(*held);
+        }
+        *held += 1;
+        drop(held);
+        Ok(Slot {
+            held: self.clone(),
+            key,
+        })
+    }
+}
+
+/// One thing counted for its caller (a plain call running, a stream open) until dropped.
+pub(crate) struct Slot {
+    held: Held,
     key: String,
 }
 
-impl Drop for PlainCallSlot {
+impl Drop for Slot {
     fn drop(&mut self) {
-        if let dashmap::Entry::Occupied(mut e) = self.server.plain_calls.entry(self.key.clone()) {
+        if let dashmap::Entry::Occupied(mut e) = self.held.0.entry(self.key.clone()) {
             *e.get_mut() -= 1;
             if *e.get() == 0 {
                 e.remove();
@@ -46,26 +66,41 @@ impl Server {
 
     /// Counts a plain call as running for its caller, or refuses it when `max_plain_calls` are
     /// already running: -32004, like the cap on unfinished tasks.
-    pub(crate) fn plain_call_slot(self: &Arc<Self>, peer: &Peer) -> Result<PlainCallSlot, Failure> {
+    pub(crate) fn plain_call_slot(&self, peer: &Peer) -> Result<Slot, Failure> {
         let max = peer.principal.limits.max_plain_calls;
-        let key = Self::limit_key(peer);
-        let mut running = self.plain_calls.entry(key.clone()).or_insert(0);
-        if *running >= max {
-            let now = *running;
-            drop(running);
+        self.plain_calls.take(Self::limit_key(peer), max).map_err(|now| {
             tracing::info!(target: "mcp_tasks::audit", principal = %peer.name(), running = now, limit = max, "plain call refused: too many running");
-            return Err(ErrorObject::new(
+            ErrorObject::new(
                 error_codes::TOO_MANY_TASKS,
                 format!("Too many calls running: {now} plain calls, the limit is {max}; wait for one to finish, or call the tool as a task"),
             )
             .with_data(json!({"running": now, "limit": max}))
-            .into());
-        }
-        *running += 1;
-        drop(running);
-        Ok(PlainCallSlot {
-            server: self.clone(),
-            key,
+            .into()
+        })
+    }
+
+    /// Counts a stream held open for its caller (a 2025 GET stream, a 2026 `subscriptions/listen`,
+    /// a blocking `tasks/result`), or refuses it when `max_streams` are open: -32008 with HTTP 429.
+    /// Anonymous callers count per client address, across wires and sessions: streams hold
+    /// connections, and those are the server's to share.
+    pub(crate) fn stream_slot(&self, peer: &Peer, what: &str) -> Result<Slot, Failure> {
+        let max = peer.principal.limits.max_streams;
+        let key = match (peer.is_anonymous(), peer.address) {
+            (true, Some(a)) => format!("{}:address {}", peer.name(), auth::client_group(a)),
+            _ => peer.name().to_string(),
+        };
+        self.streams_open.take(key, max).map_err(|now| {
+            tracing::info!(target: "mcp_tasks::audit", principal = %peer.name(), open = now, limit = max, what, "stream refused: too many open");
+            Failure {
+                error: ErrorObject::new(
+                    error_codes::TOO_MANY_STREAMS,
+                    format!("Too many streams open: {now} (GET streams, subscriptions/listen and blocking tasks/result together), the limit is {max}; close one, or poll tasks/get instead"),
+                )
+                .with_data(json!({"open": now, "limit": max})),
+                status: 429,
+                retry_after_ms: None,
+                challenge: None,
+            }
         })
     }
 

@@ -300,7 +300,8 @@ impl ServerBuilder {
             list_events: tokio::sync::broadcast::channel(16).0,
             authenticator: auth::Authenticator::new(self.config.auth.clone()),
             rate: auth::RateLimiter::default(),
-            plain_calls: dashmap::DashMap::new(),
+            plain_calls: limits::Held::default(),
+            streams_open: limits::Held::default(),
             sealer: Sealer::new(
                 self.config
                     .request_state_secret
@@ -350,7 +351,9 @@ pub struct Server {
     authenticator: auth::Authenticator,
     rate: auth::RateLimiter,
     /// Plain calls running now, per caller (the rate limit's keys).
-    plain_calls: dashmap::DashMap<String, usize>,
+    plain_calls: limits::Held,
+    /// Streams held open now, per principal (anonymous callers: per client address).
+    streams_open: limits::Held,
     sealer: Sealer,
     /// Raised when the server stops: long waits (blocked results, listen streams) end.
     shutdown: CancellationToken,

@@ -3,8 +3,11 @@
 //! connections and sends nothing (or a byte at a time) holds a descriptor each for as long as it
 //! likes, and a few hundred of them stop the server from taking any new request.
 //!
-//! - At most `max_connections` are open; past it, new connections wait in the kernel's backlog until
-//!   one closes, and a log line says so (once a minute while it lasts).
+//! - At most `max_connections` are open. At the cap, a new connection takes the place of the oldest
+//!   one that has not sent a complete request (or else of the oldest kept-alive one with nothing in
+//!   progress): silent connections cannot keep a real client out. When every connection has a
+//!   request in progress, new ones wait until one closes. A log line says so (once a minute while
+//!   it lasts).
 //! - A request's headers must arrive within `header_timeout` once their first byte has.
 //! - A connection with no request in progress (a streamed reply counts until its last byte) that
 //!   sends nothing for `idle_timeout` is closed; before its first request, after `header_timeout`.
@@ -110,27 +113,11 @@ pub(crate) async fn serve(
     let builder = Arc::new(builder);
     let started = Instant::now();
     let mut last_full_warning: Option<Instant> = None;
+    let open = Open::default();
     tokio::pin!(stop);
     loop {
-        let permit = match permits.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                if last_full_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-                    last_full_warning = Some(Instant::now());
-                    tracing::warn!(
-                        max = limits.max_connections,
-                        "open connection limit reached; new connections wait until one closes (raise [server] max_connections if this is load, not abuse)"
-                    );
-                }
-                tokio::select! {
-                    p = permits.clone().acquire_owned() => match p {
-                        Ok(p) => p,
-                        Err(_) => break,
-                    },
-                    _ = &mut stop => break,
-                }
-            }
-        };
+        // Accept first, then find it a place: a connection waiting in the kernel's backlog cannot
+        // be told apart from none, but one accepted can be given the place of an idle one.
         let (tcp, addr) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -143,6 +130,28 @@ pub(crate) async fn serve(
             },
             _ = &mut stop => break,
         };
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                if last_full_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                    last_full_warning = Some(Instant::now());
+                    tracing::warn!(
+                        max = limits.max_connections,
+                        "open connection limit reached; connections that have not sent a request are closed to admit new ones, the rest wait (raise [server] max_connections if this is load, not abuse)"
+                    );
+                }
+                if open.close_oldest_idle() {
+                    tracing::debug!(client = %addr, "closed an idle connection to admit a new one");
+                }
+                tokio::select! {
+                    p = permits.clone().acquire_owned() => match p {
+                        Ok(p) => p,
+                        Err(_) => break,
+                    },
+                    _ = &mut stop => break,
+                }
+            }
+        };
         // No Nagle: a reply is small and often written in parts (a streamed body, SSE events); waiting
         // for the peer's delayed ACK before the last part would add tens of milliseconds.
         if let Err(e) = tcp.set_nodelay(true) {
@@ -154,6 +163,7 @@ pub(crate) async fn serve(
             served: AtomicUsize::new(0),
             head_since_ms: AtomicU64::new(NOT_STARTED),
             last_read_ms: AtomicU64::new(started.elapsed().as_millis() as u64),
+            evict: tokio::sync::Notify::new(),
         });
         let io = TokioIo::new(Watched {
             inner: tcp,
@@ -169,8 +179,10 @@ pub(crate) async fn serve(
             .into_owned();
         let conn = graceful.watch(conn);
         let idle = (limits.header_timeout, limits.idle_timeout);
+        let registered = open.add(activity.clone());
         tokio::spawn(async move {
             let _permit = permit;
+            let _registered = registered;
             tokio::select! {
                 r = conn => {
                     if let Err(e) = r {
@@ -180,6 +192,7 @@ pub(crate) async fn serve(
                 _ = activity.idle_for(idle) => {
                     tracing::debug!(client = %addr, "idle connection closed");
                 }
+                _ = activity.evict.notified() => {}
             }
         });
     }
@@ -208,6 +221,8 @@ struct Activity {
     head_since_ms: AtomicU64,
     /// When a byte last arrived, in ms since `started`.
     last_read_ms: AtomicU64,
+    /// Told to close: its place is given to a new connection.
+    evict: tokio::sync::Notify,
 }
 
 impl Activity {
@@ -243,6 +258,73 @@ impl Activity {
             if quiet >= limit.as_millis() as u64 {
                 return;
             }
+        }
+    }
+}
+
+/// The open connections in the order they were accepted, so that at the cap the oldest one with
+/// nothing in progress can make room.
+#[derive(Clone, Default)]
+struct Open(Arc<std::sync::Mutex<OpenInner>>);
+
+#[derive(Default)]
+struct OpenInner {
+    next: u64,
+    by_age: std::collections::BTreeMap<u64, Arc<Activity>>,
+}
+
+/// A connection's place in [`Open`], given up when dropped.
+struct Registered {
+    open: Open,
+    seq: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.open.lock().by_age.remove(&self.seq);
+    }
+}
+
+impl Open {
+    fn lock(&self) -> std::sync::MutexGuard<'_, OpenInner> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn add(&self, activity: Arc<Activity>) -> Registered {
+        let mut inner = self.lock();
+        let seq = inner.next;
+        inner.next += 1;
+        inner.by_age.insert(seq, activity);
+        Registered {
+            open: self.clone(),
+            seq,
+        }
+    }
+
+    /// Closes the oldest connection that has not sent a complete request (silent, or still
+    /// trickling its headers), or else the oldest kept-alive one with nothing in progress. A
+    /// connection with a request in progress (a streamed reply included) is never chosen. Whether
+    /// one was.
+    fn close_oldest_idle(&self) -> bool {
+        let mut inner = self.lock();
+        let never_asked = |a: &Activity| {
+            a.busy.load(Ordering::Relaxed) == 0 && a.served.load(Ordering::Relaxed) == 0
+        };
+        let idle = |a: &Activity| a.busy.load(Ordering::Relaxed) == 0;
+        let victim = inner
+            .by_age
+            .iter()
+            .find(|(_, a)| never_asked(a))
+            .or_else(|| inner.by_age.iter().find(|(_, a)| idle(a)))
+            .map(|(seq, a)| (*seq, a.clone()));
+        match victim {
+            Some((seq, activity)) => {
+                // Out of the running at once, so the next call picks another.
+                inner.by_age.remove(&seq);
+                activity.evict.notify_one();
+                true
+            }
+            None => false,
         }
     }
 }

@@ -732,8 +732,11 @@ fn stateless_get_or_delete(headers: &HeaderMap) -> Option<Response> {
     })
 }
 
-/// The session of a GET or DELETE: its caller must be the session's owner.
-async fn session_request(server: &Server, req: HttpRequest) -> Result<Arc<Session>, Response> {
+/// The caller and session of a GET or DELETE: its caller must be the session's owner.
+async fn session_request(
+    server: &Server,
+    req: HttpRequest,
+) -> Result<(Peer, Arc<Session>), Response> {
     let (parts, _) = req.into_parts();
     let peer = peer_of(server, &parts)
         .await
@@ -741,7 +744,8 @@ async fn session_request(server: &Server, req: HttpRequest) -> Result<Arc<Sessio
     let found = session_header(server, &peer, &parts.headers)
         .await
         .map_err(IntoResponse::into_response)?;
-    require_session(found, &parts.headers).map_err(IntoResponse::into_response)
+    let session = require_session(found, &parts.headers).map_err(IntoResponse::into_response)?;
+    Ok((peer, session))
 }
 
 async fn get_stream(State(server): State<Arc<Server>>, req: HttpRequest) -> Response {
@@ -762,12 +766,22 @@ async fn get_stream(State(server): State<Arc<Server>>, req: HttpRequest) -> Resp
         )
         .into_response();
     }
-    let session = match session_request(&server, req).await {
+    let (peer, session) = match session_request(&server, req).await {
         Ok(s) => s,
         Err(resp) => return resp,
     };
+    let slot = match server.stream_slot(&peer, "GET stream") {
+        Ok(slot) => slot,
+        Err(f) => {
+            return HttpError::new(
+                StatusCode::from_u16(f.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
+                f.error,
+            )
+            .into_response()
+        }
+    };
     let (tx, rx) = mpsc::channel::<Message>(256);
-    let guard = server.open_standalone(&session.id, tx);
+    let guard = (server.open_standalone(&session.id, tx), slot);
     // The guard lives as long as the stream: when the client disconnects, the stream is dropped and
     // the session's standalone stream is unregistered.
     let events = stream::unfold((rx, guard), |(mut rx, guard)| async move {
@@ -786,7 +800,7 @@ async fn delete(State(server): State<Arc<Server>>, req: HttpRequest) -> Response
     if let Some(r) = stateless_get_or_delete(req.headers()) {
         return r;
     }
-    let session = match session_request(&server, req).await {
+    let (_, session) = match session_request(&server, req).await {
         Ok(s) => s,
         Err(resp) => return resp,
     };

@@ -574,6 +574,8 @@ async fn tasks_result(
     let t = if t.status.is_terminal() {
         t
     } else {
+        // A blocking result holds a stream (and a connection) until the task ends.
+        let _held = server.stream_slot(peer, "tasks/result")?;
         wait_streaming(server, session, &t, &out).await?
     };
     tracing::info!(target: "mcp_tasks::audit", task = %t.id, principal = %peer.name(), "task result retrieved");

@@ -690,11 +690,23 @@ async fn listen(
     if filter.contains_key("resourceSubscriptions") {
         ack.insert("resourceSubscriptions".into(), json!(uris));
     }
+    // Nothing it may watch (ids unknown or another's, nothing that can change): acknowledged, then
+    // ended at once (gracefully, with the listen result) rather than held open for nothing.
+    let nothing = accepted.is_empty() && uris.is_empty() && lists.is_empty();
+    let held = if nothing {
+        None
+    } else {
+        Some(server.stream_slot(peer, "subscriptions/listen")?)
+    };
     let ack = Message::notification(
         "notifications/subscriptions/acknowledged",
         json!({"notifications": ack, "_meta": sub_meta}),
     );
     out.send(ack).await.map_err(|_| gone())?;
+    if nothing {
+        return Ok(finish_result(server, json!({"_meta": sub_meta})));
+    }
+    let _held = held;
     // What was last sent per task: a change that renders the same (an input event next to its status
     // change) is not sent twice.
     let mut last: std::collections::HashMap<String, Value> = std::collections::HashMap::new();

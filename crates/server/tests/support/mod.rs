@@ -109,6 +109,31 @@ pub async fn serve_on(
     }
 }
 
+/// Starts `server` and serves it on `listener` with the operator's routes next to `/mcp` (as
+/// `mcp-tasks serve` does without `[admin] listen`).
+pub async fn serve_with_admin_on(
+    server: Arc<Server>,
+    listener: tokio::net::TcpListener,
+    url: String,
+) -> TestServer {
+    server.start().await.unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let s = server.clone();
+    let app = mcp_tasks_server::http::router(server.clone())
+        .merge(mcp_tasks_server::admin::router(server.clone(), false));
+    tokio::spawn(async move {
+        let _ = mcp_tasks_server::http::serve_router(s, listener, app, async {
+            let _ = rx.await;
+        })
+        .await;
+    });
+    TestServer {
+        server,
+        url,
+        shutdown: Some(tx),
+    }
+}
+
 /// Starts a server with the demo tools (plus `extra`).
 pub async fn start_with(
     store: Arc<dyn TaskStore>,
