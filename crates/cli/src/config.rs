@@ -500,7 +500,10 @@ mod tests {
         assert_eq!(auth.operators, ["ops"]);
         assert_eq!(o.operator_scope.as_deref(), Some("tasks:admin"));
         assert_eq!(o.limits.max_streams, 128);
-        assert_eq!(cfg.server.allowed_hosts, Some(vec!["mcp.example.com".into()]));
+        assert_eq!(
+            cfg.server.allowed_hosts,
+            Some(vec!["mcp.example.com".into()])
+        );
         assert!(oauth("operator_scope = \"two scopes\"")
             .unwrap_err()
             .to_string()

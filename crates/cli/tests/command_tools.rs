@@ -14,6 +14,27 @@ fn config(dir: &std::path::Path) -> std::path::PathBuf {
     let path = dir.join("tools.toml");
     let pidfile = dir.join("child.pid");
     let ask = dir.join("ask.sh");
+    // A question too long to be a directive, then an output line as long (which is plain output).
+    let long_ask = dir.join("long-ask.sh");
+    std::fs::write(
+        &long_ask,
+        r#"printf '::ask {"message": "%s"}\n' "$(head -c 100000 /dev/zero | tr '\0' x)"
+read answer
+echo "answer: $answer"
+head -c 100000 /dev/zero | tr '\0' y
+echo
+"#,
+    )
+    .unwrap();
+    // Progress as fast as a program can print it, with a status now and then.
+    let flood = dir.join("flood.sh");
+    std::fs::write(
+        &flood,
+        r#"awk 'BEGIN { for (i = 1; i <= 20000; i++) { print "::progress " i "/20000"; if (i % 5000 == 0) print "::status at " i } }'
+echo done
+"#,
+    )
+    .unwrap();
     std::fs::write(
         &ask,
         r#"echo before
@@ -62,12 +83,25 @@ command = ["sh", "{ask}"]
 task_support = "required"
 
 [[tools]]
+name = "long_ask"
+command = ["sh", "{long_ask}"]
+task_support = "required"
+timeout_secs = 20
+
+[[tools]]
+name = "flood"
+command = ["sh", "{flood}"]
+task_support = "required"
+
+[[tools]]
 name = "missing_program"
 command = ["/nonexistent/program"]
 task_support = "optional"
 "#,
             pid = pidfile.display(),
-            ask = ask.display()
+            ask = ask.display(),
+            long_ask = long_ask.display(),
+            flood = flood.display()
         ),
     )
     .unwrap();
@@ -242,4 +276,98 @@ async fn a_command_tool_can_ask_and_read_the_answer_on_stdin() {
         out,
         "before\nanswer: {\"action\":\"accept\",\"content\":{\"go\":true}}\n"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directive_too_long_fails_its_question_with_the_reason_instead_of_hanging() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let server = ServerProcess::start(&["--store", "memory:", "--config", cfg.to_str().unwrap()]);
+    let mut c = Client::connect_caps(&server.url, json!({"elicitation": {}})).await;
+    let id = c.create_task("long_ask", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let started = std::time::Instant::now();
+    let r = c.request("tasks/result", json!({"taskId": id})).await;
+    // Before, the line was split and ignored, and the program waited on stdin until its timeout.
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    let res = r.result();
+    assert_ne!(res["isError"], json!(true), "the program ended normally");
+    let out = res["structuredContent"]["stdout"].as_str().unwrap();
+    let (answer, rest) = out.split_once('\n').unwrap();
+    let answer: serde_json::Value =
+        serde_json::from_str(answer.strip_prefix("answer: ").unwrap()).unwrap();
+    assert_eq!(answer["action"], "cancel");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("::ask line is longer than 65536 bytes"),
+        "{answer}"
+    );
+    // A long line that is not a directive is output, whole.
+    assert_eq!(rest, format!("{}\n", "y".repeat(100_000)));
+    // The client was told too.
+    assert!(
+        r.notifications
+            .iter()
+            .any(|n| n["method"] == "notifications/message"
+                && n["params"]["data"]
+                    .as_str()
+                    .is_some_and(|d| d.contains("longer than 65536 bytes"))),
+        "no warning among {} messages",
+        r.notifications.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_progress_lines_is_coalesced_and_the_last_report_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let db = dir.path().join("tasks.db");
+    let store = format!("sqlite://{}", db.display());
+    let server = ServerProcess::start(&["--store", &store, "--config", cfg.to_str().unwrap()]);
+    let mut c = Client::connect(&server.url).await;
+    let ex = c
+        .request(
+            "tools/call",
+            json!({"name": "flood", "arguments": {}, "task": {}, "_meta": {"progressToken": "f"}}),
+        )
+        .await;
+    let id = ex.result()["task"]["taskId"].as_str().unwrap().to_string();
+    let r = c.request("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(r.result()["structuredContent"]["stdout"], "done\n");
+    let t = c.get_task(&id).await;
+    assert_eq!(
+        (t["progress"].as_f64(), t["progressTotal"].as_f64()),
+        (Some(20000.0), Some(20000.0)),
+        "the last report is the task's progress: {t}"
+    );
+    let progress: Vec<f64> = r
+        .notifications
+        .iter()
+        .filter(|n| n["method"] == "notifications/progress")
+        .map(|n| n["params"]["progress"].as_f64().unwrap())
+        .collect();
+    // 20,000 lines, a report applied at most every 100 ms: far fewer writes and notifications.
+    assert!(
+        !progress.is_empty() && progress.len() < 2000,
+        "{} progress notifications",
+        progress.len()
+    );
+    assert!(progress.windows(2).all(|w| w[0] < w[1]), "{progress:?}");
+    let history: Vec<String> = rusqlite::Connection::open(&db)
+        .unwrap()
+        .prepare("SELECT coalesce(message, '') FROM task_history WHERE task_id = ?1")
+        .unwrap()
+        .query_map([&id], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(history.len() < 100, "{history:?}");
 }

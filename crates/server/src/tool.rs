@@ -430,15 +430,43 @@ fn client_answer(r: InputResponse) -> Result<Value, InputError> {
     }
 }
 
-/// Reads an `ElicitResult`.
+/// What kind of JSON value `v` is, for messages.
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Reads an `ElicitResult`: an action, and for `accept` the form's fields (an object whose values
+/// are strings, numbers, booleans or lists of strings); anything else is malformed.
 pub fn parse_elicit_result(v: &Value) -> Result<Elicitation, InputError> {
     match v.get("action").and_then(Value::as_str) {
-        Some("accept") => Ok(Elicitation::Accept(
-            v.get("content")
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default(),
-        )),
+        Some("accept") => match v.get("content") {
+            None | Some(Value::Null) => Ok(Elicitation::Accept(Default::default())),
+            Some(Value::Object(content)) => {
+                // The schema's values: a string, a number, a boolean, or a list of strings.
+                let bad = content.iter().find(|(_, value)| match value {
+                    Value::String(_) | Value::Number(_) | Value::Bool(_) => false,
+                    Value::Array(items) => !items.iter().all(Value::is_string),
+                    _ => true,
+                });
+                match bad {
+                    Some((key, _)) => Err(InputError::Malformed(format!(
+                        "an ElicitResult's content[{key:?}] must be a string, a number, a boolean or a list of strings"
+                    ))),
+                    None => Ok(Elicitation::Accept(content.clone())),
+                }
+            }
+            Some(other) => Err(InputError::Malformed(format!(
+                "an ElicitResult's content must be an object of the form's fields, got {}",
+                json_kind(other)
+            ))),
+        },
         Some("decline") => Ok(Elicitation::Decline),
         Some("cancel") => Ok(Elicitation::Cancel),
         _ => Err(InputError::Malformed(format!(

@@ -743,6 +743,25 @@ async fn a_malformed_answer_rejects_the_whole_update() {
         )
         .await;
     assert_eq!(r.code(), -32602);
+    // An accept whose content is not an object of the form's fields is malformed too.
+    for content in [json!("str"), json!([1]), json!({"name": {"x": 1}})] {
+        let r = c
+            .call(
+                "tasks/update",
+                json!({"taskId": id, "inputResponses": {
+                keys[0].clone(): {"action": "accept", "content": content}}}),
+            )
+            .await;
+        assert_eq!(r.code(), -32602, "{content}");
+        assert!(
+            r.body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("content"),
+            "{}",
+            r.body
+        );
+    }
     let t = c
         .call("tasks/get", json!({"taskId": id}))
         .await

@@ -231,6 +231,25 @@ async fn unknown_and_repeated_answers_are_rejected_and_change_nothing() {
         .respond(&req["id"], json!({"content": {"name": "x"}}))
         .await;
     assert_eq!(status, 400, "{body}");
+    // Content that is not the form's fields (an object of strings, numbers, booleans, string
+    // lists) is malformed too, whatever the action says.
+    for content in [
+        json!("str"),
+        json!(["name", "x"]),
+        json!(7),
+        json!({"name": {"nested": true}}),
+        json!({"tags": [1, 2]}),
+    ] {
+        let (status, body) = c
+            .respond(&req["id"], json!({"action": "accept", "content": content}))
+            .await;
+        assert_eq!(status, 400, "{content}: {body}");
+        assert!(body.contains("-32602"), "{body}");
+        assert!(
+            body.contains("content"),
+            "the message names the content: {body}"
+        );
+    }
     assert_eq!(
         c.respond(
             &req["id"],

@@ -357,3 +357,76 @@ async fn too_many_or_too_large_headers_get_a_431_with_a_json_rpc_error() {
         );
     }
 }
+
+/// Writes `request` on a fresh connection and reads the whole answer (the server closes it).
+async fn raw(url: &str, request: &[u8]) -> (u16, String, Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // The server may answer (and close) before it has read everything of a huge request.
+    let _ = tcp.write_all(request).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        tcp.read_to_end(&mut answer),
+    )
+    .await
+    .expect("the server answers and closes");
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {head:?}"));
+    let body: Value = serde_json::from_str(body)
+        .unwrap_or_else(|e| panic!("not a JSON body ({e}): {head:?} {body:?}"));
+    (status, head.to_string(), body)
+}
+
+#[tokio::test]
+async fn requests_hyper_cannot_read_still_get_a_json_rpc_error() {
+    let s = start_demo().await;
+    let big = format!(
+        "POST /mcp HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(1 << 20)
+    );
+    let cases: Vec<(&str, Vec<u8>, u16)> = vec![
+        (
+            "a byte not allowed in a header",
+            b"POST /mcp HTTP/1.1\r\nHost: x\r\nX-Bad: \xff\x00\r\nContent-Length: 2\r\n\r\n{}"
+                .to_vec(),
+            400,
+        ),
+        (
+            "two Content-Length headers that disagree",
+            b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}"
+                .to_vec(),
+            400,
+        ),
+        ("a 1 MiB header", big.into_bytes(), 431),
+        ("not HTTP at all", b"GARBAGE\r\n\r\n".to_vec(), 400),
+    ];
+    for (what, request, want) in cases {
+        let (status, head, body) = raw(&s.url, &request).await;
+        assert_eq!(status, want, "{what}: {head}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("content-type: application/json"),
+            "{what}: {head}"
+        );
+        assert_eq!(body["jsonrpc"], "2.0", "{what}");
+        assert_eq!(body["error"]["code"], -32600, "{what}: {body}");
+        assert!(body["error"]["message"].is_string(), "{what}");
+    }
+    // Answers of the router itself on the same kind of connection are untouched.
+    let (status, _, body) = raw(
+        &s.url,
+        b"GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(status, 404);
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("nothing is served"));
+}

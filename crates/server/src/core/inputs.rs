@@ -399,9 +399,9 @@ impl Server {
             let Some(input) = open.get(&key) else {
                 continue;
             };
-            if check_answer_shape(&input.method, &value).is_err() {
+            if let Err(why) = check_answer_shape(&input.method, &value) {
                 return Err(ErrorObject::invalid_params(format!(
-                    "{method}: inputResponses[{key:?}] is not an ElicitResult (action accept, decline or cancel); nothing was applied"
+                    "{method}: inputResponses[{key:?}] is not an ElicitResult ({why}); nothing was applied"
                 ))
                 .into());
             }

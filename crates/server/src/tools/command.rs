@@ -12,7 +12,13 @@
 //!
 //! The answer line is the `ElicitResult`: `{"action":"accept","content":{…}}`, `{"action":"decline"}` or
 //! `{"action":"cancel"}`; when the question cannot be asked (the client has no elicitation capability,
-//! the task was cancelled) it is `{"action":"cancel","error":"why"}`.
+//! the task was cancelled, the `::ask` line is longer than 64 KiB) it is
+//! `{"action":"cancel","error":"why"}`. A directive line longer than 64 KiB is not applied: the server
+//! logs it and tells the client (a warning log message).
+//!
+//! Progress and status reports are applied at most every 100 ms, the latest of each winning (and the
+//! last ones when the program ends): a program may print a line per item without making the server
+//! write each one.
 //! Exit code 0 gives a normal result; any other exit code, a timeout or a failure to start gives a
 //! result with `isError: true`. Cancellation sends SIGTERM to the program's process group and SIGKILL
 //! after the grace period.
@@ -210,6 +216,17 @@ impl Captured {
     }
 }
 
+/// The word of a directive line (`ask` of `::ask {…}`), for messages about it.
+fn directive_word(line: &[u8]) -> String {
+    let rest = line.strip_prefix(b"::").unwrap_or(line);
+    let end = rest
+        .iter()
+        .position(|b| !b.is_ascii_alphanumeric() && *b != b'_')
+        .unwrap_or(rest.len())
+        .min(32);
+    String::from_utf8_lossy(&rest[..end]).into_owned()
+}
+
 enum Directive {
     Progress(f64, Option<f64>, Option<String>),
     Status(String),
@@ -249,15 +266,28 @@ fn parse_directive(line: &str) -> Option<Directive> {
     }
 }
 
-/// Reads a stream in chunks and sends complete lines (newline stripped), splitting over-long lines.
+/// Longest line read as one: a directive longer than this is refused (see [`Piece::Head`]).
+const MAX_LINE: usize = 64 * 1024;
+
+/// What a program's output stream delivers, a line at a time.
+enum Piece {
+    /// A whole line (newline included, unless the stream ended without one).
+    Line(Vec<u8>),
+    /// The first [`MAX_LINE`] bytes of a line longer than that; the rest follows as `Rest`.
+    Head(Vec<u8>),
+    /// More of an over-long line (the last one ends with its newline).
+    Rest(Vec<u8>),
+}
+
+/// Reads a stream in chunks and sends its lines, an over-long line as its head and then the rest.
 async fn read_lines(
     mut r: impl AsyncRead + Unpin,
-    tx: mpsc::Sender<(bool, Vec<u8>)>,
+    tx: mpsc::Sender<(bool, Piece)>,
     is_stdout: bool,
 ) {
-    const MAX_LINE: usize = 64 * 1024;
     let mut buf = vec![0u8; 8192];
     let mut line = Vec::new();
+    let mut overlong = false;
     loop {
         let n = match r.read(&mut buf).await {
             Ok(0) | Err(_) => break,
@@ -265,18 +295,77 @@ async fn read_lines(
         };
         for &b in &buf[..n] {
             line.push(b);
-            if (b == b'\n' || line.len() >= MAX_LINE)
-                && tx
-                    .send((is_stdout, std::mem::take(&mut line)))
-                    .await
-                    .is_err()
-            {
-                return;
+            let piece = if b == b'\n' {
+                let whole = std::mem::take(&mut line);
+                Some(if std::mem::take(&mut overlong) {
+                    Piece::Rest(whole)
+                } else {
+                    Piece::Line(whole)
+                })
+            } else if line.len() >= MAX_LINE {
+                let part = std::mem::take(&mut line);
+                Some(if std::mem::replace(&mut overlong, true) {
+                    Piece::Rest(part)
+                } else {
+                    Piece::Head(part)
+                })
+            } else {
+                None
+            };
+            if let Some(piece) = piece {
+                if tx.send((is_stdout, piece)).await.is_err() {
+                    return;
+                }
             }
         }
     }
     if !line.is_empty() {
-        let _ = tx.send((is_stdout, line)).await;
+        let piece = if overlong {
+            Piece::Rest(line)
+        } else {
+            Piece::Line(line)
+        };
+        let _ = tx.send((is_stdout, piece)).await;
+    }
+}
+
+/// How often a command's progress and status reports reach the task at most: within a window the
+/// latest wins, so a program that prints a line per item costs the store a write per window, not
+/// per line.
+const REPORT_EVERY: Duration = Duration::from_millis(100);
+
+/// Progress and status reports not yet applied (the latest of each).
+#[derive(Default)]
+struct Reports {
+    progress: Option<(f64, Option<f64>, Option<String>)>,
+    status: Option<String>,
+    /// When the last reports were applied.
+    applied: Option<tokio::time::Instant>,
+}
+
+impl Reports {
+    /// Whether a report now goes out at once (none went out within the window).
+    fn due(&self) -> bool {
+        self.applied.is_none_or(|t| t.elapsed() >= REPORT_EVERY)
+    }
+
+    /// When the held reports are to be applied, if any are held.
+    fn flush_at(&self) -> Option<tokio::time::Instant> {
+        (self.progress.is_some() || self.status.is_some()).then(|| {
+            self.applied
+                .map_or_else(tokio::time::Instant::now, |t| t + REPORT_EVERY)
+        })
+    }
+
+    /// Applies what is held: the status first (a message about what follows), then progress.
+    async fn apply(&mut self, ctx: &TaskContext) {
+        if let Some(s) = self.status.take() {
+            ctx.status(s).await;
+        }
+        if let Some((d, t, m)) = self.progress.take() {
+            ctx.progress(d, t, m).await;
+        }
+        self.applied = Some(tokio::time::Instant::now());
     }
 }
 
@@ -374,6 +463,9 @@ impl TaskHandler for CommandHandler {
         let mut stopped: Option<&'static str> = None;
         let mut kill_at: Option<tokio::time::Instant> = None;
         let mut streams_open = true;
+        let mut reports = Reports::default();
+        // The rest of an over-long line on stdout: dropped when the line was a directive.
+        let mut skip_rest = false;
         let status = loop {
             let kill_timer = async {
                 match kill_at {
@@ -381,15 +473,34 @@ impl TaskHandler for CommandHandler {
                     None => std::future::pending().await,
                 }
             };
+            let flush_at = reports.flush_at();
+            let flush_timer = async {
+                match flush_at {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 line = rx.recv(), if streams_open => match line {
-                    Some((true, bytes)) => {
+                    Some((true, Piece::Line(bytes))) => {
                         let text = String::from_utf8_lossy(&bytes);
                         match parse_directive(text.trim_end_matches(['\n', '\r'])) {
-                            Some(Directive::Progress(d, t, m)) => ctx.progress(d, t, m).await,
-                            Some(Directive::Status(s)) => ctx.status(s).await,
+                            Some(Directive::Progress(d, t, m)) => {
+                                reports.progress = Some((d, t, m));
+                                if reports.due() {
+                                    reports.apply(&ctx).await;
+                                }
+                            }
+                            Some(Directive::Status(s)) => {
+                                reports.status = Some(s);
+                                if reports.due() {
+                                    reports.apply(&ctx).await;
+                                }
+                            }
                             Some(Directive::Log(level, m)) => ctx.log(level, json!(m)).await,
                             Some(Directive::Ask(message, schema)) => {
+                                // What the program was told before it asks is on the task first.
+                                reports.apply(&ctx).await;
                                 let ctx = ctx.clone();
                                 let tx = answer_tx.clone();
                                 tokio::spawn(async move {
@@ -405,9 +516,30 @@ impl TaskHandler for CommandHandler {
                             None => stdout.push(&bytes, cap),
                         }
                     }
-                    Some((false, bytes)) => stderr.push(&bytes, cap),
+                    Some((true, Piece::Head(bytes))) => {
+                        skip_rest = bytes.starts_with(b"::");
+                        if skip_rest {
+                            let word = directive_word(&bytes);
+                            tracing::warn!(tool = %spec.name, directive = %word, limit = MAX_LINE, "a directive line is too long; it was not applied");
+                            let why = format!("the ::{word} line is longer than {MAX_LINE} bytes, the limit for a directive; it was not applied");
+                            ctx.log(LogLevel::Warning, json!(format!("{}: {why}", spec.name))).await;
+                            if word == "ask" {
+                                // The program waits for an answer line: it gets one that says why.
+                                let _ = answer_tx.try_send(json!({"action": "cancel", "error": why}).to_string());
+                            }
+                        } else {
+                            stdout.push(&bytes, cap);
+                        }
+                    }
+                    Some((true, Piece::Rest(bytes))) => {
+                        if !skip_rest {
+                            stdout.push(&bytes, cap);
+                        }
+                    }
+                    Some((false, Piece::Line(bytes) | Piece::Head(bytes) | Piece::Rest(bytes))) => stderr.push(&bytes, cap),
                     None => streams_open = false,
                 },
+                () = flush_timer => reports.apply(&ctx).await,
                 Some(answer) = answers.recv() => {
                     if let Some(pipe) = stdin.as_mut() {
                         use tokio::io::AsyncWriteExt;
@@ -435,18 +567,32 @@ impl TaskHandler for CommandHandler {
             }
         };
         // The program is gone; take what is left in the pipes (bounded by the readers' end of input).
-        while let Ok(Some((is_out, bytes))) =
+        while let Ok(Some((is_out, piece))) =
             tokio::time::timeout(Duration::from_millis(200), rx.recv()).await
         {
-            if is_out {
-                let text = String::from_utf8_lossy(&bytes);
-                if parse_directive(text.trim_end_matches(['\n', '\r'])).is_none() {
-                    stdout.push(&bytes, cap);
+            match (is_out, piece) {
+                (true, Piece::Line(bytes)) => {
+                    let text = String::from_utf8_lossy(&bytes);
+                    match parse_directive(text.trim_end_matches(['\n', '\r'])) {
+                        Some(Directive::Progress(d, t, m)) => reports.progress = Some((d, t, m)),
+                        Some(Directive::Status(s)) => reports.status = Some(s),
+                        Some(_) => {}
+                        None => stdout.push(&bytes, cap),
+                    }
                 }
-            } else {
-                stderr.push(&bytes, cap);
+                (true, Piece::Head(bytes)) => {
+                    skip_rest = bytes.starts_with(b"::");
+                    if !skip_rest {
+                        stdout.push(&bytes, cap);
+                    }
+                }
+                (true, Piece::Rest(bytes)) if !skip_rest => stdout.push(&bytes, cap),
+                (true, Piece::Rest(_)) => {}
+                (false, Piece::Line(b) | Piece::Head(b) | Piece::Rest(b)) => stderr.push(&b, cap),
             }
         }
+        // The last reports count: the task's progress is where the program left it.
+        reports.apply(&ctx).await;
         // Anything the program left running in its group goes too.
         stop_group(pid, Signal::SIGKILL);
         let code = status.as_ref().ok().and_then(|s| s.code());

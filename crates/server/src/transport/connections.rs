@@ -164,10 +164,13 @@ pub(crate) async fn serve(
             head_since_ms: AtomicU64::new(NOT_STARTED),
             last_read_ms: AtomicU64::new(started.elapsed().as_millis() as u64),
             evict: tokio::sync::Notify::new(),
+            responses: AtomicUsize::new(0),
+            heads: AtomicUsize::new(0),
         });
         let io = TokioIo::new(Watched {
             inner: tcp,
             activity: activity.clone(),
+            replaced: None,
         });
         let service = hyper_util::service::TowerToHyperService::new(PerConnection {
             app: app.clone(),
@@ -223,6 +226,10 @@ struct Activity {
     last_read_ms: AtomicU64,
     /// Told to close: its place is given to a new connection.
     evict: tokio::sync::Notify,
+    /// Responses the router made, and response heads written: a head beyond the responses made is
+    /// one hyper wrote itself, for a request it could not read.
+    responses: AtomicUsize,
+    heads: AtomicUsize,
 }
 
 impl Activity {
@@ -329,10 +336,87 @@ impl Open {
     }
 }
 
-/// A connection's socket, noting when bytes arrive.
+/// A connection's socket, noting when bytes arrive, and giving hyper's own error answers (a
+/// request it could not read: a byte not allowed in a header, conflicting `Content-Length`s,
+/// headers too large) a JSON-RPC body like every other answer.
 struct Watched {
     inner: TcpStream,
     activity: Arc<Activity>,
+    /// A replacement answer being written, and how much of it has been.
+    replaced: Option<(Vec<u8>, usize)>,
+}
+
+impl Watched {
+    /// Writes what is left of a replacement answer; `Ready(Ok)` once it is all out.
+    fn drain_replaced(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        while let Some((bytes, done)) = &mut self.replaced {
+            if *done >= bytes.len() {
+                self.replaced = None;
+                break;
+            }
+            match Pin::new(&mut self.inner).poll_write(cx, &bytes[*done..]) {
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()))
+                }
+                Poll::Ready(Ok(n)) => *done += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// The JSON-RPC answer for a head hyper wrote itself (`buf` starts with it), when it is one.
+    fn replacement_for(&self, buf: &[u8]) -> Option<Vec<u8>> {
+        // hyper's own answers: an error status, no body.
+        let empty = buf.windows(21).any(|w| w == b"\r\ncontent-length: 0\r\n");
+        if !buf.starts_with(b"HTTP/1.") || !empty || !matches!(buf.get(9), Some(b'4' | b'5')) {
+            return None;
+        }
+        let a = &self.activity;
+        let heads = a.heads.fetch_add(1, Ordering::Relaxed) + 1;
+        if heads <= a.responses.load(Ordering::Relaxed) {
+            return None; // one of the router's
+        }
+        let status = buf.get(9..12).and_then(|c| std::str::from_utf8(c).ok())?;
+        let status: u16 = status.parse().ok()?;
+        Some(error_answer(status))
+    }
+}
+
+/// What hyper's own error statuses mean, as a complete HTTP/1.1 answer with a JSON-RPC error.
+fn error_answer(status: u16) -> Vec<u8> {
+    let (reason, message) = match status {
+        400 => (
+            "Bad Request",
+            "the request could not be read as HTTP: a malformed request line or header (a byte \
+             not allowed in a header, conflicting Content-Length headers)",
+        ),
+        408 => (
+            "Request Timeout",
+            "the request's headers did not arrive in time",
+        ),
+        414 => ("URI Too Long", "the request's path is too long"),
+        431 => (
+            "Request Header Fields Too Large",
+            "the request's headers are too large to read (at most 64 KiB are accepted)",
+        ),
+        505 => (
+            "HTTP Version Not Supported",
+            "only HTTP/1.1 and HTTP/2 are served",
+        ),
+        _ => ("Error", "the request could not be read as HTTP"),
+    };
+    let body = mcp_tasks_protocol::jsonrpc::Message::error(
+        None,
+        mcp_tasks_protocol::jsonrpc::ErrorObject::invalid_request(message),
+    )
+    .to_json();
+    format!(
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
 }
 
 impl AsyncRead for Watched {
@@ -367,20 +451,59 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let this = &mut *self;
+        if let Poll::Ready(Err(e)) = this.drain_replaced(cx) {
+            return Poll::Ready(Err(e));
+        }
+        if this.replaced.is_some() {
+            return Poll::Pending;
+        }
+        if let Some(answer) = this.replacement_for(buf) {
+            // hyper's head and empty body are taken as written; ours goes out instead.
+            this.replaced = Some((answer, 0));
+            if let Poll::Ready(Err(e)) = this.drain_replaced(cx) {
+                return Poll::Ready(Err(e));
+            }
+            return Poll::Ready(Ok(buf.len()));
+        }
+        Pin::new(&mut this.inner).poll_write(cx, buf)
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let this = &mut *self;
+        match this.drain_replaced(cx) {
+            Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_flush(cx),
+            other => other,
+        }
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        let this = &mut *self;
+        match this.drain_replaced(cx) {
+            Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_shutdown(cx),
+            other => other,
+        }
     }
     fn poll_write_vectored(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let this = &mut *self;
+        if let Poll::Ready(Err(e)) = this.drain_replaced(cx) {
+            return Poll::Ready(Err(e));
+        }
+        if this.replaced.is_some() {
+            return Poll::Pending;
+        }
+        // A head is the first slice of what hyper writes.
+        let first = bufs.iter().find(|b| !b.is_empty());
+        if let Some(answer) = first.and_then(|b| this.replacement_for(b)) {
+            this.replaced = Some((answer, 0));
+            if let Poll::Ready(Err(e)) = this.drain_replaced(cx) {
+                return Poll::Ready(Err(e));
+            }
+            return Poll::Ready(Ok(bufs.iter().map(|b| b.len()).sum()));
+        }
+        Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
     }
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
@@ -409,12 +532,14 @@ impl tower_service::Service<http::Request<Incoming>> for PerConnection {
         let mut req = req.map(Body::new);
         req.extensions_mut().insert(ConnectInfo(self.addr));
         let busy = Busy::new(self.activity.clone());
+        let activity = self.activity.clone();
         let mut app = self.app.clone();
         Box::pin(async move {
             let resp = match tower_service::Service::call(&mut app, req).await {
                 Ok(r) => r,
                 Err(never) => match never {},
             };
+            activity.responses.fetch_add(1, Ordering::Relaxed);
             Ok(resp.map(|body| Tracked { body, _busy: busy }))
         })
     }
