@@ -85,6 +85,7 @@ pub async fn ours(
         calls_per_minute: None,
         max_plain_calls: 1_000_000,
         max_streams: 1_000_000,
+        max_running_bytes: u64::MAX,
     };
     if auth {
         let jwks = crate::credentials::serve_key_set().await?;

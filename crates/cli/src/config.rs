@@ -49,6 +49,8 @@ pub struct AuthSection {
     /// Streams one anonymous client address may hold open (GET streams, subscriptions/listen,
     /// blocking tasks/result; default 128).
     pub anonymous_max_streams: Option<usize>,
+    /// Bytes of arguments one anonymous client address's running tasks may hold (default 64 MiB).
+    pub anonymous_max_running_bytes: Option<u64>,
     /// Sessions one anonymous client address may open per minute (default 60).
     pub anonymous_sessions_per_minute: Option<u32>,
     /// Sessions all anonymous callers together may open per minute (default 1200).
@@ -98,6 +100,8 @@ pub struct OAuthSection {
     pub max_plain_calls: Option<usize>,
     /// Streams each OAuth user may hold open (default 128).
     pub max_streams: Option<usize>,
+    /// Bytes of arguments each OAuth user's running tasks may hold (default 64 MiB).
+    pub max_running_bytes: Option<u64>,
     /// The scope that makes a token's user an operator (admin API, dashboard, metrics); default
     /// none: OAuth users are never operators.
     pub operator_scope: Option<String>,
@@ -162,6 +166,7 @@ impl OAuthSection {
             calls_per_minute: self.calls_per_minute.or(d.calls_per_minute),
             max_plain_calls: self.max_plain_calls.unwrap_or(d.max_plain_calls),
             max_streams: self.max_streams.unwrap_or(d.max_streams),
+            max_running_bytes: self.max_running_bytes.unwrap_or(d.max_running_bytes),
         };
         config.check().map_err(anyhow::Error::msg)?;
         Ok(config)
@@ -185,6 +190,8 @@ pub struct KeyEntry {
     /// Streams this principal may hold open (GET streams, subscriptions/listen, blocking
     /// tasks/result; default 128).
     pub max_streams: Option<usize>,
+    /// Bytes of arguments this principal's running tasks may hold together (default 64 MiB).
+    pub max_running_bytes: Option<u64>,
     /// The key also opens the admin API and the dashboard.
     #[serde(default)]
     pub operator: bool,
@@ -220,6 +227,7 @@ impl AuthSection {
                     calls_per_minute: k.calls_per_minute.or(defaults.calls_per_minute),
                     max_plain_calls: k.max_plain_calls.unwrap_or(defaults.max_plain_calls),
                     max_streams: k.max_streams.unwrap_or(defaults.max_streams),
+                    max_running_bytes: k.max_running_bytes.unwrap_or(defaults.max_running_bytes),
                 },
                 scopes: k.scopes.clone(),
             });
@@ -252,6 +260,9 @@ impl AuthSection {
                     .anonymous_max_plain_calls
                     .unwrap_or(defaults.max_plain_calls),
                 max_streams: self.anonymous_max_streams.unwrap_or(defaults.max_streams),
+                max_running_bytes: self
+                    .anonymous_max_running_bytes
+                    .unwrap_or(defaults.max_running_bytes),
             },
             anonymous_sessions: {
                 let d = base.anonymous_sessions;
@@ -415,8 +426,11 @@ pub fn default_sqlite_path() -> PathBuf {
 /// A parsed `--store` value.
 #[derive(Debug, PartialEq)]
 pub enum StoreUrl {
-    /// `memory:`.
-    Memory,
+    /// `memory:`, or `memory:?max_finished=N`: keep at most N finished tasks (default 50,000).
+    Memory {
+        /// Finished tasks kept at most; past it the one that finished first goes.
+        max_finished: usize,
+    },
     /// `sqlite://PATH` (or a bare path).
     Sqlite(PathBuf),
     /// `postgres://…` or `postgresql://…`, as given.
@@ -427,7 +441,21 @@ impl StoreUrl {
     /// Parses `memory:`, `sqlite://PATH`, `sqlite:PATH`, `postgres://…` or a bare file path.
     pub fn parse(s: &str) -> Result<StoreUrl> {
         if s == "memory:" || s == "memory" {
-            return Ok(StoreUrl::Memory);
+            return Ok(StoreUrl::Memory {
+                max_finished: mcp_tasks_engine::store::memory::DEFAULT_MAX_FINISHED,
+            });
+        }
+        if let Some(query) = s.strip_prefix("memory:?") {
+            let n = query
+                .strip_prefix("max_finished=")
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|n| *n > 0)
+                .with_context(|| {
+                    format!(
+                        "unsupported store {s:?}: use memory: or memory:?max_finished=N (N ≥ 1)"
+                    )
+                })?;
+            return Ok(StoreUrl::Memory { max_finished: n });
         }
         if let Some(p) = s
             .strip_prefix("sqlite://")
@@ -454,7 +482,18 @@ mod tests {
 
     #[test]
     fn store_urls_parse() {
-        assert_eq!(StoreUrl::parse("memory:").unwrap(), StoreUrl::Memory);
+        assert_eq!(
+            StoreUrl::parse("memory:").unwrap(),
+            StoreUrl::Memory {
+                max_finished: 50_000
+            }
+        );
+        assert_eq!(
+            StoreUrl::parse("memory:?max_finished=10").unwrap(),
+            StoreUrl::Memory { max_finished: 10 }
+        );
+        assert!(StoreUrl::parse("memory:?max_finished=0").is_err());
+        assert!(StoreUrl::parse("memory:?size=3").is_err());
         assert_eq!(
             StoreUrl::parse("sqlite:///tmp/x.db").unwrap(),
             StoreUrl::Sqlite("/tmp/x.db".into())

@@ -213,9 +213,12 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
         None => StoreUrl::Sqlite(default_sqlite_path()),
     };
     let store: Arc<dyn TaskStore> = match &store_url {
-        StoreUrl::Memory => {
-            tracing::warn!("using the in-memory store: tasks are lost when the server stops");
-            Arc::new(MemoryStore::new())
+        StoreUrl::Memory { max_finished } => {
+            tracing::warn!(
+                max_finished,
+                "using the in-memory store: tasks are lost when the server stops"
+            );
+            Arc::new(MemoryStore::with_max_finished(*max_finished))
         }
         StoreUrl::Sqlite(path) => {
             let s = SqliteStore::open(path)

@@ -6,38 +6,52 @@ use sha2::{Digest, Sha256};
 /// Digest of a tool call (tool name + canonical JSON of the arguments, so key order does not matter):
 /// tells a retry from different work under the same idempotency key, and binds state to one call.
 pub fn fingerprint(tool: &str, arguments: &Value) -> String {
-    fn canonical(v: &Value, out: &mut String) {
+    /// Feeds what is written straight to the digest: large arguments are never copied into a
+    /// canonical text first.
+    struct Digesting(Sha256);
+    impl std::io::Write for Digesting {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.update(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    fn canonical(v: &Value, out: &mut Digesting) {
+        use std::io::Write as _;
+        // Writing to a digest cannot fail, and a Value always serializes.
         match v {
             Value::Object(m) => {
                 let mut keys: Vec<_> = m.keys().collect();
                 keys.sort();
-                out.push('{');
+                let _ = out.write_all(b"{");
                 for k in keys {
-                    out.push_str(&Value::String(k.clone()).to_string());
-                    out.push(':');
+                    let _ = serde_json::to_writer(&mut *out, k);
+                    let _ = out.write_all(b":");
                     canonical(&m[k], out);
-                    out.push(',');
+                    let _ = out.write_all(b",");
                 }
-                out.push('}');
+                let _ = out.write_all(b"}");
             }
             Value::Array(a) => {
-                out.push('[');
+                let _ = out.write_all(b"[");
                 for x in a {
                     canonical(x, out);
-                    out.push(',');
+                    let _ = out.write_all(b",");
                 }
-                out.push(']');
+                let _ = out.write_all(b"]");
             }
-            other => out.push_str(&other.to_string()),
+            other => {
+                let _ = serde_json::to_writer(&mut *out, other);
+            }
         }
     }
-    let mut text = String::new();
-    canonical(arguments, &mut text);
-    let mut h = Sha256::new();
-    h.update(tool.as_bytes());
-    h.update([0]);
-    h.update(text.as_bytes());
-    hex::encode(h.finalize())
+    let mut h = Digesting(Sha256::new());
+    h.0.update(tool.as_bytes());
+    h.0.update([0]);
+    canonical(arguments, &mut h);
+    hex::encode(h.0.finalize())
 }
 
 #[cfg(test)]
@@ -56,5 +70,15 @@ mod tests {
         );
         assert_eq!(a, b);
         assert_ne!(a, fingerprint("u", &serde_json::json!({"a": 1})));
+        // The digest of the canonical text (fingerprints are stored: they must not change).
+        assert_eq!(
+            fingerprint(
+                "t",
+                &serde_json::json!({"b": "x\"y", "a": [1.5, null, true]})
+            ),
+            hex::encode(Sha256::digest(
+                b"t\0{\"a\":[1.5,null,true,],\"b\":\"x\\\"y\",}"
+            ))
+        );
     }
 }

@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 use serde_json::Value;
+use std::sync::Arc;
 
 use crate::context::TaskContext;
 use crate::model::Outcome;
@@ -12,6 +13,7 @@ use crate::model::Outcome;
 /// does not is dropped after [`EngineConfig::cancel_grace`](crate::EngineConfig::cancel_grace).
 #[async_trait]
 pub trait TaskHandler: Send + Sync + 'static {
-    /// Runs the work.
-    async fn run(&self, ctx: TaskContext, arguments: Value) -> Outcome;
+    /// Runs the work. The arguments are the task's own (shared with its record, however large):
+    /// read them in place, or clone what must be owned.
+    async fn run(&self, ctx: TaskContext, arguments: Arc<Value>) -> Outcome;
 }

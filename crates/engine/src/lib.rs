@@ -12,9 +12,9 @@
 //! struct Echo;
 //! #[async_trait::async_trait]
 //! impl TaskHandler for Echo {
-//!     async fn run(&self, ctx: TaskContext, args: serde_json::Value) -> Outcome {
+//!     async fn run(&self, ctx: TaskContext, args: Arc<serde_json::Value>) -> Outcome {
 //!         ctx.progress(1.0, Some(1.0), None).await;
-//!         Outcome::Result { value: args, is_error: false }
+//!         Outcome::Result { value: (*args).clone(), is_error: false }
 //!     }
 //! }
 //!
@@ -51,8 +51,8 @@ pub use fingerprint::fingerprint;
 pub use handler::TaskHandler;
 pub use ids::random_id;
 pub use model::{
-    ActiveLimit, Among, InputRecord, InputResponse, NewTask, Outcome, TaskRecord, TaskStatus,
-    Transition,
+    ActiveLimit, Among, HeldLimit, InputRecord, InputResponse, NewTask, Outcome, TaskRecord,
+    TaskStatus, Transition,
 };
 pub use notifier::{Notifier, Relayed, TaskEvent, TaskSubscription};
 pub use rules::{OutcomeRules, PlainRules};

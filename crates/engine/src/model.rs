@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
+use std::sync::Arc;
 
 /// Where a task is in its life. `working ⇄ input_required → {completed | failed | cancelled}`;
 /// the three terminal states are final.
@@ -135,8 +136,9 @@ pub struct TaskRecord {
     pub era: String,
     /// The tool (handler) name.
     pub tool: String,
-    /// The handler's arguments.
-    pub arguments: Value,
+    /// The handler's arguments, shared: every copy of the record (the store's, the events', the
+    /// runner's) points at one value, however large.
+    pub arguments: Arc<Value>,
     /// Wire metadata the server needs again later (e.g. a progress token). Opaque to the engine.
     pub request_meta: Value,
     /// Current status.
@@ -214,6 +216,21 @@ pub struct NewTask {
     pub idempotency_key: Option<String>,
     /// Refuse the task when its owner already has this many unfinished tasks.
     pub active_limit: Option<ActiveLimit>,
+    /// Count what the task holds while it runs on this node (its arguments' size) under a key, and
+    /// refuse it when the key's runs would hold more than a maximum.
+    pub held: Option<HeldLimit>,
+}
+
+/// A cap on what the runs of one key (a principal) hold on this node at once, checked when a task is
+/// submitted: its `bytes` count from then until its run ends here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldLimit {
+    /// Whose runs.
+    pub key: String,
+    /// What this task holds (e.g. its arguments' size in bytes).
+    pub bytes: u64,
+    /// At most this much for the key's runs together.
+    pub max: u64,
 }
 
 /// A cap on unfinished tasks, checked atomically with a create.
@@ -265,6 +282,7 @@ impl NewTask {
             retain_after_finish_ms: None,
             idempotency_key: None,
             active_limit: None,
+            held: None,
         }
     }
 }

@@ -42,7 +42,7 @@ struct Sleepy {
 
 #[async_trait]
 impl TaskHandler for Sleepy {
-    async fn run(&self, ctx: TaskContext, args: Value) -> Outcome {
+    async fn run(&self, ctx: TaskContext, args: std::sync::Arc<Value>) -> Outcome {
         ctx.progress(1.0, Some(2.0), None).await;
         if self.obey_cancel {
             tokio::select! {
@@ -63,7 +63,7 @@ impl TaskHandler for Sleepy {
 struct Panics;
 #[async_trait]
 impl TaskHandler for Panics {
-    async fn run(&self, _ctx: TaskContext, _args: Value) -> Outcome {
+    async fn run(&self, _ctx: TaskContext, _args: std::sync::Arc<Value>) -> Outcome {
         panic!("boom")
     }
 }
@@ -71,7 +71,7 @@ impl TaskHandler for Panics {
 struct Counting(Arc<AtomicUsize>);
 #[async_trait]
 impl TaskHandler for Counting {
-    async fn run(&self, _ctx: TaskContext, _args: Value) -> Outcome {
+    async fn run(&self, _ctx: TaskContext, _args: std::sync::Arc<Value>) -> Outcome {
         self.0.fetch_add(1, Ordering::SeqCst);
         Outcome::Result {
             value: json!({"content": []}),
@@ -372,7 +372,7 @@ struct Asks(tokio::sync::mpsc::UnboundedSender<Result<(), InputError>>);
 
 #[async_trait]
 impl TaskHandler for Asks {
-    async fn run(&self, ctx: TaskContext, args: Value) -> Outcome {
+    async fn run(&self, ctx: TaskContext, args: std::sync::Arc<Value>) -> Outcome {
         let params = json!({"blob": "x".repeat(args["len"].as_u64().unwrap() as usize)});
         let asked = ctx.request_input("ask", params).await.map(|_| ());
         let _ = self.0.send(asked);
@@ -438,7 +438,7 @@ struct Reports;
 
 #[async_trait]
 impl TaskHandler for Reports {
-    async fn run(&self, ctx: TaskContext, _args: Value) -> Outcome {
+    async fn run(&self, ctx: TaskContext, _args: std::sync::Arc<Value>) -> Outcome {
         ctx.progress(1.0, Some(10.0), None).await;
         ctx.progress(1.0, Some(10.0), None).await; // changes nothing
         ctx.progress(1.0, Some(20.0), None).await; // only the total
@@ -552,7 +552,7 @@ struct Resumable;
 
 #[async_trait]
 impl TaskHandler for Resumable {
-    async fn run(&self, ctx: TaskContext, _args: Value) -> Outcome {
+    async fn run(&self, ctx: TaskContext, _args: std::sync::Arc<Value>) -> Outcome {
         match ctx.checkpoint() {
             Some(saved) => Outcome::Result {
                 value: json!({"content": [], "resumedFrom": saved}),

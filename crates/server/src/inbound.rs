@@ -9,9 +9,9 @@ use mcp_tasks_protocol::jsonrpc::{ErrorObject, Message, Notification, Request, R
 use serde_json::Value;
 use std::sync::Arc;
 
+use crate::core::streams::StreamSender;
 use crate::core::{Era, Failure, Peer, Reply, Server};
 use crate::session::Session;
-use crate::transport::streams::StreamSender;
 use crate::wire::{async_tools, era_2025, era_2026};
 
 /// Which transport a message came over.
@@ -72,7 +72,7 @@ impl Server {
                 server.announced(&task, &crate::wire::notifications_for);
             }
         });
-        self.start_peering();
+        self.start_peering(crate::wire::notifications_for);
         let mut events = self.engine().notifier().subscribe_all();
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -174,7 +174,7 @@ impl Server {
         &self,
         session: &str,
         tx: StreamSender,
-    ) -> crate::transport::streams::StreamGuard {
+    ) -> crate::core::streams::StreamGuard {
         self.open_standalone_with(session, tx, &crate::wire::notifications_for)
     }
 

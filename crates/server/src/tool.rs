@@ -150,8 +150,8 @@ where
         F: Fn(TaskContext, Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Outcome> + Send + 'static,
     {
-        async fn run(&self, ctx: TaskContext, arguments: Value) -> Outcome {
-            (self.0)(ctx, arguments).await
+        async fn run(&self, ctx: TaskContext, arguments: Arc<Value>) -> Outcome {
+            (self.0)(ctx, Arc::unwrap_or_clone(arguments)).await
         }
     }
     Arc::new(FnHandler(f))

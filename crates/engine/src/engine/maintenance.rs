@@ -278,7 +278,7 @@ impl Engine {
                 Some(reg) => {
                     tracing::info!(task = %rec.id, tool = %rec.tool, attempt = rec.attempt, "re-running interrupted task");
                     let handler = reg.handler.clone();
-                    self.spawn_run(&rec, handler);
+                    self.spawn_run(&rec, handler, None);
                     self.notifier.publish(TaskEvent::Changed(Arc::new(rec)));
                 }
                 // The plan re-runs only tools it found registered.

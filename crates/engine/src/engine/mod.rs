@@ -21,7 +21,7 @@ use crate::fingerprint::fingerprint;
 use crate::handler::TaskHandler;
 use crate::ids::{random_id, task_id};
 use crate::model::{
-    ActiveLimit, InputRecord, InputResponse, NewTask, Outcome, TaskRecord, TaskStatus,
+    ActiveLimit, HeldLimit, InputRecord, InputResponse, NewTask, Outcome, TaskRecord, TaskStatus,
 };
 use crate::notifier::{Notifier, TaskEvent};
 use crate::rules::{OutcomeRules, PlainRules};
@@ -108,6 +108,20 @@ pub enum EngineError {
     /// The store failed or rejected the write.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The key's running tasks already hold too much here (see [`HeldLimit`]).
+    #[error(
+        "the running tasks of {key} hold {held} bytes; {adding} more would pass the limit of {max}"
+    )]
+    TooMuchHeld {
+        /// Whose runs.
+        key: String,
+        /// What they hold now.
+        held: u64,
+        /// What this task would add.
+        adding: u64,
+        /// The limit.
+        max: u64,
+    },
 }
 
 /// A submitted task and whether it was new.
@@ -122,6 +136,24 @@ pub struct Submitted {
 /// Decides whether a task may send an input request to its client (e.g. only when the client declared
 /// the capability). Gets the task, the request method and params; `Err` explains why not.
 pub type InputGuard = Arc<dyn Fn(&TaskRecord, &str, &Value) -> Result<(), String> + Send + Sync>;
+
+/// What a run holds, counted under its key until dropped (when the run ends).
+pub(crate) struct HeldClaim {
+    held: Arc<DashMap<String, u64>>,
+    key: String,
+    bytes: u64,
+}
+
+impl Drop for HeldClaim {
+    fn drop(&mut self) {
+        if let dashmap::Entry::Occupied(mut e) = self.held.entry(self.key.clone()) {
+            *e.get_mut() = e.get().saturating_sub(self.bytes);
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
+    }
+}
 
 #[derive(Clone)]
 struct Registered {
@@ -192,6 +224,7 @@ impl EngineBuilder {
             handlers: std::sync::RwLock::new(self.handlers),
             shutdown: CancellationToken::new(),
             running: DashMap::new(),
+            held: Arc::default(),
             renew_now: tokio::sync::Notify::new(),
             stopper: std::sync::atomic::AtomicBool::new(false),
             order: DashMap::new(),
@@ -215,6 +248,8 @@ pub struct Engine {
     /// Tasks whose handler runs in this process (never recovered as orphans by this node), with the
     /// token that stops the handler (a child of `shutdown`).
     running: DashMap<String, CancellationToken>,
+    /// What the runs of each key hold here (see [`HeldLimit`]).
+    held: Arc<DashMap<String, u64>>,
     /// Whether the stopper (the node's one subscriber that stops handlers of finished tasks) runs.
     stopper: std::sync::atomic::AtomicBool,
     /// Asks the lease loop for a pass now (the stopper missed events and must find finished tasks).
@@ -368,7 +403,7 @@ impl Engine {
             session: new.session,
             era: new.era,
             tool: new.tool,
-            arguments: new.arguments,
+            arguments: Arc::new(new.arguments),
             request_meta: new.request_meta,
             status: TaskStatus::Working,
             status_message: None,
@@ -399,12 +434,41 @@ impl Engine {
             .registered(&new.tool)
             .ok_or_else(|| EngineError::UnknownTool(new.tool.clone()))?;
         let limit = new.active_limit.clone();
+        // Taken before the create, given back when the run ends (or now, when nothing runs).
+        let claim = match &new.held {
+            Some(h) => Some(self.hold(h)?),
+            None => None,
+        };
         let record = self.new_record(new);
         let submitted = self.store_new(record, limit).await?;
         if submitted.created {
-            self.spawn_run(&submitted.record, reg.handler.clone());
+            self.spawn_run(&submitted.record, reg.handler.clone(), claim);
         }
         Ok(submitted)
+    }
+
+    /// Counts `h.bytes` for `h.key`, or refuses when the key's runs would hold more than `h.max`.
+    fn hold(&self, h: &HeldLimit) -> Result<HeldClaim, EngineError> {
+        let mut held = self.held.entry(h.key.clone()).or_insert(0);
+        if h.bytes > 0 && held.saturating_add(h.bytes) > h.max {
+            return Err(EngineError::TooMuchHeld {
+                key: h.key.clone(),
+                held: *held,
+                adding: h.bytes,
+                max: h.max,
+            });
+        }
+        *held += h.bytes;
+        Ok(HeldClaim {
+            held: self.held.clone(),
+            key: h.key.clone(),
+            bytes: h.bytes,
+        })
+    }
+
+    /// What the runs of `key` hold here now (see [`HeldLimit`]).
+    pub fn held(&self, key: &str) -> u64 {
+        self.held.get(key).map_or(0, |n| *n)
     }
 
     /// Creates a task that is finished from the start with `outcome` (for calls that fail before any

@@ -22,7 +22,14 @@ impl Engine {
     /// Starts `rec`'s handler in the background. The run holds only what it needs (its sink, with
     /// the id, tool, principal and shown progress; the arguments), not the record: with 100,000
     /// tasks running, every byte of the run's future counts a hundred thousand times.
-    pub(super) fn spawn_run(self: &Arc<Self>, rec: &TaskRecord, handler: Arc<dyn TaskHandler>) {
+    /// Starts `rec`'s run; `claim` (what it holds, see [`HeldLimit`](crate::HeldLimit)) is given
+    /// back when the run ends.
+    pub(super) fn spawn_run(
+        self: &Arc<Self>,
+        rec: &TaskRecord,
+        handler: Arc<dyn TaskHandler>,
+        claim: Option<super::HeldClaim>,
+    ) {
         // Marked as running before the handler starts, so a cancel that lands at once finds its
         // token and the sweeper never takes this task for an orphan.
         self.start_stopper();
@@ -42,6 +49,10 @@ impl Engine {
         let run = self
             .clone()
             .run(sink.clone(), rec.arguments.clone(), handler, stop);
+        let run = async move {
+            let _claim = claim;
+            run.await
+        };
         tokio::spawn(Traced::new(run, sink));
     }
 
@@ -50,7 +61,7 @@ impl Engine {
     async fn run(
         self: Arc<Self>,
         sink: Arc<TaskSink>,
-        arguments: Value,
+        arguments: Arc<Value>,
         handler: Arc<dyn TaskHandler>,
         stop: CancellationToken,
     ) {

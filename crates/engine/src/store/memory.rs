@@ -1,8 +1,13 @@
 //! An in-memory [`TaskStore`] for tests and throwaway servers (`--store memory:`). Nothing survives
 //! the process.
+//!
+//! Finished tasks are kept for their ttl like in any store, but at most
+//! [`DEFAULT_MAX_FINISHED`] of them (or what [`MemoryStore::with_max_finished`] says): past it the
+//! one that finished first goes (as if purged: "expired" to its owner). Memory is the one thing this
+//! store has, and a busy throwaway server would otherwise hold every task of the last hours.
 
 use async_trait::async_trait;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 
 use super::{
@@ -28,6 +33,10 @@ struct Inner {
     /// create reads these instead of scanning every task ever stored.
     unfinished: HashMap<(String, Option<String>), HashSet<String>>,
     unfinished_per_owner: HashMap<String, usize>,
+    /// Finished tasks by (finish time, id): the first to finish goes first past the cap.
+    finished: BTreeSet<(u64, String)>,
+    /// Tombstone ids in the order they were made, so they are bounded like finished tasks.
+    tombstone_order: VecDeque<String>,
 }
 
 impl Inner {
@@ -45,8 +54,12 @@ impl Inner {
         }
     }
 
-    /// Keeps the unfinished index right for `rec` after a change (or its creation).
+    /// Keeps the unfinished and finished indexes right for `rec` after a change (or its creation).
     fn track(&mut self, rec: &TaskRecord) {
+        if rec.status.is_terminal() {
+            self.finished
+                .insert((rec.finished_at.unwrap_or(rec.updated_at), rec.id.clone()));
+        }
         let key = (rec.owner.clone(), rec.session.clone());
         let set = self.unfinished.entry(key.clone()).or_default();
         let changed = if rec.status.is_terminal() {
@@ -73,6 +86,45 @@ impl Inner {
         }
     }
 
+    /// Removes a task and everything that goes with it (history, questions, keys), leaving a
+    /// tombstone made at `now`.
+    fn remove_task(&mut self, id: &str, now: u64, max_tombstones: usize) -> bool {
+        let Some(t) = self.tasks.remove(id) else {
+            return false;
+        };
+        self.history.remove(id);
+        self.inputs.retain(|_, i| i.task_id != id);
+        self.by_owner
+            .remove(&(t.owner.clone(), t.created_at, t.id.clone()));
+        if let Some(k) = &t.idempotency_key {
+            self.idempotency.remove(&(t.owner.clone(), k.clone()));
+        }
+        self.finished
+            .remove(&(t.finished_at.unwrap_or(t.updated_at), t.id.clone()));
+        self.tombstones
+            .insert(t.id.clone(), (t.owner.clone(), t.session.clone(), now));
+        self.tombstone_order.push_back(t.id);
+        while self.tombstones.len() > max_tombstones {
+            match self.tombstone_order.pop_front() {
+                Some(old) => {
+                    self.tombstones.remove(&old);
+                }
+                None => break,
+            }
+        }
+        true
+    }
+
+    /// Drops the tasks that finished first while more than `max` finished ones are kept.
+    fn keep_finished_within(&mut self, max: usize, now: u64) {
+        while self.finished.len() > max {
+            let Some((_, id)) = self.finished.pop_first() else {
+                break;
+            };
+            self.remove_task(&id, now, max);
+        }
+    }
+
     /// Unfinished tasks of `owner` among `among`.
     fn unfinished_of(&self, owner: &str, among: &Among) -> usize {
         match among {
@@ -91,16 +143,39 @@ impl Inner {
     }
 }
 
+/// Finished tasks a [`MemoryStore`] keeps at most unless told otherwise.
+pub const DEFAULT_MAX_FINISHED: usize = 50_000;
+
 /// Tasks, tombstones and sessions in a mutex-guarded map.
-#[derive(Default)]
 pub struct MemoryStore {
     inner: Mutex<Inner>,
+    max_finished: usize,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::with_max_finished(DEFAULT_MAX_FINISHED)
+    }
 }
 
 impl MemoryStore {
-    /// An empty store.
+    /// An empty store that keeps at most [`DEFAULT_MAX_FINISHED`] finished tasks.
     pub fn new() -> MemoryStore {
         MemoryStore::default()
+    }
+
+    /// An empty store that keeps at most `max` finished tasks (and as many tombstones): past it,
+    /// the task that finished first goes. Unfinished tasks are never dropped.
+    pub fn with_max_finished(max: usize) -> MemoryStore {
+        MemoryStore {
+            inner: Mutex::new(Inner::default()),
+            max_finished: max.max(1),
+        }
+    }
+
+    /// The most finished tasks this store keeps.
+    pub fn max_finished(&self) -> usize {
+        self.max_finished
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -192,6 +267,9 @@ impl TaskStore for MemoryStore {
         let rec = rec.clone();
         inner.track(&rec);
         inner.record_transition(&rec, was);
+        if rec.status.is_terminal() {
+            inner.keep_finished_within(self.max_finished, now);
+        }
         Ok(rec)
     }
 
@@ -401,6 +479,7 @@ impl TaskStore for MemoryStore {
             inner.track(t);
             inner.record_transition(t, *was);
         }
+        inner.keep_finished_within(self.max_finished, now);
         let out: Vec<TaskRecord> = out.into_iter().map(|(t, _)| t).collect();
         Ok(out)
     }
@@ -408,7 +487,7 @@ impl TaskStore for MemoryStore {
     async fn purge(&self, p: PurgePolicy) -> Result<Purged, StoreError> {
         let mut inner = self.lock();
         let mut purged = Purged::default();
-        let expired: Vec<TaskRecord> = inner
+        let expired: Vec<String> = inner
             .tasks
             .values()
             .filter(|t| match p.finished_before {
@@ -420,32 +499,25 @@ impl TaskStore for MemoryStore {
                             .is_some_and(|f| f.saturating_add(p.finished_grace_ms) <= p.now)
                 }
             })
-            .cloned()
+            .map(|t| t.id.clone())
             .collect();
-        let gone: HashSet<&str> = expired.iter().map(|t| t.id.as_str()).collect();
         // A purged task's questions and answers go with it; nothing can reach them any more.
-        inner
-            .inputs
-            .retain(|_, i| !gone.contains(i.task_id.as_str()));
-        for t in &expired {
-            inner.tasks.remove(&t.id);
-            inner.history.remove(&t.id);
-            inner
-                .by_owner
-                .remove(&(t.owner.clone(), t.created_at, t.id.clone()));
-            if let Some(k) = &t.idempotency_key {
-                inner.idempotency.remove(&(t.owner.clone(), k.clone()));
+        for id in &expired {
+            if inner.remove_task(id, p.now, self.max_finished) {
+                purged.tasks += 1;
             }
-            inner
-                .tombstones
-                .insert(t.id.clone(), (t.owner.clone(), t.session.clone(), p.now));
-            purged.tasks += 1;
         }
         let before = inner.tombstones.len();
         inner
             .tombstones
             .retain(|_, (_, _, at)| at.saturating_add(p.tombstone_ms) > p.now);
         purged.tombstones = before - inner.tombstones.len();
+        let Inner {
+            tombstones,
+            tombstone_order,
+            ..
+        } = &mut *inner;
+        tombstone_order.retain(|id| tombstones.contains_key(id));
         let before = inner.sessions.len();
         inner.sessions.retain(|_, s| {
             s.last_seen
@@ -516,8 +588,49 @@ impl TaskStore for MemoryStore {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::model::Outcome;
+    use crate::store::testkit::record;
+
     #[tokio::test]
     async fn passes_the_store_test_kit() {
         super::super::testkit::run_all(|| async { super::MemoryStore::new() }).await;
+    }
+
+    #[tokio::test]
+    async fn past_the_cap_the_task_that_finished_first_goes_and_running_ones_stay() {
+        let store = MemoryStore::with_max_finished(3);
+        let done = TaskChange {
+            status: Some(TaskStatus::Completed),
+            outcome: Some(Outcome::Result {
+                value: serde_json::json!({}),
+                is_error: false,
+            }),
+            ..Default::default()
+        };
+        // A running task created first, then six that finish in the order they were created.
+        store.create(record("running", "o", 1), None).await.unwrap();
+        for i in 0..6u64 {
+            let id = format!("t{i}");
+            store.create(record(&id, "o", 10 + i), None).await.unwrap();
+            store
+                .update(&id, &[TaskStatus::Working], done.clone(), 100 + i)
+                .await
+                .unwrap();
+        }
+        let found = |l: Lookup| matches!(l, Lookup::Found(_));
+        for gone in ["t0", "t1", "t2"] {
+            assert!(
+                matches!(store.get(gone).await.unwrap(), Lookup::Expired { .. }),
+                "{gone} finished first: dropped, and says it expired"
+            );
+        }
+        for kept in ["t3", "t4", "t5", "running"] {
+            assert!(found(store.get(kept).await.unwrap()), "{kept} is kept");
+        }
+        let inner = store.lock();
+        assert_eq!(inner.finished.len(), 3);
+        assert!(inner.tombstones.len() <= 3, "tombstones are bounded too");
+        assert_eq!(inner.tombstones.len(), inner.tombstone_order.len());
     }
 }

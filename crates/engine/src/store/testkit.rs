@@ -20,7 +20,7 @@ pub fn record(id: &str, owner: &str, created_at: u64) -> TaskRecord {
         session: Some("s1".into()),
         era: "test".into(),
         tool: "echo".into(),
-        arguments: json!({"x": 1}),
+        arguments: std::sync::Arc::new(json!({"x": 1})),
         request_meta: json!({"token": 7}),
         status: TaskStatus::Working,
         status_message: None,

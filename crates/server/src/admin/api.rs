@@ -186,7 +186,7 @@ async fn show(State(server): State<Arc<Server>>, _: Operator, Path(id): Path<Str
         Err(e) => return fail(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     };
     let mut v = summary(&t);
-    v["arguments"] = t.arguments.clone();
+    v["arguments"] = (*t.arguments).clone();
     match &t.outcome {
         Some(Outcome::Result { value, is_error }) => {
             v["result"] = value.clone();

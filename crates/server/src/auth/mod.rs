@@ -33,6 +33,9 @@ pub struct Limits {
     /// Streams held open at once: 2025-11-25 GET streams, 2026-07-28 `subscriptions/listen` and
     /// blocking `tasks/result` together (for anonymous callers: per client address).
     pub max_streams: usize,
+    /// Bytes of arguments the principal's tasks running on this node may hold together (for
+    /// anonymous callers: per client address); a call past it is refused.
+    pub max_running_bytes: u64,
 }
 
 impl Default for Limits {
@@ -41,6 +44,7 @@ impl Default for Limits {
             max_running_tasks: 100,
             max_plain_calls: 16,
             max_streams: 128,
+            max_running_bytes: 64 * 1024 * 1024,
             // Off by default: any rate that lets many clients on one address poll at full speed is more
             // than one machine serves, so it would bind nothing; configure one for exposed servers.
             calls_per_minute: None,
@@ -141,6 +145,7 @@ impl Default for AuthConfig {
                 calls_per_minute: None,
                 max_plain_calls: 64,
                 max_streams: 1024,
+                max_running_bytes: 1024 * 1024 * 1024,
             },
             operators: Vec::new(),
             oauth: None,

@@ -17,8 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::tasks::{Cancel, Unavailable};
 use super::{calls, internal, Failure, Peer, Server, TaskStart};
+use crate::core::streams::StreamSender;
 use crate::tool::RegisteredTool;
-use crate::transport::streams::StreamSender;
 
 /// The follow-up tools, listed for clients that speak no tasks when some tool has a sync budget.
 pub(crate) const FOLLOW_UP_TOOLS: [&str; 3] = ["task_status", "task_result", "task_cancel"];
@@ -32,8 +32,7 @@ const DEFAULT_RESULT_WAIT: Duration = Duration::from_secs(30);
 /// Renders a progress report (progress, total, message) as the call's progress notification.
 pub(crate) type ProgressNote = Box<dyn Fn(f64, Option<f64>, Option<&str>) -> Message + Send + Sync>;
 
-/// Renders a task event as its session's messages (a wire's `notifications_for`).
-pub(crate) type RenderFn = fn(&TaskEvent, Option<&crate::session::Session>) -> Vec<Message>;
+pub(crate) use super::events::RenderFn;
 
 /// A plain call that runs as a task within a budget.
 pub(crate) struct BudgetedCall {

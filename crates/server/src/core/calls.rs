@@ -2,7 +2,9 @@
 //! running a handler inside a request, and starting a task (idempotency, limits, error mapping).
 
 use mcp_tasks_engine::store::{ActiveLimit, Among, StoreError};
-use mcp_tasks_engine::{EngineError, NewTask, Outcome, TaskContext, TaskHandler, TaskRecord};
+use mcp_tasks_engine::{
+    EngineError, HeldLimit, NewTask, Outcome, TaskContext, TaskHandler, TaskRecord,
+};
 use mcp_tasks_protocol::error_codes;
 use mcp_tasks_protocol::jsonrpc::ErrorObject;
 use mcp_tasks_protocol::meta;
@@ -31,9 +33,9 @@ impl Drop for HandlerRun {
 impl HandlerRun {
     /// Starts `handler` with `ctx` on `arguments`.
     pub(crate) fn spawn(handler: Arc<dyn TaskHandler>, ctx: TaskContext, arguments: Value) -> Self {
-        HandlerRun(tokio::spawn(
-            async move { handler.run(ctx, arguments).await },
-        ))
+        HandlerRun(tokio::spawn(async move {
+            handler.run(ctx, Arc::new(arguments)).await
+        }))
     }
 
     /// Whether the handler has returned.
@@ -196,6 +198,12 @@ impl Server {
             (None, Some(scope)) => Some(scope.clone()),
             (None, None) => None,
         };
+        // What its run will hold here: the arguments (a task finished at once holds nothing).
+        let held = start.invalid.is_none().then(|| HeldLimit {
+            key: Self::held_key(peer),
+            bytes: super::limits::json_size(&start.arguments),
+            max: peer.principal.limits.max_running_bytes,
+        });
         let new = NewTask {
             tool: start.tool,
             arguments: start.arguments,
@@ -212,6 +220,7 @@ impl Server {
                 // Anonymous callers share one principal: count per client address.
                 among: peer.anonymous_among().unwrap_or(Among::All),
             }),
+            held,
         };
         // The create runs to its end in a task of its own: a call cancelled or dropped half-way must
         // not leave a stored task that nothing runs. A task whose call was cancelled meanwhile is
@@ -275,6 +284,15 @@ impl Server {
             )
             .with_data(json!({"running": active, "limit": max}))
             .into(),
+            EngineError::TooMuchHeld { held, adding, max, .. } => {
+                tracing::info!(target: "mcp_tasks::audit", principal = %peer.name(), held, adding, limit = max, "task refused: its running tasks hold too much");
+                ErrorObject::new(
+                    error_codes::TOO_MANY_TASKS,
+                    format!("Too much held by running tasks: their arguments take {held} bytes and this call's {adding} more; the limit is {max} (max_running_bytes); wait for one to finish, or send less"),
+                )
+                .with_data(json!({"heldBytes": held, "addingBytes": adding, "limitBytes": max}))
+                .into()
+            }
             other => internal(other),
         })
     }

@@ -39,6 +39,10 @@ tokio::task_local! {
 /// Renders an event as the messages its task's wire sends, for a session (if cached here).
 pub(crate) type Render<'a> = &'a dyn Fn(&TaskEvent, Option<&Session>) -> Vec<Message>;
 
+/// A [`Render`] that lives as long as the program: a wire's `notifications_for`, handed to core by
+/// the layer above (core renders no wire form itself).
+pub(crate) type RenderFn = fn(&TaskEvent, Option<&Session>) -> Vec<Message>;
+
 impl Server {
     /// Delivers one engine event to the client it concerns, once the client knows the task.
     pub(crate) fn route_event(&self, event: &TaskEvent, render: Render<'_>) {
@@ -103,9 +107,9 @@ impl Server {
     pub(crate) fn open_standalone_with(
         &self,
         session: &str,
-        tx: crate::transport::streams::StreamSender,
+        tx: crate::core::streams::StreamSender,
         render: Render<'_>,
-    ) -> crate::transport::streams::StreamGuard {
+    ) -> crate::core::streams::StreamGuard {
         let cached = self.sessions.cached(session);
         let first: Vec<Message> = self
             .held

@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
 use super::{internal, Failure, Peer, SentInput, Server};
-use crate::transport::streams::StreamSender;
+use crate::core::streams::StreamSender;
 
 /// Whether a client with `caps` can take request `method` with `params`.
 pub(crate) fn check_capability(caps: &Value, method: &str, params: &Value) -> Result<(), String> {
@@ -430,7 +430,7 @@ impl Server {
 pub(crate) struct ClaimCtx {
     pub(crate) store: Arc<dyn mcp_tasks_engine::store::TaskStore>,
     pub(crate) peers: Arc<super::peers::Peers>,
-    pub(crate) streams: crate::transport::streams::Streams,
+    pub(crate) streams: crate::core::streams::Streams,
     pub(crate) sent: Arc<dashmap::DashMap<String, SentInput>>,
 }
 

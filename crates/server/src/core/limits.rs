@@ -79,16 +79,22 @@ impl Server {
         })
     }
 
+    /// The key of what a caller's tasks hold running here: the principal, for anonymous callers
+    /// their client address (across wires and sessions, like streams).
+    pub(crate) fn held_key(peer: &Peer) -> String {
+        match (peer.is_anonymous(), peer.address) {
+            (true, Some(a)) => format!("{}:address {}", peer.name(), auth::client_group(a)),
+            _ => peer.name().to_string(),
+        }
+    }
+
     /// Counts a stream held open for its caller (a 2025 GET stream, a 2026 `subscriptions/listen`,
     /// a blocking `tasks/result`), or refuses it when `max_streams` are open: -32008 with HTTP 429.
     /// Anonymous callers count per client address, across wires and sessions: streams hold
     /// connections, and those are the server's to share.
     pub(crate) fn stream_slot(&self, peer: &Peer, what: &str) -> Result<Slot, Failure> {
         let max = peer.principal.limits.max_streams;
-        let key = match (peer.is_anonymous(), peer.address) {
-            (true, Some(a)) => format!("{}:address {}", peer.name(), auth::client_group(a)),
-            _ => peer.name().to_string(),
-        };
+        let key = Self::held_key(peer);
         self.streams_open.take(key, max).map_err(|now| {
             tracing::info!(target: "mcp_tasks::audit", principal = %peer.name(), open = now, limit = max, what, "stream refused: too many open");
             Failure {
@@ -234,5 +240,32 @@ impl Server {
             retry_after_ms: None,
             challenge: None,
         })
+    }
+}
+
+/// The size of `v` as JSON text, in bytes (counted, not written out).
+pub(crate) fn json_size(v: &serde_json::Value) -> u64 {
+    struct Counting(u64);
+    impl std::io::Write for Counting {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Counting(0);
+    // Counting cannot fail, and a Value always serializes.
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_json_size_is_the_length_of_the_text() {
+        let v = serde_json::json!({"a": "x\"y", "b": [1, 2.5, null]});
+        assert_eq!(super::json_size(&v), v.to_string().len() as u64);
     }
 }

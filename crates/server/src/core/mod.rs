@@ -16,6 +16,7 @@ mod peers;
 mod resources;
 pub(crate) mod rules;
 mod seal;
+pub(crate) mod streams;
 pub(crate) mod tasks;
 
 pub(crate) use calls::{HandlerRun, TaskStart};
@@ -36,9 +37,9 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::{self, Principal};
 use crate::catalog::{self, Catalog};
 use crate::config::ServerConfig;
+use crate::core::streams::Streams;
 use crate::session::{Session, Sessions};
 use crate::tool::{self, Tool, ToolRegistry};
-use crate::transport::streams::Streams;
 
 /// The wire form of a message, as [`classify`](crate::wire::era::classify) decided it. Core methods
 /// take it where behaviour differs by wire.

@@ -18,7 +18,7 @@ use dashmap::DashMap;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-use crate::transport::streams::StreamChange;
+use crate::core::streams::StreamChange;
 
 use super::events::Render;
 use super::Server;
@@ -416,7 +416,13 @@ impl Server {
 
     /// An event that settled: out on this replica's standalone stream of the session, unless a task
     /// stream (here or elsewhere) open at its time, or another replica's standalone stream, takes it.
-    fn deliver_settled(&self, event: &TaskEvent, session_id: &str, at: u64) {
+    fn deliver_settled(
+        &self,
+        event: &TaskEvent,
+        session_id: &str,
+        at: u64,
+        render: super::events::RenderFn,
+    ) {
         let Some(peers) = &self.peers else { return };
         let task = event.task();
         if peers.task_stream_covers(&task.id, at)
@@ -429,7 +435,7 @@ impl Server {
             return;
         }
         let session = self.sessions.cached(session_id);
-        let msgs = crate::wire::notifications_for(event, session.as_deref());
+        let msgs = render(event, session.as_deref());
         if !msgs.is_empty() {
             self.streams.deliver_standalone(session_id, msgs);
         }
@@ -463,7 +469,9 @@ impl Server {
     }
 
     /// Tells the other replicas of this one's streams and that it is alive, and listens to theirs.
-    pub(crate) fn start_peering(self: &Arc<Self>) {
+    /// `render` is how an event that settled becomes messages (the wire layer's, handed down: core
+    /// renders no wire form itself).
+    pub(crate) fn start_peering(self: &Arc<Self>, render: super::events::RenderFn) {
         let Some(peers) = self.peers.clone() else {
             return;
         };
@@ -488,7 +496,7 @@ impl Server {
             while let Some((until, event, session, at)) = settle_rx.recv().await {
                 tokio::time::sleep_until(until.into()).await;
                 let Some(server) = weak.upgrade() else { break };
-                server.deliver_settled(&event, &session, at);
+                server.deliver_settled(&event, &session, at, render);
             }
         });
         let mut notes = notifier.subscribe_peer_notes();

@@ -6,7 +6,7 @@ use mcp_tasks_engine::{EngineError, TaskRecord};
 use mcp_tasks_protocol::jsonrpc::{ErrorObject, RequestId};
 
 use super::{internal, Failure, Peer, Server};
-use crate::transport::streams::StreamSender;
+use crate::core::streams::StreamSender;
 
 /// Why a caller cannot have a task.
 #[derive(Debug)]

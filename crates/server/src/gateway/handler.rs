@@ -84,7 +84,7 @@ const UPSTREAM_TASK: &str = "upstreamTask";
 
 #[async_trait]
 impl TaskHandler for UpstreamTool {
-    async fn run(&self, ctx: TaskContext, arguments: Value) -> Outcome {
+    async fn run(&self, ctx: TaskContext, arguments: Arc<Value>) -> Outcome {
         let upstream = self.link.name();
         let deadline = tokio::time::sleep(self.timeout);
         tokio::pin!(deadline);
@@ -125,7 +125,7 @@ impl TaskHandler for UpstreamTool {
         let on_event = move |e: &Event| {
             let _ = tx.send(e.clone());
         };
-        let call = client.call_tool(&self.tool, arguments, &options, &on_event);
+        let call = client.call_tool(&self.tool, (*arguments).clone(), &options, &on_event);
         tokio::pin!(call);
         let mut timed_out = false;
         let result = loop {

@@ -378,7 +378,7 @@ fn stop_group(pid: Option<u32>, signal: Signal) {
 
 #[async_trait]
 impl TaskHandler for CommandHandler {
-    async fn run(&self, ctx: TaskContext, arguments: Value) -> Outcome {
+    async fn run(&self, ctx: TaskContext, arguments: Arc<Value>) -> Outcome {
         let spec = &self.spec;
         let max = spec.max_processes.unwrap_or(DEFAULT_MAX_PROCESSES).max(1);
         let _slot = match self.slots.clone().try_acquire_owned() {

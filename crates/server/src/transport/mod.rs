@@ -6,5 +6,4 @@ pub mod connections;
 mod headers;
 pub mod http;
 pub mod stdio;
-pub(crate) mod streams;
 pub(crate) mod strict;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, RwLock};
 
-use super::streams::StreamGuard;
+use crate::core::streams::StreamGuard;
 use crate::core::{Peer, Server};
 use crate::inbound::Transport;
 use crate::wire::era::{self, Facts};

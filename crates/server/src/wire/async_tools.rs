@@ -20,9 +20,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::era_2025;
 use super::messages::{self, params_object};
+use crate::core::streams::StreamSender;
 use crate::core::{calls, Failure, Peer, Server, TaskStart, ASYNC_TOOLS_LABEL};
 use crate::session::Session;
-use crate::transport::streams::StreamSender;
 
 /// Where a task keeps its operation's token (in its wire metadata).
 const TOKEN_META: &str = "operationToken";
@@ -62,12 +62,12 @@ fn not_found() -> Failure {
 pub(crate) async fn dispatch(
     server: &Arc<Server>,
     peer: &Peer,
-    req: Request,
+    mut req: Request,
     out: StreamSender,
     cancel: CancellationToken,
 ) -> Result<Value, Failure> {
     let session = era_2025::session_of(peer, &req.method)?;
-    let params = params_object(&req.method, req.params.as_ref())?;
+    let params = params_object(&req.method, req.params.take())?;
     if !session.async_tools() {
         // A long-running operation called by a client that did not opt in: invalid request.
         return Err(ErrorObject::invalid_request(format!(

@@ -17,12 +17,12 @@ use tokio_util::sync::CancellationToken;
 use super::messages::{self, params_object};
 use super::render_2025;
 use crate::core::budget::BudgetedCall;
+use crate::core::streams::StreamSender;
 use crate::core::{
     calls, internal, tasks::Cancel, Era, Failure, HandlerRun, Peer, Server, TaskStart,
     ASYNC_TOOLS_LABEL,
 };
 use crate::session::{Session, SessionData};
-use crate::transport::streams::StreamSender;
 
 /// The era label stored on tasks created through this wire.
 pub(crate) const ERA: &str = version::V2025_11_25;
@@ -118,7 +118,7 @@ pub(crate) fn session_of<'a>(peer: &'a Peer, method: &str) -> Result<&'a Arc<Ses
 pub(crate) async fn dispatch(
     server: &Arc<Server>,
     peer: &Peer,
-    req: Request,
+    mut req: Request,
     out: StreamSender,
     cancel: CancellationToken,
 ) -> Result<Value, Failure> {
@@ -126,7 +126,7 @@ pub(crate) async fn dispatch(
         return Ok(json!({}));
     }
     let session = session_of(peer, &req.method)?;
-    let params = params_object(&req.method, req.params.as_ref())?;
+    let params = params_object(&req.method, req.params.take())?;
     let tasks = session.has_tasks();
     let manages_tasks = req.method.starts_with("tasks/")
         || (req.method == "tools/call" && params.get("task").is_some());

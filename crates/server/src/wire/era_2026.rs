@@ -20,8 +20,8 @@ use super::mrtr::{self, next_state, RoundSink};
 use super::render_2026;
 use crate::core::budget::BudgetedCall;
 use crate::core::lists::ListKind;
+use crate::core::streams::StreamSender;
 use crate::core::{calls, tasks::Cancel, Era, Failure, HandlerRun, Peer, Server, TaskStart};
-use crate::transport::streams::StreamSender;
 
 /// The era label stored on tasks created through this wire.
 pub(crate) const ERA: &str = version::V2026_07_28;
@@ -172,13 +172,14 @@ pub(crate) async fn dispatch(
 async fn serve(
     server: &Arc<Server>,
     peer: &Peer,
-    req: Request,
+    mut req: Request,
     out: StreamSender,
     cancel: CancellationToken,
 ) -> Result<Value, Failure> {
     let rm = parse_meta(&req)?;
-    let params = match &req.params {
-        Some(Value::Object(m)) => m.clone(),
+    // Taken, not copied: a call's arguments can be megabytes.
+    let params = match req.params.take() {
+        Some(Value::Object(m)) => m,
         _ => Map::new(),
     };
     // A prompt that asks for input is built in rounds, like a plain tool call.

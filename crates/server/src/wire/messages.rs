@@ -43,14 +43,15 @@ pub(crate) fn log(
     Message::notification("notifications/message", p)
 }
 
-/// A request's params as an object (absent means empty); anything else is invalid params.
+/// A request's params as an object (absent means empty); anything else is invalid params. Taken,
+/// not copied: a call's arguments can be megabytes.
 pub(crate) fn params_object(
     method: &str,
-    params: Option<&Value>,
+    params: Option<Value>,
 ) -> Result<Map<String, Value>, crate::core::Failure> {
     match params {
         None => Ok(Map::new()),
-        Some(Value::Object(m)) => Ok(m.clone()),
+        Some(Value::Object(m)) => Ok(m),
         Some(_) => Err(
             mcp_tasks_protocol::jsonrpc::ErrorObject::invalid_params(format!(
                 "{method}: params must be an object"

@@ -22,8 +22,8 @@ use std::sync::Mutex;
 use tokio::sync::Notify;
 
 use super::messages;
+use crate::core::streams::StreamSender;
 use crate::core::{Sealer, Unsealed};
-use crate::transport::streams::StreamSender;
 
 /// How long a `requestState` stays valid.
 const STATE_TTL_MS: u64 = 15 * 60 * 1000;

@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 
 use self::rows::{
-    insert_input, insert_task, select_input, select_task, select_tasks, session_from_row, sql_int,
-    update_task, INPUT_COLUMNS, SESSION_COLUMNS, TASK_COLUMNS,
+    insert_input, insert_task, select_input, select_task_shared, select_tasks, session_from_row,
+    sql_int, update_task, SharedArguments, INPUT_COLUMNS, SESSION_COLUMNS, TASK_COLUMNS,
 };
 use self::writer::{Completion, Job};
 use super::{
@@ -37,6 +37,8 @@ pub struct SqliteStore {
     path: PathBuf,
     jobs: mpsc::Sender<Job>,
     readers: Arc<Mutex<Vec<Connection>>>,
+    /// The arguments of unfinished tasks, shared by every record read of them.
+    shared: Arc<SharedArguments>,
 }
 
 fn open(path: &Path, flags: OpenFlags) -> Result<Connection, StoreError> {
@@ -71,6 +73,7 @@ impl SqliteStore {
             path,
             jobs,
             readers: Arc::new(Mutex::new(Vec::new())),
+            shared: Arc::default(),
         })
     }
 
@@ -146,70 +149,76 @@ impl TaskStore for SqliteStore {
         task: TaskRecord,
         limit: Option<ActiveLimit>,
     ) -> Result<Created, StoreError> {
-        self.write(move |conn| {
-            if let Some(key) = &task.idempotency_key {
-                let existing: Option<TaskRecord> = conn
-                    .prepare_cached(&format!(
+        let shared = self.shared.clone();
+        let created = self
+            .write(move |conn| {
+                if let Some(key) = &task.idempotency_key {
+                    let existing: Option<TaskRecord> = conn
+                        .prepare_cached(&format!(
                         "SELECT {TASK_COLUMNS} FROM tasks WHERE owner = ?1 AND idempotency_key = ?2"
                     ))
-                    .and_then(|mut s| {
-                        s.query_row(params![task.owner, key], rows::task_from_row)
-                            .optional()
-                    })
-                    .with_context(|| format!("look up idempotency key {key:?}"))?;
-                if let Some(existing) = existing {
-                    if existing.fingerprint == task.fingerprint {
-                        return Ok(Created::Existing(existing));
-                    }
-                    return Err(StoreError::IdempotencyConflict {
-                        key: key.clone(),
-                        task_id: existing.id,
-                    });
-                }
-            }
-            if let Some(l) = &limit {
-                // Counting stops at the limit: the check costs at most `max` index entries,
-                // however many tasks are stored or running. The limit is part of the SQL text, not a
-                // bound parameter: SQLite recompiles a statement whenever a parameter its planner
-                // looked at (a LIMIT, `?2 IS NULL`) is bound again, which was once per create. So
-                // each shape is a statement of its own, cached per limit.
-                let (filter, bounds) = match &l.among {
-                    Among::All => ("", None),
-                    Among::Session(s) => ("AND session = ?2", Some((s.clone(), None))),
-                    // A range of the (owner, session) index: ids that start with the prefix sort
-                    // from it up to (not including) the prefix with its last character raised.
-                    Among::SessionsStartingWith(p) => match prefix_end(p) {
-                        Some(end) => (
-                            "AND session >= ?2 AND session < ?3",
-                            Some((p.clone(), Some(end))),
-                        ),
-                        None => ("AND session >= ?2", Some((p.clone(), None))),
-                    },
-                };
-                let sql = format!(
-                    "SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE owner = ?1 {filter} \
-                     AND status IN ('working', 'input_required') LIMIT {})",
-                    l.max
-                );
-                let active: i64 = conn
-                    .prepare_cached(&sql)
-                    .and_then(|mut s| match &bounds {
-                        None => s.query_row(params![l.owner], |r| r.get(0)),
-                        Some((from, None)) => s.query_row(params![l.owner, from], |r| r.get(0)),
-                        Some((from, Some(to))) => {
-                            s.query_row(params![l.owner, from, to], |r| r.get(0))
+                        .and_then(|mut s| {
+                            s.query_row(params![task.owner, key], rows::task_from_row)
+                                .optional()
+                        })
+                        .with_context(|| format!("look up idempotency key {key:?}"))?;
+                    if let Some(existing) = existing {
+                        if existing.fingerprint == task.fingerprint {
+                            return Ok(Created::Existing(existing));
                         }
-                    })
-                    .context("count unfinished tasks")?;
-                let active = usize::try_from(active).unwrap_or(0);
-                if active >= l.max {
-                    return Err(StoreError::TooManyActive { active, max: l.max });
+                        return Err(StoreError::IdempotencyConflict {
+                            key: key.clone(),
+                            task_id: existing.id,
+                        });
+                    }
                 }
-            }
-            insert_task(conn, &task)?;
-            Ok(Created::New(task))
-        })
-        .await
+                if let Some(l) = &limit {
+                    // Counting stops at the limit: the check costs at most `max` index entries,
+                    // however many tasks are stored or running. The limit is part of the SQL text, not a
+                    // bound parameter: SQLite recompiles a statement whenever a parameter its planner
+                    // looked at (a LIMIT, `?2 IS NULL`) is bound again, which was once per create. So
+                    // each shape is a statement of its own, cached per limit.
+                    let (filter, bounds) = match &l.among {
+                        Among::All => ("", None),
+                        Among::Session(s) => ("AND session = ?2", Some((s.clone(), None))),
+                        // A range of the (owner, session) index: ids that start with the prefix sort
+                        // from it up to (not including) the prefix with its last character raised.
+                        Among::SessionsStartingWith(p) => match prefix_end(p) {
+                            Some(end) => (
+                                "AND session >= ?2 AND session < ?3",
+                                Some((p.clone(), Some(end))),
+                            ),
+                            None => ("AND session >= ?2", Some((p.clone(), None))),
+                        },
+                    };
+                    let sql = format!(
+                        "SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE owner = ?1 {filter} \
+                     AND status IN ('working', 'input_required') LIMIT {})",
+                        l.max
+                    );
+                    let active: i64 = conn
+                        .prepare_cached(&sql)
+                        .and_then(|mut s| match &bounds {
+                            None => s.query_row(params![l.owner], |r| r.get(0)),
+                            Some((from, None)) => s.query_row(params![l.owner, from], |r| r.get(0)),
+                            Some((from, Some(to))) => {
+                                s.query_row(params![l.owner, from, to], |r| r.get(0))
+                            }
+                        })
+                        .context("count unfinished tasks")?;
+                    let active = usize::try_from(active).unwrap_or(0);
+                    if active >= l.max {
+                        return Err(StoreError::TooManyActive { active, max: l.max });
+                    }
+                }
+                insert_task(conn, &task)?;
+                Ok(Created::New(task))
+            })
+            .await?;
+        if let Created::New(t) = &created {
+            shared.keep(t);
+        }
+        Ok(created)
     }
 
     async fn find_by_key(&self, owner: &str, key: &str) -> Result<Option<TaskRecord>, StoreError> {
@@ -229,8 +238,9 @@ impl TaskStore for SqliteStore {
 
     async fn get(&self, id: &str) -> Result<Lookup, StoreError> {
         let id = id.to_string();
+        let shared = self.shared.clone();
         self.read(move |conn| {
-            if let Some(t) = select_task(conn, &id)? {
+            if let Some(t) = select_task_shared(conn, &id, &shared)? {
                 return Ok(Lookup::Found(t));
             }
             let tomb = conn
@@ -279,18 +289,23 @@ impl TaskStore for SqliteStore {
     ) -> Result<TaskRecord, UpdateError> {
         let id = id.to_string();
         let expect = expect.to_vec();
-        self.write(move |conn| {
-            // The writer thread is the only writer, so read-check-write here is atomic.
-            let mut rec = select_task(conn, &id)?.ok_or(UpdateError::NotFound)?;
-            if !expect.contains(&rec.status) || !held_by_holder(&rec, &change) {
-                return Err(UpdateError::Conflict(Box::new(rec)));
-            }
-            let was = rec.status;
-            apply_change(&mut rec, change, now);
-            update_task(conn, &rec, was)?;
-            Ok(rec)
-        })
-        .await
+        let shared = self.shared.clone();
+        let rec = self
+            .write(move |conn| {
+                // The writer thread is the only writer, so read-check-write here is atomic.
+                let mut rec =
+                    select_task_shared(conn, &id, &shared)?.ok_or(UpdateError::NotFound)?;
+                if !expect.contains(&rec.status) || !held_by_holder(&rec, &change) {
+                    return Err(UpdateError::Conflict(Box::new(rec)));
+                }
+                let was = rec.status;
+                apply_change(&mut rec, change, now);
+                update_task(conn, &rec, was)?;
+                Ok(rec)
+            })
+            .await?;
+        self.shared.keep(&rec);
+        Ok(rec)
     }
 
     async fn list(&self, q: &ListQuery) -> Result<Result<TaskPage, InvalidCursor>, StoreError> {
@@ -325,8 +340,10 @@ impl TaskStore for SqliteStore {
     }
 
     async fn add_input(&self, input: InputRecord, now: u64) -> Result<TaskRecord, UpdateError> {
+        let shared = self.shared.clone();
         self.write(move |conn| {
-            let mut rec = select_task(conn, &input.task_id)?.ok_or(UpdateError::NotFound)?;
+            let mut rec =
+                select_task_shared(conn, &input.task_id, &shared)?.ok_or(UpdateError::NotFound)?;
             if rec.status.is_terminal() {
                 return Err(UpdateError::Conflict(Box::new(rec)));
             }
@@ -350,12 +367,14 @@ impl TaskStore for SqliteStore {
         now: u64,
     ) -> Result<(TaskRecord, InputRecord), AnswerError> {
         let key = key.to_string();
+        let shared = self.shared.clone();
         self.write(move |conn| {
             let input = select_input(conn, &key)?.ok_or(AnswerError::Unknown)?;
             if input.response.is_some() {
                 return Err(AnswerError::AlreadyAnswered);
             }
-            let mut rec = select_task(conn, &input.task_id)?.ok_or(AnswerError::Unknown)?;
+            let mut rec =
+                select_task_shared(conn, &input.task_id, &shared)?.ok_or(AnswerError::Unknown)?;
             if rec.status.is_terminal() {
                 return Err(AnswerError::TaskEnded(rec.status));
             }
@@ -566,6 +585,7 @@ impl TaskStore for SqliteStore {
         plan: OrphanPlan,
     ) -> Result<Vec<TaskRecord>, StoreError> {
         let node = node.to_string();
+        let shared = self.shared.clone();
         self.write(move |conn| {
             let sql = format!(
                 "SELECT {TASK_COLUMNS} FROM tasks WHERE status IN ('working', 'input_required') \
@@ -579,6 +599,7 @@ impl TaskStore for SqliteStore {
                 let was = t.status;
                 if claim_orphan(&mut t, &plan, &node, lease_until, now) {
                     update_task(conn, &t, was)?;
+                    shared.keep(&t);
                     changed.push(t);
                 }
             }
@@ -810,6 +831,60 @@ mod tests {
             ],
         )
         .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unfinished_tasks_arguments_are_shared_by_every_record_read_of_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("t.db")).unwrap();
+        let mut t = super::super::testkit::record("big", "o", 1);
+        t.arguments = Arc::new(serde_json::json!({"data": "x".repeat(100_000)}));
+        let created = match store.create(t, None).await.unwrap() {
+            Created::New(t) => t,
+            Created::Existing(_) => unreachable!("a new id"),
+        };
+        let progress = TaskChange {
+            progress: Some(crate::store::ProgressUpdate {
+                progress: 1.0,
+                total: Some(2.0),
+                message: None,
+            }),
+            ..Default::default()
+        };
+        let updated = store
+            .update("big", &TaskStatus::ACTIVE, progress, 2)
+            .await
+            .unwrap();
+        let Lookup::Found(read) = store.get("big").await.unwrap() else {
+            panic!("the task is there")
+        };
+        // One value, not a parse per read or report.
+        assert!(Arc::ptr_eq(&created.arguments, &updated.arguments));
+        assert!(Arc::ptr_eq(&created.arguments, &read.arguments));
+        assert_eq!(store.shared.len(), 1);
+        let done = TaskChange {
+            status: Some(TaskStatus::Completed),
+            outcome: Some(crate::model::Outcome::Result {
+                value: serde_json::json!({}),
+                is_error: false,
+            }),
+            ..Default::default()
+        };
+        store
+            .update("big", &TaskStatus::ACTIVE, done, 3)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.shared.len(),
+            0,
+            "a finished task's arguments are let go"
+        );
+        // Read again from the file, whole.
+        let Lookup::Found(read) = store.get("big").await.unwrap() else {
+            panic!("the task is there")
+        };
+        assert_eq!(read.arguments, created.arguments);
+        assert!(!Arc::ptr_eq(&created.arguments, &read.arguments));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

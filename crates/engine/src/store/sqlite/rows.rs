@@ -4,14 +4,91 @@
 use rusqlite::types::Type;
 use rusqlite::{params, Connection, OptionalExtension, Params, Row};
 
+use serde_json::Value;
+use std::sync::Arc;
+
 use super::Context;
 use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
 use crate::store::{SessionRecord, StoreError};
 
+/// The `tasks` columns a [`TaskRecord`] is read from, in [`task_from_row`]'s order, with `$args`
+/// in the place of the arguments.
+macro_rules! task_columns {
+    ($args:literal) => {
+        concat!(
+            "id, owner, session, era, tool, ",
+            $args,
+            ", request_meta, status, status_message, progress, progress_total, created_at, \
+             updated_at, ttl_ms, poll_interval_ms, outcome, idempotency_key, fingerprint, attempt, \
+             lease_owner, lease_until, finished_at, progress_message, retain_after_finish_ms, checkpoint"
+        )
+    };
+}
+
 /// The `tasks` columns a [`TaskRecord`] is read from, in [`task_from_row`]'s order.
-pub(super) const TASK_COLUMNS: &str = "id, owner, session, era, tool, arguments, request_meta, status, status_message, \
-    progress, progress_total, created_at, updated_at, ttl_ms, poll_interval_ms, outcome, idempotency_key, \
-    fingerprint, attempt, lease_owner, lease_until, finished_at, progress_message, retain_after_finish_ms, checkpoint";
+pub(super) const TASK_COLUMNS: &str = task_columns!("arguments");
+
+/// [`TASK_COLUMNS`] with `null` for the arguments: for a task whose arguments are held already.
+const TASK_COLUMNS_BUT_ARGUMENTS: &str = task_columns!("'null'");
+
+/// The arguments of the unfinished tasks this store has seen, shared with every record read of
+/// them: a progress report or a poll of a task with large arguments neither parses them again nor
+/// makes another copy (each copy of the record points at one value). A task's entry goes when it
+/// finishes; the store is the database's only user, so nothing finishes behind its back.
+#[derive(Default)]
+pub(super) struct SharedArguments(std::sync::Mutex<std::collections::HashMap<String, Arc<Value>>>);
+
+impl SharedArguments {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Arc<Value>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn get(&self, id: &str) -> Option<Arc<Value>> {
+        self.lock().get(id).cloned()
+    }
+
+    /// Holds `t`'s arguments while it is unfinished; forgets them once it has finished.
+    pub(super) fn keep(&self, t: &TaskRecord) {
+        if t.status.is_terminal() {
+            self.lock().remove(&t.id);
+        } else {
+            self.lock()
+                .entry(t.id.clone())
+                .or_insert_with(|| t.arguments.clone());
+        }
+    }
+
+    /// How many tasks' arguments are held.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// One task by id, its arguments shared through `shared` (see [`SharedArguments`]).
+pub(super) fn select_task_shared(
+    conn: &Connection,
+    id: &str,
+    shared: &SharedArguments,
+) -> Result<Option<TaskRecord>, StoreError> {
+    let Some(arguments) = shared.get(id) else {
+        let found = select_task(conn, id)?;
+        if let Some(t) = &found {
+            shared.keep(t);
+        }
+        return Ok(found);
+    };
+    let found = conn
+        .prepare_cached(&format!(
+            "SELECT {TASK_COLUMNS_BUT_ARGUMENTS} FROM tasks WHERE id = ?1"
+        ))
+        .and_then(|mut s| s.query_row([id], task_from_row).optional())
+        .with_context(|| format!("read task {id}"))?;
+    Ok(found.map(|mut t| {
+        t.arguments = arguments;
+        t
+    }))
+}
 
 /// The `input_requests` columns an [`InputRecord`] is read from, in [`input_from_row`]'s order.
 pub(super) const INPUT_COLUMNS: &str =
