@@ -48,7 +48,8 @@ pub async fn ours(
                 }
                 Arc::new(SqliteStore::open(path)?)
             }
-            None => Arc::new(MemoryStore::new()),
+            // Every task kept, as the peers' in-memory stores do: a scale run reads what it made.
+            None => Arc::new(MemoryStore::with_max_finished(usize::MAX)),
         }
     };
     let noop = Tool::new(

@@ -9,10 +9,17 @@
 //! - nothing that is still running is ever purged, and a purged task's input requests (answered or
 //!   not) are removed with it in the same atomic step.
 
+mod change;
+mod errors;
 pub mod memory;
 pub mod postgres;
 pub mod sqlite;
 pub mod testkit;
+
+pub(crate) use change::{after_answer, apply_change, claim_orphan, held_by_holder, ProgressState};
+pub use change::{ProgressUpdate, TaskChange};
+pub(crate) use errors::Context;
+pub use errors::{error_chain, AnswerError, Handed, StoreError, UpdateError};
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -21,135 +28,6 @@ use thiserror::Error;
 
 pub use crate::model::{ActiveLimit, Among};
 use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus, Transition};
-
-/// A failure of the storage backend itself.
-#[derive(Debug, Error)]
-pub enum StoreError {
-    /// The backend failed. `context` says what the store was doing; the cause, when there is one, is
-    /// the error's [`source()`](std::error::Error::source) (render the whole chain with
-    /// [`StoreError::chain`]).
-    #[error("task store error: {context}")]
-    Backend {
-        /// What the store was doing, e.g. "insert task 1f2e…" or "open /var/lib/tasks.db".
-        context: String,
-        /// The error that caused it, if any.
-        #[source]
-        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
-    },
-    /// The owner already has as many unfinished tasks as its limit allows.
-    #[error("too many unfinished tasks: {active} running, the limit is {max}")]
-    TooManyActive {
-        /// Unfinished tasks now.
-        active: usize,
-        /// The limit.
-        max: usize,
-    },
-    /// The owner (or the group of its sessions a [`SessionLimit`] names) already has as many live
-    /// sessions as the limit allows.
-    #[error("too many sessions: {live} live, the limit is {max}")]
-    TooManySessions {
-        /// Live sessions now.
-        live: usize,
-        /// The limit.
-        max: usize,
-        /// Whether it is the limit of the sessions with the limit's prefix (else the owner's).
-        of_prefix: bool,
-    },
-    /// The same idempotency key was used for different work.
-    #[error("idempotency key {key:?} was already used for a different call (task {task_id})")]
-    IdempotencyConflict {
-        /// The key.
-        key: String,
-        /// The task the key belongs to.
-        task_id: String,
-    },
-}
-
-impl StoreError {
-    /// A backend failure while doing `context`, caused by `source`.
-    pub fn backend(
-        context: impl Into<String>,
-        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
-    ) -> StoreError {
-        StoreError::Backend {
-            context: context.into(),
-            source: Some(source.into()),
-        }
-    }
-
-    /// A backend failure with no underlying error to carry (e.g. the writer thread is gone).
-    pub fn message(context: impl Into<String>) -> StoreError {
-        StoreError::Backend {
-            context: context.into(),
-            source: None,
-        }
-    }
-
-    /// This error and its causes as one line, "context: cause: cause…", for logs and messages.
-    pub fn chain(&self) -> String {
-        error_chain(self)
-    }
-}
-
-/// Renders an error and its chain of causes as one line, "error: cause: cause…". A cause whose text
-/// the line already ends with is left out, since some errors repeat their source in their own message.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut out = error.to_string();
-    let mut next = error.source();
-    while let Some(cause) = next {
-        let text = cause.to_string();
-        if !text.is_empty() && !out.ends_with(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        next = cause.source();
-    }
-    out
-}
-
-/// Why an [`TaskStore::update`] did not apply.
-#[derive(Debug, Error)]
-pub enum UpdateError {
-    /// No such task (or it was purged).
-    #[error("task not found")]
-    NotFound,
-    /// The task's status was not one of the expected ones; carries the current record.
-    #[error("task is {}", .0.status)]
-    Conflict(Box<TaskRecord>),
-    /// The backend failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-/// The outcome of [`TaskStore::hand_input`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Handed {
-    /// The holder is now the one asked for.
-    Done,
-    /// Another holder has it (the value as stored).
-    HeldBy(String),
-    /// Not held by anyone, although a holder was expected.
-    Free,
-    /// The request is answered or gone: it needs no sending.
-    Gone,
-}
-
-/// Why an answer to an input request was not taken.
-#[derive(Debug, Error)]
-pub enum AnswerError {
-    /// No input request has this key.
-    #[error("no pending input request has this id")]
-    Unknown,
-    /// The request was answered before; the earlier answer stands.
-    #[error("this input request was already answered")]
-    AlreadyAnswered,
-    /// The task is terminal; it no longer takes input.
-    #[error("the task is already {0}")]
-    TaskEnded(TaskStatus),
-    /// The backend failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
 
 /// Result of [`TaskStore::create`].
 #[derive(Debug, Clone, PartialEq)]
@@ -176,37 +54,6 @@ pub enum Lookup {
     },
     /// Never existed, or the tombstone is gone too.
     Missing,
-}
-
-/// A change to apply to a task. Fields left `None` are untouched.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct TaskChange {
-    /// New status. A terminal one also sets `finished_at` and releases the lease.
-    pub status: Option<TaskStatus>,
-    /// New status message (`Some(None)` clears it).
-    pub status_message: Option<Option<String>>,
-    /// A progress report. It is merged into the task by these rules, the same in every store:
-    /// - progress never decreases: a smaller value keeps the stored one, and the rest of the report
-    ///   still applies;
-    /// - the total never decreases (a smaller one keeps the stored one), is kept when the report has
-    ///   none, and is raised to the progress when it would be below it;
-    /// - a message replaces the stored `progress_message`; a report without one keeps it;
-    /// - a report with a non-finite number changes nothing.
-    ///
-    /// Completion (status `completed`) clears `progress_message`.
-    pub progress: Option<ProgressUpdate>,
-    /// The outcome.
-    pub outcome: Option<Outcome>,
-    /// New lease owner and expiry.
-    pub lease: Option<(Option<String>, Option<u64>)>,
-    /// New attempt counter.
-    pub attempt: Option<u32>,
-    /// New checkpoint (`Some(None)` clears it); see [`TaskRecord::checkpoint`].
-    pub checkpoint: Option<Option<Value>>,
-    /// Apply only while this node holds the task's lease; otherwise the update is a
-    /// [`UpdateError::Conflict`]. A handler whose lease went to another node (which may be running
-    /// the task again) must not write its outcome.
-    pub holder: Option<String>,
 }
 
 /// Which tasks an operator looks at ([`TaskStore::search`]); unset fields select everything.
@@ -325,56 +172,6 @@ pub(crate) fn prefix_end(prefix: &str) -> Option<String> {
     None
 }
 
-/// One progress report of a running task; see [`TaskChange::progress`] for how it is applied.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ProgressUpdate {
-    /// Work done so far.
-    pub progress: f64,
-    /// Total work, when the handler knows it.
-    pub total: Option<f64>,
-    /// A human-readable note on the progress.
-    pub message: Option<String>,
-}
-
-/// What a task shows of its progress: the fields a [`ProgressUpdate`] can change.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct ProgressState {
-    pub(crate) progress: Option<f64>,
-    pub(crate) total: Option<f64>,
-    pub(crate) message: Option<String>,
-}
-
-impl ProgressState {
-    /// The progress `rec` shows.
-    pub(crate) fn of(rec: &TaskRecord) -> ProgressState {
-        ProgressState {
-            progress: rec.progress,
-            total: rec.progress_total,
-            message: rec.progress_message.clone(),
-        }
-    }
-
-    /// The progress after `update`, by the rules of [`TaskChange::progress`].
-    pub(crate) fn after(&self, update: &ProgressUpdate) -> ProgressState {
-        if !update.progress.is_finite() || update.total.is_some_and(|t| !t.is_finite()) {
-            return self.clone();
-        }
-        let progress = self
-            .progress
-            .map_or(update.progress, |old| old.max(update.progress));
-        let total = match (self.total, update.total) {
-            (Some(old), Some(new)) => Some(old.max(new)),
-            (old, new) => old.or(new),
-        }
-        .map(|t| t.max(progress));
-        ProgressState {
-            progress: Some(progress),
-            total,
-            message: update.message.clone().or_else(|| self.message.clone()),
-        }
-    }
-}
-
 /// Which tasks [`TaskStore::list`] returns.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListQuery {
@@ -407,15 +204,6 @@ impl TaskPage {
             None
         };
         TaskPage { tasks, next_cursor }
-    }
-}
-
-/// The change an answer makes to its task: back to `working` once no question waits any more.
-pub(crate) fn after_answer(status: TaskStatus, still_pending: bool) -> TaskChange {
-    TaskChange {
-        status: (!still_pending && status == TaskStatus::InputRequired)
-            .then_some(TaskStatus::Working),
-        ..Default::default()
     }
 }
 
@@ -673,101 +461,9 @@ pub(crate) fn decode_cursor(cursor: &str) -> Result<(u64, String), InvalidCursor
 
 /// Applies a change to a record in memory, following the store invariants. Shared by the stores so
 /// the rules live in one place.
-/// Turns a failed backend call into a [`StoreError`] that says what was being done and keeps the
-/// failure as its source.
-pub(crate) trait Context<T> {
-    /// Fails with `what` as the context.
-    fn context(self, what: &str) -> Result<T, StoreError>;
-    /// Fails with `what()` as the context; for contexts that must be formatted.
-    fn with_context(self, what: impl FnOnce() -> String) -> Result<T, StoreError>;
-}
-
-impl<T, E: std::error::Error + Send + Sync + 'static> Context<T> for Result<T, E> {
-    fn context(self, what: &str) -> Result<T, StoreError> {
-        self.map_err(|e| StoreError::backend(what, e))
-    }
-    fn with_context(self, what: impl FnOnce() -> String) -> Result<T, StoreError> {
-        self.map_err(|e| StoreError::backend(what(), e))
-    }
-}
-
 /// What recovery does with one orphaned task (see [`TaskStore::claim_orphans`]): the change to
 /// apply, or `None` to leave the task alone. Called inside the store's write, so keep it quick.
 pub type OrphanPlan = Arc<dyn Fn(&TaskRecord) -> Option<TaskChange> + Send + Sync>;
-
-/// Claims an orphan for `node` until `lease_until` and applies `plan`'s change to it (a change that
-/// finishes the task also lets go of the lease). `false` when `plan` leaves the task alone.
-pub(crate) fn claim_orphan(
-    rec: &mut TaskRecord,
-    plan: &OrphanPlan,
-    node: &str,
-    lease_until: u64,
-    now: u64,
-) -> bool {
-    let Some(change) = plan(rec) else {
-        return false;
-    };
-    rec.lease_owner = Some(node.to_string());
-    rec.lease_until = Some(lease_until);
-    apply_change(rec, change, now);
-    true
-}
-
-/// Whether `change` may apply to `rec` as far as its lease goes (see [`TaskChange::holder`]).
-pub(crate) fn held_by_holder(rec: &TaskRecord, change: &TaskChange) -> bool {
-    change
-        .holder
-        .as_deref()
-        .is_none_or(|h| rec.lease_owner.as_deref() == Some(h))
-}
-
-pub(crate) fn apply_change(rec: &mut TaskRecord, change: TaskChange, now: u64) {
-    if let Some(status) = change.status {
-        rec.status = status;
-        if status.is_terminal() {
-            rec.finished_at = Some(now);
-            rec.lease_owner = None;
-            rec.lease_until = None;
-            if let Some(keep) = rec.retain_after_finish_ms {
-                // Retention counts from now: expires_at (created_at + ttl) becomes now + keep.
-                rec.ttl_ms = Some(now.saturating_sub(rec.created_at).saturating_add(keep));
-            }
-        }
-    }
-    if let Some(m) = change.status_message {
-        rec.status_message = m;
-    }
-    if let Some(update) = change.progress {
-        let after = ProgressState::of(rec).after(&update);
-        rec.progress = after.progress;
-        rec.progress_total = after.total;
-        rec.progress_message = after.message;
-    }
-    if change.status == Some(TaskStatus::Completed) {
-        // A progress note is stale once the work is done (the engine clears the status message too).
-        rec.progress_message = None;
-    }
-    if let Some(o) = change.outcome {
-        rec.outcome = Some(o);
-    }
-    if let Some((owner, until)) = change.lease {
-        if !rec.status.is_terminal() {
-            rec.lease_owner = owner;
-            rec.lease_until = until;
-        }
-    }
-    if let Some(a) = change.attempt {
-        rec.attempt = a;
-    }
-    if let Some(c) = change.checkpoint {
-        rec.checkpoint = c;
-    }
-    if rec.status.is_terminal() {
-        // Nothing is left to resume.
-        rec.checkpoint = None;
-    }
-    rec.updated_at = now.max(rec.updated_at);
-}
 
 #[cfg(test)]
 mod tests {

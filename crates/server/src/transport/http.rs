@@ -14,16 +14,15 @@
 //! `MCP-Protocol-Version` 400; a call refused by a rate limit 429 with `Retry-After`.
 
 use axum::body::{Body, Bytes};
-use axum::extract::{ConnectInfo, DefaultBodyLimit, Request as HttpRequest, State};
+use axum::extract::{DefaultBodyLimit, Request as HttpRequest, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use futures::stream::{self, Stream, StreamExt};
+use futures::stream;
 use mcp_tasks_protocol::error_codes;
-use mcp_tasks_protocol::jsonrpc::{parse_message, ErrorObject, Message, Request, RequestId};
-use mcp_tasks_protocol::version;
+use mcp_tasks_protocol::jsonrpc::{parse_message, ErrorObject, Message, Request};
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -35,8 +34,13 @@ use tokio::sync::mpsc;
 use super::strict::{self, Accepts};
 use crate::core::{Era, Peer, Reply, Server};
 use crate::inbound::Transport;
-use crate::session::Session;
 use crate::wire::era::{self, Facts};
+
+mod caller;
+mod replies;
+
+use caller::{peer_of, require_session, session_header, session_request, SessionHeader};
+use replies::{is_reply, json_response, message_response, sse, Envelope, HttpError};
 
 /// Header carrying the session id.
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -144,108 +148,6 @@ pub fn endpoint_url(addr: SocketAddr) -> String {
     format!("http://{addr}/mcp")
 }
 
-/// An HTTP answer that is not a reply to a request: a JSON-RPC error with its status.
-struct HttpError {
-    status: StatusCode,
-    id: Option<RequestId>,
-    error: ErrorObject,
-    /// `WWW-Authenticate` for a 401 or a 403.
-    challenge: Option<String>,
-    /// `Retry-After` (seconds) for a 503; a byte, to keep the error small (clippy's
-    /// `result_large_err`): nothing here asks a client to wait longer.
-    retry_after_secs: Option<u8>,
-}
-
-impl HttpError {
-    fn new(status: StatusCode, error: ErrorObject) -> HttpError {
-        HttpError {
-            status,
-            id: None,
-            error,
-            challenge: None,
-            retry_after_secs: None,
-        }
-    }
-    fn bad_request(message: impl std::fmt::Display) -> HttpError {
-        HttpError::new(
-            StatusCode::BAD_REQUEST,
-            ErrorObject::invalid_request(message),
-        )
-    }
-}
-
-impl IntoResponse for HttpError {
-    fn into_response(self) -> Response {
-        let mut resp = json_response(self.status, &Message::error(self.id, self.error));
-        if let Some(v) = self.challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
-            resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
-        }
-        if let Some(secs) = self.retry_after_secs {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(u16::from(secs)));
-        }
-        resp
-    }
-}
-
-/// How a reply goes out, carried beside its message (which travels on the request's channel).
-struct Envelope {
-    http_status: u16,
-    retry_after_ms: Option<u64>,
-    /// `WWW-Authenticate` of a call the caller's credentials do not allow.
-    challenge: Option<String>,
-    /// The task the reply tells the client about for the first time.
-    announces: Option<String>,
-}
-
-impl Envelope {
-    fn of(reply: Reply) -> (Envelope, Message) {
-        let envelope = Envelope {
-            http_status: reply.http_status,
-            retry_after_ms: reply.retry_after_ms,
-            challenge: reply.challenge,
-            announces: reply.announces,
-        };
-        (envelope, reply.message)
-    }
-
-    /// The reply as a JSON response. One that announces a new task tells the server once its body
-    /// has been written, so the task's messages on other streams cannot overtake it.
-    fn json(self, server: Arc<Server>, message: &Message) -> Response {
-        let status = StatusCode::from_u16(self.http_status).unwrap_or(StatusCode::OK);
-        let mut resp = json_response(status, message);
-        if let Some(ms) = self.retry_after_ms {
-            // Whole seconds, rounded up: a client that waits this long is let through.
-            let secs = ms.div_ceil(1000).max(1);
-            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
-                resp.headers_mut().insert(header::RETRY_AFTER, v);
-            }
-        }
-        if let Some(v) = self.challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
-            resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
-        }
-        if let Some(task) = self.announces {
-            let body = std::mem::take(resp.body_mut());
-            let written = stream::once(async move {
-                server.task_announced(&task);
-                None
-            })
-            .filter_map(|x: Option<Result<Bytes, axum::Error>>| async move { x });
-            *resp.body_mut() = Body::from_stream(body.into_data_stream().chain(written));
-        }
-        resp
-    }
-}
-
-fn json_response(status: StatusCode, msg: &Message) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        msg.to_json(),
-    )
-        .into_response()
-}
-
 /// Any path but `/mcp` (and the admin paths where they are served here).
 async fn no_such_path(uri: axum::http::Uri) -> Response {
     HttpError::new(
@@ -310,124 +212,6 @@ async fn check_headers(
         }
     }
     next.run(req).await
-}
-
-/// The caller of a request, from its `Authorization` header and its connection.
-async fn peer_of(server: &Server, req: &axum::http::request::Parts) -> Result<Peer, HttpError> {
-    let value = req
-        .headers
-        .get(header::AUTHORIZATION)
-        .map(|v| v.to_str().unwrap_or("\u{0}"));
-    let principal = server.authenticate(value).await.map_err(|e| {
-        if let crate::auth::AuthError::Token(crate::auth::oauth::TokenError::KeySet(why)) = &e {
-            // The token is not at fault: a 401 would make the client throw it away and sign in
-            // again, to no avail. The reason (an address, a TLS error) is for the operator only.
-            tracing::warn!(reason = %why, "cannot check an access token: the issuer's key set is unreadable");
-            return HttpError {
-                // About when the next fetch will be tried (sooner than the refresh interval).
-                retry_after_secs: Some(
-                    u8::try_from(crate::auth::oauth::RETRY_UNREADABLE_EVERY.as_secs())
-                        .unwrap_or(u8::MAX),
-                ),
-                ..HttpError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    ErrorObject::internal(
-                        "access tokens cannot be checked right now: the authorization server's \
-                         keys are unreadable; try again later",
-                    ),
-                )
-            };
-        }
-        tracing::info!(target: "mcp_tasks::audit", reason = %e, "authentication failed");
-        HttpError {
-            challenge: Some(challenge(server, &e)),
-            ..HttpError::new(
-                StatusCode::UNAUTHORIZED,
-                ErrorObject::invalid_request(e.to_string()),
-            )
-        }
-    })?;
-    let mut peer = Peer::new(principal);
-    peer.address = req
-        .extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip());
-    Ok(peer)
-}
-
-/// The `WWW-Authenticate` of a 401: with OAuth, where the protected-resource metadata is (RFC 9728),
-/// so a client can find the authorization server; and, when a credential was sent, why it failed.
-fn challenge(server: &Server, e: &crate::auth::AuthError) -> String {
-    let sent = !matches!(e, crate::auth::AuthError::Missing);
-    let oauth = server.authenticator().oauth();
-    crate::auth::Challenge {
-        error: sent.then_some("invalid_token"),
-        description: (sent && oauth.is_some()).then(|| e.to_string()),
-        scope: None,
-        resource_metadata: oauth.map(|o| crate::auth::oauth::resource_metadata_url(&o.audience)),
-    }
-    .header_value()
-}
-
-/// What the `Mcp-Session-Id` header names.
-enum SessionHeader {
-    Absent,
-    Unknown,
-    Found(Arc<Session>),
-}
-
-/// Looks up the session a request names. A session belongs to the principal that opened it; to
-/// anyone else it does not exist.
-async fn session_header(
-    server: &Server,
-    peer: &Peer,
-    headers: &HeaderMap,
-) -> Result<SessionHeader, HttpError> {
-    let Some(id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
-        return Ok(SessionHeader::Absent);
-    };
-    match server.sessions().get(id).await {
-        Ok(Some(s)) if s.owner == peer.name() => Ok(SessionHeader::Found(s)),
-        Ok(_) => Ok(SessionHeader::Unknown),
-        Err(e) => Err(HttpError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorObject::internal(e.to_string()),
-        )),
-    }
-}
-
-/// The session a session-wire message needs, with its version header checked against it.
-fn require_session(found: SessionHeader, headers: &HeaderMap) -> Result<Arc<Session>, HttpError> {
-    let session = match found {
-        SessionHeader::Found(s) => s,
-        SessionHeader::Absent => return Err(HttpError::bad_request(
-            "missing Mcp-Session-Id header: send initialize first and echo the session id it returns",
-        )),
-        SessionHeader::Unknown => {
-            return Err(HttpError::new(
-                StatusCode::NOT_FOUND,
-                ErrorObject::invalid_request(
-                    "session not found (it ended or expired): initialize a new session",
-                ),
-            ))
-        }
-    };
-    if let Some(v) = headers.get(VERSION_HEADER) {
-        let v = v.to_str().unwrap_or("");
-        if !version::SESSION_VERSIONS.contains(&v) {
-            return Err(HttpError::bad_request(format!(
-                "unsupported MCP-Protocol-Version {v:?} (supported: {})",
-                version::SESSION_VERSIONS.join(", ")
-            )));
-        }
-        if v != session.protocol_version() {
-            return Err(HttpError::bad_request(format!(
-                "MCP-Protocol-Version {v:?} does not match the version negotiated for this session ({})",
-                session.protocol_version()
-            )));
-        }
-    }
-    Ok(session)
 }
 
 async fn post(State(server): State<Arc<Server>>, req: HttpRequest) -> Response {
@@ -558,16 +342,6 @@ async fn initialize(
     }
 }
 
-/// One message as the whole answer: a JSON body, or a one-event SSE stream for a client that
-/// accepts only streams.
-fn message_response(message: &Message, accepts: Accepts) -> Response {
-    if accepts.json {
-        return json_response(StatusCode::OK, message);
-    }
-    let event = Event::default().event("message").data(message.to_json());
-    Sse::new(stream::once(async move { Ok::<_, Infallible>(event) })).into_response()
-}
-
 /// A message of the stateless wire (2026-07-28): no session; headers checked against the body.
 async fn post_stateless(
     server: Arc<Server>,
@@ -598,10 +372,6 @@ async fn post_stateless(
             answer_request(server, Era::Stateless, peer, req, accepts).await
         }
     }
-}
-
-fn is_reply(m: &Message) -> bool {
-    matches!(m, Message::Response(_) | Message::Error(_))
 }
 
 async fn answer_request(
@@ -679,42 +449,6 @@ async fn answer_request(
     }
 }
 
-/// An SSE response from a channel; it ends after the reply, and then tells the server the reply was
-/// written.
-fn sse(
-    server: Arc<Server>,
-    keep_alive: Duration,
-    first: Option<Message>,
-    rx: mpsc::Receiver<Message>,
-    mut envelope: tokio::sync::oneshot::Receiver<Envelope>,
-) -> Response {
-    let rest = stream::unfold((rx, false), move |(mut rx, done)| async move {
-        if done {
-            return None;
-        }
-        let m = rx.recv().await?;
-        let finished = is_reply(&m);
-        Some((m, (rx, finished)))
-    });
-    // Polled once the last event has been handed on: the reply (if any) is out.
-    let written = stream::once(async move {
-        if let Some(task) = envelope.try_recv().ok().and_then(|e| e.announces) {
-            server.task_announced(&task);
-        }
-        None
-    })
-    .filter_map(|x: Option<Message>| async move { x });
-    let events: std::pin::Pin<Box<dyn Stream<Item = Result<Event, Infallible>> + Send>> = Box::pin(
-        stream::iter(first)
-            .chain(rest)
-            .chain(written)
-            .map(|m| Ok(Event::default().event("message").data(m.to_json()))),
-    );
-    Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(keep_alive))
-        .into_response()
-}
-
 fn stateless_get_or_delete(headers: &HeaderMap) -> Option<Response> {
     let v = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok())?;
     let era = era::classify(&Facts {
@@ -730,22 +464,6 @@ fn stateless_get_or_delete(headers: &HeaderMap) -> Option<Response> {
         )
         .into_response()
     })
-}
-
-/// The caller and session of a GET or DELETE: its caller must be the session's owner.
-async fn session_request(
-    server: &Server,
-    req: HttpRequest,
-) -> Result<(Peer, Arc<Session>), Response> {
-    let (parts, _) = req.into_parts();
-    let peer = peer_of(server, &parts)
-        .await
-        .map_err(IntoResponse::into_response)?;
-    let found = session_header(server, &peer, &parts.headers)
-        .await
-        .map_err(IntoResponse::into_response)?;
-    let session = require_session(found, &parts.headers).map_err(IntoResponse::into_response)?;
-    Ok((peer, session))
 }
 
 async fn get_stream(State(server): State<Arc<Server>>, req: HttpRequest) -> Response {

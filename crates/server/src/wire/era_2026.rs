@@ -4,9 +4,8 @@
 //! with `tasks/update`. Parses params, calls the core, renders; also checks the HTTP routing headers
 //! against the body.
 
-use mcp_tasks_engine::store::Lookup;
-use mcp_tasks_engine::{fingerprint, LogLevel, Outcome, TaskContext, TaskEvent, TaskRecord};
-use mcp_tasks_protocol::jsonrpc::{ErrorObject, Message, Request};
+use mcp_tasks_engine::{fingerprint, LogLevel, Outcome, TaskContext, TaskRecord};
+use mcp_tasks_protocol::jsonrpc::{ErrorObject, Request};
 use mcp_tasks_protocol::mcp_2025::TaskSupport;
 use mcp_tasks_protocol::{error_codes, meta, version};
 use serde_json::{json, Map, Value};
@@ -19,9 +18,13 @@ use super::messages;
 use super::mrtr::{self, next_state, RoundSink};
 use super::render_2026;
 use crate::core::budget::BudgetedCall;
-use crate::core::lists::ListKind;
 use crate::core::streams::StreamSender;
 use crate::core::{calls, tasks::Cancel, Era, Failure, HandlerRun, Peer, Server, TaskStart};
+
+mod headers;
+mod listen;
+
+pub(crate) use headers::{check_headers, Headers};
 
 /// The era label stored on tasks created through this wire.
 pub(crate) const ERA: &str = version::V2026_07_28;
@@ -219,7 +222,7 @@ async fn serve(
                 "tasks/get" => tasks_get(server, peer, &params).await?,
                 "tasks/update" => tasks_update(server, peer, &params).await?,
                 "tasks/cancel" => tasks_cancel(server, peer, &params).await?,
-                _ => return listen(server, peer, &req, &params, out).await,
+                _ => return listen::listen(server, peer, &req, &params, out).await,
             }
         }
         m if crate::core::CATALOG_METHODS.contains(&m) => {
@@ -618,286 +621,4 @@ fn listed_items(method: &str, params: &Map<String, Value>) -> Result<u32, Failur
         _ => 1,
     };
     Ok(u32::try_from(n.max(1)).unwrap_or(u32::MAX))
-}
-
-/// `subscriptions/listen`: acknowledges, sends the current state of each accepted task, then streams
-/// `notifications/tasks` (the full `DetailedTask`) whenever it changes, until the client goes away.
-async fn listen(
-    server: &Arc<Server>,
-    peer: &Peer,
-    req: &Request,
-    params: &Map<String, Value>,
-    out: StreamSender,
-) -> Result<Value, Failure> {
-    let gone = || Failure::from(ErrorObject::internal("client went away"));
-    let filter = params
-        .get("notifications")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    let sub_meta = json!({meta::SUBSCRIPTION_ID: req.id.to_value()});
-    // Subscribe before reading anything, so no change falls between the read and the stream.
-    let mut events = server.engine().notifier().subscribe_all();
-    let mut resource_events = server.resource_changes();
-    let mut list_events = server.list_changes();
-    // The named tasks in one read; those of other principals are left out like missing ones.
-    let named: Vec<String> = filter
-        .get("taskIds")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .map(String::from)
-        .collect();
-    let mine: std::collections::HashSet<String> =
-        match server.engine().store().get_many(&named).await {
-            Ok(found) => found
-                .into_iter()
-                .filter(|t| t.owner == peer.name())
-                .map(|t| t.id)
-                .collect(),
-            Err(e) => return Err(ErrorObject::internal(e.to_string()).into()),
-        };
-    // In the order named, each once (the acknowledgement lists them), and as a set to match events.
-    let mut accepted = Vec::new();
-    let mut watched = std::collections::HashSet::new();
-    for id in named {
-        if mine.contains(&id) && watched.insert(id.clone()) {
-            accepted.push(id);
-        }
-    }
-    let uris: Vec<String> = filter
-        .get("resourceSubscriptions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .filter(|u| server.catalog().exists(u))
-        .map(String::from)
-        .collect();
-    // Lists are promised only where they can change (a gateway's upstream lists).
-    let lists: Vec<ListKind> = [ListKind::Tools, ListKind::Prompts, ListKind::Resources]
-        .into_iter()
-        .filter(|k| filter.get(k.filter_field()) == Some(&Value::Bool(true)))
-        .filter(|k| server.list_can_change(*k))
-        .collect();
-    let mut ack = Map::new();
-    for k in &lists {
-        ack.insert(k.filter_field().into(), json!(true));
-    }
-    if filter.contains_key("taskIds") {
-        ack.insert("taskIds".into(), json!(accepted));
-    }
-    if filter.contains_key("resourceSubscriptions") {
-        ack.insert("resourceSubscriptions".into(), json!(uris));
-    }
-    // Nothing it may watch (ids unknown or another's, nothing that can change): acknowledged, then
-    // ended at once (gracefully, with the listen result) rather than held open for nothing.
-    let nothing = accepted.is_empty() && uris.is_empty() && lists.is_empty();
-    let held = if nothing {
-        None
-    } else {
-        Some(server.stream_slot(peer, "subscriptions/listen")?)
-    };
-    let ack = Message::notification(
-        "notifications/subscriptions/acknowledged",
-        json!({"notifications": ack, "_meta": sub_meta}),
-    );
-    out.send(ack).await.map_err(|_| gone())?;
-    if nothing {
-        return Ok(finish_result(server, json!({"_meta": sub_meta})));
-    }
-    let _held = held;
-    // What was last sent per task: a change that renders the same (an input event next to its status
-    // change) is not sent twice.
-    let mut last: std::collections::HashMap<String, Value> = std::collections::HashMap::new();
-    let send_state = async |id: &str,
-                            last: &mut std::collections::HashMap<String, Value>|
-           -> Result<(), Failure> {
-        let Ok(Lookup::Found(t)) = server.engine().get(id).await else {
-            return Ok(());
-        };
-        let mut params = detailed(server, &t).await?;
-        if last.get(id) == Some(&Value::Object(params.clone())) {
-            return Ok(());
-        }
-        last.insert(id.to_string(), Value::Object(params.clone()));
-        params.insert("_meta".into(), sub_meta.clone());
-        out.send(Message::notification(
-            "notifications/tasks",
-            Value::Object(params),
-        ))
-        .await
-        .map_err(|_| gone())
-    };
-    for id in accepted.clone() {
-        send_state(&id, &mut last).await?;
-    }
-    loop {
-        tokio::select! {
-            e = events.recv() => match e {
-                Ok(ev) => {
-                    let relevant = matches!(ev, TaskEvent::Changed(_) | TaskEvent::Progress { .. } | TaskEvent::InputRequested { .. } | TaskEvent::InputAnswered { .. });
-                    if relevant && watched.contains(&ev.task().id) {
-                        send_state(&ev.task().id.clone(), &mut last).await?;
-                    }
-                }
-                // Missed events: the store has the truth; resend what changed.
-                Err(_) => {
-                    for id in accepted.clone() {
-                        send_state(&id, &mut last).await?;
-                    }
-                }
-            },
-            Ok(uri) = resource_events.recv() => {
-                if uris.contains(&uri) {
-                    let n = Message::notification("notifications/resources/updated", json!({"uri": uri, "_meta": sub_meta}));
-                    out.send(n).await.map_err(|_| gone())?;
-                }
-            }
-            Ok(kind) = list_events.recv() => {
-                if lists.contains(&kind) {
-                    let n = Message::notification(kind.notification(), json!({"_meta": sub_meta}));
-                    out.send(n).await.map_err(|_| gone())?;
-                }
-            }
-            _ = out.closed() => return Err(gone()),
-            _ = server.stopping() => return Err(gone()),
-        }
-    }
-}
-
-/// The HTTP headers of a request, as the transport decoded them: `None` when absent, `Some(None)` when
-/// present but not valid text (bad characters or bad `=?base64?…?=` encoding).
-pub(crate) trait Headers {
-    /// The decoded value of header `name` (lowercase).
-    fn text(&self, name: &str) -> Option<Option<String>>;
-}
-
-/// Checks the 2026-07-28 routing headers against the body: `MCP-Protocol-Version`, `Mcp-Method`,
-/// `Mcp-Name` for the methods that name a tool, prompt, resource or task, and `Mcp-Param-*` for tool
-/// arguments marked `x-mcp-header`. `Err` says what disagrees (answered 400 + -32020).
-pub(crate) fn check_headers(
-    server: &Server,
-    headers: &dyn Headers,
-    req: &Request,
-) -> Result<(), String> {
-    // A body that declares no version is reported as malformed `_meta` (-32602) by the dispatcher.
-    if let Some(declared) = declared_version(req.params.as_ref()) {
-        match headers.text("mcp-protocol-version") {
-            None => return Err("missing MCP-Protocol-Version header".into()),
-            Some(Some(v)) if v == declared => {}
-            Some(v) => {
-                return Err(format!(
-                    "MCP-Protocol-Version header {:?} does not match _meta protocolVersion {declared:?}",
-                    v.unwrap_or_default()
-                ));
-            }
-        }
-    }
-    match headers.text("mcp-method") {
-        None => {
-            return Err(format!(
-                "missing Mcp-Method header (expected {:?})",
-                req.method
-            ))
-        }
-        Some(Some(m)) if m == req.method => {}
-        Some(m) => {
-            return Err(format!(
-                "Mcp-Method header {:?} does not match the body's method {:?}",
-                m.unwrap_or_default(),
-                req.method
-            ));
-        }
-    }
-    let name_field = match req.method.as_str() {
-        "tools/call" | "prompts/get" => Some("name"),
-        "resources/read" => Some("uri"),
-        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
-        _ => None,
-    };
-    if let Some(field) = name_field {
-        // A body without the field is invalid params, which the dispatcher reports (-32602).
-        let Some(expected) = req
-            .params
-            .as_ref()
-            .and_then(|p| p.get(field))
-            .and_then(Value::as_str)
-        else {
-            return Ok(());
-        };
-        match headers.text("mcp-name") {
-            None => {
-                return Err(format!(
-                    "missing Mcp-Name header (expected params.{field} {expected:?})"
-                ))
-            }
-            Some(None) => return Err("Mcp-Name header is not valid text".into()),
-            Some(Some(n)) if n != expected => {
-                return Err(format!(
-                    "Mcp-Name header {n:?} does not match params.{field} {expected:?}"
-                ));
-            }
-            Some(Some(_)) => {}
-        }
-    }
-    if req.method == "tools/call" {
-        check_param_headers(server, headers, req)?;
-    }
-    Ok(())
-}
-
-/// Arguments a tool marks with `x-mcp-header` are mirrored in `Mcp-Param-<Name>` headers; each must be
-/// present when the argument is, and equal to it.
-fn check_param_headers(
-    server: &Server,
-    headers: &dyn Headers,
-    req: &Request,
-) -> Result<(), String> {
-    let params = req.params.as_ref();
-    let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
-        return Ok(());
-    };
-    let Some(tool) = server.tools().get(name) else {
-        return Ok(());
-    };
-    let Some(props) = tool
-        .tool
-        .input_schema
-        .get("properties")
-        .and_then(Value::as_object)
-    else {
-        return Ok(());
-    };
-    let args = params.and_then(|p| p.get("arguments"));
-    for (arg, schema) in props {
-        let Some(header) = schema.get("x-mcp-header").and_then(Value::as_str) else {
-            continue;
-        };
-        let value = match args.and_then(|a| a.get(arg)) {
-            None | Some(Value::Null) => continue,
-            Some(Value::String(s)) => s.clone(),
-            Some(other) => other.to_string(),
-        };
-        match headers.text(&format!("mcp-param-{}", header.to_ascii_lowercase())) {
-            None => {
-                return Err(format!(
-                    "missing Mcp-Param-{header} header for argument {arg:?}"
-                ))
-            }
-            Some(Some(v)) if v == value => {}
-            Some(Some(v)) => {
-                return Err(format!(
-                    "Mcp-Param-{header} header {v:?} does not match argument {arg:?}"
-                ));
-            }
-            Some(None) => {
-                return Err(format!(
-                    "Mcp-Param-{header} header is not valid (bad base64 or characters)"
-                ))
-            }
-        }
-    }
-    Ok(())
 }

@@ -187,8 +187,8 @@ pub async fn start(
     store: Arc<dyn TaskStore>,
     stop: CancellationToken,
 ) -> Result<(), StoreError> {
-    let (mut config, _) = super::parse_url(url)?;
-    super::named(&mut config);
+    let (mut config, _) = super::connect::parse_url(url)?;
+    super::connect::named(&mut config);
     let me = format!("relay-{}", &crate::ids::random_id()[..12]);
     let (listener, channel) = listen(&config).await?;
     let (out_tx, out_rx) = mpsc::unbounded_channel::<String>();

@@ -1,0 +1,416 @@
+//! The PostgreSQL store's own tests, beside the contract test kit: URLs, the input hand-over,
+//! migrations and limits under concurrent replicas.
+
+use super::connect::{parse_url, redact, POOL_SIZE};
+use super::*;
+use crate::store::Among;
+use tokio_postgres::NoTls;
+
+/// The test database (`MCP_TASKS_TEST_PG`, else the machine's server).
+fn test_url() -> String {
+    std::env::var("MCP_TASKS_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// A schema name no other test run uses.
+fn fresh_schema(tag: &str) -> String {
+    format!("t_{tag}_{}", &crate::ids::random_id()[..12])
+}
+
+async fn drop_schema(schema: &str) {
+    if let Ok((client, conn)) = tokio_postgres::connect(&test_url(), NoTls).await {
+        tokio::spawn(conn);
+        let _ = client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .await;
+    }
+}
+
+#[test]
+fn the_pool_size_comes_from_the_url_and_is_not_passed_on() {
+    let (config, size) =
+        parse_url("postgres://u@h:5433/db?pool_max_conns=4&application_name=x").unwrap();
+    assert_eq!(size, 4);
+    assert_eq!(config.get_application_name(), Some("x"));
+    assert_eq!(config.get_dbname(), Some("db"));
+    let (_, size) = parse_url("postgres://u@h/db?pool_max_conns=3").unwrap();
+    assert_eq!(size, 3);
+    let (config, size) = parse_url("host=h user=u pool_max_conns=2 dbname=d").unwrap();
+    assert_eq!((size, config.get_dbname()), (2, Some("d")));
+    assert_eq!(parse_url("postgres://u@h/db").unwrap().1, POOL_SIZE);
+    for bad in [
+        "postgres://h/db?pool_max_conns=0",
+        "postgres://h/db?pool_max_conns=many",
+    ] {
+        let e = parse_url(bad).unwrap_err().to_string();
+        assert!(e.contains("pool_max_conns"), "{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passes_the_store_test_kit() {
+    let run = fresh_schema("kit");
+    let counter = std::sync::atomic::AtomicUsize::new(0);
+    let url = test_url();
+    let made = std::sync::Mutex::new(Vec::new());
+    super::super::testkit::run_all(|| {
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let schema = format!("{run}_{n}");
+        made.lock().unwrap().push(schema.clone());
+        let url = url.clone();
+        async move { PostgresStore::open_in_schema(&url, &schema).await.unwrap() }
+    })
+    .await;
+    for schema in made.into_inner().unwrap() {
+        drop_schema(&schema).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_request_is_handed_to_one_stream_at_a_time() {
+    let schema = fresh_schema("hand");
+    let s = PostgresStore::open_in_schema(&test_url(), &schema)
+        .await
+        .unwrap();
+    s.create(super::super::testkit::record("t1", "alice", 1_000), None)
+        .await
+        .unwrap();
+    let input = InputRecord {
+        key: "q1".into(),
+        task_id: "t1".into(),
+        method: "ask".into(),
+        params: serde_json::json!({"message": "ok?"}),
+        created_at: 2_000,
+        response: None,
+        answered_at: None,
+    };
+    s.add_input(input, 2_000).await.unwrap();
+    assert_eq!(
+        s.hand_input("q1", None, Some("a 1 s")).await.unwrap(),
+        Handed::Done
+    );
+    // A second claimant finds the first; only a hand-over from it succeeds.
+    assert_eq!(
+        s.hand_input("q1", None, Some("b 2 s")).await.unwrap(),
+        Handed::HeldBy("a 1 s".into())
+    );
+    assert_eq!(
+        s.hand_input("q1", Some("a 1 s"), Some("b 2 s"))
+            .await
+            .unwrap(),
+        Handed::Done
+    );
+    assert_eq!(
+        s.hand_input("q1", Some("a 1 s"), None).await.unwrap(),
+        Handed::HeldBy("b 2 s".into()),
+        "a stale holder cannot release it"
+    );
+    assert_eq!(
+        s.hand_input("q1", Some("b 2 s"), None).await.unwrap(),
+        Handed::Done
+    );
+    assert_eq!(
+        s.hand_input("q1", Some("b 2 s"), Some("c 3 s"))
+            .await
+            .unwrap(),
+        Handed::Free
+    );
+    let yes = InputResponse::Result {
+        value: serde_json::json!({"action": "accept"}),
+    };
+    s.answer_input("q1", yes, 3_000).await.unwrap();
+    assert_eq!(
+        s.hand_input("q1", None, Some("c 3 s")).await.unwrap(),
+        Handed::Gone
+    );
+    assert_eq!(
+        s.hand_input("nope", None, Some("c 3 s")).await.unwrap(),
+        Handed::Gone
+    );
+    drop(s);
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_migrating_at_once_apply_each_migration_once() {
+    let schema = fresh_schema("migrate");
+    let url = test_url();
+    let opens = (0..4).map(|_| PostgresStore::open_in_schema(&url, &schema));
+    for store in futures::future::join_all(opens).await {
+        store.unwrap();
+    }
+    let (client, conn) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let n: i64 = client
+        .query_one(
+            &format!("SELECT COUNT(*) FROM {schema}.mcp_tasks_migrations"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, i64::from(schema::latest()));
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_schema_is_refused() {
+    let schema = fresh_schema("newer");
+    let url = test_url();
+    PostgresStore::open_in_schema(&url, &schema).await.unwrap();
+    let (client, conn) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client
+        .execute(
+            &format!("INSERT INTO {schema}.mcp_tasks_migrations VALUES ($1, 'from the future', 0)"),
+            &[&(schema::latest() + 1)],
+        )
+        .await
+        .unwrap();
+    let err = PostgresStore::open_in_schema(&url, &schema)
+        .await
+        .unwrap_err();
+    assert!(
+        err.chain().contains("newer than this build"),
+        "{}",
+        err.chain()
+    );
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_running_task_limit_is_exact_under_concurrent_creates() {
+    let schema = fresh_schema("limit");
+    let url = test_url();
+    // Two stores on one schema: two replicas.
+    let a = std::sync::Arc::new(PostgresStore::open_in_schema(&url, &schema).await.unwrap());
+    let b = std::sync::Arc::new(PostgresStore::open_in_schema(&url, &schema).await.unwrap());
+    let limit = ActiveLimit {
+        max: 5,
+        owner: "alice".into(),
+        among: Among::All,
+    };
+    let creates = (0..40).map(|i| {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let limit = limit.clone();
+        async move {
+            let t = super::super::testkit::record(&format!("c{i}"), "alice", 1_000 + i);
+            store.create(t, Some(limit)).await
+        }
+    });
+    let results = futures::future::join_all(creates).await;
+    let made = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(made, 5, "exactly the limit: {results:?}");
+    assert!(results
+        .iter()
+        .filter_map(|r| r.as_ref().err())
+        .all(|e| matches!(e, StoreError::TooManyActive { .. })));
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_caps_are_exact_under_concurrent_creates() {
+    let schema = fresh_schema("session_cap");
+    let url = test_url();
+    let a = std::sync::Arc::new(PostgresStore::open_in_schema(&url, &schema).await.unwrap());
+    let b = std::sync::Arc::new(PostgresStore::open_in_schema(&url, &schema).await.unwrap());
+    // 40 creates from two replicas, two prefixes: at most 3 per prefix, 5 in all.
+    let creates = (0..40u64).map(|i| {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let prefix = if i % 4 < 2 { "p1-" } else { "p2-" };
+        async move {
+            let s = SessionRecord {
+                id: format!("{prefix}{i}"),
+                owner: "anon".into(),
+                data: serde_json::json!({}),
+                created_at: 1_000,
+                last_seen: 1_000,
+                idle_ms: Some(60_000),
+            };
+            let limit = SessionLimit {
+                max: 5,
+                per_prefix: Some((prefix.into(), 3)),
+            };
+            (prefix, store.create_session(&s, &limit).await)
+        }
+    });
+    let results = futures::future::join_all(creates).await;
+    let made = |p: &str| results.iter().filter(|(q, r)| *q == p && r.is_ok()).count();
+    assert_eq!(
+        made("p1-") + made("p2-"),
+        5,
+        "exactly the owner's cap: {results:?}"
+    );
+    assert!(made("p1-") <= 3 && made("p2-") <= 3);
+    assert!(results
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().err())
+        .all(|e| matches!(e, StoreError::TooManySessions { .. })));
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_session_limits_are_exact_under_concurrent_creates() {
+    let schema = fresh_schema("session_limit");
+    let url = test_url();
+    let a = std::sync::Arc::new(PostgresStore::open_in_schema(&url, &schema).await.unwrap());
+    let b = std::sync::Arc::new(PostgresStore::open_in_schema(&url, &schema).await.unwrap());
+    let creates = (0..40u64).map(|i| {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let session = if i % 4 < 2 { "s1" } else { "s2" };
+        async move {
+            let mut t = super::super::testkit::record(&format!("c{i}"), "alice", 1_000 + i);
+            t.session = Some(session.into());
+            let limit = ActiveLimit {
+                max: 3,
+                owner: "alice".into(),
+                among: Among::Session(session.into()),
+            };
+            (session, store.create(t, Some(limit)).await)
+        }
+    });
+    let results = futures::future::join_all(creates).await;
+    for session in ["s1", "s2"] {
+        let made = results
+            .iter()
+            .filter(|(s, r)| *s == session && r.is_ok())
+            .count();
+        assert_eq!(made, 3, "exactly the limit in {session}");
+    }
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_key_under_concurrent_creates_makes_one_task() {
+    let schema = fresh_schema("key");
+    let url = test_url();
+    let a = std::sync::Arc::new(PostgresStore::open_in_schema(&url, &schema).await.unwrap());
+    let b = std::sync::Arc::new(PostgresStore::open_in_schema(&url, &schema).await.unwrap());
+    let creates = (0..30u64).map(|i| {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        async move {
+            let mut t = super::super::testkit::record(&format!("k{i}"), "alice", 1_000 + i);
+            t.idempotency_key = Some("same".into());
+            store.create(t, None).await.unwrap()
+        }
+    });
+    let results = futures::future::join_all(creates).await;
+    let new: Vec<_> = results
+        .iter()
+        .filter_map(|r| match r {
+            Created::New(t) => Some(t.id.clone()),
+            Created::Existing(_) => None,
+        })
+        .collect();
+    assert_eq!(new.len(), 1, "{results:?}");
+    assert!(results.iter().all(|r| match r {
+        Created::New(t) | Created::Existing(t) => t.id == new[0],
+    }));
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_updates_from_two_replicas_lose_nothing() {
+    let schema = fresh_schema("cas");
+    let url = test_url();
+    let a = std::sync::Arc::new(PostgresStore::open_in_schema(&url, &schema).await.unwrap());
+    let b = std::sync::Arc::new(PostgresStore::open_in_schema(&url, &schema).await.unwrap());
+    a.create(super::super::testkit::record("p1", "alice", 1_000), None)
+        .await
+        .unwrap();
+    // Progress never decreases: whatever order 40 racing reports land in, the last word is 40 —
+    // unless a write based on a stale read overwrote a later one.
+    let reports = (1..=40u64).map(|i| {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        async move {
+            let change = TaskChange {
+                progress: Some(crate::store::ProgressUpdate {
+                    progress: i as f64,
+                    total: Some(40.0),
+                    message: None,
+                }),
+                ..Default::default()
+            };
+            store
+                .update("p1", &TaskStatus::ACTIVE, change, 2_000 + i)
+                .await
+                .unwrap();
+        }
+    });
+    futures::future::join_all(reports).await;
+    let Lookup::Found(t) = a.get("p1").await.unwrap() else {
+        panic!("gone")
+    };
+    assert_eq!(t.progress, Some(40.0));
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_changed_by_another_replica_is_read_again_not_overwritten() {
+    let schema = fresh_schema("hint");
+    let url = test_url();
+    let a = PostgresStore::open_in_schema(&url, &schema).await.unwrap();
+    let b = PostgresStore::open_in_schema(&url, &schema).await.unwrap();
+    // A created it, so A remembers it; B then changes it twice.
+    a.create(super::super::testkit::record("h1", "alice", 1_000), None)
+        .await
+        .unwrap();
+    let report = |p: f64| TaskChange {
+        progress: Some(crate::store::ProgressUpdate {
+            progress: p,
+            total: Some(10.0),
+            message: None,
+        }),
+        ..Default::default()
+    };
+    b.update("h1", &TaskStatus::ACTIVE, report(5.0), 2_000)
+        .await
+        .unwrap();
+    // A's update starts from its stale copy, loses the compare-and-set, reads, and keeps B's 5.
+    let t = a
+        .update("h1", &TaskStatus::ACTIVE, report(3.0), 3_000)
+        .await
+        .unwrap();
+    assert_eq!(t.progress, Some(5.0), "progress never goes back: {t:?}");
+    // B finishes it; A (remembering it as working) must not write over the end.
+    b.update(
+        "h1",
+        &TaskStatus::ACTIVE,
+        TaskChange {
+            status: Some(TaskStatus::Cancelled),
+            ..Default::default()
+        },
+        4_000,
+    )
+    .await
+    .unwrap();
+    let r = a
+        .update(
+            "h1",
+            &TaskStatus::ACTIVE,
+            TaskChange {
+                status: Some(TaskStatus::Completed),
+                ..Default::default()
+            },
+            5_000,
+        )
+        .await;
+    assert!(
+        matches!(&r, Err(UpdateError::Conflict(t)) if t.status == TaskStatus::Cancelled),
+        "{r:?}"
+    );
+    drop((a, b));
+    drop_schema(&schema).await;
+}
+
+#[test]
+fn passwords_are_not_shown() {
+    assert_eq!(
+        redact("postgres://alice:secret@db:5432/tasks"),
+        "postgres://alice:***@db:5432/tasks"
+    );
+    assert_eq!(
+        redact("postgres://alice@db/tasks"),
+        "postgres://alice@db/tasks"
+    );
+}

@@ -1,0 +1,206 @@
+//! The SQLite store's own tests, beside the contract test kit: old schemas migrated, shared
+//! arguments, the writer under load.
+
+use super::*;
+
+/// Inserts `t` as builds of schema version 1 wrote tasks (no `progress_message` column yet).
+fn insert_as_v1(conn: &Connection, t: &TaskRecord) {
+    conn.execute(
+        "INSERT INTO tasks (id, owner, session, era, tool, arguments, request_meta, status, \
+         status_message, progress, progress_total, created_at, updated_at, ttl_ms, \
+         poll_interval_ms, outcome, idempotency_key, fingerprint, attempt, lease_owner, \
+         lease_until, finished_at, expires_at) VALUES \
+         (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23)",
+        params![
+            t.id,
+            t.owner,
+            t.session,
+            t.era,
+            t.tool,
+            t.arguments.to_string(),
+            t.request_meta.to_string(),
+            t.status.as_str(),
+            t.status_message,
+            t.progress,
+            t.progress_total,
+            sql_int(t.created_at),
+            sql_int(t.updated_at),
+            t.ttl_ms.map(sql_int),
+            t.poll_interval_ms.map(sql_int),
+            t.outcome
+                .as_ref()
+                .map(|o| serde_json::to_string(o).unwrap()),
+            t.idempotency_key,
+            t.fingerprint,
+            i64::from(t.attempt),
+            t.lease_owner,
+            t.lease_until.map(sql_int),
+            t.finished_at.map(sql_int),
+            t.expires_at().map(sql_int),
+        ],
+    )
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfinished_tasks_arguments_are_shared_by_every_record_read_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("t.db")).unwrap();
+    let mut t = super::super::testkit::record("big", "o", 1);
+    t.arguments = Arc::new(serde_json::json!({"data": "x".repeat(100_000)}));
+    let created = match store.create(t, None).await.unwrap() {
+        Created::New(t) => t,
+        Created::Existing(_) => unreachable!("a new id"),
+    };
+    let progress = TaskChange {
+        progress: Some(crate::store::ProgressUpdate {
+            progress: 1.0,
+            total: Some(2.0),
+            message: None,
+        }),
+        ..Default::default()
+    };
+    let updated = store
+        .update("big", &TaskStatus::ACTIVE, progress, 2)
+        .await
+        .unwrap();
+    let Lookup::Found(read) = store.get("big").await.unwrap() else {
+        panic!("the task is there")
+    };
+    // One value, not a parse per read or report.
+    assert!(Arc::ptr_eq(&created.arguments, &updated.arguments));
+    assert!(Arc::ptr_eq(&created.arguments, &read.arguments));
+    assert_eq!(store.shared.len(), 1);
+    let done = TaskChange {
+        status: Some(TaskStatus::Completed),
+        outcome: Some(crate::model::Outcome::Result {
+            value: serde_json::json!({}),
+            is_error: false,
+        }),
+        ..Default::default()
+    };
+    store
+        .update("big", &TaskStatus::ACTIVE, done, 3)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.shared.len(),
+        0,
+        "a finished task's arguments are let go"
+    );
+    // Read again from the file, whole.
+    let Lookup::Found(read) = store.get("big").await.unwrap() else {
+        panic!("the task is there")
+    };
+    assert_eq!(read.arguments, created.arguments);
+    assert!(!Arc::ptr_eq(&created.arguments, &read.arguments));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passes_the_store_test_kit() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir_path = dir.path().to_path_buf();
+    let counter = std::sync::atomic::AtomicUsize::new(0);
+    super::super::testkit::run_all(|| {
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let path = dir_path.join(format!("kit-{n}.db"));
+        async move { SqliteStore::open(path).unwrap() }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_survives_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reopen.db");
+    let t = super::super::testkit::record("reopen", "alice", 1_000);
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        store.create(t.clone(), None).await.unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.get(&t.id).await.unwrap(), Lookup::Found(t));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_made_before_schema_versions_is_upgraded_and_keeps_its_tasks() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    let t = super::super::testkit::record("old", "alice", 1_000);
+    {
+        // What earlier builds left: the tables, created with IF NOT EXISTS, at user_version 0.
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(schema::MIGRATIONS[0].sql).unwrap();
+        insert_as_v1(&conn, &t);
+        assert_eq!(schema::version(&conn).unwrap(), 0);
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.get("old").await.unwrap(), Lookup::Found(t));
+    let conn = Connection::open(&path).unwrap();
+    assert_eq!(schema::version(&conn).unwrap(), schema::latest());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opening_drops_the_input_requests_earlier_builds_left_behind() {
+    for start in [0, 1] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("orphans.db");
+        let alive = super::super::testkit::record("alive", "alice", 1_000);
+        let question = |key: &str, task: &str| InputRecord {
+            key: key.into(),
+            task_id: task.into(),
+            method: "ask".into(),
+            params: serde_json::json!({"q": key}),
+            created_at: 1_100,
+            response: None,
+            answered_at: None,
+        };
+        {
+            // A database as migration 1 left it (or as it was before versions, at 0), holding
+            // one question of a live task and one of a task purge already removed.
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(schema::MIGRATIONS[0].sql).unwrap();
+            conn.pragma_update(None, "user_version", start).unwrap();
+            insert_as_v1(&conn, &alive);
+            insert_input(&conn, &question("kept", "alive")).unwrap();
+            insert_input(&conn, &question("orphan", "purged-long-ago")).unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(
+            store.get_input("orphan").await.unwrap(),
+            None,
+            "from {start}"
+        );
+        assert_eq!(store.inputs("purged-long-ago").await.unwrap(), vec![]);
+        assert_eq!(
+            store.get_input("kept").await.unwrap(),
+            Some(question("kept", "alive")),
+            "from {start}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_say_what_failed_and_keep_their_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    // A file where the database's folder should be.
+    let blocker = dir.path().join("file");
+    std::fs::write(&blocker, b"x").unwrap();
+    let err = match SqliteStore::open(blocker.join("tasks.db")) {
+        Err(e) => e,
+        Ok(_) => panic!("opened a database under a file"),
+    };
+    assert!(
+        matches!(&err, StoreError::Backend { context, source: Some(_) } if context.starts_with("create folder")),
+        "{err:?}"
+    );
+    let chain = err.chain();
+    assert!(
+        chain.starts_with("task store error: create folder"),
+        "{chain}"
+    );
+    assert!(
+        chain.len() > err.to_string().len() + 2,
+        "the cause is rendered too: {chain}"
+    );
+}
