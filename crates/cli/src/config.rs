@@ -237,7 +237,7 @@ impl AuthSection {
             .keys
             .iter()
             .filter(|k| k.operator)
-            .map(|k| k.principal.clone())
+            .map(|k| k.sha256.trim().to_ascii_lowercase())
             .collect();
         let oauth = self
             .oauth
@@ -536,7 +536,11 @@ mod tests {
         assert_eq!(o.limits.calls_per_minute, Some(600));
         assert_eq!(auth.keys[0].scopes, None);
         assert_eq!(auth.keys[1].scopes, Some(vec![]));
-        assert_eq!(auth.operators, ["ops"]);
+        assert_eq!(
+            auth.operators,
+            [auth.keys[0].sha256.clone()],
+            "the ops key's hash"
+        );
         assert_eq!(o.operator_scope.as_deref(), Some("tasks:admin"));
         assert_eq!(o.limits.max_streams, 128);
         assert_eq!(

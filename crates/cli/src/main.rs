@@ -104,8 +104,8 @@ struct ServeArgs {
     /// HTTP listen address [default: 127.0.0.1:8080, or [server].listen].
     #[arg(long, env = "MCP_TASKS_LISTEN")]
     listen: Option<SocketAddr>,
-    /// Serve /metrics, /healthz and /readyz on this address instead of next to /mcp [default:
-    /// [admin].listen, else next to /mcp].
+    /// Serve /metrics, /healthz, /readyz, the dashboard (/ui) and the admin API on this address
+    /// instead of next to /mcp [default: [admin].listen, else next to /mcp].
     #[arg(long, env = "MCP_TASKS_ADMIN_LISTEN")]
     admin_listen: Option<SocketAddr>,
     /// Task store: sqlite://PATH, postgres://USER@HOST:PORT/DB (several replicas may share one

@@ -234,16 +234,23 @@ async fn cancel_kills_the_whole_process_group_even_when_it_ignores_sigterm() {
     drop(server);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_command_tool_can_ask_and_read_the_answer_on_stdin() {
+/// A server with the config's tools, a client that can answer elicitations, and a task of `tool`
+/// it started (the folder and the server live as long as the caller holds them).
+async fn start_asking(tool: &str) -> (tempfile::TempDir, ServerProcess, Client, String) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
     let server = ServerProcess::start(&["--store", "memory:", "--config", cfg.to_str().unwrap()]);
     let mut c = Client::connect_caps(&server.url, json!({"elicitation": {}})).await;
-    let id = c.create_task("confirm_step", json!({})).await["taskId"]
+    let id = c.create_task(tool, json!({})).await["taskId"]
         .as_str()
         .unwrap()
         .to_string();
+    (dir, server, c, id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_tool_can_ask_and_read_the_answer_on_stdin() {
+    let (_dir, _server, mut c, id) = start_asking("confirm_step").await;
     let mut stream = c
         .stream_request("tasks/result", json!({"taskId": id}))
         .await;
@@ -280,14 +287,7 @@ async fn a_command_tool_can_ask_and_read_the_answer_on_stdin() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_directive_too_long_fails_its_question_with_the_reason_instead_of_hanging() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path());
-    let server = ServerProcess::start(&["--store", "memory:", "--config", cfg.to_str().unwrap()]);
-    let mut c = Client::connect_caps(&server.url, json!({"elicitation": {}})).await;
-    let id = c.create_task("long_ask", json!({})).await["taskId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (_dir, _server, mut c, id) = start_asking("long_ask").await;
     let started = std::time::Instant::now();
     let r = c.request("tasks/result", json!({"taskId": id})).await;
     // Before, the line was split and ignored, and the program waited on stdin until its timeout.

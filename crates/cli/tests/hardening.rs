@@ -9,13 +9,10 @@ use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-#[test]
-fn silent_connections_beyond_the_descriptor_limit_do_not_stop_new_requests() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("limits.toml");
-    // Long enough that all 300 silent connections below are open at once, even on a busy machine.
-    std::fs::write(&cfg, "[server]\nheader_timeout_secs = 3\n").unwrap();
-    // 256 descriptors, soft and hard: the server cannot raise it, and fits its connections under it.
+/// `mcp-tasks serve --demo` under 256 descriptors, soft and hard (the server cannot raise it, and
+/// fits its connections under it), with `config` if given; its stderr piped. The server and its
+/// `host:port`.
+fn serve_at_256_descriptors(config: Option<&std::path::Path>) -> (ServerProcess, String) {
     let mut cmd = std::process::Command::new("prlimit");
     cmd.args(["--nofile=256:256", "--"])
         .arg(common::bin())
@@ -27,15 +24,27 @@ fn silent_connections_beyond_the_descriptor_limit_do_not_stop_new_requests() {
             "--listen",
             "127.0.0.1:0",
         ])
-        .args(["--config", cfg.to_str().unwrap()])
         .env("RUST_LOG", "warn")
         .stderr(std::process::Stdio::piped());
-    let mut server = ServerProcess::spawn(cmd);
+    if let Some(c) = config {
+        cmd.arg("--config").arg(c);
+    }
+    let server = ServerProcess::spawn(cmd);
     let addr = server
         .url
         .trim_start_matches("http://")
         .trim_end_matches("/mcp")
         .to_string();
+    (server, addr)
+}
+
+#[test]
+fn silent_connections_beyond_the_descriptor_limit_do_not_stop_new_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("limits.toml");
+    // Long enough that all 300 silent connections below are open at once, even on a busy machine.
+    std::fs::write(&cfg, "[server]\nheader_timeout_secs = 3\n").unwrap();
+    let (mut server, addr) = serve_at_256_descriptors(Some(&cfg));
     // 300 connections that never send a byte: more than the server has descriptors for.
     let held: Vec<TcpStream> = (0..300)
         .map(|_| TcpStream::connect(&addr).expect("the kernel takes the connection"))
@@ -74,24 +83,7 @@ fn silent_connections_beyond_the_descriptor_limit_do_not_stop_new_requests() {
 fn at_the_connection_cap_silent_connections_make_room_for_a_fresh_request_at_once() {
     // The default header timeout (10 s): without making room, a fresh request would wait for the
     // silent connections to time out.
-    let mut cmd = std::process::Command::new("prlimit");
-    cmd.args(["--nofile=256:256", "--"])
-        .arg(common::bin())
-        .args([
-            "serve",
-            "--demo",
-            "--store",
-            "memory:",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .env("RUST_LOG", "warn");
-    let server = ServerProcess::spawn(cmd);
-    let addr = server
-        .url
-        .trim_start_matches("http://")
-        .trim_end_matches("/mcp")
-        .to_string();
+    let (_server, addr) = serve_at_256_descriptors(None);
     let held: Vec<TcpStream> = (0..300)
         .map(|_| TcpStream::connect(&addr).expect("the kernel takes the connection"))
         .collect();

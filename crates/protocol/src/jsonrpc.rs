@@ -271,7 +271,9 @@ pub fn message_from_value(value: Value) -> Result<Message, Rejected> {
     }
 }
 
-fn type_name(v: &Value) -> &'static str {
+/// What kind of JSON value `v` is, for messages: "null", "a boolean", "a number", "a string",
+/// "an array" or "an object".
+pub fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

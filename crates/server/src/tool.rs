@@ -430,18 +430,6 @@ fn client_answer(r: InputResponse) -> Result<Value, InputError> {
     }
 }
 
-/// What kind of JSON value `v` is, for messages.
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 /// Reads an `ElicitResult`: an action, and for `accept` the form's fields (an object whose values
 /// are strings, numbers, booleans or lists of strings); anything else is malformed.
 pub fn parse_elicit_result(v: &Value) -> Result<Elicitation, InputError> {
@@ -464,7 +452,7 @@ pub fn parse_elicit_result(v: &Value) -> Result<Elicitation, InputError> {
             }
             Some(other) => Err(InputError::Malformed(format!(
                 "an ElicitResult's content must be an object of the form's fields, got {}",
-                json_kind(other)
+                mcp_tasks_protocol::jsonrpc::type_name(other)
             ))),
         },
         Some("decline") => Ok(Elicitation::Decline),

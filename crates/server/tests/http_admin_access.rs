@@ -42,20 +42,26 @@ impl Running {
 /// `admin` as the operator scope.
 async fn start(setup: Setup, metrics_public: Option<bool>) -> Running {
     let (listener, url) = support::bind().await;
-    let key = |who: &str, operator: bool| {
+    // `key-NAME` is NAME's key; `key-ops-ci` is another key of the principal ops, not an
+    // operator's.
+    let key = |who: &str, key: &str, operator: bool| {
         (
             ApiKey {
                 principal: who.into(),
-                sha256: hash_key(&format!("key-{who}")),
+                sha256: hash_key(key),
                 limits: Limits::default(),
                 scopes: None,
             },
-            operator.then(|| who.to_string()),
+            operator.then(|| hash_key(key)),
         )
     };
     let mut auth = AuthConfig::default();
     if matches!(setup, Setup::Keys | Setup::Both) {
-        for (k, op) in [key("ops", true), key("alice", false)] {
+        for (k, op) in [
+            key("ops", "key-ops", true),
+            key("ops", "key-ops-ci", false),
+            key("alice", "key-alice", false),
+        ] {
             auth.keys.push(k);
             auth.operators.extend(op);
         }
@@ -76,6 +82,20 @@ async fn start(setup: Setup, metrics_public: Option<bool>) -> Running {
         metrics_public,
         ..ServerConfig::default()
     };
+    let server = serve(listener, url, config).await;
+    Running {
+        base: server.url.trim_end_matches("/mcp").to_string(),
+        server,
+        idp,
+    }
+}
+
+/// A demo server with `config`, its operator's routes next to `/mcp`.
+async fn serve(
+    listener: tokio::net::TcpListener,
+    url: String,
+    config: ServerConfig,
+) -> support::TestServer {
     let b = Server::builder(
         Arc::new(mcp_tasks_engine::store::memory::MemoryStore::new()),
         support::fast_engine(),
@@ -83,12 +103,7 @@ async fn start(setup: Setup, metrics_public: Option<bool>) -> Running {
     )
     .demo()
     .unwrap();
-    let server = support::serve_with_admin_on(b.build(), listener, url).await;
-    Running {
-        base: server.url.trim_end_matches("/mcp").to_string(),
-        server,
-        idp,
-    }
+    support::serve_with_admin_on(b.build(), listener, url).await
 }
 
 /// Every operator's route: (method, path, status an operator gets). The task ids name no task,
@@ -150,6 +165,16 @@ async fn without_authentication_loopback_callers_operate_and_metrics_are_public(
     every_route(&r, None, None).await;
     // A header sent anyway changes nothing: there is nothing to check it against.
     every_route(&r, Some("Bearer whatever"), None).await;
+    // Behind a proxy on this host every caller is loopback: a forwarded request is not local.
+    for header in ["x-forwarded-for", "forwarded", "x-real-ip"] {
+        let resp = http()
+            .get(format!("{}/admin/api/tasks", r.base))
+            .header(header, "for=203.0.113.9")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 403, "{header}");
+    }
     assert_eq!(status(&r.base, "GET", "/metrics", None).await, 200);
     // Nothing to log in to, so no cookie either.
     let login = http()
@@ -169,6 +194,8 @@ async fn with_keys_only_an_operators_key_opens_the_admin_routes_and_metrics() {
     every_route(&r, None, Some(401)).await;
     every_route(&r, Some("Bearer not-a-key"), Some(401)).await;
     every_route(&r, Some("Bearer key-alice"), Some(403)).await;
+    // The key decides, not its principal: ops's other key is not an operator's.
+    every_route(&r, Some("Bearer key-ops-ci"), Some(403)).await;
     every_route(&r, Some("Bearer key-ops"), None).await;
     assert_eq!(status(&r.base, "GET", "/metrics", None).await, 401);
     assert_eq!(
@@ -314,14 +341,7 @@ async fn a_listed_host_name_reaches_the_operators_routes() {
         allowed_hosts: vec!["ops.example.com".into()],
         ..ServerConfig::default()
     };
-    let b = Server::builder(
-        Arc::new(mcp_tasks_engine::store::memory::MemoryStore::new()),
-        support::fast_engine(),
-        config,
-    )
-    .demo()
-    .unwrap();
-    let s = support::serve_with_admin_on(b.build(), listener, url).await;
+    let s = serve(listener, url, config).await;
     let base = s.url.trim_end_matches("/mcp");
     let with_host = |h: &'static str| {
         http()
@@ -373,9 +393,18 @@ async fn the_login_cookie_is_http_only_strict_and_secure_over_tls_and_never_for_
     let set = resp.headers()["set-cookie"].to_str().unwrap().to_string();
     assert!(set.contains("; Secure"), "{set}");
 
-    // An OAuth operator logs in with a token; the cookie then opens the API, and says so.
+    // An OAuth operator logs in with a token; the cookie then opens the API, and says so. The
+    // login lasts no longer than the token (an hour here), not the usual 12 hours.
     let resp = login(r.token("carol", "admin"), false).await.unwrap();
     assert_eq!(resp.status(), 200);
+    let set = resp.headers()["set-cookie"].to_str().unwrap().to_string();
+    let max_age: u64 = set
+        .split("Max-Age=")
+        .nth(1)
+        .and_then(|v| v.split(';').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(max_age <= 3600, "{set}");
     let cookie = resp.headers()["set-cookie"]
         .to_str()
         .unwrap()

@@ -44,6 +44,17 @@ fn listen_body(id: i64, ids: &[&str]) -> serde_json::Value {
     }})
 }
 
+/// Asks to open `c`'s GET stream, whatever the answer.
+async fn get_stream(c: &Client) -> reqwest::Response {
+    c.http
+        .get(&c.url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", c.session.clone().unwrap())
+        .send()
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_of_every_kind_count_together_per_client_address() {
     let s = start_capped(3).await;
@@ -91,14 +102,7 @@ async fn streams_of_every_kind_count_together_per_client_address() {
     assert_eq!(blocked.status, 429);
     assert_eq!(blocked.error_code(), -32008);
     let b = Client::connect_from(&s.url, "127.0.0.1").await;
-    let get_b = b
-        .http
-        .get(&b.url)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", b.session.clone().unwrap())
-        .send()
-        .await
-        .unwrap();
+    let get_b = get_stream(&b).await;
     assert_eq!(get_b.status(), 429, "a GET stream of another session");
     let body: serde_json::Value = get_b.json().await.unwrap();
     assert_eq!(body["error"]["code"], -32008, "{body}");
@@ -119,14 +123,7 @@ async fn streams_of_every_kind_count_together_per_client_address() {
     drop(get);
     let mut opened = false;
     for _ in 0..50 {
-        let r = b
-            .http
-            .get(&b.url)
-            .header("accept", "text/event-stream")
-            .header("mcp-session-id", b.session.clone().unwrap())
-            .send()
-            .await
-            .unwrap();
+        let r = get_stream(&b).await;
         if r.status() == 200 {
             opened = true;
             break;

@@ -436,7 +436,23 @@ impl Engine {
         let limit = new.active_limit.clone();
         // Taken before the create, given back when the run ends (or now, when nothing runs).
         let claim = match &new.held {
-            Some(h) => Some(self.hold(h)?),
+            Some(h) => match self.hold(h) {
+                Ok(claim) => Some(claim),
+                Err(refused) => {
+                    // A retry of a task that exists gets it, whatever the runs hold: it adds none.
+                    if let Some(key) = &new.idempotency_key {
+                        if let Some(existing) = self.store.find_by_key(&new.owner, key).await? {
+                            if existing.fingerprint == fingerprint(&new.tool, &new.arguments) {
+                                return Ok(Submitted {
+                                    record: existing,
+                                    created: false,
+                                });
+                            }
+                        }
+                    }
+                    return Err(refused);
+                }
+            },
             None => None,
         };
         let record = self.new_record(new);
@@ -451,9 +467,13 @@ impl Engine {
     fn hold(&self, h: &HeldLimit) -> Result<HeldClaim, EngineError> {
         let mut held = self.held.entry(h.key.clone()).or_insert(0);
         if h.bytes > 0 && held.saturating_add(h.bytes) > h.max {
+            let now = *held;
+            drop(held);
+            // No entry of nothing left behind by a refusal.
+            self.held.remove_if(&h.key, |_, n| *n == 0);
             return Err(EngineError::TooMuchHeld {
                 key: h.key.clone(),
-                held: *held,
+                held: now,
                 adding: h.bytes,
                 max: h.max,
             });

@@ -158,10 +158,22 @@ pub(crate) async fn operator(
             }
         }
     }
-    server
-        .authenticator()
-        .operator(authorization, peer.is_some_and(|p| p.ip().is_loopback()))
-        .await
+    // Behind a proxy on this host every caller is loopback: a request that says it was forwarded
+    // is not taken for a local one.
+    let local = peer.is_some_and(|p| is_loopback(p.ip())) && !forwarded(headers);
+    server.authenticator().operator(authorization, local).await
+}
+
+/// Whether `ip` is a loopback address, also as an IPv4-mapped IPv6 one (a dual-stack listener).
+fn is_loopback(ip: std::net::IpAddr) -> bool {
+    ip.to_canonical().is_loopback()
+}
+
+/// Whether a proxy says it forwarded the request (`Forwarded`, `X-Forwarded-For`, `X-Real-IP`).
+fn forwarded(headers: &HeaderMap) -> bool {
+    ["forwarded", "x-forwarded-for", "x-real-ip"]
+        .iter()
+        .any(|h| headers.contains_key(*h))
 }
 
 /// The peer address of a request, where the listener records it.
@@ -229,19 +241,27 @@ pub(crate) async fn login(
     let bearer = format!("Bearer {key}");
     match server
         .authenticator()
-        .operator(Some(&bearer), peer.ip().is_loopback())
+        .operator_until(Some(&bearer), is_loopback(peer.ip()))
         .await
     {
-        Ok(who) => {
+        Ok((who, expires_at)) => {
             let token = mcp_tasks_engine::random_id();
+            // A login lasts 12 hours, and never past the access token it was made with.
+            let lasts = match expires_at {
+                Some(exp) => {
+                    let now = mcp_tasks_engine::now_ms() / 1000;
+                    LOGIN_FOR.min(std::time::Duration::from_secs(exp.saturating_sub(now)))
+                }
+                None => LOGIN_FOR,
+            };
             server.admin_logins().insert(
                 token.clone(),
-                (who.clone(), std::time::Instant::now() + LOGIN_FOR),
+                (who.clone(), std::time::Instant::now() + lasts),
             );
             tracing::info!(target: "mcp_tasks::audit", operator = %who, "operator logged in to the dashboard");
             let cookie = format!(
                 "{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{}",
-                LOGIN_FOR.as_secs(),
+                lasts.as_secs(),
                 if over_tls(&headers) { "; Secure" } else { "" }
             );
             (

@@ -125,9 +125,10 @@ pub struct AuthConfig {
     pub anonymous_sessions: SessionBudget,
     /// Limits of the local user on stdio.
     pub local_limits: Limits,
-    /// Principals whose keys open the admin API and the dashboard (`operator = true`). With no
-    /// authentication configured at all (no keys, no OAuth), those are open to loopback callers
-    /// only; OAuth users operate with `[auth.oauth] operator_scope`.
+    /// The keys (their `sha256`, as in [`ApiKey::sha256`]) that open the admin API and the
+    /// dashboard (`operator = true`): the key, not its principal, so another key of the same
+    /// principal does not. With no authentication configured at all (no keys, no OAuth), those are
+    /// open to loopback callers only; OAuth users operate with `[auth.oauth] operator_scope`.
     pub operators: Vec<String>,
     /// Access tokens of an OAuth authorization server, accepted beside the API keys.
     pub oauth: Option<oauth::OAuthConfig>,
@@ -354,6 +355,16 @@ impl Authenticator {
                 Err(AuthError::Missing)
             };
         };
+        let key = self.key_of(value)?;
+        Ok(Principal {
+            name: key.principal.clone(),
+            limits: key.limits.clone(),
+            scopes: key.scopes.clone(),
+        })
+    }
+
+    /// The configured key an `Authorization` value carries.
+    fn key_of(&self, value: &str) -> Result<&ApiKey, AuthError> {
         let (scheme, token) = value.trim().split_once(' ').ok_or(AuthError::Malformed)?;
         if !scheme.eq_ignore_ascii_case("bearer") || token.trim().is_empty() {
             return Err(AuthError::Malformed);
@@ -362,12 +373,7 @@ impl Authenticator {
             .by_hash
             .get(&hash_key(token.trim()))
             .ok_or(AuthError::Invalid)?;
-        let key = &self.config.keys[*i];
-        Ok(Principal {
-            name: key.principal.clone(),
-            limits: key.limits.clone(),
-            scopes: key.scopes.clone(),
-        })
+        Ok(&self.config.keys[*i])
     }
 
     /// Whether any authentication is configured (API keys or `[auth.oauth]`). Without any, the
@@ -388,12 +394,25 @@ impl Authenticator {
         authorization: Option<&str>,
         loopback: bool,
     ) -> Result<String, OperatorRefusal> {
+        self.operator_until(authorization, loopback)
+            .await
+            .map(|(who, _)| who)
+    }
+
+    /// [`Authenticator::operator`], and until when the credentials hold: an access token's `exp`
+    /// (seconds since the Unix epoch); `None` for a key or a loopback caller.
+    pub async fn operator_until(
+        &self,
+        authorization: Option<&str>,
+        loopback: bool,
+    ) -> Result<(String, Option<u64>), OperatorRefusal> {
         if !self.configured() {
             return if loopback {
-                Ok("loopback".into())
+                Ok(("loopback".into(), None))
             } else {
                 Err(OperatorRefusal::Forbidden(
-                    "no authentication is configured: the admin API is open to loopback callers                      only (configure an [[auth.keys]] entry with operator = true to open it to                      others)"
+                    "no authentication is configured: the admin API is open to loopback callers only \
+                     (configure an [[auth.keys]] entry with operator = true to open it to others)"
                         .into(),
                 ))
             };
@@ -404,14 +423,22 @@ impl Authenticator {
                     .into(),
             ));
         };
-        match self.resolve_key(Some(value)) {
-            Ok(principal) if self.config.operators.contains(&principal.name) => {
-                return Ok(principal.name)
+        // The key itself must be an operator's: another key of the same principal is not.
+        match self.key_of(value) {
+            Ok(key)
+                if self
+                    .config
+                    .operators
+                    .iter()
+                    .any(|o| o.eq_ignore_ascii_case(&key.sha256)) =>
+            {
+                return Ok((key.principal.clone(), None))
             }
-            Ok(principal) => {
+            Ok(key) => {
                 return Err(OperatorRefusal::Forbidden(format!(
-                    "{} is not an operator (set operator = true on its [[auth.keys]] entry)",
-                    principal.name
+                    "this key of {} is not an operator's (set operator = true on its [[auth.keys]] \
+                     entry)",
+                    key.principal
                 )))
             }
             Err(AuthError::Invalid) => {}
@@ -437,13 +464,14 @@ impl Authenticator {
             }
         };
         match &tokens.config().operator_scope {
-            Some(scope) if t.scopes.contains(scope) => Ok(t.principal),
+            Some(scope) if t.scopes.contains(scope) => Ok((t.principal, Some(t.expires_at))),
             Some(scope) => Err(OperatorRefusal::Forbidden(format!(
                 "{} is not an operator: its token does not carry the operator scope {scope:?}",
                 t.principal
             ))),
             None => Err(OperatorRefusal::Forbidden(format!(
-                "{} is not an operator: no [auth.oauth] operator_scope is configured, so OAuth                  users cannot operate (use an operator's API key)",
+                "{} is not an operator: no [auth.oauth] operator_scope is configured, so OAuth \
+                 users cannot operate (use an operator\'s API key)",
                 t.principal
             ))),
         }

@@ -134,6 +134,8 @@ pub struct AccessToken {
     pub principal: String,
     /// Its scopes.
     pub scopes: Vec<String>,
+    /// Its `exp`: seconds since the Unix epoch.
+    pub expires_at: u64,
 }
 
 /// Why an access token was not accepted. The message is safe to show the client, except that of
@@ -391,6 +393,7 @@ impl TokenVerifier {
             AccessToken {
                 principal: format!("{}#{who}", self.config.issuer),
                 scopes,
+                expires_at: exp,
             },
             exp,
         ))
@@ -669,6 +672,7 @@ mod tests {
         let alice = AccessToken {
             principal: "http://127.0.0.1:1#alice".into(),
             scopes: vec!["a".into()],
+            expires_at: 0,
         };
         let in_an_hour = SystemTime::now()
             .duration_since(UNIX_EPOCH)

@@ -115,7 +115,7 @@ pub(crate) async fn serve(
     let mut last_full_warning: Option<Instant> = None;
     let open = Open::default();
     tokio::pin!(stop);
-    loop {
+    'accept: loop {
         // Accept first, then find it a place: a connection waiting in the kernel's backlog cannot
         // be told apart from none, but one accepted can be given the place of an idle one.
         let (tcp, addr) = tokio::select! {
@@ -140,15 +140,22 @@ pub(crate) async fn serve(
                         "open connection limit reached; connections that have not sent a request are closed to admit new ones, the rest wait (raise [server] max_connections if this is load, not abuse)"
                     );
                 }
-                if open.close_oldest_idle() {
-                    tracing::debug!(client = %addr, "closed an idle connection to admit a new one");
-                }
-                tokio::select! {
-                    p = permits.clone().acquire_owned() => match p {
-                        Ok(p) => p,
-                        Err(_) => break,
-                    },
-                    _ = &mut stop => break,
+                // Make room, and keep trying while every connection is busy: one may go idle
+                // before any closes.
+                let mut retry = tokio::time::interval(Duration::from_millis(100));
+                loop {
+                    tokio::select! {
+                        p = permits.clone().acquire_owned() => match p {
+                            Ok(p) => break p,
+                            Err(_) => break 'accept,
+                        },
+                        _ = retry.tick() => {
+                            if open.close_oldest_idle() {
+                                tracing::debug!(client = %addr, "closed an idle connection to admit a new one");
+                            }
+                        }
+                        _ = &mut stop => break 'accept,
+                    }
                 }
             }
         };
@@ -166,6 +173,7 @@ pub(crate) async fn serve(
             evict: tokio::sync::Notify::new(),
             responses: AtomicUsize::new(0),
             heads: AtomicUsize::new(0),
+            unflushed: std::sync::atomic::AtomicBool::new(false),
         });
         let io = TokioIo::new(Watched {
             inner: tcp,
@@ -226,10 +234,13 @@ struct Activity {
     last_read_ms: AtomicU64,
     /// Told to close: its place is given to a new connection.
     evict: tokio::sync::Notify,
-    /// Responses the router made, and response heads written: a head beyond the responses made is
-    /// one hyper wrote itself, for a request it could not read.
+    /// Bodiless error responses (4xx, 5xx) the router made, and such heads written: a head beyond
+    /// the responses made is one hyper wrote itself, for a request it could not read.
     responses: AtomicUsize,
     heads: AtomicUsize,
+    /// Written since the last flush, or a reply's body done while hyper may still hold its end:
+    /// the connection is not idle yet.
+    unflushed: std::sync::atomic::AtomicBool,
 }
 
 impl Activity {
@@ -314,15 +325,25 @@ impl Open {
     /// one was.
     fn close_oldest_idle(&self) -> bool {
         let mut inner = self.lock();
-        let never_asked = |a: &Activity| {
-            a.busy.load(Ordering::Relaxed) == 0 && a.served.load(Ordering::Relaxed) == 0
+        // Nothing in progress: no request being served, and nothing of a reply left unwritten.
+        let quiet = |a: &Activity| {
+            a.busy.load(Ordering::Relaxed) == 0 && !a.unflushed.load(Ordering::Relaxed)
         };
-        let idle = |a: &Activity| a.busy.load(Ordering::Relaxed) == 0;
+        let never_asked = |a: &Activity| quiet(a) && a.served.load(Ordering::Relaxed) == 0;
+        // A kept-alive connection that is not sending its next request either, quiet longest.
+        let idle =
+            |a: &Activity| quiet(a) && a.head_since_ms.load(Ordering::Relaxed) == NOT_STARTED;
         let victim = inner
             .by_age
             .iter()
             .find(|(_, a)| never_asked(a))
-            .or_else(|| inner.by_age.iter().find(|(_, a)| idle(a)))
+            .or_else(|| {
+                inner
+                    .by_age
+                    .iter()
+                    .filter(|(_, a)| idle(a))
+                    .min_by_key(|(_, a)| a.last_read_ms.load(Ordering::Relaxed))
+            })
             .map(|(seq, a)| (*seq, a.clone()));
         match victim {
             Some((seq, activity)) => {
@@ -368,9 +389,16 @@ impl Watched {
 
     /// The JSON-RPC answer for a head hyper wrote itself (`buf` starts with it), when it is one.
     fn replacement_for(&self, buf: &[u8]) -> Option<Vec<u8>> {
-        // hyper's own answers: an error status, no body.
-        let empty = buf.windows(21).any(|w| w == b"\r\ncontent-length: 0\r\n");
-        if !buf.starts_with(b"HTTP/1.") || !empty || !matches!(buf.get(9), Some(b'4' | b'5')) {
+        // hyper's own answers: an error status, no body (looked for in the head only).
+        if !buf.starts_with(b"HTTP/1.") || !matches!(buf.get(9), Some(b'4' | b'5')) {
+            return None;
+        }
+        let head_end = buf
+            .windows(4)
+            .take(16 * 1024)
+            .position(|w| w == b"\r\n\r\n")?;
+        let head = &buf[..head_end + 2];
+        if !head.windows(21).any(|w| w == b"\r\ncontent-length: 0\r\n") {
             return None;
         }
         let a = &self.activity;
@@ -466,12 +494,19 @@ impl AsyncWrite for Watched {
             }
             return Poll::Ready(Ok(buf.len()));
         }
+        this.activity.unflushed.store(true, Ordering::Relaxed);
         Pin::new(&mut this.inner).poll_write(cx, buf)
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         let this = &mut *self;
         match this.drain_replaced(cx) {
-            Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_flush(cx),
+            Poll::Ready(Ok(())) => {
+                let flushed = Pin::new(&mut this.inner).poll_flush(cx);
+                if matches!(flushed, Poll::Ready(Ok(()))) {
+                    this.activity.unflushed.store(false, Ordering::Relaxed);
+                }
+                flushed
+            }
             other => other,
         }
     }
@@ -503,6 +538,7 @@ impl AsyncWrite for Watched {
             }
             return Poll::Ready(Ok(bufs.iter().map(|b| b.len()).sum()));
         }
+        this.activity.unflushed.store(true, Ordering::Relaxed);
         Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
     }
     fn is_write_vectored(&self) -> bool {
@@ -539,7 +575,10 @@ impl tower_service::Service<http::Request<Incoming>> for PerConnection {
                 Ok(r) => r,
                 Err(never) => match never {},
             };
-            activity.responses.fetch_add(1, Ordering::Relaxed);
+            let bodiless = resp.body().size_hint().exact() == Some(0);
+            if resp.status().as_u16() >= 400 && bodiless {
+                activity.responses.fetch_add(1, Ordering::Relaxed);
+            }
             Ok(resp.map(|body| Tracked { body, _busy: busy }))
         })
     }
@@ -559,6 +598,8 @@ impl Busy {
 
 impl Drop for Busy {
     fn drop(&mut self) {
+        // The body is done, but hyper may still hold its end in its buffer.
+        self.0.unflushed.store(true, Ordering::Relaxed);
         self.0.busy.fetch_sub(1, Ordering::Relaxed);
         let now = self.0.now_ms();
         // The idle time counts from the end of the reply.

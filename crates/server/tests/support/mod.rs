@@ -93,20 +93,8 @@ pub async fn serve_on(
     listener: tokio::net::TcpListener,
     url: String,
 ) -> TestServer {
-    server.start().await.unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let s = server.clone();
-    tokio::spawn(async move {
-        let _ = mcp_tasks_server::http::serve_listener(s, listener, async {
-            let _ = rx.await;
-        })
-        .await;
-    });
-    TestServer {
-        server,
-        url,
-        shutdown: Some(tx),
-    }
+    let app = mcp_tasks_server::http::router(server.clone());
+    serve_app(server, listener, url, app).await
 }
 
 /// Starts `server` and serves it on `listener` with the operator's routes next to `/mcp` (as
@@ -116,11 +104,21 @@ pub async fn serve_with_admin_on(
     listener: tokio::net::TcpListener,
     url: String,
 ) -> TestServer {
+    let app = mcp_tasks_server::http::router(server.clone())
+        .merge(mcp_tasks_server::admin::router(server.clone(), false));
+    serve_app(server, listener, url, app).await
+}
+
+/// Starts `server` and serves `app` on `listener` until the test server is dropped or stopped.
+async fn serve_app(
+    server: Arc<Server>,
+    listener: tokio::net::TcpListener,
+    url: String,
+    app: axum::Router,
+) -> TestServer {
     server.start().await.unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let s = server.clone();
-    let app = mcp_tasks_server::http::router(server.clone())
-        .merge(mcp_tasks_server::admin::router(server.clone(), false));
     tokio::spawn(async move {
         let _ = mcp_tasks_server::http::serve_router(s, listener, app, async {
             let _ = rx.await;
