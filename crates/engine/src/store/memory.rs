@@ -7,7 +7,7 @@
 //! store has, and a busy throwaway server would otherwise hold every task of the last hours.
 
 use async_trait::async_trait;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 
 use super::{
@@ -33,8 +33,11 @@ struct Inner {
     /// create reads these instead of scanning every task ever stored.
     unfinished: HashMap<(String, Option<String>), HashSet<String>>,
     unfinished_per_owner: HashMap<String, usize>,
-    /// Finished tasks by (finish time, id): the first to finish goes first past the cap.
-    finished: BTreeSet<(u64, String)>,
+    /// Finished tasks' ids in the order they finished: the first to finish goes first past the
+    /// cap. Ids of tasks purged meanwhile are skipped (and dropped at each purge).
+    finished: VecDeque<String>,
+    /// How many finished tasks are kept.
+    finished_live: usize,
     /// Tombstone ids in the order they were made, so they are bounded like finished tasks.
     tombstone_order: VecDeque<String>,
 }
@@ -54,12 +57,9 @@ impl Inner {
         }
     }
 
-    /// Keeps the unfinished and finished indexes right for `rec` after a change (or its creation).
-    fn track(&mut self, rec: &TaskRecord) {
-        if rec.status.is_terminal() {
-            self.finished
-                .insert((rec.finished_at.unwrap_or(rec.updated_at), rec.id.clone()));
-        }
+    /// Keeps the unfinished and finished indexes right for `rec` after a change, or its creation
+    /// (`new`).
+    fn track(&mut self, rec: &TaskRecord, new: bool) {
         let key = (rec.owner.clone(), rec.session.clone());
         let set = self.unfinished.entry(key.clone()).or_default();
         let changed = if rec.status.is_terminal() {
@@ -69,6 +69,11 @@ impl Inner {
         };
         if set.is_empty() {
             self.unfinished.remove(&key);
+        }
+        // Finished now (it was unfinished until this change), or created finished.
+        if rec.status.is_terminal() && (changed || new) {
+            self.finished.push_back(rec.id.clone());
+            self.finished_live += 1;
         }
         if changed {
             let n = self
@@ -99,8 +104,9 @@ impl Inner {
         if let Some(k) = &t.idempotency_key {
             self.idempotency.remove(&(t.owner.clone(), k.clone()));
         }
-        self.finished
-            .remove(&(t.finished_at.unwrap_or(t.updated_at), t.id.clone()));
+        if t.status.is_terminal() {
+            self.finished_live = self.finished_live.saturating_sub(1);
+        }
         self.tombstones
             .insert(t.id.clone(), (t.owner.clone(), t.session.clone(), now));
         self.tombstone_order.push_back(t.id);
@@ -117,11 +123,13 @@ impl Inner {
 
     /// Drops the tasks that finished first while more than `max` finished ones are kept.
     fn keep_finished_within(&mut self, max: usize, now: u64) {
-        while self.finished.len() > max {
-            let Some((_, id)) = self.finished.pop_first() else {
+        while self.finished_live > max {
+            let Some(id) = self.finished.pop_front() else {
                 break;
             };
-            self.remove_task(&id, now, max);
+            if self.tasks.get(&id).is_some_and(|t| t.status.is_terminal()) {
+                self.remove_task(&id, now, max);
+            }
         }
     }
 
@@ -222,7 +230,7 @@ impl TaskStore for MemoryStore {
         inner
             .by_owner
             .insert((task.owner.clone(), task.created_at, task.id.clone()), ());
-        inner.track(&task);
+        inner.track(&task, true);
         inner.tasks.insert(task.id.clone(), task.clone());
         Ok(Created::New(task))
     }
@@ -265,7 +273,7 @@ impl TaskStore for MemoryStore {
         let was = rec.status;
         apply_change(rec, change, now);
         let rec = rec.clone();
-        inner.track(&rec);
+        inner.track(&rec, false);
         inner.record_transition(&rec, was);
         if rec.status.is_terminal() {
             inner.keep_finished_within(self.max_finished, now);
@@ -476,7 +484,7 @@ impl TaskStore for MemoryStore {
             }
         }
         for (t, was) in &out {
-            inner.track(t);
+            inner.track(t, false);
             inner.record_transition(t, *was);
         }
         inner.keep_finished_within(self.max_finished, now);
@@ -513,11 +521,14 @@ impl TaskStore for MemoryStore {
             .retain(|_, (_, _, at)| at.saturating_add(p.tombstone_ms) > p.now);
         purged.tombstones = before - inner.tombstones.len();
         let Inner {
+            tasks,
+            finished,
             tombstones,
             tombstone_order,
             ..
         } = &mut *inner;
         tombstone_order.retain(|id| tombstones.contains_key(id));
+        finished.retain(|id| tasks.contains_key(id));
         let before = inner.sessions.len();
         inner.sessions.retain(|_, s| {
             s.last_seen
@@ -629,6 +640,7 @@ mod tests {
             assert!(found(store.get(kept).await.unwrap()), "{kept} is kept");
         }
         let inner = store.lock();
+        assert_eq!(inner.finished_live, 3);
         assert_eq!(inner.finished.len(), 3);
         assert!(inner.tombstones.len() <= 3, "tombstones are bounded too");
         assert_eq!(inner.tombstones.len(), inner.tombstone_order.len());

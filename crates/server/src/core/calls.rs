@@ -199,11 +199,17 @@ impl Server {
             (None, None) => None,
         };
         // What its run will hold here: the arguments (a task finished at once holds nothing).
-        let held = start.invalid.is_none().then(|| HeldLimit {
-            key: Self::held_key(peer),
-            bytes: super::limits::json_size(&start.arguments),
-            max: peer.principal.limits.max_running_bytes,
-        });
+        // Small ones are not counted: the cap on running tasks bounds them already, and counting
+        // would cost every call.
+        let bytes = super::limits::json_size(&start.arguments);
+        let held =
+            (start.invalid.is_none() && bytes >= super::limits::HELD_FROM_BYTES).then(|| {
+                HeldLimit {
+                    key: Self::held_key(peer),
+                    bytes,
+                    max: peer.principal.limits.max_running_bytes,
+                }
+            });
         let new = NewTask {
             tool: start.tool,
             arguments: start.arguments,

@@ -243,6 +243,11 @@ impl Server {
     }
 }
 
+/// Arguments smaller than this are not counted against `max_running_bytes`: with at most
+/// `max_running_tasks` running, they hold little (100 × 4 KiB), and the count is kept off the
+/// path of the ordinary small call.
+pub(crate) const HELD_FROM_BYTES: u64 = 4 * 1024;
+
 /// The size of `v` as JSON text, in bytes (counted, not written out).
 pub(crate) fn json_size(v: &serde_json::Value) -> u64 {
     struct Counting(u64);
