@@ -132,13 +132,20 @@ async fn readyz_says_503_and_why_while_the_store_cannot_take_a_write() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("tasks.db");
     let store = format!("sqlite://{}", db.display());
-    let server = ServerProcess::start(&["--demo", "--store", &store]);
+    // With keys configured, so that the reason is the operator's to see.
+    let cfg = keys_config(dir.path());
+    let server = ServerProcess::start(&["--demo", "--store", &store, "--config", &cfg]);
     let base = base_of(&server.url);
-    let ready = |base: String| async move {
-        let r = reqwest::get(format!("{base}/readyz")).await.unwrap();
+    let ready_as = |base: String, key: Option<&'static str>| async move {
+        let mut rb = reqwest::Client::new().get(format!("{base}/readyz"));
+        if let Some(k) = key {
+            rb = rb.bearer_auth(k);
+        }
+        let r = rb.send().await.unwrap();
         let status = r.status().as_u16();
         (status, r.json::<serde_json::Value>().await.unwrap())
     };
+    let ready = |base: String| ready_as(base, Some("key-ops"));
     let (status, body) = ready(base.clone()).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["checks"]["store_write"]["ok"], true);
@@ -161,7 +168,19 @@ async fn readyz_says_503_and_why_while_the_store_cannot_take_a_write() {
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["checks"]["store_write"]["ok"], false);
     assert!(body["checks"]["store_write"]["error"].is_string(), "{body}");
+    assert_ne!(
+        body["checks"]["store_write"]["error"],
+        "(shown to operators)"
+    );
     assert_eq!(body["status"], "not ready");
+    // Anyone sees the status; only an operator why.
+    let (status, body) = ready_as(base.clone(), None).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["checks"]["store_write"]["ok"], false);
+    assert_eq!(
+        body["checks"]["store_write"]["error"],
+        "(shown to operators)"
+    );
     locker.join().unwrap();
     let (status, body) = ready(base.clone()).await;
     assert_eq!(status, 200, "{body}");

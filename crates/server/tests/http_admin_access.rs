@@ -197,6 +197,16 @@ async fn with_keys_only_an_operators_key_opens_the_admin_routes_and_metrics() {
     // The key decides, not its principal: ops's other key is not an operator's.
     every_route(&r, Some("Bearer key-ops-ci"), Some(403)).await;
     every_route(&r, Some("Bearer key-ops"), None).await;
+    // Readiness is public, its reasons are the operator's.
+    let ready: serde_json::Value = http()
+        .get(format!("{}/readyz", r.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ready["status"], "ready", "{ready}");
     assert_eq!(status(&r.base, "GET", "/metrics", None).await, 401);
     assert_eq!(
         status(&r.base, "GET", "/metrics", Some("Bearer key-alice")).await,

@@ -120,14 +120,31 @@ async fn healthz_handler() -> impl IntoResponse {
     axum::Json(json!({"status": "ok"}))
 }
 
-async fn readyz(State(server): State<Arc<Server>>) -> impl IntoResponse {
-    let (ready, body) = server.readiness().await;
+/// Readiness, public (orchestrators probe it without credentials): the status and each check's
+/// finding; why a check failed (an error naming files, hosts) only to an operator.
+async fn readyz(State(server): State<Arc<Server>>, req: axum::extract::Request) -> Response {
+    let (ready, mut body) = server.readiness().await;
     let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (status, axum::Json(body))
+    let (parts, _) = req.into_parts();
+    let operator = access::operator(&server, &parts.headers, access::peer_of(&parts))
+        .await
+        .is_ok();
+    if !operator {
+        if let Some(checks) = body.get_mut("checks").and_then(Value::as_object_mut) {
+            for check in checks.values_mut() {
+                if let Some(c) = check.as_object_mut() {
+                    if c.remove("error").is_some() {
+                        c.insert("error".into(), json!("(shown to operators)"));
+                    }
+                }
+            }
+        }
+    }
+    (status, axum::Json(body)).into_response()
 }
 
 impl Server {
