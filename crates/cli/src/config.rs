@@ -393,6 +393,10 @@ pub struct TasksSection {
     /// continues as a task the client follows with `task_status` / `task_result` / `task_cancel`
     /// (every tool; `[[tools]]` and `[[upstreams]]` entries can set their own). Off unless set.
     pub sync_budget_secs: Option<u64>,
+    /// On SIGTERM / SIGINT: seconds the running tasks get to finish while no new calls are taken
+    /// and `/readyz` says 503 (default 25, under Kubernetes' 30 s grace). A second signal stops at
+    /// once.
+    pub drain_secs: Option<u64>,
 }
 
 impl ConfigFile {

@@ -418,15 +418,70 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
             .merge(mcp_tasks_server::admin::router(server.clone(), false)),
     };
     let engine = server.engine().clone();
+    let (stop_http, stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut serving = tokio::spawn(http::serve_router(server.clone(), listener, app, async {
+        let _ = stopped.await;
+    }));
     tokio::select! {
-        r = http::serve_router(server, listener, app, std::future::pending()) => r.context("HTTP server failed")?,
-        _ = shutdown_signal() => {
-            tracing::info!("shutting down; unfinished tasks are recovered on the next start");
-            engine.shutdown();
+        r = &mut serving => {
+            return match r {
+                Ok(r) => r.context("HTTP server failed"),
+                Err(e) => Err(anyhow::anyhow!("the HTTP server stopped: {e}")),
+            };
+        }
+        _ = shutdown_signal() => {}
+    }
+    // Drain: no new calls, /readyz 503 at once; running tasks get drain_secs to finish while
+    // their clients go on following them. A second signal stops at once.
+    let drain = Duration::from_secs(file.tasks.drain_secs.unwrap_or(DEFAULT_DRAIN_SECS));
+    server.begin_drain();
+    let running = engine.running_count();
+    tracing::info!(
+        running,
+        drain_secs = drain.as_secs(),
+        "stopping: no new calls are taken; running tasks get the drain time to finish"
+    );
+    let deadline = tokio::time::Instant::now() + drain;
+    let second = shutdown_signal();
+    tokio::pin!(second);
+    while engine.running_count() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+            () = &mut second => {
+                tracing::info!("a second signal: stopping now");
+                break;
+            }
         }
     }
+    match engine.running_count() {
+        0 => {
+            tracing::info!("every running task has finished; shutting down");
+            // A moment for clients to read what just finished (a poll, a blocked tasks/result).
+            let linger = deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .min(DRAIN_LINGER);
+            tokio::select! {
+                () = tokio::time::sleep(linger) => {}
+                () = &mut second => {}
+            }
+        }
+        left => tracing::info!(
+            left,
+            "shutting down with tasks still running; they are recovered on the next start"
+        ),
+    }
+    let _ = stop_http.send(());
+    let _ = serving.await;
+    engine.shutdown();
     Ok(())
 }
+
+/// How long a drained server still answers once its last task has finished.
+const DRAIN_LINGER: Duration = Duration::from_secs(1);
+
+/// Seconds running tasks get to finish on SIGTERM / SIGINT unless `[tasks] drain_secs` says
+/// otherwise: under Kubernetes' default grace period of 30 s.
+const DEFAULT_DRAIN_SECS: u64 = 25;
 
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();

@@ -30,6 +30,9 @@ pub const INSUFFICIENT_SCOPE: i64 = -32007;
 /// many streams open (GET streams, `subscriptions/listen`, blocking `tasks/result`) as allowed;
 /// `data` names `open` and `limit`. Over HTTP it comes with 429 (implementation-defined range).
 pub const TOO_MANY_STREAMS: i64 = -32008;
+/// mcp-tasks: the server is stopping (draining for a restart or deploy) and takes no new calls;
+/// over HTTP it comes with 503 and `Retry-After` (implementation-defined range).
+pub const SERVER_STOPPING: i64 = -32009;
 /// MCP 2026-07-28: an HTTP header disagrees with the body (`Mcp-Method`, `Mcp-Name`, protocol version).
 pub const HEADER_MISMATCH: i64 = -32020;
 /// MCP 2026-07-28: the request needs a client capability the client did not declare.

@@ -154,6 +154,14 @@ impl Server {
     pub async fn readiness(&self) -> (bool, Value) {
         let mut checks = Map::new();
         let mut ready = true;
+        // Stopping: not ready from the first moment, so a balancer stops sending at once.
+        if self.draining() {
+            ready = false;
+            checks.insert(
+                "draining".into(),
+                json!({"ok": false, "error": "the server is stopping: running tasks are finishing"}),
+            );
+        }
         // A write that changes nothing: it takes the store's write path (and its locks) all the same.
         let started = Instant::now();
         let probe = format!("readyz-probe-{}", mcp_tasks_engine::random_id());

@@ -108,6 +108,18 @@ impl Server {
         peer: &Peer,
         params: &Map<String, Value>,
     ) -> Result<(Arc<RegisteredTool>, Value), Failure> {
+        if self.draining() {
+            return Err(Failure {
+                error: ErrorObject::new(
+                    error_codes::SERVER_STOPPING,
+                    "the server is stopping (a restart or deploy): no new calls are taken here; \
+                     try again in a moment (another replica takes it)",
+                ),
+                status: 503,
+                retry_after_ms: Some(2_000),
+                challenge: None,
+            });
+        }
         let name = params
             .get("name")
             .and_then(Value::as_str)

@@ -315,6 +315,7 @@ impl ServerBuilder {
             sent_inputs: Arc::new(DashMap::new()),
             inline_inputs: DashMap::new(),
             shutdown: CancellationToken::new(),
+            draining: std::sync::atomic::AtomicBool::new(false),
             announce: DashMap::new(),
             held: DashMap::new(),
             operations: DashMap::new(),
@@ -358,6 +359,8 @@ pub struct Server {
     sealer: Sealer,
     /// Raised when the server stops: long waits (blocked results, listen streams) end.
     shutdown: CancellationToken,
+    /// Set when a drain begins: no new calls are taken.
+    draining: std::sync::atomic::AtomicBool,
     /// New session tasks whose creating reply the client may not have yet.
     announce: DashMap<String, events::Announce>,
     /// Events for sessions with no stream open yet, unrendered, oldest first (bounded, short-lived).
@@ -473,6 +476,20 @@ impl Server {
     /// Resolves when the server is stopping.
     pub(crate) fn stopping(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
         self.shutdown.cancelled()
+    }
+
+    /// Begins a drain (a deploy, SIGTERM): from now on no tool call is taken (HTTP 503 with
+    /// `Retry-After` and -32009, so a balancer's next try goes elsewhere) and `/readyz` answers 503;
+    /// everything else is served as before, so running tasks can finish and their clients follow
+    /// them. [`Server::shutdown`] ends it.
+    pub fn begin_drain(&self) {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether a drain has begun.
+    pub fn draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Stops the server: running handlers are told to stop (their tasks are recovered on the next

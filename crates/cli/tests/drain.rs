@@ -1,0 +1,90 @@
+//! Stopping without failing work (issue 27, item 1, the drain): on SIGTERM `mcp-tasks serve` takes
+//! no new calls (503 with `Retry-After` and -32009), `/readyz` is 503 from the first moment, a task
+//! that ends within `[tasks] drain_secs` completes normally on the stopping server, and the
+//! process exits once nothing runs.
+
+mod common;
+#[path = "../../server/tests/support/mod.rs"]
+mod support;
+
+use common::ServerProcess;
+use serde_json::json;
+use std::time::{Duration, Instant};
+use support::Client;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_a_running_task_to_completion_and_refuses_new_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("drain.toml");
+    std::fs::write(&cfg, "[tasks]\ndrain_secs = 20\n").unwrap();
+    let store = format!("sqlite://{}", dir.path().join("tasks.db").display());
+    let cfg = cfg.display().to_string();
+    let mut server = ServerProcess::start(&["--demo", "--store", &store, "--config", &cfg]);
+    let base = server.url.trim_end_matches("/mcp").to_string();
+    let mut c = Client::connect(&server.url).await;
+    let id = c.create_task("slow_compute", json!({"seconds": 3})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let pid = nix::unistd::Pid::from_raw(server.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let signalled = Instant::now();
+    // Not ready from the first moment: a balancer stops sending.
+    let mut ready = None;
+    for _ in 0..50 {
+        let r = reqwest::get(format!("{base}/readyz")).await.unwrap();
+        if r.status() == 503 {
+            ready = Some(r.json::<serde_json::Value>().await.unwrap());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ready = ready.expect("/readyz turns 503");
+    assert_eq!(ready["checks"]["draining"]["ok"], false, "{ready}");
+    assert!(signalled.elapsed() < Duration::from_secs(2));
+    // A new call is refused, saying why and when to come back.
+    let refused = c
+        .request(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 1}, "task": {}}),
+        )
+        .await;
+    assert_eq!(refused.status, 503);
+    assert!(refused.retry_after.is_some(), "Retry-After");
+    assert_eq!(refused.error_code(), -32009);
+    assert!(
+        refused.error()["message"]
+            .as_str()
+            .unwrap()
+            .contains("stopping"),
+        "{}",
+        refused.error()
+    );
+    // The running task finishes on the stopping server, and its client gets the result.
+    let result = c.request("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(result.status, 200);
+    assert!(
+        result.result()["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("finished after 3 seconds"),
+        "{:?}",
+        result.reply
+    );
+    // Then the process ends by itself, well before the drain time is up.
+    let exited = common::eventually(Duration::from_secs(10), || {
+        matches!(server.child.try_wait(), Ok(Some(_)))
+    });
+    assert!(exited, "the server exits once nothing runs");
+    assert!(signalled.elapsed() < Duration::from_secs(15));
+    drop(server);
+    // Stored as completed: nothing left for the next start to fail.
+    let status: String = rusqlite::Connection::open(dir.path().join("tasks.db"))
+        .unwrap()
+        .query_row("SELECT status FROM tasks WHERE id = ?1", [&id], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(status, "completed");
+}
