@@ -347,18 +347,36 @@ async fn recovery_fails_interrupted_tasks_and_reruns_retry_safe_ones() {
     plain.tool = "sleepy".into();
     let mut retry = testkit::record("again", "alice", 1);
     retry.tool = "retry".into();
+    let mut gone = testkit::record("gone", "alice", 1);
+    gone.tool = "removed_tool".into();
     store.create(plain, None).await.unwrap();
     store.create(retry, None).await.unwrap();
+    store.create(gone, None).await.unwrap();
     let counter = Arc::new(AtomicUsize::new(0));
     let e = engine(store.clone(), counter.clone());
-    assert_eq!(e.start().await.unwrap(), 2);
+    assert_eq!(e.start().await.unwrap(), 3);
+    let Lookup::Found(g) = store.get("gone").await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(g.status, TaskStatus::Failed);
+    assert!(
+        g.status_message
+            .as_deref()
+            .unwrap()
+            .ends_with("it cannot resume: its tool removed_tool is not served any more"),
+        "{:?}",
+        g.status_message
+    );
     let Lookup::Found(p) = store.get("plain").await.unwrap() else {
         panic!()
     };
     assert_eq!(p.status, TaskStatus::Failed);
     assert_eq!(
         p.status_message.as_deref(),
-        Some("interrupted: server restarted before the task finished")
+        Some(
+            "interrupted: server restarted before the task finished; it cannot resume: its tool \
+             is not safe to run again (retry_on_restart) and it saved no checkpoint to go on from"
+        )
     );
     let again = e.wait_terminal("again").await.unwrap();
     assert_eq!(again.status, TaskStatus::Completed);

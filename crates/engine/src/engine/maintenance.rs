@@ -233,7 +233,7 @@ impl Engine {
             let registered = engine.registered(&task.tool);
             // A run that saved a checkpoint can go on from it; a tool safe to repeat starts over.
             let resume = registered.is_some() && task.checkpoint.is_some();
-            let retry = registered.is_some_and(|r| r.retry_on_restart);
+            let retry = registered.as_ref().is_some_and(|r| r.retry_on_restart);
             Some(if resume || retry {
                 let note = if resume {
                     "resumed after an interruption"
@@ -248,7 +248,17 @@ impl Engine {
                     ..Default::default()
                 }
             } else {
-                let message = "interrupted: server restarted before the task finished".to_string();
+                // Say why it cannot go on, so whoever reads the failure knows what would let it.
+                let why = if registered.is_none() {
+                    format!("its tool {} is not served any more", task.tool)
+                } else {
+                    "its tool is not safe to run again (retry_on_restart) and it saved no \
+                     checkpoint to go on from"
+                        .to_string()
+                };
+                let message = format!(
+                    "interrupted: server restarted before the task finished; it cannot resume: {why}"
+                );
                 TaskChange {
                     status: Some(TaskStatus::Failed),
                     status_message: Some(Some(message.clone())),
