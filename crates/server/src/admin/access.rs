@@ -176,12 +176,16 @@ fn forwarded(headers: &HeaderMap) -> bool {
         .any(|h| headers.contains_key(*h))
 }
 
-/// The peer address of a request, where the listener records it.
-pub(crate) fn peer_of(parts: &axum::http::request::Parts) -> Option<SocketAddr> {
-    parts
+/// The operator making the request `parts` belongs to (see [`operator`]).
+pub(crate) async fn operator_of(
+    server: &Server,
+    parts: &axum::http::request::Parts,
+) -> Result<String, OperatorRefusal> {
+    let peer = parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0)
+        .map(|c| c.0);
+    operator(server, &parts.headers, peer).await
 }
 
 /// The operator making a request, as a handler's argument: the request is refused (401, 403 or
@@ -195,7 +199,7 @@ impl axum::extract::FromRequestParts<Arc<Server>> for Operator {
         parts: &mut axum::http::request::Parts,
         server: &Arc<Server>,
     ) -> Result<Self, Self::Rejection> {
-        operator(server, &parts.headers, peer_of(parts))
+        operator_of(server, parts)
             .await
             .map(Operator)
             .map_err(refusal)

@@ -66,10 +66,9 @@ fn metrics_public(server: &Server) -> bool {
         .unwrap_or_else(|| !server.authenticator().configured())
 }
 
-async fn metrics(State(server): State<Arc<Server>>, req: axum::extract::Request) -> Response {
+async fn metrics(State(server): State<Arc<Server>>, parts: axum::http::request::Parts) -> Response {
     if !metrics_public(&server) {
-        let (parts, _) = req.into_parts();
-        if let Err(why) = access::operator(&server, &parts.headers, access::peer_of(&parts)).await {
+        if let Err(why) = access::operator_of(&server, &parts).await {
             return access::refusal(why);
         }
     }
@@ -93,9 +92,8 @@ async fn metrics(State(server): State<Arc<Server>>, req: axum::extract::Request)
 /// The dashboard: one page, served from the binary (no build step, nothing fetched from elsewhere).
 /// It holds no data: that comes from the admin API. To someone who is not (yet) an operator it is
 /// served with the refusal's status (401 or 403), and shows its login form.
-async fn ui(State(server): State<Arc<Server>>, req: axum::extract::Request) -> Response {
-    let (parts, _) = req.into_parts();
-    let status = match access::operator(&server, &parts.headers, access::peer_of(&parts)).await {
+async fn ui(State(server): State<Arc<Server>>, parts: axum::http::request::Parts) -> Response {
+    let status = match access::operator_of(&server, &parts).await {
         Ok(_) => StatusCode::OK,
         Err(why) => access::refusal(why).status(),
     };
@@ -122,17 +120,14 @@ async fn healthz_handler() -> impl IntoResponse {
 
 /// Readiness, public (orchestrators probe it without credentials): the status and each check's
 /// finding; why a check failed (an error naming files, hosts) only to an operator.
-async fn readyz(State(server): State<Arc<Server>>, req: axum::extract::Request) -> Response {
+async fn readyz(State(server): State<Arc<Server>>, parts: axum::http::request::Parts) -> Response {
     let (ready, mut body) = server.readiness().await;
     let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let (parts, _) = req.into_parts();
-    let operator = access::operator(&server, &parts.headers, access::peer_of(&parts))
-        .await
-        .is_ok();
+    let operator = access::operator_of(&server, &parts).await.is_ok();
     if !operator {
         if let Some(checks) = body.get_mut("checks").and_then(Value::as_object_mut) {
             for check in checks.values_mut() {
