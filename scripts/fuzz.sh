@@ -5,6 +5,8 @@
 #   scripts/fuzz.sh 600 wire        one target, ten minutes
 #   scripts/fuzz.sh --keep 600      every target; new inputs that add coverage are merged into
 #                                   fuzz/corpus/<target>.tar.gz (commit it)
+#   scripts/fuzz.sh --build-only    installs what is missing and builds the targets, runs nothing
+#                                   (the test command starts this early, in the background)
 #
 # Targets: jsonrpc (the JSON-RPC parser, round trip), era (the header/body facts and the wire-form
 # classifier), wire (one POST through the HTTP router on each wire: header checks, parsing, each
@@ -13,16 +15,29 @@
 #   cargo +nightly fuzz run --fuzz-dir fuzz --sanitizer none --debug-assertions <target> <file>
 #
 # Installs what it needs when missing: a nightly toolchain (rustup, minimal profile) and cargo-fuzz
-# 0.13.2 (cargo install --locked).
+# 0.13.2 (cargo install --locked, into its own cargo home: $MCP_TASKS_FUZZ_CARGO_HOME, else
+# cargo-home/ in the build directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 keep=false
+build_only=false
 if [ "${1:-}" = "--keep" ]; then keep=true; shift; fi
+if [ "${1:-}" = "--build-only" ]; then build_only=true; shift; fi
 secs="${1:-${MCP_TASKS_FUZZ_SECS:-30}}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then targets=(jsonrpc era wire); fi
+
+# A build directory of its own: nightly, sanitizer flags, and no wait on the tests' build lock.
+target_dir="${MCP_TASKS_FUZZ_TARGET:-$HOME/.cache/mcp-tasks/fuzz-target}"
+export CARGO_TARGET_DIR="$target_dir"
+# And a cargo home of its own (its download cache, and cargo-fuzz): the test command builds the
+# fuzz targets at idle priority beside its other builds, and a starved cargo holding the shared
+# download cache's lock would stall every other cargo waiting to download.
+export CARGO_HOME="${MCP_TASKS_FUZZ_CARGO_HOME:-$target_dir/cargo-home}"
+export PATH="$CARGO_HOME/bin:$PATH"
+mkdir -p "$CARGO_HOME"
 
 if ! rustup toolchain list | grep -q '^nightly'; then
   echo "    installing the nightly toolchain (minimal profile)"
@@ -33,15 +48,13 @@ if [ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz 0.13.2" ]; then
   cargo install cargo-fuzz --version 0.13.2 --locked --quiet
 fi
 
-# A build directory of its own: nightly, sanitizer flags, and no wait on the tests' build lock.
-target_dir="${MCP_TASKS_FUZZ_TARGET:-$HOME/.cache/mcp-tasks/fuzz-target}"
-export CARGO_TARGET_DIR="$target_dir"
 # No sanitizer: the project's crates forbid unsafe code, and the address sanitizer doubled the build
 # (15 min cold) for the dependencies' unsafe code, which their own fuzzing covers. Debug assertions
 # on: an overflow is a crash.
 flags=(--fuzz-dir fuzz --sanitizer none --debug-assertions)
 echo "==> cargo +nightly fuzz build (release, debug assertions)"
 CARGO_TERM_QUIET=true cargo +nightly fuzz build "${flags[@]}"
+if $build_only; then exit 0; fi
 
 status=0
 for t in "${targets[@]}"; do

@@ -1,8 +1,9 @@
 """An MCP server written with the official Python SDK v1 (mcp 1.29.1, FastMCP), served over
 Streamable HTTP on a loopback port: the upstream the gateway tests put mcp-tasks in front of.
 
-Usage: upstream_server.py MARKER_DIR
-Prints "listening on http://127.0.0.1:PORT/mcp" as its first line, then serves until killed.
+Usage: upstream_server.py MARKER_DIR [--stdio]
+Prints "listening on http://127.0.0.1:PORT/mcp" as its first line, then serves until killed; with
+--stdio it serves one client on stdin/stdout instead (what `mcp-tasks wrap -- …` starts).
 Tools:
   count(n, delay)      reports progress n times (one step each `delay` seconds), logs each step
   ask_name()           asks for a name by elicitation, answers "hello NAME" (or how it was refused)
@@ -80,6 +81,9 @@ def greet(name: str) -> str:
 
 
 def main() -> None:
+    if "--stdio" in sys.argv[2:]:
+        mcp.run("stdio")
+        return
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))

@@ -4,6 +4,8 @@
 // gateway fronts interop/python/upstream_server.py (FastMCP) with its tools prefixed `py_`.
 //
 // Usage: node gateway-client.mjs GATEWAY_URL MARKER_DIR
+//        node gateway-client.mjs 'stdio:["mcp-tasks","wrap","--prefix","py","--","python",…]' MARKER_DIR
+//          (the gateway started over stdio as a host starts it: `mcp-tasks wrap`)
 // Output: one line per check, `ok - NAME` or `not ok - NAME: REASON`; the last line is exactly
 // `N passed, M failed`. Exit code 1 if any check failed.
 
@@ -11,6 +13,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { CallToolResultSchema, ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 
 const [url, markerDir] = process.argv.slice(2);
@@ -63,7 +66,12 @@ const client = new Client(
     { capabilities: { elicitation: { form: {} } } }
 );
 client.setRequestHandler(ElicitRequestSchema, async () => ({ action: 'accept', content: { name: 'Bea' } }));
-await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+if (url.startsWith('stdio:')) {
+    const [command, ...args] = JSON.parse(url.slice('stdio:'.length));
+    await client.connect(new StdioClientTransport({ command, args, env: { ...process.env }, stderr: 'inherit' }));
+} else {
+    await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+}
 
 await check('the upstream tools are listed as task tools', async () => {
     const { tools } = await client.listTools();

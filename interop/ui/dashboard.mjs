@@ -1,15 +1,18 @@
 #!/usr/bin/env node
 // Uses the mcp-tasks dashboard as a person would, in Debian's headless Chromium driven by
 // playwright-core: logs in with an operator's key, sees a running task's progress advance, filters
-// by status, opens the task, clicks Cancel and sees it cancelled; saves a screenshot.
+// by status, opens the task, checks that the table fits 1280 and 1400 px wide screens (a long
+// message cut, its full text on hover), clicks Cancel and sees it cancelled, opens a task with a
+// webhook and sees its delivery and sends it again; saves screenshots (SCREENSHOT.png, and
+// SCREENSHOT-1280.png / -1400.png with the long message).
 //
-// Usage: node dashboard.mjs BASE_URL OPERATOR_KEY TASK_ID SCREENSHOT.png
+// Usage: node dashboard.mjs BASE_URL OPERATOR_KEY TASK_ID SCREENSHOT.png HOOKED_TASK_ID
 // Output: one line per check, `ok - NAME` or `not ok - NAME: REASON`; the last line is exactly
 // `N passed, M failed`. Exit code 1 if any check failed.
 
 import { chromium } from 'playwright-core';
 
-const [base, key, taskId, screenshot] = process.argv.slice(2);
+const [base, key, taskId, screenshot, hookedId] = process.argv.slice(2);
 let passed = 0;
 let failed = 0;
 async function check(name, fn) {
@@ -87,11 +90,49 @@ await check('opening the task shows its arguments, history and progress', async 
     await page.screenshot({ path: screenshot });
 });
 
+await check('at 1280 and 1400 px wide the table fits: a long message is cut, its full text on hover', async () => {
+    const title = await row().locator('td.msg').getAttribute('title');
+    const shown = (await row().locator('td.msg').innerText()).trim();
+    assert(title === shown, `the message cell's title is ${JSON.stringify(title)}, its text ${JSON.stringify(shown)}`);
+    for (const width of [1280, 1400]) {
+        await page.setViewportSize({ width, height: 800 });
+        // A message longer than any screen, put in the row as the page would render it.
+        const m = await page.evaluate(([id, text]) => {
+            const cell = document.querySelector(`tr.task[data-id="${id}"] td.msg`);
+            cell.textContent = text;
+            cell.title = text;
+            const panel = document.querySelector('main .panel');
+            return {
+                scroll: panel.scrollWidth, client: panel.clientWidth,
+                cell: cell.getBoundingClientRect().right, panel: panel.getBoundingClientRect().right,
+                cut: cell.scrollWidth > cell.clientWidth,
+            };
+        }, [taskId, 'step 3 of 60: copying the last shards of the nightly export to cold storage; '.repeat(6)]);
+        assert(m.scroll <= m.client + 1, `at ${width} px the table is ${m.scroll} px wide in a ${m.client} px panel`);
+        assert(m.cell <= m.panel + 1, `at ${width} px the message ends at ${m.cell}, past the panel's ${m.panel}`);
+        assert(m.cut, `at ${width} px the long message is not cut`);
+        await page.screenshot({ path: screenshot.replace(/\.png$/, `-${width}.png`) });
+    }
+    await page.setViewportSize({ width: 1280, height: 800 });
+});
+
 await check('Cancel cancels it, and the page shows it cancelled', async () => {
     await page.click('#cancel');
     await page.waitForFunction(() => document.getElementById('d-status')?.textContent === 'cancelled', null, { timeout: 10_000 });
     await page.selectOption('#f-status', '');
     await page.waitForFunction(id => document.querySelector(`tr.task[data-id="${id}"] .badge`)?.textContent === 'cancelled', taskId, { timeout: 10_000 });
+});
+
+await check("a task's webhook deliveries show how they stand, and Redeliver sends one again", async () => {
+    await page.locator(`tr.task[data-id="${hookedId}"]`).click();
+    await page.locator('#d-webhooks').waitFor({ timeout: 10_000 });
+    const text = await page.locator('#d-webhooks').innerText();
+    assert(text.includes('task.completed') && text.includes('pending'), `no pending delivery in ${text}`);
+    assert(/refused|connect/i.test(text), `no reason in ${text}`);
+    const sent = page.waitForResponse(r => r.url().includes('/redeliver') && r.request().method() === 'POST');
+    await page.click('button.redeliver');
+    const r = await sent;
+    assert(r.status() === 202, `redeliver answered ${r.status()}`);
 });
 
 await browser.close();

@@ -15,6 +15,7 @@ mod report;
 mod scale;
 mod serve;
 mod soak;
+mod steps;
 mod targets;
 mod wire;
 
@@ -122,6 +123,20 @@ enum Command {
         #[arg(long, default_value = "none")]
         credential: String,
     },
+    /// What a step of the step journal costs: steps per second on each store, many tasks at once,
+    /// and one step's time for one task alone, beside the same work without the journal.
+    Steps {
+        /// Stores: memory, sqlite, postgres (MCP_TASKS_TEST_PG, else 127.0.0.1:5432/test, a
+        /// fresh schema), comma-separated.
+        #[arg(long, default_value = "memory,sqlite,postgres")]
+        stores: String,
+        /// Tasks at once.
+        #[arg(long, default_value_t = 32)]
+        tasks: usize,
+        /// Steps per task.
+        #[arg(long, default_value_t = 200)]
+        steps: u64,
+    },
     /// Kill `mcp-tasks serve --demo` with SIGKILL again and again under a mixed load, then read
     /// every task it acknowledged: lost and stuck must be 0 (exit 1 otherwise).
     Soak {
@@ -206,6 +221,14 @@ fn main() -> Result<()> {
                 clients: clients.max(1),
                 settle: Duration::from_secs(settle_secs),
             }))
+        }
+        Some(Command::Steps {
+            stores,
+            tasks,
+            steps,
+        }) => {
+            let stores: Vec<String> = stores.split(',').map(|s| s.trim().to_string()).collect();
+            runtime.block_on(steps::run(&stores, tasks.max(1), steps.max(1)))
         }
         None => runtime.block_on(suite(args.suite)),
     }

@@ -71,6 +71,42 @@ pub enum AdminCommand {
         #[arg(long, value_parser = parse_duration_ms)]
         finished_before: u64,
     },
+    /// Webhook deliveries: list them, show one with its attempts, send one again.
+    #[command(subcommand)]
+    Webhooks(WebhooksCommand),
+}
+
+/// `mcp-tasks admin webhooks …`.
+#[derive(clap::Subcommand, Debug)]
+pub enum WebhooksCommand {
+    /// List deliveries, newest first.
+    List {
+        /// Only this task's.
+        #[arg(long)]
+        task: Option<String>,
+        /// pending, delivered, failed (given up) or gone (the receiver answered 410).
+        #[arg(long)]
+        state: Option<String>,
+        /// At most this many (default 200).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one delivery: its body and every attempt.
+    Show {
+        /// The delivery's id (its webhook-id, msg_…).
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send a delivery again now (also one delivered, given up or gone), with the same webhook-id.
+    Redeliver {
+        /// The delivery's id (msg_…).
+        id: String,
+    },
 }
 
 /// Milliseconds in `text`: a number and a unit (s, m, h, d).
@@ -216,7 +252,121 @@ pub async fn run(args: AdminArgs) -> Result<i32> {
             println!("purged {} tasks", body["purged"].as_u64().unwrap_or(0));
             Ok(0)
         }
+        AdminCommand::Webhooks(WebhooksCommand::List {
+            task,
+            state,
+            limit,
+            json,
+        }) => {
+            let mut query = Vec::new();
+            for (k, v) in [("task", task), ("state", state)] {
+                if let Some(v) = v {
+                    query.push((k, v.clone()));
+                }
+            }
+            if let Some(l) = limit {
+                query.push(("limit", l.to_string()));
+            }
+            let (status, body) =
+                send(call(reqwest::Method::GET, "/admin/api/webhooks".into()).query(&query))
+                    .await?;
+            if !status.is_success() {
+                return Err(refused(status, &body));
+            }
+            let deliveries = body["deliveries"].as_array().cloned().unwrap_or_default();
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&deliveries)?);
+            } else {
+                print_deliveries(&deliveries);
+            }
+            Ok(0)
+        }
+        AdminCommand::Webhooks(WebhooksCommand::Show { id, json }) => {
+            let (status, body) = send(call(
+                reqwest::Method::GET,
+                format!("/admin/api/webhooks/{id}"),
+            ))
+            .await?;
+            if !status.is_success() {
+                return Err(refused(status, &body));
+            }
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&body)?);
+            } else {
+                print_delivery(&body);
+            }
+            Ok(0)
+        }
+        AdminCommand::Webhooks(WebhooksCommand::Redeliver { id }) => {
+            let (status, body) = send(call(
+                reqwest::Method::POST,
+                format!("/admin/api/webhooks/{id}/redeliver"),
+            ))
+            .await?;
+            if !status.is_success() {
+                return Err(refused(status, &body));
+            }
+            println!("{id} will be sent again now");
+            Ok(0)
+        }
     }
+}
+
+fn print_deliveries(deliveries: &[Value]) {
+    println!(
+        "{:<36}  {:<44}  {:<19}  {:<9}  {:>8}  {:<6}  URL",
+        "DELIVERY", "TASK", "EVENT", "STATE", "ATTEMPTS", "LAST"
+    );
+    for d in deliveries {
+        println!(
+            "{:<36}  {:<44}  {:<19}  {:<9}  {:>8}  {:<6}  {}",
+            d["id"].as_str().unwrap_or("?"),
+            d["taskId"].as_str().unwrap_or("?"),
+            d["event"].as_str().unwrap_or("?"),
+            d["state"].as_str().unwrap_or("?"),
+            d["attempts"].as_u64().unwrap_or(0),
+            d["lastStatus"]
+                .as_u64()
+                .map_or_else(|| "-".to_string(), |s| s.to_string()),
+            d["url"].as_str().unwrap_or("?"),
+        );
+    }
+}
+
+fn print_delivery(d: &Value) {
+    let line = |k: &str, v: String| println!("{k:<14} {v}");
+    line("delivery", d["id"].as_str().unwrap_or("?").into());
+    line("task", d["taskId"].as_str().unwrap_or("?").into());
+    line("event", d["event"].as_str().unwrap_or("?").into());
+    line("url", d["url"].as_str().unwrap_or("?").into());
+    if let Some(s) = d["subscription"].as_str() {
+        line("subscription", s.into());
+    }
+    line("state", d["state"].as_str().unwrap_or("?").into());
+    line("created", when(&d["createdAt"]));
+    if d["nextAt"].is_u64() {
+        line("next attempt", when(&d["nextAt"]));
+    }
+    if d["deliveredAt"].is_u64() {
+        line("delivered", when(&d["deliveredAt"]));
+    }
+    println!("attempts");
+    for a in d["attemptsMade"].as_array().into_iter().flatten() {
+        println!(
+            "  {}  {:<4}  {:>6} ms  {}",
+            when(&a["at"]),
+            a["status"]
+                .as_u64()
+                .map_or_else(|| "-".to_string(), |s| s.to_string()),
+            a["latencyMs"].as_u64().unwrap_or(0),
+            a["error"].as_str().unwrap_or("")
+        );
+    }
+    println!("body");
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&d["body"]).unwrap_or_default()
+    );
 }
 
 fn when(ms: &Value) -> String {
@@ -299,6 +449,20 @@ fn print_task(t: &Value) {
     }
     if !t["error"].is_null() {
         line("error", t["error"].to_string());
+    }
+    for d in t["deliveries"].as_array().into_iter().flatten() {
+        line(
+            "webhook",
+            format!(
+                "{} {} to {}: {} after {} attempt(s) ({})",
+                d["id"].as_str().unwrap_or("?"),
+                d["event"].as_str().unwrap_or("?"),
+                d["url"].as_str().unwrap_or("?"),
+                d["state"].as_str().unwrap_or("?"),
+                d["attempts"].as_u64().unwrap_or(0),
+                d["lastError"].as_str().unwrap_or("no error"),
+            ),
+        );
     }
 }
 

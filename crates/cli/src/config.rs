@@ -30,6 +30,102 @@ pub struct ConfigFile {
     /// `[auth]`: API keys and limits.
     #[serde(default)]
     pub auth: AuthSection,
+    /// `[webhooks]`: where task events may be sent, and the operator's subscriptions.
+    #[serde(default)]
+    pub webhooks: WebhooksSection,
+}
+
+/// `[webhooks]`: signed webhooks on task events (Standard Webhooks).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhooksSection {
+    /// Hosts (`host` or `host:port`) webhooks may reach by plain http and at private or loopback
+    /// addresses; every other URL must be https to a public address.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// Hours an event is tried before it is given up (default 24).
+    pub max_age_hours: Option<u64>,
+    /// Seconds one delivery attempt may take (default 10).
+    pub timeout_secs: Option<u64>,
+    /// Days settled deliveries and their attempts are kept for operators (default 7).
+    pub keep_days: Option<u64>,
+    /// `[[webhooks.subscriptions]]`: the operator's own endpoints.
+    #[serde(default)]
+    pub subscriptions: Vec<SubscriptionEntry>,
+}
+
+/// `[[webhooks.subscriptions]]`: events of matching tasks go to one endpoint.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubscriptionEntry {
+    /// A name for it (shown with its deliveries); default: its URL.
+    pub name: Option<String>,
+    /// The endpoint.
+    pub url: String,
+    /// The signing secret, `whsec_` and base64 (make one with `mcp-tasks key webhook`).
+    pub secret: String,
+    /// Only tasks of these principals (default: every one).
+    #[serde(default)]
+    pub principals: Vec<String>,
+    /// Only tasks of these tools (default: every one).
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// Only these events (default: every one): task.input_required, task.completed,
+    /// task.failed, task.cancelled.
+    #[serde(default)]
+    pub events: Vec<String>,
+}
+
+impl WebhooksSection {
+    /// The server's webhook settings, checked.
+    pub fn to_settings(&self) -> Result<mcp_tasks_server::webhooks::WebhookSettings> {
+        use mcp_tasks_engine::webhook::WebhookEvent;
+        use mcp_tasks_server::webhooks::{AllowedHosts, Subscription, WebhookSettings};
+        let defaults = WebhookSettings::default();
+        let hours = match self.max_age_hours {
+            Some(0) => bail!("[webhooks] max_age_hours must be at least 1"),
+            Some(h) => std::time::Duration::from_secs(h.saturating_mul(3600)),
+            None => defaults.max_age,
+        };
+        let mut subscriptions = Vec::new();
+        for (i, s) in self.subscriptions.iter().enumerate() {
+            let name = s.name.clone().unwrap_or_else(|| s.url.clone());
+            let mut events = Vec::new();
+            for e in &s.events {
+                let Some(event) = WebhookEvent::parse(e) else {
+                    bail!(
+                        "[[webhooks.subscriptions]] #{} ({name}): unknown event {e:?}; the events are {}",
+                        i + 1,
+                        WebhookEvent::ALL.map(WebhookEvent::as_str).join(", ")
+                    );
+                };
+                events.push(event);
+            }
+            subscriptions.push(Subscription {
+                name,
+                url: s.url.clone(),
+                secret: s.secret.clone(),
+                principals: s.principals.clone(),
+                tools: s.tools.clone(),
+                events,
+            });
+        }
+        let settings = WebhookSettings {
+            allowed_hosts: AllowedHosts::parse(&self.allowed_hosts).map_err(anyhow::Error::msg)?,
+            max_age: hours,
+            timeout: match self.timeout_secs {
+                Some(0) => bail!("[webhooks] timeout_secs must be at least 1"),
+                Some(s) => std::time::Duration::from_secs(s),
+                None => defaults.timeout,
+            },
+            subscriptions,
+            keep_settled: self.keep_days.map_or(defaults.keep_settled, |d| {
+                std::time::Duration::from_secs(d.saturating_mul(86_400))
+            }),
+        };
+        settings.check().map_err(anyhow::Error::msg)?;
+        Ok(settings)
+    }
 }
 
 /// `[auth]`: who may call, and how much.
@@ -511,6 +607,77 @@ mod tests {
             StoreUrl::Postgres("postgres://u@h:5432/db".into())
         );
         assert!(StoreUrl::parse("mysql://h/db").is_err());
+    }
+
+    /// The keys the config accepts in the table a TOML snippet opens: serde's error for an unknown
+    /// key lists them ("unknown field `zz`, expected one of `a`, `b`"), so the list follows the
+    /// structs without a copy of their fields.
+    fn accepted_keys(table: &str) -> Vec<String> {
+        let doc = format!("{table}\nzz_not_a_key = 1\n");
+        let err = match toml::from_str::<ConfigFile>(&doc) {
+            Ok(_) => panic!("{table}: an unknown key was accepted"),
+            Err(e) => e.to_string(),
+        };
+        let list = err
+            .split_once("expected one of ")
+            .or_else(|| err.split_once("expected "))
+            .unwrap_or_else(|| panic!("{table}: no list of keys in: {err}"))
+            .1;
+        list.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn every_accepted_config_key_is_documented() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let docs: String = [
+            "README.md",
+            "examples/mcp-tasks.toml",
+            "examples/gateway-everything.toml",
+        ]
+        .iter()
+        .map(|f| std::fs::read_to_string(root.join(f)).unwrap())
+        .collect();
+        let tables = [
+            "",
+            "[server]",
+            "[tasks]",
+            "[admin]",
+            "[telemetry]",
+            "[auth]",
+            "[auth.oauth]",
+            "[[auth.keys]]",
+            "[[tools]]",
+            "[[upstreams]]",
+            "[[upstreams]]\nname = \"u\"\ncommand = [\"x\"]\n[upstreams.tool_overrides.t]",
+            "[webhooks]",
+            "[[webhooks.subscriptions]]",
+        ];
+        let mut missing = Vec::new();
+        for table in tables {
+            let keys = accepted_keys(table);
+            assert!(!keys.is_empty(), "{table}: {keys:?}");
+            for key in keys {
+                let shown = docs.contains(&format!("`{key}`"))
+                    || docs.contains(&format!("{key} ="))
+                    || docs.contains(&format!("`{key} ="))
+                    || docs.contains(&format!("[{key}]"))
+                    || docs.contains(&format!("[[{key}]]"))
+                    || docs.contains(&format!(".{key}`"))
+                    || docs.contains(&format!(".{key}]"))
+                    || docs.contains(&format!("{key}`"));
+                if !shown {
+                    missing.push(format!("{} {key}", table.lines().next().unwrap_or("(top)")));
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "config keys the README and the example configs do not mention: {missing:?}"
+        );
     }
 
     #[test]

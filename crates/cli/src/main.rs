@@ -5,6 +5,7 @@ mod admin;
 mod client;
 mod config;
 mod telemetry;
+mod wrap;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -76,6 +77,30 @@ enum Command {
     },
     /// The operator's commands (list, show, cancel, purge tasks) against a server's admin API.
     Admin(admin::AdminArgs),
+    /// Put durable tasks in front of an MCP server, from one line of a host's config: serves stdio
+    /// (or HTTP with --listen) with every tool of the server as a task tool.
+    #[command(
+        after_help = "Example (a host's config): mcp-tasks wrap -- python server.py\n\
+A host that speaks no tasks gets a call's result within --sync-budget seconds, or a reply that \
+the work continues as a task, with the tools task_status, task_result and task_cancel to follow it."
+    )]
+    Wrap(wrap::WrapArgs),
+    /// Print a shell completion script on stdout.
+    #[command(after_help = "Install it where your shell looks:\n  \
+bash: mcp-tasks completions bash > ~/.local/share/bash-completion/completions/mcp-tasks\n  \
+zsh:  mcp-tasks completions zsh > \"${fpath[1]}/_mcp-tasks\"\n  \
+fish: mcp-tasks completions fish > ~/.config/fish/completions/mcp-tasks.fish")]
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) on stdout (mcp-tasks man > mcp-tasks.1), or write it and a page
+    /// per subcommand (mcp-tasks-wrap.1, …) into a directory.
+    Man {
+        /// Write mcp-tasks.1 and mcp-tasks-SUBCOMMAND.1 here instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// List a server's tools with each one's task support.
     Tools {
         #[command(flatten)]
@@ -93,6 +118,12 @@ enum KeyCommand {
         /// The principal the key will authenticate.
         #[arg(long)]
         principal: String,
+    },
+    /// Make a new webhook signing secret (whsec_…) and print a [[webhooks.subscriptions]] entry.
+    Webhook {
+        /// The endpoint the subscription sends to.
+        #[arg(long, default_value = "https://hooks.example.com/mcp-tasks")]
+        url: String,
     },
 }
 
@@ -125,22 +156,56 @@ struct ServeArgs {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    // Generated from the flags themselves, so they never go stale.
+    match &cli.command {
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut out = Vec::new();
+            clap_complete::generate(*shell, &mut cmd, "mcp-tasks", &mut out);
+            if *shell == clap_complete::Shell::Bash {
+                // clap_complete 4.6 names a subcommand's state two ways when the program's name
+                // has a dash (`mcp__tasks__subcmd__wrap` where it walks the words,
+                // `mcp__subcmd__tasks__subcmd__wrap` where it offers their flags), so nothing
+                // after a subcommand completed; one name for both (tests/completions.rs).
+                let fixed =
+                    String::from_utf8_lossy(&out).replace("mcp__subcmd__tasks", "mcp__tasks");
+                return print_all(fixed.as_bytes());
+            }
+            return print_all(&out);
+        }
+        Command::Man { dir } => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            if let Some(dir) = dir {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("cannot create {}", dir.display()))?;
+                clap_mangen::generate_to(cmd, dir).with_context(|| {
+                    format!("cannot write the manual pages to {}", dir.display())
+                })?;
+                return Ok(());
+            }
+            let mut out = Vec::new();
+            clap_mangen::Man::new(cmd).render(&mut out)?;
+            return print_all(&out);
+        }
+        _ => {}
+    }
     let client_side = matches!(
         cli.command,
         Command::Call { .. } | Command::Task { .. } | Command::Tools { .. } | Command::Admin(_)
     );
     // The server's config is read once, here: it also says where traces go ([telemetry]).
-    let file = match &cli.command {
-        Command::Serve(ServeArgs {
-            config: Some(path), ..
-        }) => match ConfigFile::load(path) {
-            Ok(f) => f,
-            Err(e) => {
-                eprintln!("error: {}", client::error_text(&e));
-                std::process::exit(1);
-            }
-        },
-        _ => ConfigFile::default(),
+    let config = match &cli.command {
+        Command::Serve(ServeArgs { config, .. }) | Command::Wrap(wrap::WrapArgs { config, .. }) => {
+            config.as_deref()
+        }
+        _ => None,
+    };
+    let file = match config.map(ConfigFile::load).transpose() {
+        Ok(f) => f.unwrap_or_default(),
+        Err(e) => {
+            eprintln!("error: {}", client::error_text(&e));
+            std::process::exit(1);
+        }
     };
     let _telemetry = telemetry::init(
         cli.log_format,
@@ -148,6 +213,9 @@ fn main() -> Result<()> {
         // already carry that cause (and say which connection), so by default it is not said twice.
         if client_side {
             "warn,rustls_platform_verifier=off"
+        } else if matches!(cli.command, Command::Wrap(_)) {
+            // A host keeps our stderr in its log: warnings, and the wrapped server's own lines.
+            "warn,mcp_tasks_client::stderr=info,rustls_platform_verifier=off"
         } else {
             "info,rustls_platform_verifier=off"
         },
@@ -189,6 +257,24 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+        Command::Wrap(args) => {
+            let run = wrap::plan(&args, file).and_then(|plan| {
+                let serve_args = ServeArgs {
+                    config: None,
+                    listen: args.listen,
+                    admin_listen: None,
+                    store: Some(plan.store),
+                    stdio: args.listen.is_none(),
+                    demo: false,
+                };
+                runtime.block_on(serve(serve_args, plan.file))
+            });
+            if let Err(e) = run {
+                eprintln!("error: {}", client::error_text(&e));
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Key(KeyCommand::New { principal }) => {
             let key = mcp_tasks_server::auth::generate_key();
             println!("# API key for {principal} (shown once; give it to the client as `Authorization: Bearer <key>`):");
@@ -201,9 +287,34 @@ fn main() -> Result<()> {
             println!("# operator = true           # also opens the admin API (mcp-tasks admin …)");
             Ok(())
         }
-        Command::Call { .. } | Command::Task { .. } | Command::Tools { .. } | Command::Admin(_) => {
+        Command::Key(KeyCommand::Webhook { url }) => {
+            let secret = mcp_tasks_server::webhooks::sign::new_secret();
+            println!("# A webhook subscription; its receiver verifies deliveries with this secret (Standard Webhooks).");
+            println!("[[webhooks.subscriptions]]");
+            println!("name = \"failures\"");
+            println!("url = {}", toml::Value::String(url));
+            println!("secret = \"{secret}\"");
+            println!("events = [\"task.failed\"]   # leave out for every event");
+            println!("# principals = [\"alice\"]     # only these principals' tasks");
+            println!("# tools = [\"deploy\"]         # only these tools' tasks");
             Ok(())
         }
+        Command::Call { .. }
+        | Command::Task { .. }
+        | Command::Tools { .. }
+        | Command::Admin(_)
+        | Command::Completions { .. }
+        | Command::Man { .. } => Ok(()),
+    }
+}
+
+/// Writes `bytes` to stdout; a reader that stops early (`| head`) is not an error.
+fn print_all(bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.context("cannot write to standard output"),
     }
 }
 
@@ -292,6 +403,7 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
     server_cfg.request_state_secret = s.request_state_secret.clone();
     server_cfg.sync_budget = t.sync_budget_secs.map(Duration::from_secs);
     server_cfg.auth = file.auth.to_config()?;
+    server_cfg.webhooks = file.webhooks.to_settings()?;
     if !server_cfg.auth.keys.is_empty() {
         tracing::info!(
             keys = server_cfg.auth.keys.len(),
@@ -332,9 +444,8 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
     // The gateway: each upstream's tools, as task tools. A name taken twice is a start-up error.
     let mut upstreams = Vec::new();
     for spec in &file.upstreams {
-        let upstream = mcp_tasks_server::gateway::connect(spec)
-            .await
-            .with_context(|| format!("cannot put tasks in front of upstream {:?}", spec.name))?;
+        // Its error names the upstream and says what went wrong with it.
+        let upstream = mcp_tasks_server::gateway::connect(spec).await?;
         for tool in upstream.tools.clone() {
             let name = tool.name.clone();
             builder = builder.group_tool(&spec.name, tool).with_context(|| {
@@ -366,6 +477,7 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
         .collect();
 
     if args.stdio {
+        stdin_blocking();
         return stdio::serve(server, tokio::io::stdin(), tokio::io::stdout())
             .await
             .context("stdio transport failed");
@@ -442,18 +554,22 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
         "stopping: no new calls are taken; running tasks get the drain time to finish"
     );
     let deadline = tokio::time::Instant::now() + drain;
-    let second = shutdown_signal();
+    // Fused: once a second signal came, waiting on it again is waiting forever, not a panic.
+    let second = futures::FutureExt::fuse(shutdown_signal());
     tokio::pin!(second);
+    let mut stop_now = false;
     while engine.running_count() > 0 && tokio::time::Instant::now() < deadline {
         tokio::select! {
             () = tokio::time::sleep(Duration::from_millis(100)) => {}
             () = &mut second => {
                 tracing::info!("a second signal: stopping now");
+                stop_now = true;
                 break;
             }
         }
     }
     match engine.running_count() {
+        _ if stop_now => {}
         0 => {
             tracing::info!("every running task has finished; shutting down");
             // A moment for clients to read what just finished (a poll, a blocked tasks/result).
@@ -465,10 +581,18 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
                 () = &mut second => {}
             }
         }
-        left => tracing::info!(
-            left,
-            "shutting down with tasks still running; they are recovered on the next start"
-        ),
+        left => {
+            tracing::info!(
+                left,
+                "the drain time is over; handing off the tasks still running (they resume on another replica, or here at the next start)"
+            );
+            // Each handler is told it is handed off and gets its grace period to save where it
+            // is; a second signal stops at once (their leases then run out instead).
+            tokio::select! {
+                n = engine.hand_off() => tracing::info!(handed_off = n, "handed off"),
+                () = &mut second => tracing::info!("a second signal: stopping now"),
+            }
+        }
     }
     let _ = stop_http.send(());
     let _ = serving.await;
@@ -500,6 +624,31 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
 }
+
+/// Clears `O_NONBLOCK` on stdin when the process that started us left it set. The flag belongs to
+/// the pipe's open file, shared with the parent: a Node.js parent that merely opens its own
+/// `process.stdin` on an inherited pipe sets it, and a read of an idle non-blocking stdin fails with
+/// EAGAIN instead of waiting, which would end the stdio session at the first pause.
+#[cfg(unix)]
+fn stdin_blocking() {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let stdin = std::io::stdin();
+    let Ok(bits) = fcntl(&stdin, FcntlArg::F_GETFL) else {
+        return;
+    };
+    let flags = OFlag::from_bits_truncate(bits);
+    if flags.contains(OFlag::O_NONBLOCK) {
+        match fcntl(&stdin, FcntlArg::F_SETFL(flags - OFlag::O_NONBLOCK)) {
+            Ok(_) => tracing::debug!("stdin was non-blocking; made it blocking"),
+            Err(e) => {
+                tracing::warn!(error = %e, "stdin is non-blocking and could not be made blocking: reads may fail with EAGAIN")
+            }
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn stdin_blocking() {}
 
 #[cfg(test)]
 mod tests {

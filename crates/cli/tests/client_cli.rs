@@ -291,9 +291,27 @@ fn tools_lists_task_support() {
         "{stdout}"
     );
     assert!(text(&out.stderr).contains("(2025-11-25)"));
+    // Descriptions line up after the longest name (`test_input_required_result_multi_round` …).
+    let starts: Vec<usize> = stdout
+        .lines()
+        .filter_map(|l| {
+            l.find("  ")
+                .map(|i| i + l[i..].len() - l[i..].trim_start().len())
+        })
+        .collect();
+    assert!(starts.windows(2).all(|w| w[0] == w[1]), "{stdout}");
+    // On 2026-07-28 tools carry no task support: said once on stderr, not on every row.
     let out = cli.run(&["tools"]);
-    assert!(text(&out.stderr).contains("(2026-07-28)"));
-    assert!(text(&out.stdout).contains("server decides"));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("(2026-07-28)"), "{stderr}");
+    assert!(stderr.contains("the server decides per call"), "{stderr}");
+    let stdout = text(&out.stdout);
+    assert!(!stdout.contains("server decides"), "{stdout}");
+    let greet = stdout.lines().find(|l| l.starts_with("greet ")).unwrap();
+    assert!(
+        !greet.contains("optional") && !greet.contains("forbidden"),
+        "{greet}"
+    );
 }
 
 #[test]

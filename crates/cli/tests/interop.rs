@@ -38,9 +38,7 @@ fn node() -> PathBuf {
 }
 
 fn python() -> PathBuf {
-    let py = repo_root().join("interop/python/.venv/bin/python");
-    assert!(py.exists(), "interop/python/.venv is missing: run scripts/test.sh, which creates it from requirements.txt");
-    py
+    common::wrap_client::python()
 }
 
 #[test]

@@ -501,10 +501,30 @@ fn the_dashboard_in_headless_chromium_shows_progress_filters_opens_and_cancels()
     assert!(modules.exists(), "interop/ui/node_modules is missing: run `npm ci --prefix interop/ui` (scripts/test.sh does)");
     let dir = tempfile::tempdir().unwrap();
     let cfg = keys_config(dir.path());
+    // Webhooks may reach loopback: one goes to a port where nothing listens.
+    let keys = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("{keys}\n[webhooks]\nallowed_hosts = [\"127.0.0.1\"]\n"),
+    )
+    .unwrap();
     let server = ServerProcess::start(&["--demo", "--store", "memory:", "--config", &cfg]);
     let cli = Cli::new(&server.url);
     let out = cli.run(&["call", "slow_compute", "seconds=1", "--key", "key-alice"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let nowhere = format!("http://127.0.0.1:{}/hooks", common::free_port());
+    let out = cli.run(&[
+        "call",
+        "slow_compute",
+        "seconds=0",
+        "--webhook",
+        &nowhere,
+        "--detach",
+        "--key",
+        "key-alice",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let hooked = text(&out.stdout).trim().to_string();
     let out = cli.run(&[
         "call",
         "slow_compute",
@@ -522,6 +542,7 @@ fn the_dashboard_in_headless_chromium_shows_progress_filters_opens_and_cancels()
             "key-ops",
             &id,
             shot.to_str().unwrap(),
+            &hooked,
         ])
         .current_dir(common::repo_root())
         .output()
@@ -535,6 +556,20 @@ fn the_dashboard_in_headless_chromium_shows_progress_filters_opens_and_cancels()
     );
     let png = std::fs::read(&shot).unwrap();
     assert!(png.starts_with(b"\x89PNG"), "a screenshot was saved");
+    for width in [1280, 1400] {
+        let wide = std::fs::read(dir.path().join(format!("dashboard-{width}.png"))).unwrap();
+        assert!(
+            wide.starts_with(b"\x89PNG"),
+            "a screenshot at {width} px was saved"
+        );
+        if let Some(keep) = std::env::var_os("MCP_TASKS_KEEP_SCREENSHOTS") {
+            std::fs::write(
+                std::path::Path::new(&keep).join(format!("dashboard-{width}.png")),
+                wide,
+            )
+            .unwrap();
+        }
+    }
     // Keep the picture the README shows current when asked to.
     if std::env::var_os("MCP_TASKS_UPDATE_SCREENSHOT").is_some() {
         std::fs::write(common::repo_root().join("docs/dashboard.png"), png).unwrap();

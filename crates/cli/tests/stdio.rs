@@ -334,3 +334,45 @@ async fn stdio_serves_the_2026_wire_without_initialize() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A parent that leaves the stdin it passes on non-blocking (a Node.js launcher that opens its own
+/// `process.stdin` on the inherited pipe does): the server still waits through an idle pause and
+/// answers, instead of ending on EAGAIN.
+#[test]
+fn a_non_blocking_stdin_is_waited_on_not_failed() {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    use std::io::{BufRead, Write};
+    let (read, write) = nix::unistd::pipe().unwrap();
+    fcntl(&read, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).unwrap();
+    let mut child = std::process::Command::new(common::bin())
+        .args(["serve", "--demo", "--stdio", "--store", "memory:"])
+        .stdin(Stdio::from(read))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let early = child.try_wait().unwrap();
+    if early.is_some() {
+        panic!("the server ended while its stdin was idle: {early:?}");
+    }
+    let mut input = std::fs::File::from(write);
+    writeln!(
+        input,
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#
+    )
+    .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(Duration::from_secs(20));
+    let _ = child.kill();
+    let _ = child.wait();
+    let reply: Value = serde_json::from_str(&line.expect("an answer within 20 s")).unwrap();
+    assert_eq!(reply["id"], 1, "{reply}");
+    assert!(reply["result"]["protocolVersion"].is_string(), "{reply}");
+}

@@ -245,8 +245,7 @@ async fn the_gateway_fronts_an_https_upstream() {
     assert!(!out.status.success());
     let err = text(&out.stderr);
     assert!(
-        err.contains("cannot put tasks in front of upstream \"secure\"")
-            && err.to_lowercase().contains("certificate"),
+        err.contains("error: upstream \"secure\": ") && err.to_lowercase().contains("certificate"),
         "{err}"
     );
 }

@@ -359,6 +359,17 @@ impl Client {
     }
 }
 
+impl Client {
+    /// Whether the server sends webhooks on task events (mcp-tasks' experimental capability).
+    pub fn offers_webhooks(&self) -> bool {
+        self.inner
+            .capabilities
+            .pointer("/experimental")
+            .and_then(|e| e.get(mcp_tasks_protocol::meta::WEBHOOKS_CAPABILITY))
+            .is_some()
+    }
+}
+
 fn honours_keys(caps: &Value) -> bool {
     caps.pointer("/experimental")
         .and_then(|e| e.get(IDEMPOTENCY_CAPABILITY))

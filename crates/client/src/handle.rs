@@ -77,6 +77,47 @@ pub struct CallOptions {
     /// Cancels the call: the server is told (`notifications/cancelled`) and the call ends with
     /// [`ClientError::Cancelled`].
     pub cancel: Option<CancellationToken>,
+    /// Have the server POST the task's events to a URL (mcp-tasks servers: the experimental
+    /// capability `io.github.mcp-tasks/webhooks`). Only a task call can register one.
+    pub webhook: Option<Webhook>,
+}
+
+/// A webhook registration: where the task's events go, which, and the secret that signs them
+/// (Standard Webhooks). Without a secret the server makes one and tells it once
+/// ([`TaskHandle::webhook`]).
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Webhook {
+    /// The endpoint (https, unless the server allows its host).
+    pub url: String,
+    /// Event types (`task.completed`, `task.failed`, `task.cancelled`, `task.input_required`);
+    /// empty for every one.
+    pub events: Vec<String>,
+    /// The signing secret (`whsec_…`), or `None` for one the server makes.
+    pub secret: Option<String>,
+}
+
+impl std::fmt::Debug for Webhook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Webhook")
+            .field("url", &self.url)
+            .field("events", &self.events)
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl Webhook {
+    fn registration(&self) -> Value {
+        let mut r = Map::new();
+        r.insert("url".into(), json!(self.url));
+        if !self.events.is_empty() {
+            r.insert("events".into(), json!(self.events));
+        }
+        if let Some(s) = &self.secret {
+            r.insert("secret".into(), json!(s));
+        }
+        Value::Object(r)
+    }
 }
 
 impl Default for CallOptions {
@@ -87,6 +128,7 @@ impl Default for CallOptions {
             idempotency_key: None,
             input: None,
             cancel: None,
+            webhook: None,
         }
     }
 }
@@ -99,6 +141,7 @@ impl std::fmt::Debug for CallOptions {
             .field("idempotency_key", &self.idempotency_key)
             .field("input", &self.input.is_some())
             .field("cancel", &self.cancel.is_some())
+            .field("webhook", &self.webhook)
             .finish()
     }
 }
@@ -167,6 +210,19 @@ impl Client {
         if as_task {
             meta_map.insert(meta::IDEMPOTENCY_KEY.into(), json!(key));
         }
+        if let Some(w) = &options.webhook {
+            if !as_task {
+                return Err(ClientError::Unsupported(format!(
+                    "a webhook is registered with a task, and {name} is not called as one here"
+                )));
+            }
+            if !self.offers_webhooks() {
+                return Err(ClientError::Unsupported(
+                    "the server does not send webhooks (it declares no experimental io.github.mcp-tasks/webhooks capability)".into(),
+                ));
+            }
+            meta_map.insert(meta::WEBHOOK.into(), w.registration());
+        }
         let mut params = json!({"name": name, "arguments": arguments, "_meta": meta_map});
         if as_task && inner.wire == Wire::V2025 {
             params["task"] = match options.ttl_ms {
@@ -189,20 +245,25 @@ impl Client {
                 .create(&params, name, as_task, &on_note, &scope)
                 .await?;
             let result_type = r.get("resultType").and_then(Value::as_str);
+            let webhook = r
+                .pointer("/_meta")
+                .and_then(|m| m.get(meta::WEBHOOK))
+                .cloned();
             if let Some(task) = r.get("task").filter(|_| inner.wire == Wire::V2025) {
                 let state = TaskState::from_value(task)?;
-                return Ok(Called::Task(Box::new(
+                let mut handle =
                     TaskHandle::new(self.clone(), state, Some(name.into()), Some(token))
-                        .with_input(options.input.clone()),
-                )));
+                        .with_input(options.input.clone());
+                handle.webhook = webhook;
+                return Ok(Called::Task(Box::new(handle)));
             }
             match result_type {
                 Some("task") => {
                     let state = TaskState::from_value(&r)?;
-                    return Ok(Called::Task(Box::new(
-                        TaskHandle::new(self.clone(), state, Some(name.into()), None)
-                            .with_input(options.input.clone()),
-                    )));
+                    let mut handle = TaskHandle::new(self.clone(), state, Some(name.into()), None)
+                        .with_input(options.input.clone());
+                    handle.webhook = webhook;
+                    return Ok(Called::Task(Box::new(handle)));
                 }
                 Some("input_required") => {
                     rounds += 1;
@@ -363,6 +424,8 @@ pub struct TaskHandle {
     progress_token: Option<String>,
     /// Answers the task's questions in place of the connection's handler.
     input: Option<Arc<dyn InputHandler>>,
+    /// What the server said of the webhook this call registered.
+    webhook: Option<Value>,
 }
 
 impl std::fmt::Debug for TaskHandle {
@@ -387,7 +450,14 @@ impl TaskHandle {
             tool,
             progress_token,
             input: None,
+            webhook: None,
         }
+    }
+
+    /// What the server said of the webhook the call registered (`url`, `events`, and `secret`
+    /// when the server made it: this is the one time it is told), when it registered one.
+    pub fn webhook(&self) -> Option<&Value> {
+        self.webhook.as_ref()
     }
 
     /// Answers the task's questions with `input` instead of the connection's handler (a call's

@@ -36,7 +36,7 @@ mod wire;
 
 pub use client::{Client, ConnectOptions, ToolInfo, IDEMPOTENCY_CAPABILITY};
 pub use error::{ClientError, Result};
-pub use handle::{CallOptions, Called, Event, TaskHandle};
+pub use handle::{CallOptions, Called, Event, TaskHandle, Webhook};
 pub use http::HttpEndpoint;
 pub use input::{InputHandler, NoInput};
 pub use stdio::StdioCommand;

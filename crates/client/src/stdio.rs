@@ -374,6 +374,23 @@ impl StdioTransport {
         }
         .await;
         if let Err(e) = written {
+            drop(stdin);
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                // The server is gone (it exited before reading this): say how it ended, with its
+                // last words, rather than that a pipe broke.
+                let mut exit = self.exit.clone();
+                let limit = EXIT_GRACE + std::time::Duration::from_secs(1);
+                let ended = tokio::time::timeout(limit, async {
+                    exit.wait_for(Option::is_some)
+                        .await
+                        .ok()
+                        .and_then(|e| e.clone())
+                })
+                .await;
+                if let Ok(Some(ended)) = ended {
+                    return Err(exited(&self.command.line(), &ended));
+                }
+            }
             return Err(ClientError::Connection {
                 context: context.to_string(),
                 source: Box::new(e),

@@ -81,6 +81,28 @@ pub trait ContextSink: Send + Sync {
         let _ = state;
         Err(CheckpointError::NotATask)
     }
+    /// Which run of the task this is: 1 for the first, one more for each resume after an
+    /// interruption or a hand-off.
+    fn attempt(&self) -> u32 {
+        1
+    }
+    /// Whether this node is handing its running tasks to others (a drain ended): a stop now is a
+    /// hand-off, not a cancel, and the task resumes elsewhere or at the next start.
+    fn handing_off(&self) -> bool {
+        false
+    }
+    /// Takes the journal's next place for a step named `name`: its recorded output when an earlier
+    /// run recorded it, or the place to record it at once the body ran. A sink that keeps no
+    /// journal (a plain call) runs every body.
+    async fn replay_step(&self, name: &str) -> Result<StepSlot, StepError> {
+        let _ = name;
+        Ok(StepSlot::Run(0))
+    }
+    /// Records what the step at `seq` returned, durably, before the step returns it.
+    async fn record_step(&self, seq: u32, name: &str, output: Value) -> Result<(), StepError> {
+        let _ = (seq, name, output);
+        Ok(())
+    }
     /// Like [`ContextSink::request_input`], naming the question `key` where the wire shows keys
     /// (2026-07-28 rounds); sinks that make their own unique keys may ignore it.
     async fn request_input_as(
@@ -92,6 +114,57 @@ pub trait ContextSink: Send + Sync {
         let _ = key;
         self.request_input(method, params).await
     }
+}
+
+/// A step's place in the journal ([`ContextSink::replay_step`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum StepSlot {
+    /// An earlier run recorded this step: its output, to return without running the body.
+    Recorded(Value),
+    /// Nothing is recorded here yet: run the body, then record its output at this place.
+    Run(u32),
+}
+
+/// Why a step (or a durable sleep) could not give its output.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum StepError {
+    /// The journal holds another step at this place: the code changed since the task started. The
+    /// task is failed with this message.
+    #[error(
+        "replay mismatch: step {seq} of this task was recorded as `{recorded}`, but this run's \
+         step {seq} is `{found}`; the tool's code changed since the task started, so its journal \
+         cannot be replayed"
+    )]
+    Mismatch {
+        /// The place in the journal.
+        seq: u32,
+        /// The name recorded there.
+        recorded: String,
+        /// The name this run gave.
+        found: String,
+    },
+    /// The step's output does not serialize to JSON, or the recorded output does not read back
+    /// as the type asked for.
+    #[error("step `{name}`: {message}")]
+    Serde {
+        /// The step.
+        name: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The task finished, or another node runs it now: this run must stop.
+    #[error("the task is no longer this run's ({0})")]
+    NotRunning(String),
+    /// The journal holds a record at this place already (steps run at once rather than one after
+    /// another, or a run that replayed nothing while an earlier one recorded): the first stays.
+    #[error("step {0} of this task is recorded already; steps must run one after another")]
+    AlreadyRecorded(u32),
+    /// Told to stop (a cancel, a hand-off) during a durable sleep.
+    #[error("stopped while sleeping")]
+    Stopped,
+    /// The journal could not be read or written (rendered with its causes).
+    #[error("the step journal failed: {0}")]
+    Store(String),
 }
 
 /// Why a checkpoint was not saved.
@@ -178,6 +251,21 @@ impl TaskContext {
     /// [`TaskContext::checkpoint`] — e.g. the id of remote work to follow instead of starting it again.
     pub async fn save_checkpoint(&self, state: Value) -> Result<(), CheckpointError> {
         self.sink.save_checkpoint(state).await
+    }
+    /// Which run of the task this is: 1 for the first, one more for each resume after an
+    /// interruption or a hand-off.
+    pub fn attempt(&self) -> u32 {
+        self.sink.attempt()
+    }
+    /// Whether this run was told to stop because its server hands the task off (a deploy, a drain
+    /// that ended): save what is needed to go on ([`TaskContext::save_checkpoint`]) and return;
+    /// the task resumes on another server or at the next start. `false` for a cancel.
+    pub fn is_handed_off(&self) -> bool {
+        self.cancel.is_cancelled() && self.sink.handing_off()
+    }
+    /// The sink this context reports to (for the step journal).
+    pub(crate) fn sink(&self) -> &Arc<dyn ContextSink> {
+        &self.sink
     }
     /// The task id, when the handler runs as a task.
     pub fn task_id(&self) -> Option<&str> {

@@ -36,23 +36,27 @@ mod engine;
 mod fingerprint;
 mod handler;
 mod ids;
+mod journal;
 mod model;
 mod notifier;
 mod rules;
 pub mod store;
 pub mod trace;
+pub mod webhook;
 
 pub use clock::{format_rfc3339, now_ms};
-pub use context::{CheckpointError, ContextSink, InputError, LogLevel, TaskContext};
+pub use context::{
+    CheckpointError, ContextSink, InputError, LogLevel, StepError, StepSlot, TaskContext,
+};
 pub use engine::{
-    Engine, EngineBuilder, EngineConfig, EngineError, InputGuard, RunStart, Submitted,
+    Engine, EngineBuilder, EngineConfig, EngineError, InputGuard, ResumeCounts, RunStart, Submitted,
 };
 pub use fingerprint::fingerprint;
 pub use handler::TaskHandler;
 pub use ids::random_id;
 pub use model::{
-    ActiveLimit, Among, HeldLimit, InputRecord, InputResponse, NewTask, Outcome, TaskRecord,
-    TaskStatus, Transition,
+    ActiveLimit, Among, HeldLimit, InputRecord, InputResponse, NewTask, Outcome, StepRecord,
+    TaskRecord, TaskStatus, Transition,
 };
 pub use notifier::{Notifier, Relayed, TaskEvent, TaskSubscription};
 pub use rules::{OutcomeRules, PlainRules};

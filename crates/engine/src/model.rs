@@ -5,6 +5,8 @@ use serde_json::Value;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::webhook::WebhookTarget;
+
 /// Where a task is in its life. `working ⇄ input_required → {completed | failed | cancelled}`;
 /// the three terminal states are final.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -122,6 +124,25 @@ pub struct Transition {
     pub message: Option<String>,
 }
 
+/// One recorded step of a task's journal ([`TaskContext::step`](crate::TaskContext::step)): what the
+/// step's body returned, reused instead of running the body again when a later run of the task
+/// replays the journal.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// The task.
+    pub task_id: String,
+    /// Its place in the journal: 0 for the task's first step.
+    pub seq: u32,
+    /// The name the handler gave it.
+    pub name: String,
+    /// What its body returned, as JSON.
+    pub output: Value,
+    /// The run (attempt) that ran the body.
+    pub attempt: u32,
+    /// When it was recorded, Unix ms.
+    pub at: u64,
+}
+
 /// One task, era-agnostic, exactly as stored.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskRecord {
@@ -182,6 +203,10 @@ pub struct TaskRecord {
     /// [`TaskContext::checkpoint`](crate::TaskContext::checkpoint). Cleared when the task finishes.
     #[serde(default)]
     pub checkpoint: Option<Value>,
+    /// Where the task's events are sent ([`crate::webhook`]), as registered when it was created.
+    /// Never serialized with the record: the targets hold their signing secrets.
+    #[serde(skip)]
+    pub webhooks: Vec<WebhookTarget>,
 }
 
 impl TaskRecord {
@@ -219,6 +244,8 @@ pub struct NewTask {
     /// Count what the task holds while it runs on this node (its arguments' size) under a key, and
     /// refuse it when the key's runs would hold more than a maximum.
     pub held: Option<HeldLimit>,
+    /// Where the task's events are sent (kept with the task; see [`crate::webhook`]).
+    pub webhooks: Vec<WebhookTarget>,
 }
 
 /// A cap on what the runs of one key (a principal) hold on this node at once, checked when a task is
@@ -283,6 +310,7 @@ impl NewTask {
             idempotency_key: None,
             active_limit: None,
             held: None,
+            webhooks: Vec::new(),
         }
     }
 }

@@ -31,3 +31,11 @@ pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 /// saying that the server honours [`IDEMPOTENCY_KEY`], so a client may retry a create whose answer
 /// it lost without starting a second job.
 pub const IDEMPOTENCY_CAPABILITY: &str = "io.github.mcp-tasks/idempotency";
+
+/// `_meta` key of a task-augmented `tools/call` that registers a webhook for the task's events
+/// (`{"url", "events"?, "secret"?}`), and of the create result that confirms it (with the secret
+/// when the server made it).
+pub const WEBHOOK: &str = "io.github.mcp-tasks/webhook";
+
+/// Experimental capability a server declares when it sends webhooks on task events.
+pub const WEBHOOKS_CAPABILITY: &str = "io.github.mcp-tasks/webhooks";

@@ -50,6 +50,8 @@ pub struct ServerConfig {
     /// The sync budget of every tool that sets none (see [`Tool::sync_budget`](crate::Tool)); off
     /// when `None`.
     pub sync_budget: Option<Duration>,
+    /// Webhooks on task events: allowed hosts, retry age, the operator's subscriptions.
+    pub webhooks: crate::webhooks::WebhookSettings,
 }
 
 impl Default for ServerConfig {
@@ -72,6 +74,7 @@ impl Default for ServerConfig {
             auth: crate::auth::AuthConfig::default(),
             request_state_secret: None,
             sync_budget: None,
+            webhooks: crate::webhooks::WebhookSettings::default(),
         }
     }
 }

@@ -73,6 +73,7 @@ impl Server {
             }
         });
         self.start_peering(crate::wire::notifications_for);
+        self.start_webhooks();
         let mut events = self.engine().notifier().subscribe_all();
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {

@@ -39,6 +39,7 @@ pub mod session;
 pub mod tool;
 pub mod tools;
 mod transport;
+pub mod webhooks;
 pub mod wire;
 
 pub use auth::{ANONYMOUS, LOCAL_USER};

@@ -306,6 +306,7 @@ async fn tools_list_paginates_with_cursor() {
         [
             "greet",
             "slow_compute",
+            "pipeline",
             "failing_job",
             "protocol_error_job",
             "confirm_delete",

@@ -128,6 +128,15 @@ fn http() -> reqwest::Client {
 }
 
 /// The status of `method path` sent with `authorization` (and a JSON body for a POST).
+/// GET `url` (with `cookie`, when given): its body as JSON.
+async fn get_json(url: &str, cookie: Option<&str>) -> serde_json::Value {
+    let mut req = http().get(url);
+    if let Some(c) = cookie {
+        req = req.header("cookie", c);
+    }
+    req.send().await.unwrap().json().await.unwrap()
+}
+
 async fn status(base: &str, method: &str, path: &str, authorization: Option<&str>) -> u16 {
     let mut rb = http().request(method.parse().unwrap(), format!("{base}{path}"));
     if method == "POST" {
@@ -186,6 +195,9 @@ async fn without_authentication_loopback_callers_operate_and_metrics_are_public(
         .unwrap();
     assert_eq!(login.status(), 400);
     assert!(login.headers().get("set-cookie").is_none());
+    // So the dashboard shows no "Log out" (it shows it only to a logged-in browser).
+    let me = get_json(&format!("{}/admin/api/me", r.base), None).await;
+    assert_eq!(me["loggedIn"], false, "{me}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,14 +210,7 @@ async fn with_keys_only_an_operators_key_opens_the_admin_routes_and_metrics() {
     every_route(&r, Some("Bearer key-ops-ci"), Some(403)).await;
     every_route(&r, Some("Bearer key-ops"), None).await;
     // Readiness is public, its reasons are the operator's.
-    let ready: serde_json::Value = http()
-        .get(format!("{}/readyz", r.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let ready = get_json(&format!("{}/readyz", r.base), None).await;
     assert_eq!(ready["status"], "ready", "{ready}");
     assert_eq!(status(&r.base, "GET", "/metrics", None).await, 401);
     assert_eq!(
@@ -422,15 +427,7 @@ async fn the_login_cookie_is_http_only_strict_and_secure_over_tls_and_never_for_
         .next()
         .unwrap()
         .to_string();
-    let me: serde_json::Value = http()
-        .get(format!("{}/admin/api/me", r.base))
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let me = get_json(&format!("{}/admin/api/me", r.base), Some(&cookie)).await;
     assert_eq!(me["loggedIn"], true, "{me}");
     assert!(me["operator"].as_str().unwrap().ends_with("#carol"), "{me}");
 }

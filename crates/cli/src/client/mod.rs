@@ -153,6 +153,23 @@ pub struct CallArgs {
     /// On Ctrl-C, cancel the task instead of detaching from it.
     #[arg(long)]
     pub cancel_on_interrupt: bool,
+    /// Have the server POST the task's events to this URL, signed (Standard Webhooks; mcp-tasks
+    /// servers). The secret the server makes is printed once on stderr.
+    #[arg(long, value_name = "URL")]
+    pub webhook: Option<String>,
+    /// Only this event to the webhook (repeatable): task.completed, task.failed, task.cancelled,
+    /// task.input_required [default: every one].
+    #[arg(long = "webhook-event", value_name = "EVENT", requires = "webhook")]
+    pub webhook_events: Vec<String>,
+    /// Sign the webhook's deliveries with this secret (whsec_…) instead of one the server makes.
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "MCP_TASKS_WEBHOOK_SECRET",
+        hide_env_values = true,
+        requires = "webhook"
+    )]
+    pub webhook_secret: Option<String>,
     /// No progress on stderr.
     #[arg(long, short)]
     pub quiet: bool,
@@ -165,11 +182,13 @@ pub enum TaskCommand {
     Get(TaskIdArgs),
     /// Wait for a task to end and print its result (exit status as for `call`).
     Result(TaskWaitArgs),
-    /// Print a task's state as a JSON line each time it changes, until it ends.
+    /// Print a task's state (as `task get` does; a JSON line each with --json) each time it
+    /// changes, until it ends.
     Watch(TaskWaitArgs),
     /// Cancel a task.
     Cancel(TaskIdArgs),
-    /// List tasks: the server's (2025-11-25 `tasks/list`) and the ones this machine started.
+    /// List tasks: the server's (2025-11-25 `tasks/list`) and the ones this machine started there,
+    /// with their status.
     List(ListArgs),
 }
 
@@ -188,7 +207,7 @@ pub struct TaskIdArgs {
 pub struct TaskWaitArgs {
     /// The task's id.
     pub id: String,
-    /// Print the whole CallToolResult as JSON.
+    /// Print JSON: the whole CallToolResult (`task result`), or each state as a line (`task watch`).
     #[arg(long)]
     pub json: bool,
     /// Fill a form field of a question the tool asks (repeatable).
@@ -208,7 +227,8 @@ pub struct ListArgs {
     /// Print JSON lines.
     #[arg(long)]
     pub json: bool,
-    /// Only the tasks this machine started (do not ask the server).
+    /// Only the tasks this machine started (do not ask the server); of every server, unless --url
+    /// names one.
     #[arg(long)]
     pub local: bool,
 }
@@ -389,6 +409,11 @@ pub async fn call(server: &ServerArgs, a: CallArgs) -> Result<i32> {
         as_task: !a.no_task,
         ttl_ms: a.ttl.map(|s| s.saturating_mul(1000)),
         idempotency_key: a.idempotency_key.clone(),
+        webhook: a.webhook.as_ref().map(|url| mcp_tasks_client::Webhook {
+            url: url.clone(),
+            events: a.webhook_events.clone(),
+            secret: a.webhook_secret.clone(),
+        }),
         ..CallOptions::default()
     };
     let called = client
@@ -403,6 +428,23 @@ pub async fn call(server: &ServerArgs, a: CallArgs) -> Result<i32> {
         }
         Called::Task(t) => t,
     };
+    if let Some(w) = task.webhook() {
+        let url = w.get("url").and_then(|u| u.as_str()).unwrap_or_default();
+        match w.get("secret").and_then(|s| s.as_str()) {
+            // Shown even with --quiet: the server tells it this once.
+            Some(secret) => {
+                let text = format!(
+                    "webhook: the task's events go to {url}, signed with {secret} (shown this once)"
+                );
+                if a.quiet {
+                    eprintln!("{text}");
+                } else {
+                    display.line(&text);
+                }
+            }
+            None => display.line(&format!("webhook: the task's events go to {url}")),
+        }
+    }
     let reference = task.to_ref();
     if let Err(e) = handles::remember(&reference) {
         display.line(&format!("warning: cannot remember the task: {e:#}"));
@@ -505,17 +547,7 @@ pub async fn task(server: &ServerArgs, cmd: TaskCommand) -> Result<i32> {
             if a.json {
                 out!("{}", serde_json::to_string_pretty(&s)?);
             } else {
-                let mut line = format!("{}  {}", s.task_id, s.status);
-                if let Some(p) = s.progress {
-                    match s.progress_total {
-                        Some(t) => line.push_str(&format!("  {p}/{t}")),
-                        None => line.push_str(&format!("  {p}")),
-                    }
-                }
-                if let Some(m) = &s.status_message {
-                    line.push_str(&format!("  {m}"));
-                }
-                out!("{line}");
+                out!("{}", state_line(&s));
             }
             Ok(exit::OK)
         }
@@ -545,7 +577,11 @@ pub async fn task(server: &ServerArgs, cmd: TaskCommand) -> Result<i32> {
                         let mut l = last.lock().unwrap_or_else(|p| p.into_inner());
                         let shown = l.as_ref().map(strip_times);
                         if shown.as_ref() != Some(&strip_times(&v)) {
-                            out!("{v}");
+                            if a.json {
+                                out!("{v}");
+                            } else {
+                                out!("{}", state_line(s));
+                            }
                             *l = Some(v);
                         }
                     }
@@ -572,6 +608,21 @@ pub async fn task(server: &ServerArgs, cmd: TaskCommand) -> Result<i32> {
     }
 }
 
+/// A task's state as `task get` and `task watch` print it: id, status, progress, message.
+fn state_line(s: &mcp_tasks_client::TaskState) -> String {
+    let mut line = format!("{}  {}", s.task_id, s.status);
+    if let Some(p) = s.progress {
+        match s.progress_total {
+            Some(t) => line.push_str(&format!("  {p}/{t}")),
+            None => line.push_str(&format!("  {p}")),
+        }
+    }
+    if let Some(m) = &s.status_message {
+        line.push_str(&format!("  {m}"));
+    }
+    line
+}
+
 /// A state without its change time, to tell real changes from repeated polls.
 fn strip_times(v: &Value) -> Value {
     let mut v = v.clone();
@@ -590,16 +641,17 @@ fn explain(e: ClientError) -> anyhow::Error {
 
 async fn list(server: &ServerArgs, a: ListArgs) -> Result<i32> {
     let mut rows: Vec<Value> = Vec::new();
+    let mut client = None;
     if !a.local {
-        let client = connect(server, Arc::new(mcp_tasks_client::NoInput)).await?;
-        if client.wire() == &Wire::V2025 && client.capabilities().pointer("/tasks/list").is_some() {
+        let c = connect(server, Arc::new(mcp_tasks_client::NoInput)).await?;
+        if c.wire() == &Wire::V2025 && c.capabilities().pointer("/tasks/list").is_some() {
             let mut cursor: Option<String> = None;
             loop {
                 let params = match &cursor {
                     Some(c) => serde_json::json!({"cursor": c}),
                     None => serde_json::json!({}),
                 };
-                let r = client.request("tasks/list", params, &|_| {}).await?;
+                let r = c.request("tasks/list", params, &|_| {}).await?;
                 for t in r
                     .get("tasks")
                     .and_then(Value::as_array)
@@ -607,7 +659,7 @@ async fn list(server: &ServerArgs, a: ListArgs) -> Result<i32> {
                     .flatten()
                 {
                     let mut t = t.clone();
-                    t["url"] = Value::String(client.url());
+                    t["url"] = Value::String(c.url());
                     rows.push(t);
                 }
                 match r.get("nextCursor").and_then(Value::as_str) {
@@ -617,42 +669,93 @@ async fn list(server: &ServerArgs, a: ListArgs) -> Result<i32> {
             }
         } else {
             eprintln!(
-                "the server ({} on {}) has no task list; showing the tasks this machine started",
-                client.url(),
-                client.wire()
+                "the server ({} on {}) has no task list; showing the tasks this machine started there",
+                c.url(),
+                c.wire()
             );
         }
+        client = Some(c);
     }
+    // The tasks this machine started: on the server asked, else (--local) on the one --url names,
+    // else on any.
+    let only = match &client {
+        Some(c) => Some(c.url()),
+        None => server.url.clone(),
+    };
     for r in handles::all() {
-        if rows
-            .iter()
-            .any(|t| t["taskId"] == r.reference.task_id.as_str())
+        if only.as_ref().is_some_and(|u| *u != r.reference.url)
+            || rows
+                .iter()
+                .any(|t| t["taskId"] == r.reference.task_id.as_str())
         {
             continue;
         }
-        rows.push(serde_json::json!({
+        let mut row = serde_json::json!({
             "taskId": r.reference.task_id, "url": r.reference.url, "wire": r.reference.wire,
             "tool": r.reference.tool, "startedHere": r.started_at,
-        }));
-    }
-    for row in &rows {
-        if a.json {
-            out!("{row}");
-        } else {
-            let text = |k: &str| {
-                row.get(k)
-                    .and_then(Value::as_str)
-                    .unwrap_or("-")
-                    .to_string()
+        });
+        // Its status, from the server when it is the one connected (a task list it had not).
+        if let Some(c) = client.as_ref().filter(|c| c.url() == r.reference.url) {
+            let got = c
+                .request(
+                    "tasks/get",
+                    serde_json::json!({"taskId": r.reference.task_id}),
+                    &|_| {},
+                )
+                .await
+                .ok()
+                .and_then(|v| mcp_tasks_client::TaskState::from_value(&v).ok());
+            row["status"] = match got {
+                Some(s) => Value::String(s.status.to_string()),
+                None => Value::String("unknown".into()),
             };
+        }
+        rows.push(row);
+    }
+    if a.json {
+        for row in &rows {
+            out!("{row}");
+        }
+        return Ok(exit::OK);
+    }
+    let text = |row: &Value, k: &str| {
+        row.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or("-")
+            .to_string()
+    };
+    let table: Vec<[String; 4]> = rows
+        .iter()
+        .map(|r| {
+            [
+                text(r, "taskId"),
+                text(r, "status"),
+                text(r, "tool"),
+                text(r, "url"),
+            ]
+        })
+        .collect();
+    let header = ["TASK", "STATUS", "TOOL", "SERVER"].map(String::from);
+    let widths: Vec<usize> = (0..3)
+        .map(|i| {
+            std::iter::once(&header)
+                .chain(&table)
+                .map(|r| r[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    if !table.is_empty() {
+        for r in std::iter::once(&header).chain(&table) {
             out!(
-                "{}  {}  {}  {}",
-                text("taskId"),
-                row.get("status")
-                    .and_then(Value::as_str)
-                    .unwrap_or("(started here)"),
-                text("tool"),
-                text("url")
+                "{:<w0$}  {:<w1$}  {:<w2$}  {}",
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                w0 = widths[0],
+                w1 = widths[1],
+                w2 = widths[2]
             );
         }
     }
@@ -663,10 +766,26 @@ async fn list(server: &ServerArgs, a: ListArgs) -> Result<i32> {
 pub async fn tools(server: &ServerArgs, json: bool) -> Result<i32> {
     let client = connect(server, Arc::new(mcp_tasks_client::NoInput)).await?;
     let tools = client.list_tools().await?;
+    // On 2026-07-28 a tool carries no task support: the server decides per call. Said once, not on
+    // every row.
+    let decides = client.has_tasks() && client.wire() == &Wire::V2026;
+    if decides && !json {
+        eprintln!(
+            "on {} the server decides per call whether a call runs as a task (`--no-2026` shows each tool's 2025-11-25 task support)",
+            client.wire()
+        );
+    }
+    let width = tools
+        .iter()
+        .map(|t| t.name.chars().count())
+        .max()
+        .unwrap_or(0);
     for t in &tools {
         let support = match (t.task_support, client.has_tasks()) {
             (_, false) => "no tasks",
             (Some(s), true) => s.as_str(),
+            // 2025-11-25: a tool that says nothing is `forbidden` (the spec's default).
+            (None, true) if !decides => "forbidden",
             (None, true) => "server decides",
         };
         if json {
@@ -682,7 +801,11 @@ pub async fn tools(server: &ServerArgs, json: bool) -> Result<i32> {
                 .lines()
                 .next()
                 .unwrap_or("");
-            out!("{:<24} {:<15} {}", t.name, support, desc);
+            if decides {
+                out!("{:<width$}  {}", t.name, desc);
+            } else {
+                out!("{:<width$}  {:<9}  {}", t.name, support, desc);
+            }
         }
     }
     eprintln!(

@@ -33,7 +33,7 @@ pub struct Cluster {
 
 /// Stops nginx: SIGTERM to its master, which takes its workers down with it (a SIGKILL would leave
 /// the workers running, holding the port); SIGKILL only if it has not gone within 5 s.
-fn stop_nginx(nginx: &mut Child) {
+pub fn stop_nginx(nginx: &mut Child) {
     if let Ok(Some(_)) = nginx.try_wait() {
         return;
     }
@@ -174,7 +174,7 @@ impl Cluster {
 /// Writes an nginx config for `ports` (the shape of examples/nginx-replicas.conf, with paths of the
 /// test's own) and starts nginx in the foreground on a free port; retries when another process took
 /// the port in between.
-fn start_nginx(dir: &Path, ports: &[u16]) -> (Child, u16) {
+pub fn start_nginx(dir: &Path, ports: &[u16]) -> (Child, u16) {
     let servers: String = ports
         .iter()
         .map(|p| format!("        server 127.0.0.1:{p} max_fails=1 fail_timeout=2s;\n"))
@@ -201,16 +201,22 @@ http {{
     }}
     server {{
         listen 127.0.0.1:{port};
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+        proxy_set_header Host $host;
+        proxy_buffering off;
+        proxy_cache off;
+        proxy_read_timeout 1h;
+        proxy_send_timeout 1h;
         location /mcp {{
             proxy_pass http://mcp_tasks;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header Host $host;
-            proxy_buffering off;
-            proxy_cache off;
-            proxy_read_timeout 1h;
-            proxy_send_timeout 1h;
             proxy_next_upstream error timeout;
+            proxy_intercept_errors on;
+            error_page 503 = @stopping;
+        }}
+        location @stopping {{
+            proxy_pass http://mcp_tasks;
+            proxy_next_upstream http_503 non_idempotent;
         }}
     }}
 }}

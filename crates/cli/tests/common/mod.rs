@@ -1,8 +1,11 @@
 //! Helpers for tests that run the real `mcp-tasks` binary.
 #![allow(dead_code)]
 
+pub mod audit;
 pub mod cluster;
 pub mod pg;
+pub mod receiver;
+pub mod wrap_client;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

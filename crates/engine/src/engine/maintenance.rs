@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::handoff::ResumeKind;
 use super::Engine;
 use crate::clock::now_ms;
 use crate::model::{TaskRecord, TaskStatus};
@@ -86,14 +87,29 @@ impl Engine {
 
     /// On a store shared by several nodes, looks for tasks whose lease ran out (their node died) every
     /// half lease, whatever the sweep interval: a dead node's tasks are taken over within one and a
-    /// half lease lengths of its last renewal, not a lease plus a whole sweep interval later.
+    /// half lease lengths of its last renewal, not a lease plus a whole sweep interval later. A task
+    /// another node lets go of (a hand-off) is looked for at once: the stopper hears of the release
+    /// and wakes this loop.
     fn start_takeover(self: &Arc<Self>) {
         let half_lease = std::time::Duration::from_millis((self.config.lease_ms / 2).max(1));
-        self.every(
-            half_lease,
-            "looking for tasks to take over failed",
-            |engine| Box::pin(async move { engine.recover(false).await.map(|_| ()) }),
-        );
+        let me = Arc::downgrade(self);
+        let shutdown = self.shutdown.clone();
+        let wake = self.takeover_now.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(half_lease);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tick.tick() => {}
+                    _ = wake.notified() => {}
+                }
+                let Some(engine) = me.upgrade() else { break };
+                if let Err(e) = engine.recover(false).await {
+                    tracing::warn!(error = %error_chain(&e), "looking for tasks to take over failed");
+                }
+            }
+        });
     }
 
     /// Runs `job` every `period` (the first time one period from now) until the engine shuts down or
@@ -146,6 +162,12 @@ impl Engine {
                         if let Some(stop) = engine.running.get(&t.id) {
                             stop.cancel();
                         }
+                    }
+                    // Let go of by its node (a hand-off): whoever shares the store takes it now.
+                    Ok(TaskEvent::Changed(t))
+                        if t.lease_owner.is_none() && !engine.store.is_exclusive() =>
+                    {
+                        engine.takeover_now.notify_one();
                     }
                     Ok(_) => {}
                     Err(RecvError::Lagged(missed)) => {
@@ -222,6 +244,10 @@ impl Engine {
     }
 
     async fn recover(self: &Arc<Self>, all: bool) -> Result<usize, StoreError> {
+        if self.is_handing_off() {
+            // Stopping: what this node lets go of is for the others (or the next start).
+            return Ok(0);
+        }
         let now = now_ms();
         let engine = self.clone();
         // Decided inside the store's write, per orphan: fail it, or set it up to run again when its
@@ -234,17 +260,22 @@ impl Engine {
             // A run that saved a checkpoint can go on from it; a tool safe to repeat starts over.
             let resume = registered.is_some() && task.checkpoint.is_some();
             let retry = registered.as_ref().is_some_and(|r| r.retry_on_restart);
+            // A released lease is a hand-off; an expired one, or any at start-up, an interruption.
+            let cause = if task.lease_owner.is_none() {
+                "a hand-off"
+            } else {
+                "an interruption"
+            };
             Some(if resume || retry {
-                let note = if resume {
-                    "resumed after an interruption"
-                } else {
-                    "restarted after an interruption"
-                };
                 TaskChange {
-                    // `working` -> `working` is no state change; from `input_required` it is.
-                    status: Some(TaskStatus::Working),
-                    status_message: Some(Some(format!("{note} (attempt {})", task.attempt + 1))),
+                    // The status stays: a question pending at the hand-off is still the one to
+                    // answer (the resumed run takes it up when it asks it again).
+                    status_message: Some(Some(format!(
+                        "resumed after {cause} (attempt {})",
+                        task.attempt + 1
+                    ))),
                     attempt: Some(task.attempt + 1),
+                    noted: true,
                     ..Default::default()
                 }
             } else {
@@ -256,9 +287,13 @@ impl Engine {
                      checkpoint to go on from"
                         .to_string()
                 };
-                let message = format!(
-                    "interrupted: server restarted before the task finished; it cannot resume: {why}"
-                );
+                let message = if task.lease_owner.is_none() {
+                    format!("interrupted: handed off by a stopping server; it cannot resume: {why}")
+                } else {
+                    format!(
+                        "interrupted: server restarted before the task finished; it cannot resume: {why}"
+                    )
+                };
                 TaskChange {
                     status: Some(TaskStatus::Failed),
                     status_message: Some(Some(message.clone())),
@@ -286,9 +321,25 @@ impl Engine {
             }
             match self.registered(&rec.tool) {
                 Some(reg) => {
-                    tracing::info!(task = %rec.id, tool = %rec.tool, attempt = rec.attempt, "re-running interrupted task");
+                    // Read now, not by the run: it tells how the task resumes, and the run needs it.
+                    let journal = match self.store.steps(&rec.id).await {
+                        Ok(j) => Some(j),
+                        Err(e) => {
+                            tracing::warn!(task = %rec.id, error = %error_chain(&e), "could not read the step journal; the run reads it when it needs it");
+                            None
+                        }
+                    };
+                    let kind = if rec.checkpoint.is_some() {
+                        ResumeKind::Checkpoint
+                    } else if journal.as_ref().is_some_and(|j| !j.is_empty()) {
+                        ResumeKind::Steps
+                    } else {
+                        ResumeKind::Retry
+                    };
+                    self.resumes.resumed(kind);
+                    tracing::info!(target: "mcp_tasks::audit", task = %rec.id, tool = %rec.tool, attempt = rec.attempt, how = ?kind, "resuming interrupted task");
                     let handler = reg.handler.clone();
-                    self.spawn_run(&rec, handler, None);
+                    self.spawn_run(&rec, handler, None, journal);
                     self.notifier.publish(TaskEvent::Changed(Arc::new(rec)));
                 }
                 // The plan re-runs only tools it found registered.

@@ -5,8 +5,12 @@
 //! answer input). How a run proceeds is in [`runner`]; start-up recovery and the sweeper are in
 //! [`maintenance`].
 
+mod handoff;
 mod maintenance;
+mod replay;
 mod runner;
+
+pub use handoff::ResumeCounts;
 
 use dashmap::DashMap;
 use serde_json::Value;
@@ -232,6 +236,9 @@ impl EngineBuilder {
             rules: self.rules,
             on_run_start: self.on_run_start,
             last_sweep_ms: std::sync::atomic::AtomicU64::new(0),
+            handing_off: std::sync::atomic::AtomicBool::new(false),
+            takeover_now: Arc::default(),
+            resumes: Default::default(),
         })
     }
 }
@@ -263,6 +270,12 @@ pub struct Engine {
     on_run_start: Option<RunStart>,
     /// When the last sweep ended well (Unix ms; 0 before the first).
     last_sweep_ms: std::sync::atomic::AtomicU64,
+    /// Set by [`Engine::hand_off`]: this node stops and claims no task any more.
+    handing_off: std::sync::atomic::AtomicBool,
+    /// Asks the take-over loop for a pass now (another node let go of a task).
+    takeover_now: Arc<tokio::sync::Notify>,
+    /// Hand-offs and resumes, counted.
+    resumes: handoff::ResumeCounters,
 }
 
 /// Holds a task's ordering lock; on release, drops the map entry unless someone else holds or waits for it.
@@ -424,6 +437,7 @@ impl Engine {
             lease_until: Some(now + self.config.lease_ms),
             finished_at: None,
             checkpoint: None,
+            webhooks: new.webhooks,
         }
     }
 
@@ -458,7 +472,7 @@ impl Engine {
         let record = self.new_record(new);
         let submitted = self.store_new(record, limit).await?;
         if submitted.created {
-            self.spawn_run(&submitted.record, reg.handler.clone(), claim);
+            self.spawn_run(&submitted.record, reg.handler.clone(), claim, None);
         }
         Ok(submitted)
     }

@@ -8,12 +8,15 @@ use serde_json::Value;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
+use super::replay::Resumed;
 use super::Engine;
 use crate::clock::now_ms;
-use crate::context::{CheckpointError, ContextSink, InputError, LogLevel, TaskContext};
+use crate::context::{
+    CheckpointError, ContextSink, InputError, LogLevel, StepError, StepSlot, TaskContext,
+};
 use crate::handler::TaskHandler;
 use crate::ids::random_id;
-use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
+use crate::model::{InputRecord, InputResponse, Outcome, StepRecord, TaskRecord, TaskStatus};
 use crate::notifier::TaskEvent;
 use crate::store::{error_chain, Lookup, ProgressState, ProgressUpdate, TaskChange, UpdateError};
 use crate::trace::{RunLabels, Traced};
@@ -22,13 +25,14 @@ impl Engine {
     /// Starts `rec`'s handler in the background. The run holds only what it needs (its sink, with
     /// the id, tool, principal and shown progress; the arguments), not the record: with 100,000
     /// tasks running, every byte of the run's future counts a hundred thousand times.
-    /// Starts `rec`'s run; `claim` (what it holds, see [`HeldLimit`](crate::HeldLimit)) is given
-    /// back when the run ends.
+    /// `claim` (what it holds, see [`HeldLimit`](crate::HeldLimit)) is given back when the run
+    /// ends; `journal` is the task's step journal when the caller read it already (a resume).
     pub(super) fn spawn_run(
         self: &Arc<Self>,
         rec: &TaskRecord,
         handler: Arc<dyn TaskHandler>,
         claim: Option<super::HeldClaim>,
+        journal: Option<Vec<StepRecord>>,
     ) {
         // Marked as running before the handler starts, so a cancel that lands at once finds its
         // token and the sweeper never takes this task for an orphan.
@@ -37,6 +41,11 @@ impl Engine {
             f(rec, now_ms());
         }
         let stop = self.shutdown.child_token();
+        if self.is_handing_off() {
+            // Submitted while this node hands off (an embedder that did not stop taking calls):
+            // the run is handed off at once, so another node (or the next start) runs the task.
+            stop.cancel();
+        }
         self.running.insert(rec.id.clone(), stop.clone());
         let sink = Arc::new(TaskSink {
             engine: self.clone(),
@@ -45,6 +54,8 @@ impl Engine {
             owner: rec.owner.clone(),
             shown: std::sync::Mutex::new(ProgressState::of(rec)),
             checkpoint: rec.checkpoint.clone(),
+            attempt: rec.attempt,
+            resumed: std::sync::Mutex::new(journal.map(Resumed::with_journal)),
         });
         let run = self
             .clone()
@@ -92,12 +103,20 @@ impl Engine {
         let outcome = match outcome {
             Some(Ok(outcome)) => outcome,
             Some(Err(_)) => self.rules.failure(format!("tool `{}` panicked", sink.tool)),
-            None => return,
+            None => {
+                if self.is_handing_off() {
+                    Box::pin(self.release(&sink.id)).await;
+                }
+                return;
+            }
         };
         if stop.is_cancelled() {
             // Whatever the handler returned after being told to stop is not the task's result: the
             // task is already finished, another node holds it now, or the server is stopping and
-            // leaves it unfinished for recovery on the next start.
+            // leaves it unfinished: handed off (released now), or for recovery on the next start.
+            if self.is_handing_off() {
+                Box::pin(self.release(&sink.id)).await;
+            }
             return;
         }
         // Boxed: the write's future is large and needed once, at the end; inline it would sit in
@@ -173,9 +192,9 @@ impl Drop for Registered<'_> {
 }
 
 /// Reports from a running task: into the store, then out through the notifier.
-struct TaskSink {
-    engine: Arc<Engine>,
-    id: String,
+pub(super) struct TaskSink {
+    pub(super) engine: Arc<Engine>,
+    pub(super) id: String,
     /// The tool and the principal, for the run's spans and messages.
     tool: String,
     owner: String,
@@ -185,6 +204,11 @@ struct TaskSink {
     shown: std::sync::Mutex<ProgressState>,
     /// The checkpoint the task had when this run started.
     checkpoint: Option<Value>,
+    /// Which run of the task this is.
+    pub(super) attempt: u32,
+    /// What this run replays of earlier runs (the step journal, their questions), read when first
+    /// needed: a first run reads nothing.
+    pub(super) resumed: std::sync::Mutex<Option<Box<Resumed>>>,
 }
 
 impl RunLabels for TaskSink {
@@ -210,6 +234,22 @@ impl TaskSink {
 impl ContextSink for TaskSink {
     fn checkpoint(&self) -> Option<Value> {
         self.checkpoint.clone()
+    }
+
+    fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    fn handing_off(&self) -> bool {
+        self.engine.is_handing_off()
+    }
+
+    async fn replay_step(&self, name: &str) -> Result<StepSlot, StepError> {
+        self.replay(name).await
+    }
+
+    async fn record_step(&self, seq: u32, name: &str, output: Value) -> Result<(), StepError> {
+        self.record(seq, name, output).await
     }
 
     async fn save_checkpoint(&self, state: Value) -> Result<(), CheckpointError> {
@@ -306,6 +346,24 @@ impl ContextSink for TaskSink {
     ) -> Result<InputResponse, InputError> {
         let engine = &self.engine;
         let store_err = |e: &dyn std::error::Error| InputError::Store(error_chain(e));
+        // A resumed run asking what an earlier run asked gets that question's answer, or waits
+        // for it: the user is not asked again, and a question pending at a hand-off stays the one
+        // to answer.
+        if self.attempt > 1 {
+            if let Some(earlier) = self.earlier_input(method, &params).await? {
+                if let Some(answer) = earlier.response {
+                    return Ok(answer);
+                }
+                let events = engine.notifier.subscribe_task(&self.id);
+                // Answered after the earlier questions were read but before this subscription.
+                if let Ok(Some(i)) = engine.store.get_input(&earlier.key).await {
+                    if let Some(r) = i.response {
+                        return Ok(r);
+                    }
+                }
+                return self.wait_for_answer(&earlier.key, events).await;
+            }
+        }
         let rec = match engine
             .store
             .get(&self.id)
@@ -337,7 +395,7 @@ impl ContextSink for TaskSink {
         };
         let key = input.key.clone();
         // Subscribe first: the answer can come as soon as the request is published.
-        let mut events = engine.notifier.subscribe_task(&self.id);
+        let events = engine.notifier.subscribe_task(&self.id);
         {
             let _held = engine.order_lock(&self.id).await;
             let was = match engine.store.get(&self.id).await {
@@ -360,6 +418,32 @@ impl ContextSink for TaskSink {
             });
         }
         tracing::info!(target: "mcp_tasks::audit", task = %self.id, method, request = %key, "task asked for input");
+        self.wait_for_answer(&key, events).await
+    }
+
+    async fn log(&self, level: LogLevel, logger: Option<String>, data: Value) {
+        if let Ok(Lookup::Found(rec)) = self.engine.store.get(&self.id).await {
+            if !rec.status.is_terminal() {
+                self.engine.notifier.publish(TaskEvent::Log {
+                    task: Arc::new(rec),
+                    level,
+                    logger,
+                    data,
+                });
+            }
+        }
+    }
+}
+
+impl TaskSink {
+    /// Waits for the answer to input request `key` of this task, on `events` (subscribed before the
+    /// request could be answered); a missed event is made up for by reading the store.
+    async fn wait_for_answer(
+        &self,
+        key: &str,
+        mut events: crate::notifier::TaskSubscription,
+    ) -> Result<InputResponse, InputError> {
+        let engine = &self.engine;
         loop {
             match events.recv().await {
                 Ok(TaskEvent::InputAnswered { input, .. }) if input.key == key => {
@@ -373,7 +457,7 @@ impl ContextSink for TaskSink {
                 Ok(_) => {}
                 Err(_) => {
                     // Missed events: the store knows.
-                    if let Ok(Some(i)) = engine.store.get_input(&key).await {
+                    if let Ok(Some(i)) = engine.store.get_input(key).await {
                         if let Some(r) = i.response {
                             return Ok(r);
                         }
@@ -384,19 +468,6 @@ impl ContextSink for TaskSink {
                         }
                     }
                 }
-            }
-        }
-    }
-
-    async fn log(&self, level: LogLevel, logger: Option<String>, data: Value) {
-        if let Ok(Lookup::Found(rec)) = self.engine.store.get(&self.id).await {
-            if !rec.status.is_terminal() {
-                self.engine.notifier.publish(TaskEvent::Log {
-                    task: Arc::new(rec),
-                    level,
-                    logger,
-                    data,
-                });
             }
         }
     }

@@ -35,6 +35,9 @@ pub struct TaskChange {
     /// [`UpdateError::Conflict`](super::UpdateError::Conflict). A handler whose lease went to another node (which may be running
     /// the task again) must not write its outcome.
     pub holder: Option<String>,
+    /// Keep this change as a row of the task's history even when the status stays the same (a
+    /// hand-off, a resume): a status change is always kept.
+    pub noted: bool,
 }
 
 /// One progress report of a running task; see [`TaskChange::progress`] for how it is applied.
@@ -96,22 +99,29 @@ pub(crate) fn after_answer(status: TaskStatus, still_pending: bool) -> TaskChang
     }
 }
 
+/// What a store's write compares the task's new status with to decide whether the change goes into
+/// the task's history: its status before the change, or `None` when the change is kept whatever it
+/// does ([`TaskChange::noted`]). A history row is written when the status differs from this.
+pub(crate) fn history_base(rec: &TaskRecord, change: &TaskChange) -> Option<TaskStatus> {
+    (!change.noted).then_some(rec.status)
+}
+
 /// Claims an orphan for `node` until `lease_until` and applies `plan`'s change to it (a change that
-/// finishes the task also lets go of the lease). `false` when `plan` leaves the task alone.
+/// finishes the task also lets go of the lease). `None` when `plan` leaves the task alone; otherwise
+/// what the write decides its history row on (see [`history_base`]).
 pub(crate) fn claim_orphan(
     rec: &mut TaskRecord,
     plan: &OrphanPlan,
     node: &str,
     lease_until: u64,
     now: u64,
-) -> bool {
-    let Some(change) = plan(rec) else {
-        return false;
-    };
+) -> Option<Option<TaskStatus>> {
+    let change = plan(rec)?;
+    let was = history_base(rec, &change);
     rec.lease_owner = Some(node.to_string());
     rec.lease_until = Some(lease_until);
     apply_change(rec, change, now);
-    true
+    Some(was)
 }
 
 /// Whether `change` may apply to `rec` as far as its lease goes (see [`TaskChange::holder`]).

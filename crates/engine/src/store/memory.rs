@@ -11,12 +11,15 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 
 use super::{
-    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, ActiveCounts,
-    ActiveLimit, Among, AnswerError, Created, FinishedCounts, InvalidCursor, ListQuery, Lookup,
-    OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord, StoreError, TaskChange,
-    TaskFilter, TaskPage, TaskStore, UpdateError,
+    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, history_base,
+    ActiveCounts, ActiveLimit, Among, AnswerError, Created, FinishedCounts, InvalidCursor,
+    ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord, StoreError,
+    TaskChange, TaskFilter, TaskPage, TaskStore, UpdateError,
 };
-use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus, Transition};
+use crate::model::{InputRecord, InputResponse, StepRecord, TaskRecord, TaskStatus, Transition};
+use crate::webhook::{
+    outbox_entries, Delivery, DeliveryAttempt, DeliveryNext, DeliveryQuery, DeliveryState,
+};
 
 #[derive(Default)]
 struct Inner {
@@ -29,6 +32,8 @@ struct Inner {
     tombstones: HashMap<String, (String, Option<String>, u64)>,
     sessions: HashMap<String, SessionRecord>,
     inputs: HashMap<String, InputRecord>,
+    /// Each task's step journal, in step order.
+    steps: HashMap<String, Vec<StepRecord>>,
     /// Unfinished tasks by (owner, session), and their number per owner: the limit check on every
     /// create reads these instead of scanning every task ever stored.
     unfinished: HashMap<(String, Option<String>), HashSet<String>>,
@@ -40,12 +45,54 @@ struct Inner {
     finished_live: usize,
     /// Tombstone ids in the order they were made, so they are bounded like finished tasks.
     tombstone_order: VecDeque<String>,
+    /// The webhook outbox in write order (the key), with each delivery's lease and attempts.
+    outbox: BTreeMap<u64, Outboxed>,
+    /// Outbox keys by delivery id.
+    outbox_ids: HashMap<String, u64>,
+    /// (task, target) pairs whose receiver answered 410: their later events are settled as gone.
+    gone_targets: HashSet<(String, u32)>,
+    next_outbox: u64,
+}
+
+/// A delivery as this store keeps it.
+struct Outboxed {
+    delivery: Delivery,
+    lease: Option<(String, u64)>,
+    attempts: Vec<DeliveryAttempt>,
 }
 
 impl Inner {
-    /// Keeps a status change of `t` (from `was`) in its history.
-    fn record_transition(&mut self, t: &TaskRecord, was: TaskStatus) {
-        if t.status != was {
+    /// Keeps a status change of `t` (from `was`, see [`history_base`]) in its history.
+    fn record_transition(&mut self, t: &TaskRecord, was: Option<TaskStatus>) {
+        for entry in outbox_entries(t, was) {
+            let gone = self
+                .gone_targets
+                .contains(&(entry.task_id.clone(), entry.target));
+            let key = self.next_outbox;
+            self.next_outbox += 1;
+            self.outbox_ids.insert(entry.id.clone(), key);
+            self.outbox.insert(
+                key,
+                Outboxed {
+                    delivery: Delivery {
+                        next_at: entry.created_at,
+                        entry,
+                        state: if gone {
+                            DeliveryState::Gone
+                        } else {
+                            DeliveryState::Pending
+                        },
+                        attempts: 0,
+                        delivered_at: None,
+                        last_status: None,
+                        last_error: None,
+                    },
+                    lease: None,
+                    attempts: Vec::new(),
+                },
+            );
+        }
+        if was != Some(t.status) {
             self.history
                 .entry(t.id.clone())
                 .or_default()
@@ -98,6 +145,8 @@ impl Inner {
             return false;
         };
         self.history.remove(id);
+        self.steps.remove(id);
+        self.gone_targets.retain(|(task, _)| task != id);
         self.inputs.retain(|_, i| i.task_id != id);
         self.by_owner
             .remove(&(t.owner.clone(), t.created_at, t.id.clone()));
@@ -270,7 +319,7 @@ impl TaskStore for MemoryStore {
         if !expect.contains(&rec.status) || !held_by_holder(rec, &change) {
             return Err(UpdateError::Conflict(Box::new(rec.clone())));
         }
-        let was = rec.status;
+        let was = history_base(rec, &change);
         apply_change(rec, change, now);
         let rec = rec.clone();
         inner.track(&rec, false);
@@ -328,7 +377,7 @@ impl TaskStore for MemoryStore {
             status: Some(TaskStatus::InputRequired),
             ..Default::default()
         };
-        let was = rec.status;
+        let was = history_base(rec, &change);
         apply_change(rec, change, now);
         let rec = rec.clone();
         inner.inputs.insert(input.key.clone(), input);
@@ -370,7 +419,7 @@ impl TaskStore for MemoryStore {
             .get_mut(&answered.task_id)
             .ok_or(AnswerError::Unknown)?;
         let change = after_answer(rec.status, still_pending);
-        let was = rec.status;
+        let was = history_base(rec, &change);
         apply_change(rec, change, now);
         let rec = rec.clone();
         inner.record_transition(&rec, was);
@@ -391,6 +440,27 @@ impl TaskStore for MemoryStore {
             .collect();
         v.sort_by(|a, b| (a.created_at, &a.key).cmp(&(b.created_at, &b.key)));
         Ok(v)
+    }
+
+    async fn record_step(&self, node: &str, step: StepRecord) -> Result<(), UpdateError> {
+        let mut inner = self.lock();
+        let rec = inner
+            .tasks
+            .get(&step.task_id)
+            .ok_or(UpdateError::NotFound)?;
+        let journal = inner.steps.get(&step.task_id);
+        let taken = journal.is_some_and(|j| j.iter().any(|s| s.seq == step.seq));
+        if rec.status.is_terminal() || rec.lease_owner.as_deref() != Some(node) || taken {
+            return Err(UpdateError::Conflict(Box::new(rec.clone())));
+        }
+        let journal = inner.steps.entry(step.task_id.clone()).or_default();
+        let at = journal.partition_point(|s| s.seq < step.seq);
+        journal.insert(at, step);
+        Ok(())
+    }
+
+    async fn steps(&self, task_id: &str) -> Result<Vec<StepRecord>, StoreError> {
+        Ok(self.lock().steps.get(task_id).cloned().unwrap_or_default())
     }
 
     async fn history(&self, task_id: &str) -> Result<Vec<Transition>, StoreError> {
@@ -478,8 +548,7 @@ impl TaskStore for MemoryStore {
             if t.status.is_terminal() || !(all || t.lease_until.is_none_or(|u| u < now)) {
                 continue;
             }
-            let was = t.status;
-            if claim_orphan(t, &plan, node, lease_until, now) {
+            if let Some(was) = claim_orphan(t, &plan, node, lease_until, now) {
                 out.push((t.clone(), was));
             }
         }
@@ -590,6 +659,145 @@ impl TaskStore for MemoryStore {
 
     async fn delete_session(&self, id: &str) -> Result<bool, StoreError> {
         Ok(self.lock().sessions.remove(id).is_some())
+    }
+
+    async fn claim_deliveries(
+        &self,
+        node: &str,
+        now: u64,
+        lease_until: u64,
+        limit: usize,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        let mut inner = self.lock();
+        // In write order: the first pending event of each task and target is the one that may go.
+        let mut first_seen = HashSet::new();
+        let mut due = Vec::new();
+        for (key, o) in &inner.outbox {
+            let d = &o.delivery;
+            if d.state != DeliveryState::Pending
+                || !first_seen.insert((d.entry.task_id.clone(), d.entry.target))
+            {
+                continue;
+            }
+            let free = o
+                .lease
+                .as_ref()
+                .is_none_or(|(owner, until)| owner == node || *until <= now);
+            if d.next_at <= now && free {
+                due.push((d.next_at, *key));
+            }
+        }
+        due.sort_unstable();
+        due.truncate(limit);
+        Ok(due
+            .into_iter()
+            .filter_map(|(_, key)| {
+                let o = inner.outbox.get_mut(&key)?;
+                o.lease = Some((node.to_string(), lease_until));
+                Some(o.delivery.clone())
+            })
+            .collect())
+    }
+
+    async fn finish_delivery(
+        &self,
+        id: &str,
+        node: &str,
+        attempt: DeliveryAttempt,
+        next: DeliveryNext,
+    ) -> Result<bool, StoreError> {
+        let mut inner = self.lock();
+        let Some(&key) = inner.outbox_ids.get(id) else {
+            return Ok(false);
+        };
+        let Some(o) = inner.outbox.get_mut(&key) else {
+            return Ok(false);
+        };
+        if o.delivery.state != DeliveryState::Pending
+            || o.lease.as_ref().is_none_or(|(owner, _)| owner != node)
+        {
+            return Ok(false);
+        }
+        o.lease = None;
+        let d = &mut o.delivery;
+        d.attempts += 1;
+        d.last_status = attempt.status;
+        d.last_error = attempt.error.clone();
+        let (state, next_at, delivered_at) = next.settles(attempt.at);
+        d.state = state;
+        d.next_at = next_at.unwrap_or(d.next_at);
+        d.delivered_at = delivered_at;
+        let (task, target) = (d.entry.task_id.clone(), d.entry.target);
+        o.attempts.push(attempt);
+        if next == DeliveryNext::Gone {
+            inner.gone_targets.insert((task.clone(), target));
+            for later in inner.outbox.range_mut(key..).map(|(_, o)| &mut o.delivery) {
+                if later.state == DeliveryState::Pending
+                    && later.entry.task_id == task
+                    && later.entry.target == target
+                {
+                    later.state = DeliveryState::Gone;
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    async fn deliveries(&self, query: &DeliveryQuery) -> Result<Vec<Delivery>, StoreError> {
+        let inner = self.lock();
+        Ok(inner
+            .outbox
+            .values()
+            .rev()
+            .map(|o| &o.delivery)
+            .filter(|d| query.id.as_ref().is_none_or(|i| *i == d.entry.id))
+            .filter(|d| query.task_id.as_ref().is_none_or(|t| *t == d.entry.task_id))
+            .filter(|d| query.state.is_none_or(|s| s == d.state))
+            .take(query.limit())
+            .cloned()
+            .collect())
+    }
+
+    async fn delivery_attempts(&self, id: &str) -> Result<Vec<DeliveryAttempt>, StoreError> {
+        let inner = self.lock();
+        Ok(inner
+            .outbox_ids
+            .get(id)
+            .and_then(|k| inner.outbox.get(k))
+            .map(|o| o.attempts.clone())
+            .unwrap_or_default())
+    }
+
+    async fn redeliver(&self, id: &str, now: u64) -> Result<bool, StoreError> {
+        let mut inner = self.lock();
+        let Some(&key) = inner.outbox_ids.get(id) else {
+            return Ok(false);
+        };
+        let Some(o) = inner.outbox.get_mut(&key) else {
+            return Ok(false);
+        };
+        o.lease = None;
+        o.delivery.state = DeliveryState::Pending;
+        o.delivery.next_at = now;
+        o.delivery.delivered_at = None;
+        Ok(true)
+    }
+
+    async fn purge_deliveries(&self, before: u64) -> Result<usize, StoreError> {
+        let mut inner = self.lock();
+        let gone: Vec<(u64, String)> = inner
+            .outbox
+            .iter()
+            .filter(|(_, o)| {
+                o.delivery.state != DeliveryState::Pending && o.delivery.entry.created_at < before
+            })
+            .map(|(k, o)| (*k, o.delivery.entry.id.clone()))
+            .collect();
+        for (key, id) in &gone {
+            inner.outbox.remove(key);
+            inner.outbox_ids.remove(id);
+        }
+        Ok(gone.len())
     }
 
     fn is_exclusive(&self) -> bool {

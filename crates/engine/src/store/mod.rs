@@ -7,7 +7,9 @@
 //! - a terminal status never changes again; `progress` and `progress_total` never decrease, and the
 //!   total is never below the progress (the rules are in one place, [`TaskChange::progress`]);
 //! - nothing that is still running is ever purged, and a purged task's input requests (answered or
-//!   not) are removed with it in the same atomic step.
+//!   not) are removed with it in the same atomic step;
+//! - a status change that makes webhook events writes them to the outbox in the same atomic step
+//!   ([`crate::webhook`]); they outlive their task (a purge leaves them to be delivered).
 
 mod change;
 mod errors;
@@ -16,7 +18,9 @@ pub mod postgres;
 pub mod sqlite;
 pub mod testkit;
 
-pub(crate) use change::{after_answer, apply_change, claim_orphan, held_by_holder, ProgressState};
+pub(crate) use change::{
+    after_answer, apply_change, claim_orphan, held_by_holder, history_base, ProgressState,
+};
 pub use change::{ProgressUpdate, TaskChange};
 pub(crate) use errors::Context;
 pub use errors::{error_chain, AnswerError, Handed, StoreError, UpdateError};
@@ -27,7 +31,10 @@ use std::sync::Arc;
 use thiserror::Error;
 
 pub use crate::model::{ActiveLimit, Among};
-use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus, Transition};
+use crate::model::{
+    InputRecord, InputResponse, Outcome, StepRecord, TaskRecord, TaskStatus, Transition,
+};
+use crate::webhook::{Delivery, DeliveryAttempt, DeliveryNext, DeliveryQuery};
 
 /// Result of [`TaskStore::create`].
 #[derive(Debug, Clone, PartialEq)]
@@ -387,6 +394,14 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Every principal's tasks that `filter` selects, newest first (an operator's view).
     async fn search(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError>;
 
+    /// Records `step` in its task's journal, durably, if `node` holds the task's lease and the task
+    /// is unfinished; otherwise [`UpdateError::Conflict`] with the task (or [`UpdateError::NotFound`]).
+    /// A place (`seq`) already taken is a conflict too: the first record of a step stays. Steps go
+    /// with their task when it is purged.
+    async fn record_step(&self, node: &str, step: StepRecord) -> Result<(), UpdateError>;
+    /// The task's journal, in step order.
+    async fn steps(&self, task_id: &str) -> Result<Vec<StepRecord>, StoreError>;
+
     /// Extends the leases `node` holds on `ids` to `until`. Returns the ids whose lease it could not
     /// extend: the task is finished, gone, or leased by another node. Their handlers must stop.
     async fn renew_leases(
@@ -435,6 +450,44 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Whether only one process can use this store at a time (memory, SQLite). Then every unfinished
     /// task found at start-up belongs to a run that is gone.
     fn is_exclusive(&self) -> bool;
+
+    /// Claims up to `limit` webhook deliveries for `node` until `lease_until`, oldest due first:
+    /// pending, due by `now`, not leased by another node until after `now`, and each the oldest
+    /// pending event of its task and target (so a task's events go out in order). One step: among
+    /// replicas, one claims each.
+    async fn claim_deliveries(
+        &self,
+        node: &str,
+        now: u64,
+        lease_until: u64,
+        limit: usize,
+    ) -> Result<Vec<Delivery>, StoreError>;
+
+    /// Keeps `attempt` of delivery `id` and moves it on as `next` says, if `node` still holds its
+    /// lease (otherwise nothing changes and the answer is `false`). [`DeliveryNext::Gone`] settles
+    /// the later pending events of the same task and target too.
+    async fn finish_delivery(
+        &self,
+        id: &str,
+        node: &str,
+        attempt: DeliveryAttempt,
+        next: DeliveryNext,
+    ) -> Result<bool, StoreError>;
+
+    /// Deliveries for an operator, newest first.
+    async fn deliveries(&self, query: &DeliveryQuery) -> Result<Vec<Delivery>, StoreError>;
+
+    /// The attempts made to deliver `id`, oldest first.
+    async fn delivery_attempts(&self, id: &str) -> Result<Vec<DeliveryAttempt>, StoreError>;
+
+    /// Makes delivery `id` pending again, due at `now` and unleased (an operator's redelivery, even
+    /// of one delivered or given up). `false` when there is no such delivery.
+    async fn redeliver(&self, id: &str, now: u64) -> Result<bool, StoreError>;
+
+    /// Removes deliveries settled (delivered, failed, gone) and written before `before`, with their
+    /// attempts. Returns how many went. Pending ones stay whatever their age: the delivery loop
+    /// gives them up at the maximum age.
+    async fn purge_deliveries(&self, before: u64) -> Result<usize, StoreError>;
 }
 
 /// A `tasks/list` cursor that this store did not issue.

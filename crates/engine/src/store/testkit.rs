@@ -10,7 +10,11 @@ use super::{
     OrphanPlan, ProgressUpdate, PurgePolicy, SessionLimit, SessionRecord, StoreError, TaskChange,
     TaskFilter, TaskStore, UpdateError,
 };
-use crate::model::{InputRecord, InputResponse, Outcome, TaskRecord, TaskStatus};
+use crate::model::{InputRecord, InputResponse, Outcome, StepRecord, TaskRecord, TaskStatus};
+use crate::webhook::{
+    Delivery, DeliveryAttempt, DeliveryNext, DeliveryQuery, DeliveryState, EventSnapshot,
+    WebhookEvent, WebhookTarget,
+};
 
 /// A working task record with fixed fields, for tests.
 pub fn record(id: &str, owner: &str, created_at: u64) -> TaskRecord {
@@ -40,6 +44,7 @@ pub fn record(id: &str, owner: &str, created_at: u64) -> TaskRecord {
         lease_until: Some(created_at + 30_000),
         finished_at: None,
         checkpoint: None,
+        webhooks: Vec::new(),
     }
 }
 
@@ -104,6 +109,551 @@ where
     finished_tasks_since_a_time_are_counted_by_how_they_ended(make().await).await;
     an_operator_searches_every_principals_tasks_and_purges_finished_ones(make().await).await;
     every_status_change_is_kept_until_the_task_is_purged(make().await).await;
+    a_noted_change_is_kept_in_the_history_without_a_status_change(make().await).await;
+    steps_are_recorded_by_the_lease_holder_once_and_purged_with_the_task(make().await).await;
+    status_changes_write_webhook_events_in_the_same_step(make().await).await;
+    deliveries_are_claimed_once_and_in_order_per_task_and_target(make().await).await;
+    a_gone_delivery_stops_the_later_events_of_its_task_and_target(make().await).await;
+    deliveries_are_listed_redelivered_and_purged(make().await).await;
+}
+
+/// A task with two webhook targets: the first wants every event, the second only failures.
+fn with_webhooks(id: &str, created_at: u64) -> TaskRecord {
+    let mut t = record(id, "alice", created_at);
+    t.webhooks = vec![
+        WebhookTarget {
+            url: "https://a.example/hook".into(),
+            secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+            events: vec![],
+            subscription: None,
+        },
+        WebhookTarget {
+            url: "https://ops.example/failures".into(),
+            secret: "whsec_b3Bz".into(),
+            events: vec![WebhookEvent::Failed],
+            subscription: Some("failures".into()),
+        },
+    ];
+    t
+}
+
+/// The events written for `task`, oldest first.
+async fn events_of(s: &impl TaskStore, task: &str) -> Vec<Delivery> {
+    let mut all = s
+        .deliveries(&DeliveryQuery {
+            task_id: Some(task.into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    all.reverse();
+    all
+}
+
+fn attempt(at: u64, status: Option<u16>) -> DeliveryAttempt {
+    DeliveryAttempt {
+        at,
+        status,
+        latency_ms: 12,
+        error: status.is_none().then(|| "connection refused".to_string()),
+    }
+}
+
+async fn status_changes_write_webhook_events_in_the_same_step(s: impl TaskStore) {
+    s.create(with_webhooks("w", 1_000), None).await.unwrap();
+    let Lookup::Found(read) = s.get("w").await.unwrap() else {
+        panic!("the task is stored")
+    };
+    assert_eq!(
+        read.webhooks,
+        with_webhooks("w", 1_000).webhooks,
+        "targets and secrets kept"
+    );
+    assert!(
+        events_of(&s, "w").await.is_empty(),
+        "a create makes no event"
+    );
+    s.add_input(input("q", "w", 2_000), 2_000).await.unwrap();
+    s.answer_input(
+        "q",
+        InputResponse::Result {
+            value: json!({"action": "accept"}),
+        },
+        3_000,
+    )
+    .await
+    .unwrap();
+    // A noted change keeps the status: no event.
+    let note = TaskChange {
+        status_message: Some(Some("resumed".into())),
+        noted: true,
+        ..Default::default()
+    };
+    s.update("w", &TaskStatus::ACTIVE, note, 3_500)
+        .await
+        .unwrap();
+    let mut done = completed();
+    done.outcome = Some(Outcome::Result {
+        value: json!({"answer": 42}),
+        is_error: false,
+    });
+    s.update("w", &TaskStatus::ACTIVE, done, 4_000)
+        .await
+        .unwrap();
+    let events = events_of(&s, "w").await;
+    assert_eq!(
+        events
+            .iter()
+            .map(|d| (d.entry.event, d.entry.target, d.entry.created_at, d.state))
+            .collect::<Vec<_>>(),
+        [
+            (
+                WebhookEvent::InputRequired,
+                0,
+                2_000,
+                DeliveryState::Pending
+            ),
+            (WebhookEvent::Completed, 0, 4_000, DeliveryState::Pending),
+        ],
+        "the failures-only target gets neither"
+    );
+    let done = &events[1];
+    assert_eq!(done.entry.url, "https://a.example/hook");
+    assert_eq!(done.entry.secret, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+    assert!(done.entry.id.starts_with("msg_") && done.entry.id != events[0].entry.id);
+    assert_eq!((done.attempts, done.next_at), (0, 4_000));
+    let seen: EventSnapshot = serde_json::from_str(&done.entry.snapshot).unwrap();
+    assert_eq!(
+        (seen.task_id.as_str(), seen.status),
+        ("w", TaskStatus::Completed)
+    );
+    assert_eq!(
+        (seen.updated_at, seen.status_message),
+        (4_000, Some("resumed".into()))
+    );
+    assert_eq!(
+        seen.outcome,
+        Some(Outcome::Result {
+            value: json!({"answer": 42}),
+            is_error: false
+        })
+    );
+    let asked: EventSnapshot = serde_json::from_str(&events[0].entry.snapshot).unwrap();
+    assert_eq!(
+        (asked.status, asked.outcome),
+        (TaskStatus::InputRequired, None)
+    );
+    // A failure reaches both targets; the operator's carries its subscription's name.
+    s.create(with_webhooks("x", 1_000), None).await.unwrap();
+    s.update("x", &TaskStatus::ACTIVE, failed("boom"), 5_000)
+        .await
+        .unwrap();
+    let events = events_of(&s, "x").await;
+    assert_eq!(
+        events
+            .iter()
+            .map(|d| (d.entry.target, d.entry.subscription.as_deref()))
+            .collect::<Vec<_>>(),
+        [(0, None), (1, Some("failures"))]
+    );
+    let seen: EventSnapshot = serde_json::from_str(&events[1].entry.snapshot).unwrap();
+    assert_eq!(events[1].entry.event, WebhookEvent::Failed);
+    assert!(matches!(seen.outcome, Some(Outcome::Error { message, .. }) if message == "boom"));
+    // A result that reports a tool error is a failure, for both targets.
+    s.create(with_webhooks("e", 1_000), None).await.unwrap();
+    let mut tool_error = completed();
+    tool_error.outcome = Some(Outcome::Result {
+        value: json!({"broken": true}),
+        is_error: true,
+    });
+    s.update("e", &TaskStatus::ACTIVE, tool_error, 5_500)
+        .await
+        .unwrap();
+    assert_eq!(
+        events_of(&s, "e")
+            .await
+            .iter()
+            .map(|d| d.entry.event)
+            .collect::<Vec<_>>(),
+        [WebhookEvent::Failed, WebhookEvent::Failed]
+    );
+    // A task without targets writes nothing.
+    s.create(record("plain", "alice", 1_000), None)
+        .await
+        .unwrap();
+    s.update("plain", &TaskStatus::ACTIVE, completed(), 6_000)
+        .await
+        .unwrap();
+    assert!(events_of(&s, "plain").await.is_empty());
+}
+
+async fn deliveries_are_claimed_once_and_in_order_per_task_and_target(s: impl TaskStore) {
+    s.create(with_webhooks("w", 1_000), None).await.unwrap();
+    s.add_input(input("q", "w", 2_000), 2_000).await.unwrap();
+    s.update("w", &TaskStatus::ACTIVE, completed(), 3_000)
+        .await
+        .unwrap();
+    let events = events_of(&s, "w").await;
+    let (first, second) = (events[0].entry.id.clone(), events[1].entry.id.clone());
+    // Only the oldest pending event of a task and target may go.
+    let claimed = s
+        .claim_deliveries("node-a", 5_000, 35_000, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed
+            .iter()
+            .map(|d| d.entry.id.as_str())
+            .collect::<Vec<_>>(),
+        [first.as_str()]
+    );
+    assert!(
+        s.claim_deliveries("node-b", 5_000, 35_000, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "claimed by another node until its lease ends"
+    );
+    assert!(
+        !s.finish_delivery(
+            &first,
+            "node-b",
+            attempt(5_100, Some(200)),
+            DeliveryNext::Delivered
+        )
+        .await
+        .unwrap(),
+        "only the holder settles it"
+    );
+    // A failed attempt: due again later, unleased.
+    assert!(s
+        .finish_delivery(
+            &first,
+            "node-a",
+            attempt(5_100, None),
+            DeliveryNext::RetryAt(6_000)
+        )
+        .await
+        .unwrap());
+    assert!(s
+        .claim_deliveries("node-b", 5_500, 35_000, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let again = s
+        .claim_deliveries("node-b", 6_000, 7_000, 10)
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!((again[0].attempts, again[0].last_status), (1, None));
+    assert_eq!(again[0].last_error.as_deref(), Some("connection refused"));
+    // node-b's lease runs out at 7,000: node-a takes it over.
+    let taken = s
+        .claim_deliveries("node-a", 7_000, 40_000, 10)
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 1);
+    assert!(!s
+        .finish_delivery(
+            &first,
+            "node-b",
+            attempt(7_100, Some(200)),
+            DeliveryNext::Delivered
+        )
+        .await
+        .unwrap());
+    assert!(s
+        .finish_delivery(
+            &first,
+            "node-a",
+            attempt(7_100, Some(204)),
+            DeliveryNext::Delivered
+        )
+        .await
+        .unwrap());
+    // Now the next one goes.
+    let next = s
+        .claim_deliveries("node-b", 7_200, 40_000, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        next.iter().map(|d| d.entry.id.clone()).collect::<Vec<_>>(),
+        [second]
+    );
+    let events = events_of(&s, "w").await;
+    assert_eq!(events[0].state, DeliveryState::Delivered);
+    assert_eq!(events[0].delivered_at, Some(7_100));
+    assert_eq!((events[0].attempts, events[0].last_status), (2, Some(204)));
+    assert_eq!(
+        s.delivery_attempts(&first)
+            .await
+            .unwrap()
+            .iter()
+            .map(|a| (a.at, a.status))
+            .collect::<Vec<_>>(),
+        [(5_100, None), (7_100, Some(204))],
+        "the attempts of a holder that lost its lease are not kept"
+    );
+    // A limit bounds a claim, oldest due first.
+    s.create(with_webhooks("y", 1_000), None).await.unwrap();
+    s.update("y", &TaskStatus::ACTIVE, failed("no"), 1_500)
+        .await
+        .unwrap();
+    let two = s
+        .claim_deliveries("node-c", 8_000, 40_000, 1)
+        .await
+        .unwrap();
+    assert_eq!(two.len(), 1);
+    assert_eq!(two[0].entry.task_id, "y");
+}
+
+async fn a_gone_delivery_stops_the_later_events_of_its_task_and_target(s: impl TaskStore) {
+    s.create(with_webhooks("w", 1_000), None).await.unwrap();
+    s.add_input(input("q", "w", 2_000), 2_000).await.unwrap();
+    let answer = InputResponse::Result {
+        value: json!({"action": "accept"}),
+    };
+    s.answer_input("q", answer, 2_500).await.unwrap();
+    s.add_input(input("q2", "w", 2_600), 2_600).await.unwrap();
+    let claimed = s
+        .claim_deliveries("node-a", 5_000, 35_000, 10)
+        .await
+        .unwrap();
+    // Target 0's first event (target 1 wants failures only, and none happened yet).
+    assert_eq!(claimed.len(), 1);
+    assert!(s
+        .finish_delivery(
+            &claimed[0].entry.id,
+            "node-a",
+            attempt(5_100, Some(410)),
+            DeliveryNext::Gone
+        )
+        .await
+        .unwrap());
+    // Events written after the 410 are settled as gone, for that target only.
+    s.update("w", &TaskStatus::ACTIVE, failed("x"), 6_000)
+        .await
+        .unwrap();
+    let states: Vec<_> = events_of(&s, "w")
+        .await
+        .iter()
+        .map(|d| (d.entry.target, d.entry.event, d.state))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            (0, WebhookEvent::InputRequired, DeliveryState::Gone),
+            (0, WebhookEvent::InputRequired, DeliveryState::Gone),
+            (0, WebhookEvent::Failed, DeliveryState::Gone),
+            (1, WebhookEvent::Failed, DeliveryState::Pending),
+        ]
+    );
+}
+
+async fn deliveries_are_listed_redelivered_and_purged(s: impl TaskStore) {
+    s.create(with_webhooks("w", 1_000), None).await.unwrap();
+    s.update("w", &TaskStatus::ACTIVE, completed(), 2_000)
+        .await
+        .unwrap();
+    s.create(with_webhooks("v", 1_000), None).await.unwrap();
+    s.update("v", &TaskStatus::ACTIVE, completed(), 2_500)
+        .await
+        .unwrap();
+    let w = events_of(&s, "w").await[0].entry.id.clone();
+    s.claim_deliveries("node-a", 3_000, 30_000, 10)
+        .await
+        .unwrap();
+    s.finish_delivery(
+        &w,
+        "node-a",
+        attempt(3_100, Some(200)),
+        DeliveryNext::Delivered,
+    )
+    .await
+    .unwrap();
+    let all = s.deliveries(&DeliveryQuery::default()).await.unwrap();
+    assert_eq!(
+        all.iter()
+            .map(|d| d.entry.task_id.as_str())
+            .collect::<Vec<_>>(),
+        ["v", "w"],
+        "newest first"
+    );
+    let delivered = s
+        .deliveries(&DeliveryQuery {
+            state: Some(DeliveryState::Delivered),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(delivered.len(), 1);
+    assert_eq!(delivered[0].entry.id, w);
+    // Events outlive their task: a purged task's are still delivered and listed.
+    let purge = PurgePolicy {
+        now: 1 << 40,
+        finished_grace_ms: 0,
+        tombstone_ms: 0,
+        session_idle_ms: 1 << 40,
+        finished_before: None,
+    };
+    s.purge(purge).await.unwrap();
+    assert_eq!(
+        s.deliveries(&DeliveryQuery::default()).await.unwrap().len(),
+        2
+    );
+    // Redelivered: pending and due now, even after it was delivered.
+    assert!(s.redeliver(&w, 9_000).await.unwrap());
+    assert!(!s.redeliver("msg_nope", 9_000).await.unwrap());
+    let again = s
+        .claim_deliveries("node-b", 9_000, 30_000, 10)
+        .await
+        .unwrap();
+    assert!(again.iter().any(|d| d.entry.id == w));
+    for d in &again {
+        s.finish_delivery(
+            &d.entry.id,
+            "node-b",
+            attempt(9_100, Some(200)),
+            DeliveryNext::Delivered,
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(s.delivery_attempts(&w).await.unwrap().len(), 2);
+    // Settled deliveries written before the cut go, with their attempts; pending ones stay.
+    s.create(with_webhooks("p", 1_000), None).await.unwrap();
+    s.update("p", &TaskStatus::ACTIVE, completed(), 2_200)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.purge_deliveries(2_400).await.unwrap(),
+        1,
+        "w's, written at 2,000"
+    );
+    let left: Vec<_> = s
+        .deliveries(&DeliveryQuery::default())
+        .await
+        .unwrap()
+        .iter()
+        .map(|d| d.entry.task_id.clone())
+        .collect();
+    assert_eq!(left, ["p", "v"]);
+    assert!(s.delivery_attempts(&w).await.unwrap().is_empty());
+}
+
+async fn a_noted_change_is_kept_in_the_history_without_a_status_change(s: impl TaskStore) {
+    s.create(record("n", "alice", 1_000), None).await.unwrap();
+    // A hand-off: the lease is let go, the status stays, the history keeps it.
+    let hand_off = TaskChange {
+        lease: Some((None, None)),
+        status_message: Some(Some("handed off".into())),
+        holder: Some("node-a".into()),
+        noted: true,
+        ..Default::default()
+    };
+    let rec = s
+        .update("n", &TaskStatus::ACTIVE, hand_off, 1_100)
+        .await
+        .unwrap();
+    assert_eq!((rec.lease_owner, rec.lease_until), (None, None));
+    // A released task is an orphan at once, whatever the time; the resume is noted too.
+    let plan: OrphanPlan = Arc::new(|t: &TaskRecord| {
+        Some(TaskChange {
+            status_message: Some(Some("resumed".into())),
+            attempt: Some(t.attempt + 1),
+            noted: true,
+            ..Default::default()
+        })
+    });
+    let claimed = s
+        .claim_orphans("node-b", 1_200, false, 31_200, plan)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].lease_owner.as_deref(), Some("node-b"));
+    assert_eq!(claimed[0].attempt, 2);
+    let h = s.history("n").await.unwrap();
+    let seen: Vec<(u64, TaskStatus, Option<&str>)> = h
+        .iter()
+        .map(|t| (t.at, t.status, t.message.as_deref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (1_100, TaskStatus::Working, Some("handed off")),
+            (1_200, TaskStatus::Working, Some("resumed"))
+        ]
+    );
+}
+
+fn step(task: &str, seq: u32, name: &str) -> StepRecord {
+    StepRecord {
+        task_id: task.into(),
+        seq,
+        name: name.into(),
+        output: json!({"item": seq, "attempt": 1}),
+        attempt: 1,
+        at: 1_000 + u64::from(seq),
+    }
+}
+
+async fn steps_are_recorded_by_the_lease_holder_once_and_purged_with_the_task(s: impl TaskStore) {
+    s.create(record("j", "alice", 1_000), None).await.unwrap();
+    s.create(record("other", "alice", 1_000), None)
+        .await
+        .unwrap();
+    assert!(s.steps("j").await.unwrap().is_empty());
+    // Recorded out of order, read in step order.
+    s.record_step("node-a", step("j", 1, "second"))
+        .await
+        .unwrap();
+    s.record_step("node-a", step("j", 0, "first"))
+        .await
+        .unwrap();
+    s.record_step("node-a", step("other", 0, "elsewhere"))
+        .await
+        .unwrap();
+    let journal = s.steps("j").await.unwrap();
+    assert_eq!(journal, vec![step("j", 0, "first"), step("j", 1, "second")]);
+    // The first record of a place stays.
+    let mut again = step("j", 1, "changed");
+    again.output = json!("different");
+    assert!(matches!(
+        s.record_step("node-a", again).await,
+        Err(UpdateError::Conflict(_))
+    ));
+    // Only the lease holder records.
+    assert!(matches!(
+        s.record_step("node-b", step("j", 2, "third")).await,
+        Err(UpdateError::Conflict(t)) if t.lease_owner.as_deref() == Some("node-a")
+    ));
+    assert!(matches!(
+        s.record_step("node-a", step("nope", 0, "x")).await,
+        Err(UpdateError::NotFound)
+    ));
+    assert_eq!(s.steps("j").await.unwrap().len(), 2);
+    // A finished task records nothing more, and keeps its journal until it is purged.
+    s.update("j", &TaskStatus::ACTIVE, completed(), 1_500)
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.record_step("node-a", step("j", 2, "third")).await,
+        Err(UpdateError::Conflict(t)) if t.status == TaskStatus::Completed
+    ));
+    assert_eq!(s.steps("j").await.unwrap().len(), 2);
+    let purge = PurgePolicy {
+        now: 2_000,
+        finished_grace_ms: 0,
+        tombstone_ms: 1 << 40,
+        session_idle_ms: 1 << 40,
+        finished_before: Some(2_000),
+    };
+    assert_eq!(s.purge(purge).await.unwrap().tasks, 1);
+    assert!(
+        s.steps("j").await.unwrap().is_empty(),
+        "purged with the task"
+    );
+    assert_eq!(s.steps("other").await.unwrap().len(), 1, "only its own");
 }
 
 async fn every_status_change_is_kept_until_the_task_is_purged(s: impl TaskStore) {

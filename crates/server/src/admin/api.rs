@@ -28,6 +28,12 @@ pub(crate) fn routes() -> axum::Router<Arc<Server>> {
         .route("/admin/api/purge", post(purge))
         .route("/admin/api/summary", get(summary_counts))
         .route("/admin/api/events", get(events))
+        .route("/admin/api/webhooks", get(super::webhooks::list))
+        .route("/admin/api/webhooks/{id}", get(super::webhooks::show))
+        .route(
+            "/admin/api/webhooks/{id}/redeliver",
+            post(super::webhooks::redeliver),
+        )
         .route("/admin/api/me", get(access::me))
         .route("/admin/login", post(access::login))
         .route("/admin/logout", post(access::logout))
@@ -216,11 +222,37 @@ async fn show(State(server): State<Arc<Server>>, _: Operator, Path(id): Path<Str
         history.push(json!({"status": status, "at": c.at, "message": c.message}));
     }
     v["history"] = json!(history);
+    // The step journal: which run did which step (outputs stay with the handler).
+    let steps = server
+        .engine()
+        .store()
+        .steps(&t.id)
+        .await
+        .unwrap_or_default();
+    v["steps"] = json!(steps
+        .iter()
+        .map(|s| json!({"seq": s.seq, "name": s.name, "attempt": s.attempt, "at": s.at}))
+        .collect::<Vec<_>>());
     let pending = server
         .engine()
         .pending_inputs(&t.id)
         .await
         .unwrap_or_default();
+    v["webhooks"] = super::webhooks::targets(&t.webhooks);
+    let deliveries = server
+        .engine()
+        .store()
+        .deliveries(&mcp_tasks_engine::webhook::DeliveryQuery {
+            task_id: Some(t.id.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap_or_default();
+    v["deliveries"] = json!(deliveries
+        .iter()
+        .rev()
+        .map(super::webhooks::summary)
+        .collect::<Vec<_>>());
     v["pendingInputs"] = json!(pending
         .iter()
         .map(|i| json!({"key": i.key, "method": i.method, "params": i.params, "askedAt": i.created_at}))

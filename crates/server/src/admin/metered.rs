@@ -6,7 +6,10 @@ use mcp_tasks_engine::store::{
     ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord, StoreError,
     TaskChange, TaskFilter, TaskPage, TaskStore, UpdateError,
 };
-use mcp_tasks_engine::{InputRecord, InputResponse, TaskRecord, TaskStatus, Transition};
+use mcp_tasks_engine::webhook::{Delivery, DeliveryAttempt, DeliveryNext, DeliveryQuery};
+use mcp_tasks_engine::{
+    InputRecord, InputResponse, StepRecord, TaskRecord, TaskStatus, Transition,
+};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
@@ -96,6 +99,13 @@ impl TaskStore for MeteredStore {
         self.timed("overdue_waiting", self.inner.overdue_waiting(now))
             .await
     }
+    async fn record_step(&self, node: &str, step: StepRecord) -> Result<(), UpdateError> {
+        self.timed("record_step", self.inner.record_step(node, step))
+            .await
+    }
+    async fn steps(&self, task_id: &str) -> Result<Vec<StepRecord>, StoreError> {
+        self.timed("steps", self.inner.steps(task_id)).await
+    }
     async fn history(&self, task_id: &str) -> Result<Vec<Transition>, StoreError> {
         self.timed("history", self.inner.history(task_id)).await
     }
@@ -161,5 +171,45 @@ impl TaskStore for MeteredStore {
     }
     fn is_exclusive(&self) -> bool {
         self.inner.is_exclusive()
+    }
+    async fn claim_deliveries(
+        &self,
+        node: &str,
+        now: u64,
+        lease_until: u64,
+        limit: usize,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        self.timed(
+            "claim_deliveries",
+            self.inner.claim_deliveries(node, now, lease_until, limit),
+        )
+        .await
+    }
+    async fn finish_delivery(
+        &self,
+        id: &str,
+        node: &str,
+        attempt: DeliveryAttempt,
+        next: DeliveryNext,
+    ) -> Result<bool, StoreError> {
+        self.timed(
+            "finish_delivery",
+            self.inner.finish_delivery(id, node, attempt, next),
+        )
+        .await
+    }
+    async fn deliveries(&self, query: &DeliveryQuery) -> Result<Vec<Delivery>, StoreError> {
+        self.timed("deliveries", self.inner.deliveries(query)).await
+    }
+    async fn delivery_attempts(&self, id: &str) -> Result<Vec<DeliveryAttempt>, StoreError> {
+        self.timed("delivery_attempts", self.inner.delivery_attempts(id))
+            .await
+    }
+    async fn redeliver(&self, id: &str, now: u64) -> Result<bool, StoreError> {
+        self.timed("redeliver", self.inner.redeliver(id, now)).await
+    }
+    async fn purge_deliveries(&self, before: u64) -> Result<usize, StoreError> {
+        self.timed("purge_deliveries", self.inner.purge_deliveries(before))
+            .await
     }
 }

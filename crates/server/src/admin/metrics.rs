@@ -4,7 +4,7 @@
 //! sessions and upstreams.
 
 use mcp_tasks_engine::store::ActiveCounts;
-use mcp_tasks_engine::{Outcome, TaskEvent, TaskRecord, TaskStatus};
+use mcp_tasks_engine::{Outcome, ResumeCounts, TaskEvent, TaskRecord, TaskStatus};
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -61,7 +61,14 @@ pub struct Metrics {
     rate_limited: IntCounter,
     store_ops: HistogramVec,
     sessions: IntGauge,
+    /// Tasks this process handed off while stopping.
+    handed_off: IntCounter,
+    /// Tasks this process resumed, by how (`retry`, `checkpoint`, `steps`).
+    resumed: IntCounterVec,
     upstream_up: IntGaugeVec,
+    /// Webhook delivery attempts, by outcome, and their time.
+    webhook_attempts: IntCounterVec,
+    webhook_latency: Histogram,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -190,6 +197,22 @@ impl Metrics {
                     FAST_BUCKETS,
                 ),
             ),
+            handed_off: reg(
+                &registry,
+                IntCounter::new(
+                    "mcp_tasks_handed_off_total",
+                    "Running tasks this process handed off while stopping (they resume on another replica, or here at the next start).",
+                )
+                .expect("valid metric"),
+            ),
+            resumed: reg(
+                &registry,
+                counter_vec(
+                    "mcp_tasks_resumed_total",
+                    "Interrupted or handed-off tasks this process resumed, by how: retry (started over), checkpoint (from the saved checkpoint), steps (replaying the step journal).",
+                    &["kind"],
+                ),
+            ),
             sessions: reg(
                 &registry,
                 IntGauge::new(
@@ -209,8 +232,33 @@ impl Metrics {
                 )
                 .expect("valid metric"),
             ),
+            webhook_attempts: reg(
+                &registry,
+                counter_vec(
+                    "mcp_tasks_webhook_attempts_total",
+                    "Webhook delivery attempts this process made, by outcome: delivered (2xx), retry (to be tried again), gone (410: the task's later events to that endpoint are dropped), failed (given up: too old, or the endpoint is no longer allowed).",
+                    &["outcome"],
+                ),
+            ),
+            webhook_latency: reg(
+                &registry,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "mcp_tasks_webhook_attempt_seconds",
+                        "Time of a webhook delivery attempt, from the request to the receiver's answer (or the error).",
+                    )
+                    .buckets(FAST_BUCKETS.to_vec()),
+                )
+                .expect("valid metric"),
+            ),
             registry,
         }
+    }
+
+    /// Counts a webhook delivery attempt.
+    pub fn webhook_attempt(&self, outcome: &str, took: std::time::Duration) {
+        self.webhook_attempts.with_label_values(&[outcome]).inc();
+        self.webhook_latency.observe(took.as_secs_f64());
     }
 
     /// Counts a task event published in this process.
@@ -277,7 +325,27 @@ impl Metrics {
 
     /// The text exposition, with the gauges read now: unfinished tasks (`None` when the store did
     /// not answer: the gauge keeps its last value) and sessions.
-    pub(crate) fn render(&self, active: Option<ActiveCounts>, sessions: usize) -> String {
+    pub(crate) fn render(
+        &self,
+        active: Option<ActiveCounts>,
+        sessions: usize,
+        resumes: ResumeCounts,
+    ) -> String {
+        // The engine counts; the counters catch up with it (they only ever go up).
+        let catch_up = |c: &IntCounter, to: u64| {
+            let now = c.get();
+            if to > now {
+                c.inc_by(to - now);
+            }
+        };
+        catch_up(&self.handed_off, resumes.handed_off);
+        for (kind, n) in [
+            ("retry", resumes.resumed_retry),
+            ("checkpoint", resumes.resumed_checkpoint),
+            ("steps", resumes.resumed_steps),
+        ] {
+            catch_up(&self.resumed.with_label_values(&[kind]), n);
+        }
         if let Some(a) = active {
             self.running
                 .with_label_values(&["working"])

@@ -10,6 +10,7 @@ mod access;
 mod api;
 mod metered;
 mod metrics;
+mod webhooks;
 
 pub use api::{shown_status, summary};
 pub(crate) use metered::MeteredStore;
@@ -76,9 +77,11 @@ async fn metrics(State(server): State<Arc<Server>>, parts: axum::http::request::
     if let Err(e) = &active {
         tracing::warn!(error = %e.chain(), "metrics: cannot count unfinished tasks");
     }
-    let text = server
-        .metrics()
-        .render(active.ok(), server.sessions().held());
+    let text = server.metrics().render(
+        active.ok(),
+        server.sessions().held(),
+        server.engine().resume_counts(),
+    );
     (
         [(
             header::CONTENT_TYPE,

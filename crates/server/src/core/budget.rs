@@ -150,8 +150,10 @@ impl Server {
                     retain_after_finish_ms: None,
                     cancellable_by: None,
                     invalid: None,
+                    // A plain call registers no webhook: only a task-augmented one does.
+                    webhook: None,
                 };
-                let rec = self.start_task(peer, start, cancel).await?;
+                let rec = self.start_task(peer, start, cancel).await?.record;
                 if let Some(render) = call.announce_with {
                     // The reply comes only after the budget; the task's messages need not wait.
                     let _ = super::CREATED.try_with(|c| c.set(None));

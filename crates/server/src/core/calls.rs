@@ -98,6 +98,17 @@ pub(crate) struct TaskStart {
     pub(crate) cancellable_by: Option<mcp_tasks_protocol::jsonrpc::RequestId>,
     /// The tool-error result of invalid arguments: the task is created finished with it.
     pub(crate) invalid: Option<Value>,
+    /// The client's webhook registration (`_meta["io.github.mcp-tasks/webhook"]`), as sent.
+    pub(crate) webhook: Option<Value>,
+}
+
+/// What [`Server::start_task`] made or found.
+pub(crate) struct Started {
+    /// The task.
+    pub(crate) record: TaskRecord,
+    /// What the create result says under `_meta["io.github.mcp-tasks/webhook"]` (with the secret
+    /// when the server made one): only when this call registered one and made the task.
+    pub(crate) webhook: Option<Value>,
 }
 
 impl Server {
@@ -197,8 +208,16 @@ impl Server {
         peer: &Peer,
         start: TaskStart,
         cancel: &CancellationToken,
-    ) -> Result<TaskRecord, Failure> {
+    ) -> Result<Started, Failure> {
         let scope = peer.anonymous_scope();
+        let registered = crate::webhooks::register(
+            &self.config.webhooks,
+            peer.name(),
+            &start.tool,
+            start.webhook.as_ref(),
+        )
+        .await
+        .map_err(|e| Failure::from(ErrorObject::invalid_params(format!("tools/call: {e}"))))?;
         let scoped_key = start
             .idempotency_key
             .as_deref()
@@ -239,6 +258,7 @@ impl Server {
                 among: peer.anonymous_among().unwrap_or(Among::All),
             }),
             held,
+            webhooks: registered.targets,
         };
         // The create runs to its end in a task of its own: a call cancelled or dropped half-way must
         // not leave a stored task that nothing runs. A task whose call was cancelled meanwhile is
@@ -291,7 +311,11 @@ impl Server {
         }
         let key = start.idempotency_key.as_deref().unwrap_or_default();
         let label = start.key_label;
-        submitted.map(|s| s.record).map_err(|e| match e {
+        let reply = registered.reply;
+        submitted.map(|s| Started {
+            webhook: if s.created { reply } else { None },
+            record: s.record,
+        }).map_err(|e| match e {
             EngineError::Store(StoreError::IdempotencyConflict { .. }) => ErrorObject::invalid_params(format!(
                 "{label} {key:?} was already used for a different call; use a new one for new work"
             ))

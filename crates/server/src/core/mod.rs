@@ -473,6 +473,29 @@ impl Server {
     pub(crate) fn sealer(&self) -> &Sealer {
         &self.sealer
     }
+    /// Starts the webhook delivery loop: it claims and sends the outbox's events until the server
+    /// stops (with replicas, each runs one; the store's leases give each event to one).
+    pub(crate) fn start_webhooks(self: &Arc<Self>) {
+        let metrics = self.metrics.clone();
+        let observer: crate::webhooks::delivery::AttemptObserver =
+            Arc::new(move |outcome, took| metrics.webhook_attempt(outcome, took));
+        match crate::webhooks::delivery::Deliverer::new(
+            self.engine.store().clone(),
+            self.engine.config().node_id.clone(),
+            Arc::new(self.config.webhooks.clone()),
+            Some(observer),
+        ) {
+            Ok(deliverer) => {
+                let notifier = self.engine.notifier().clone();
+                let stop = self.shutdown.clone();
+                tokio::spawn(async move { Arc::new(deliverer).run(&notifier, stop).await });
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the webhook sender could not be made: no webhooks are sent")
+            }
+        }
+    }
+
     /// Resolves when the server is stopping.
     pub(crate) fn stopping(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
         self.shutdown.cancelled()

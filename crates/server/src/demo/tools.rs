@@ -12,6 +12,7 @@ pub fn tools() -> Vec<Tool> {
     vec![
         greet(),
         slow_compute(),
+        pipeline(),
         failing_job(),
         protocol_error_job(),
         confirm_delete(),
@@ -72,6 +73,83 @@ pub fn slow_compute() -> Tool {
         "required": ["seconds"]
     }))
     .task_support(TaskSupport::Optional)
+}
+
+/// `pipeline {items, seconds_per_item}`: works through `items` items on the step journal, so a
+/// restart or a deploy resumes it where it was. Each item is a durable sleep of `seconds_per_item`
+/// (the work) and a step returning `{item, attempt}`, `attempt` being the run that did it; each
+/// step's body also writes one audit log line (`pipeline step ran`), the side effect that happens
+/// once. The result's `structuredContent.steps` lists the recorded outputs in item order.
+pub fn pipeline() -> Tool {
+    Tool::new(
+        "pipeline",
+        handler_fn(|ctx, args| async move {
+            let items = args.get("items").and_then(|v| v.as_u64()).unwrap_or(5);
+            let per_item = args
+                .get("seconds_per_item")
+                .and_then(|v| v.as_f64())
+                .unwrap_or(1.0)
+                .max(0.0);
+            let mut steps = Vec::with_capacity(items as usize);
+            for item in 0..items {
+                if let Err(e) = ctx.sleep(Duration::from_secs_f64(per_item)).await {
+                    return text_result(format!("pipeline stopped at item {item}: {e}"), true);
+                }
+                let attempt = ctx.attempt();
+                let task = ctx.task_id().unwrap_or("").to_string();
+                let out = ctx
+                    .step(&format!("item {item}"), || async move {
+                        tracing::info!(target: "mcp_tasks::audit", task = %task, item, attempt, "pipeline step ran");
+                        json!({"item": item, "attempt": attempt})
+                    })
+                    .await;
+                match out {
+                    Ok(v) => steps.push(v),
+                    Err(e) => return text_result(format!("pipeline: {e}"), true),
+                }
+                let message = format!("item {item} done (attempt {attempt})");
+                ctx.progress((item + 1) as f64, Some(items as f64), Some(message)).await;
+            }
+            let by: Vec<String> = steps
+                .iter()
+                .map(|s| format!("{}:{}", s["item"], s["attempt"]))
+                .collect();
+            Outcome::Result {
+                value: json!({
+                    "content": [{"type": "text", "text": format!(
+                        "pipeline processed {items} items (item:attempt {}); this is attempt {}",
+                        by.join(" "), ctx.attempt()
+                    )}],
+                    "structuredContent": {"steps": steps, "attempt": ctx.attempt()},
+                }),
+                is_error: false,
+            }
+        }),
+    )
+    .description(
+        "Works through `items` items, `seconds_per_item` each, one journaled step per item: a restart \
+         or a deploy resumes it where it stopped. The result lists each item with the attempt (run) \
+         that did it.",
+    )
+    .input_schema(json!({
+        "type": "object",
+        "properties": {
+            "items": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 5, "description": "How many items"},
+            "seconds_per_item": {"type": "number", "minimum": 0, "maximum": 3600, "default": 1, "description": "How long each item takes"}
+        }
+    }))
+    .output_schema(json!({
+        "type": "object",
+        "properties": {
+            "steps": {"type": "array", "items": {"type": "object", "properties": {
+                "item": {"type": "integer"}, "attempt": {"type": "integer"}
+            }, "required": ["item", "attempt"]}},
+            "attempt": {"type": "integer"}
+        },
+        "required": ["steps", "attempt"]
+    }))
+    .task_support(TaskSupport::Optional)
+    .retry_on_restart(true)
 }
 
 /// `failing_job {}`: a task that ends with a tool error (`isError: true`) after about a second.

@@ -22,7 +22,7 @@ use handler::{Declares, UpstreamTool};
 #[derive(Debug, Error)]
 pub enum GatewayError {
     /// The `[[upstreams]]` entry is not usable.
-    #[error("upstream {name}: {why}")]
+    #[error("upstream {name:?}: {why}")]
     Config {
         /// The upstream's name.
         name: String,
@@ -30,7 +30,7 @@ pub enum GatewayError {
         why: String,
     },
     /// The upstream could not be reached or did not speak MCP.
-    #[error("upstream {name}: {source}")]
+    #[error("upstream {name:?}: {source}")]
     Connect {
         /// The upstream's name.
         name: String,
@@ -40,6 +40,8 @@ pub enum GatewayError {
     },
 }
 
+/// Default time an upstream has at start-up to answer `initialize` and list its tools.
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 /// Default longest run of an upstream call.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3600);
 /// First and longest pause before an upstream is started again; a connection that lived this long
@@ -208,6 +210,23 @@ async fn open(spec: &UpstreamSpec, endpoint: &Endpoint) -> Result<Client, Gatewa
 /// Connects to the upstream `spec` names, lists its tools and makes our tools of them. A tool the
 /// config names that the upstream does not offer is an error here (at start-up).
 pub async fn connect(spec: &UpstreamSpec) -> Result<Upstream, GatewayError> {
+    let limit = spec
+        .connect_timeout_secs
+        .map_or(DEFAULT_CONNECT_TIMEOUT, Duration::from_secs);
+    match tokio::time::timeout(limit, connect_now(spec)).await {
+        Ok(connected) => connected,
+        Err(_) => Err(GatewayError::Config {
+            name: spec.name.clone(),
+            why: format!(
+                "it did not answer initialize and tools/list within {} s: is it an MCP server \
+                 speaking JSON-RPC on its stdout (or at its URL)?",
+                limit.as_secs()
+            ),
+        }),
+    }
+}
+
+async fn connect_now(spec: &UpstreamSpec) -> Result<Upstream, GatewayError> {
     let endpoint = endpoint_of(spec)?;
     let client = open(spec, &endpoint).await?;
     let link = Arc::new(Link {

@@ -41,6 +41,10 @@ pub struct UpstreamSpec {
     /// Longest run of a call, for every tool of this upstream (default 3600 s).
     #[serde(default)]
     pub timeout_secs: Option<u64>,
+    /// How long the upstream has, at start-up, to answer `initialize` and list its tools (default
+    /// 20 s): a program that prints something else on its stdout is refused then, not waited for.
+    #[serde(default)]
+    pub connect_timeout_secs: Option<u64>,
     /// Run interrupted calls again after a restart, for every tool (only for tools safe to repeat).
     #[serde(default)]
     pub retry_on_restart: Option<bool>,

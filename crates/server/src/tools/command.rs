@@ -9,6 +9,13 @@
 //! | `::status compressing` | sets the task's status message |
 //! | `::log warning disk almost full` | a log message at that level (debug … emergency) |
 //! | `::ask {"message": "Proceed?", "schema": {…}}` | asks the user (a form elicitation); the answer comes back as one JSON line on the program's stdin |
+//! | `::checkpoint {"next": 7}` | stores the JSON with the task, durably, before the program's next line is read |
+//!
+//! A task that stored a checkpoint resumes after a restart or a hand-off instead of failing: the
+//! program is started again with `MCP_TASKS_CHECKPOINT` set to the last checkpoint (JSON) and
+//! `MCP_TASKS_ATTEMPT` to the run's number (1 for the first). When the server hands the task off (a
+//! deploy), the program's process group gets SIGTERM and `kill_grace_secs` to print a last
+//! `::checkpoint` and exit.
 //!
 //! The answer line is the `ElicitResult`: `{"action":"accept","content":{…}}`, `{"action":"decline"}` or
 //! `{"action":"cancel"}`; when the question cannot be asked (the client has no elicitation capability,
@@ -234,6 +241,9 @@ enum Directive {
     Status(String),
     Log(LogLevel, String),
     Ask(String, Value),
+    Checkpoint(Value),
+    /// A `::checkpoint` line whose JSON does not parse: why.
+    BadCheckpoint(String),
 }
 
 fn parse_directive(line: &str) -> Option<Directive> {
@@ -264,7 +274,24 @@ fn parse_directive(line: &str) -> Option<Directive> {
                 .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
             Some(Directive::Ask(message, schema))
         }
+        "checkpoint" => Some(match serde_json::from_str(tail) {
+            Ok(state) => Directive::Checkpoint(state),
+            Err(e) => Directive::BadCheckpoint(e.to_string()),
+        }),
         _ => None,
+    }
+}
+
+/// Stores a checkpoint the program printed; a failure is told to the client and the log (the
+/// program goes on: the task then resumes from an older checkpoint, or not at all).
+async fn save_checkpoint(ctx: &TaskContext, tool: &str, state: Value) {
+    if let Err(e) = ctx.save_checkpoint(state).await {
+        tracing::warn!(tool, error = %e, "a ::checkpoint line was not stored");
+        ctx.log(
+            LogLevel::Warning,
+            json!(format!("{tool}: the checkpoint was not stored: {e}")),
+        )
+        .await;
     }
 }
 
@@ -326,7 +353,11 @@ impl TaskHandler for CommandHandler {
             .kill_on_drop(true)
             .envs(&spec.env)
             .env("MCP_TASKS_TOOL", &spec.name)
-            .env("MCP_TASKS_TASK_ID", ctx.task_id().unwrap_or(""));
+            .env("MCP_TASKS_TASK_ID", ctx.task_id().unwrap_or(""))
+            .env("MCP_TASKS_ATTEMPT", ctx.attempt().to_string());
+        if let Some(saved) = ctx.checkpoint() {
+            cmd.env("MCP_TASKS_CHECKPOINT", saved.to_string());
+        }
         if let Some(dir) = &spec.cwd {
             cmd.current_dir(dir);
         }
@@ -397,6 +428,15 @@ impl TaskHandler for CommandHandler {
                                 }
                             }
                             Some(Directive::Log(level, m)) => ctx.log(level, json!(m)).await,
+                            Some(Directive::Checkpoint(state)) => {
+                                // What the program reported before it is on the task first.
+                                reports.apply(&ctx).await;
+                                save_checkpoint(&ctx, &spec.name, state).await;
+                            }
+                            Some(Directive::BadCheckpoint(why)) => {
+                                tracing::warn!(tool = %spec.name, error = %why, "a ::checkpoint line is not JSON; not stored");
+                                ctx.log(LogLevel::Warning, json!(format!("{}: a ::checkpoint line is not JSON ({why}); it was not stored", spec.name))).await;
+                            }
                             Some(Directive::Ask(message, schema)) => {
                                 // What the program was told before it asks is on the task first.
                                 reports.apply(&ctx).await;
@@ -455,7 +495,9 @@ impl TaskHandler for CommandHandler {
                     kill_at = Some(tokio::time::Instant::now() + grace);
                 }
                 _ = ctx.cancelled(), if stopped.is_none() => {
-                    stopped = Some("cancelled");
+                    // A hand-off stops it the same way: SIGTERM, then the grace period to print a
+                    // last ::checkpoint; what it returns then is not the task's result.
+                    stopped = Some(if ctx.is_handed_off() { "handed off" } else { "cancelled" });
                     stop_group(pid, Signal::SIGTERM);
                     kill_at = Some(tokio::time::Instant::now() + grace);
                 }
@@ -475,6 +517,9 @@ impl TaskHandler for CommandHandler {
                     match parse_directive(text.trim_end_matches(['\n', '\r'])) {
                         Some(Directive::Progress(d, t, m)) => reports.progress = Some((d, t, m)),
                         Some(Directive::Status(s)) => reports.status = Some(s),
+                        Some(Directive::Checkpoint(state)) => {
+                            save_checkpoint(&ctx, &spec.name, state).await
+                        }
                         Some(_) => {}
                         None => stdout.push(&bytes, cap),
                     }
@@ -581,6 +626,13 @@ mod tests {
         assert!(
             matches!(parse_directive("::progress 4"), Some(Directive::Progress(d, None, None)) if d == 4.0)
         );
+        assert!(
+            matches!(parse_directive("::checkpoint {\"next\": 7}"), Some(Directive::Checkpoint(ref v)) if v["next"] == 7)
+        );
+        assert!(matches!(
+            parse_directive("::checkpoint not json"),
+            Some(Directive::BadCheckpoint(_))
+        ));
         assert!(
             matches!(parse_directive("::status packing"), Some(Directive::Status(ref s)) if s == "packing")
         );

@@ -245,7 +245,7 @@ async fn call(
     let keep_ms = server.engine().config().grant_ttl(keep_alive_ms);
     let mut stored = era_2025::task_meta(server, session, req_meta);
     stored[TOKEN_META] = json!(token);
-    let rec = server
+    let started = server
         .start_task(
             peer,
             TaskStart {
@@ -259,11 +259,16 @@ async fn call(
                 retain_after_finish_ms: keep_ms,
                 cancellable_by: Some(request_id.clone()),
                 invalid,
+                webhook: req_meta.and_then(|m| m.get(meta::WEBHOOK)).cloned(),
             },
             &cancel,
         )
         .await?;
-    Ok(accepted(name, &token, &rec))
+    let mut result = accepted(name, &token, &started.record);
+    if let Some(w) = started.webhook {
+        result["_meta"] = serde_json::json!({ meta::WEBHOOK: w });
+    }
+    Ok(result)
 }
 
 /// The immediate `CallToolResult` of a call that started (or, retried, found) operation `rec`.

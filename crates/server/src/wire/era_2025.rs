@@ -90,7 +90,10 @@ pub(crate) async fn initialize(
     if version::has_session_tasks(negotiated) {
         caps["tasks"] = json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}});
     }
-    caps["experimental"] = json!({meta::IDEMPOTENCY_CAPABILITY: {}});
+    caps["experimental"] = json!({
+        meta::IDEMPOTENCY_CAPABILITY: {},
+        meta::WEBHOOKS_CAPABILITY: crate::webhooks::capability(),
+    });
     if async_tools {
         caps["experimental"][ASYNC_TOOLS_CAPABILITY] = json!({});
     }
@@ -443,7 +446,7 @@ async fn tools_call(
             }
         },
     };
-    let rec = server
+    let started = server
         .start_task(
             peer,
             TaskStart {
@@ -457,11 +460,16 @@ async fn tools_call(
                 retain_after_finish_ms: None,
                 cancellable_by: None,
                 invalid,
+                webhook: req_meta.and_then(|m| m.get(meta::WEBHOOK)).cloned(),
             },
             &cancel,
         )
         .await?;
+    let rec = started.record;
     let mut result_meta = Map::new();
+    if let Some(w) = started.webhook {
+        result_meta.insert(meta::WEBHOOK.into(), w);
+    }
     result_meta.insert(
         meta::MODEL_IMMEDIATE_RESPONSE.into(),
         json!(format!(

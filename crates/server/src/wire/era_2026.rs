@@ -250,7 +250,10 @@ fn discover(server: &Server) -> Value {
     let mut caps = json!({
         "tools": {"listChanged": server.tools().can_change()},
         "extensions": {meta::TASKS_EXTENSION: {}},
-        "experimental": {meta::IDEMPOTENCY_CAPABILITY: {}},
+        "experimental": {
+            meta::IDEMPOTENCY_CAPABILITY: {},
+            meta::WEBHOOKS_CAPABILITY: crate::webhooks::capability(),
+        },
         "logging": {},
     });
     if let Value::Object(c) = &mut caps {
@@ -489,7 +492,7 @@ async fn tools_call(
         };
         return server.call_within_budget(peer, call, &out, &cancel).await;
     }
-    let rec = server
+    let started = server
         .start_task(
             peer,
             TaskStart {
@@ -504,11 +507,24 @@ async fn tools_call(
                 retain_after_finish_ms: None,
                 cancellable_by: None,
                 invalid,
+                webhook: params
+                    .get("_meta")
+                    .and_then(|m| m.get(meta::WEBHOOK))
+                    .cloned(),
             },
             &cancel,
         )
         .await?;
-    Ok(Value::Object(render_2026::create_result(&rec)))
+    let mut result = render_2026::create_result(&started.record);
+    if let Some(w) = started.webhook {
+        if let Value::Object(m) = result
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()))
+        {
+            m.insert(meta::WEBHOOK.into(), w);
+        }
+    }
+    Ok(Value::Object(result))
 }
 
 /// A task the caller may see (created under any wire: one store); anything else is "not found".

@@ -10,6 +10,7 @@
 
 mod connect;
 mod creates;
+mod deliveries;
 pub mod relay;
 mod rows;
 mod schema;
@@ -23,12 +24,13 @@ use self::rows::{
     TASK_COLUMNS,
 };
 use super::{
-    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, id_floor,
-    ActiveCounts, ActiveLimit, AnswerError, Context, Created, FinishedCounts, Handed,
+    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, history_base,
+    id_floor, ActiveCounts, ActiveLimit, AnswerError, Context, Created, FinishedCounts, Handed,
     InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord,
     StoreError, TaskChange, TaskFilter, TaskPage, TaskStore, UpdateError,
 };
-use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus, Transition};
+use crate::model::{InputRecord, InputResponse, StepRecord, TaskRecord, TaskStatus, Transition};
+use crate::webhook::{Delivery, DeliveryAttempt, DeliveryNext, DeliveryQuery};
 
 /// Rows this store wrote last that it keeps, to write them again without reading them first.
 const RECENT_MAX: usize = 4_096;
@@ -188,7 +190,7 @@ impl TaskStore for PostgresStore {
                 }
                 return Err(UpdateError::Conflict(Box::new(rec)));
             }
-            let was = rec.status;
+            let was = history_base(&rec, &change);
             apply_change(&mut rec, change.clone(), now);
             if update_task_if(&client, &rec, version, was).await? {
                 self.remember(&rec, version + 1);
@@ -239,7 +241,7 @@ impl TaskStore for PostgresStore {
                     status: Some(TaskStatus::InputRequired),
                     ..Default::default()
                 };
-                let was = rec.status;
+                let was = history_base(&rec, &change);
                 apply_change(&mut rec, change, now);
                 update_task(tx, &rec, was).await?;
                 insert_input(tx, &input).await?;
@@ -273,7 +275,7 @@ impl TaskStore for PostgresStore {
                 rows::answer_input(tx, &key, &response, now).await?;
                 let pending = rows::pending_inputs(tx, &input.task_id).await?;
                 let change = after_answer(rec.status, pending > 0);
-                let was = rec.status;
+                let was = history_base(&rec, &change);
                 apply_change(&mut rec, change, now);
                 update_task(tx, &rec, was).await?;
                 Ok((
@@ -341,6 +343,62 @@ impl TaskStore for PostgresStore {
             .with_context(|| format!("read the input requests of task {task_id}"))?
             .iter()
             .map(input_from_row)
+            .collect()
+    }
+
+    async fn record_step(&self, node: &str, step: StepRecord) -> Result<(), UpdateError> {
+        let client = self.client().await?;
+        // FOR SHARE: a lease changing hands at the same moment waits for the insert, or the check
+        // sees the new holder; a step is never recorded by a run that no longer holds the task.
+        let stmt = client
+            .prepare_cached(
+                "WITH held AS (SELECT id FROM tasks WHERE id = $1 AND lease_owner = $2 \
+                 AND status IN ('working', 'input_required') FOR SHARE) \
+                 INSERT INTO task_steps (task_id, seq, name, output, attempt, at) \
+                 SELECT id, $3, $4, $5, $6, $7 FROM held ON CONFLICT DO NOTHING",
+            )
+            .await
+            .context("prepare the step record")?;
+        let output = step.output.to_string();
+        let n = client
+            .execute(
+                &stmt,
+                &[
+                    &step.task_id,
+                    &node,
+                    &i32::try_from(step.seq).unwrap_or(i32::MAX),
+                    &step.name,
+                    &output,
+                    &i32::try_from(step.attempt).unwrap_or(i32::MAX),
+                    &pg_int(step.at),
+                ],
+            )
+            .await
+            .with_context(|| format!("record step {} of task {}", step.seq, step.task_id))?;
+        if n == 1 {
+            return Ok(());
+        }
+        match select_task(&client, &step.task_id, false).await? {
+            Some(t) => Err(UpdateError::Conflict(Box::new(t))),
+            None => Err(UpdateError::NotFound),
+        }
+    }
+
+    async fn steps(&self, task_id: &str) -> Result<Vec<StepRecord>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT task_id, seq, name, output, attempt, at FROM task_steps \
+                 WHERE task_id = $1 ORDER BY seq",
+            )
+            .await
+            .context("prepare the step journal read")?;
+        client
+            .query(&stmt, &[&task_id])
+            .await
+            .with_context(|| format!("read the step journal of task {task_id}"))?
+            .iter()
+            .map(rows::step_from_row)
             .collect()
     }
 
@@ -523,8 +581,7 @@ impl TaskStore for PostgresStore {
                     .context("find unfinished tasks nobody runs")?;
                 let mut changed = Vec::new();
                 for mut t in tasks_from_rows(&found)? {
-                    let was = t.status;
-                    if claim_orphan(&mut t, &plan, &node, lease_until, now) {
+                    if let Some(was) = claim_orphan(&mut t, &plan, &node, lease_until, now) {
                         changed.push((t, was));
                     }
                 }
@@ -583,6 +640,14 @@ impl TaskStore for PostgresStore {
                 )
                 .await
                 .context("delete the history of expired tasks")?;
+                tx.execute(
+                    &format!(
+                        "DELETE FROM task_steps WHERE task_id IN (SELECT id FROM tasks WHERE {cond})"
+                    ),
+                    &[&now, &grace_edge],
+                )
+                .await
+                .context("delete the step journals of expired tasks")?;
                 let tasks = tx
                     .execute(&format!("DELETE FROM tasks WHERE {cond}"), &[&now, &grace_edge])
                     .await
@@ -702,6 +767,48 @@ impl TaskStore for PostgresStore {
             .await
             .with_context(|| format!("delete session {id}"))?;
         Ok(n > 0)
+    }
+
+    async fn claim_deliveries(
+        &self,
+        node: &str,
+        now: u64,
+        lease_until: u64,
+        limit: usize,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        let client = self.client().await?;
+        deliveries::claim(&client, node, now, lease_until, limit).await
+    }
+
+    async fn finish_delivery(
+        &self,
+        id: &str,
+        node: &str,
+        attempt: DeliveryAttempt,
+        next: DeliveryNext,
+    ) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        deliveries::finish(&client, id, node, &attempt, next).await
+    }
+
+    async fn deliveries(&self, query: &DeliveryQuery) -> Result<Vec<Delivery>, StoreError> {
+        let client = self.client().await?;
+        deliveries::list(&client, query).await
+    }
+
+    async fn delivery_attempts(&self, id: &str) -> Result<Vec<DeliveryAttempt>, StoreError> {
+        let client = self.client().await?;
+        deliveries::attempts(&client, id).await
+    }
+
+    async fn redeliver(&self, id: &str, now: u64) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        deliveries::redeliver(&client, id, now).await
+    }
+
+    async fn purge_deliveries(&self, before: u64) -> Result<usize, StoreError> {
+        let client = self.client().await?;
+        deliveries::purge(&client, before).await
     }
 
     fn is_exclusive(&self) -> bool {

@@ -13,7 +13,8 @@ use crate::store::{SessionRecord, StoreError};
 /// SQLite store's).
 pub(super) const TASK_COLUMNS: &str = "id, owner, session, era, tool, arguments, request_meta, status, status_message, \
     progress, progress_total, created_at, updated_at, ttl_ms, poll_interval_ms, outcome, idempotency_key, \
-    fingerprint, attempt, lease_owner, lease_until, finished_at, progress_message, retain_after_finish_ms, checkpoint";
+    fingerprint, attempt, lease_owner, lease_until, finished_at, progress_message, retain_after_finish_ms, checkpoint, \
+    webhooks";
 
 /// The `input_requests` columns an [`InputRecord`] is read from, in [`input_from_row`]'s order.
 pub(super) const INPUT_COLUMNS: &str =
@@ -54,6 +55,19 @@ fn opt_json<T: serde::de::DeserializeOwned>(
 
 fn text<T: serde::Serialize>(what: &str, v: &T) -> Result<String, StoreError> {
     serde_json::to_string(v).with_context(|| format!("serialize {what}"))
+}
+
+/// A journal step from `SELECT task_id, seq, name, output, attempt, at`.
+pub(super) fn step_from_row(row: &Row) -> Result<crate::model::StepRecord, StoreError> {
+    let read = |e| bad_row("a journal step", e);
+    Ok(crate::model::StepRecord {
+        task_id: row.try_get(0).map_err(read)?,
+        seq: u32::try_from(row.try_get::<_, i32>(1).map_err(read)?).unwrap_or(0),
+        name: row.try_get(2).map_err(read)?,
+        output: json("a step's output", row.try_get(3).map_err(read)?)?,
+        attempt: u32::try_from(row.try_get::<_, i32>(4).map_err(read)?).unwrap_or(0),
+        at: u64::try_from(row.try_get::<_, i64>(5).map_err(read)?).unwrap_or(0),
+    })
 }
 
 /// Maps a row selected with [`TASK_COLUMNS`].
@@ -105,6 +119,12 @@ pub(super) fn task_from_row(row: &Row) -> Result<TaskRecord, StoreError> {
             "a task checkpoint",
             row.try_get(24).map_err(get)?,
         )?,
+        webhooks: crate::webhook::decode_targets(
+            row.try_get::<_, Option<String>>(25)
+                .map_err(get)?
+                .as_deref(),
+        )
+        .map_err(|e| bad_row("a task's webhooks", e))?,
     })
 }
 
@@ -188,7 +208,7 @@ pub(super) async fn select_task_versioned(
         return Ok(None);
     };
     let version: i64 = row
-        .try_get(25)
+        .try_get(26)
         .map_err(|e| bad_row("a task's version", e))?;
     Ok(Some((task_from_row(&row)?, version)))
 }
@@ -199,7 +219,7 @@ pub(super) async fn update_task_if(
     db: &impl GenericClient,
     t: &TaskRecord,
     version: i64,
-    was: TaskStatus,
+    was: Option<TaskStatus>,
 ) -> Result<bool, StoreError> {
     write_task(db, t, Some(version), was).await
 }
@@ -209,7 +229,7 @@ pub(super) async fn update_task_if(
 pub(super) async fn update_task(
     db: &impl GenericClient,
     t: &TaskRecord,
-    was: TaskStatus,
+    was: Option<TaskStatus>,
 ) -> Result<(), StoreError> {
     write_task(db, t, None, was).await.map(|_| ())
 }
@@ -223,13 +243,14 @@ const UPDATE_TASK: &str = "UPDATE tasks SET status = $2, status_message = $3, pr
      WHERE id = $1 AND ($15::BIGINT IS NULL OR version = $15)";
 
 /// The one task write: the changeable columns, bumping the row version; with `version`, only if
-/// the row is still at it; a status other than `was` also goes into the task's history. Whether a
+/// the row is still at it; a status other than `was` (see [`history_base`](crate::store::history_base))
+/// also goes into the task's history. Whether a
 /// row was written.
 async fn write_task(
     db: &impl GenericClient,
     t: &TaskRecord,
     version: Option<i64>,
-    was: TaskStatus,
+    was: Option<TaskStatus>,
 ) -> Result<bool, StoreError> {
     let outcome = t
         .outcome
@@ -241,13 +262,29 @@ async fn write_task(
         .as_ref()
         .map(|c| text("a task checkpoint", c))
         .transpose()?;
+    let outbox = Outbox::of(&crate::webhook::outbox_entries(t, was));
     let with_history;
-    let sql = if t.status == was {
+    let sql = if was == Some(t.status) {
         UPDATE_TASK
-    } else {
+    } else if outbox.ids.is_empty() {
         with_history = format!(
             "WITH u AS ({UPDATE_TASK} RETURNING id) \
              INSERT INTO task_history (task_id, at, status, message) SELECT id, $6, $2, $3 FROM u"
+        );
+        &with_history
+    } else {
+        // The events go with the change, in the same statement: written only if the update is
+        // (and, after a 410 from a target, settled as gone at once).
+        with_history = format!(
+            "WITH u AS ({UPDATE_TASK} RETURNING id), \
+             h AS (INSERT INTO task_history (task_id, at, status, message) SELECT id, $6, $2, $3 FROM u) \
+             INSERT INTO webhook_outbox (id, task_id, target, event, url, secret, subscription, \
+             snapshot, created_at, next_at, state, attempts) \
+             SELECT e.id, u.id, e.target, e.event, e.url, e.secret, e.subscription, e.snapshot, $6, $6, \
+             CASE WHEN EXISTS (SELECT 1 FROM webhook_outbox g WHERE g.task_id = u.id \
+             AND g.target = e.target AND g.state = 'gone') THEN 'gone' ELSE 'pending' END, 0 \
+             FROM u, unnest($17::TEXT[], $18::INT[], $19::TEXT[], $20::TEXT[], \
+             $21::TEXT[], $22::TEXT[], $23::TEXT[]) AS e(id, target, event, url, secret, subscription, snapshot)"
         );
         &with_history
     };
@@ -255,31 +292,69 @@ async fn write_task(
         .prepare_cached(sql)
         .await
         .context("prepare the task update")?;
-    let n = db
-        .execute(
-            &stmt,
-            &[
-                &t.id,
-                &t.status.as_str(),
-                &t.status_message,
-                &t.progress,
-                &t.progress_total,
-                &pg_int(t.updated_at),
-                &outcome,
-                &i32::try_from(t.attempt).unwrap_or(i32::MAX),
-                &t.lease_owner,
-                &opt_pg_int(t.lease_until),
-                &opt_pg_int(t.finished_at),
-                &t.progress_message,
-                &opt_pg_int(t.ttl_ms),
-                &opt_pg_int(t.expires_at()),
-                &version,
-                &checkpoint,
-            ],
-        )
-        .await
-        .with_context(|| format!("update task {}", t.id))?;
-    Ok(n == 1)
+    let task_params: [&(dyn ToSql + Sync); 16] = [
+        &t.id,
+        &t.status.as_str(),
+        &t.status_message,
+        &t.progress,
+        &t.progress_total,
+        &pg_int(t.updated_at),
+        &outcome,
+        &i32::try_from(t.attempt).unwrap_or(i32::MAX),
+        &t.lease_owner,
+        &opt_pg_int(t.lease_until),
+        &opt_pg_int(t.finished_at),
+        &t.progress_message,
+        &opt_pg_int(t.ttl_ms),
+        &opt_pg_int(t.expires_at()),
+        &version,
+        &checkpoint,
+    ];
+    let outbox_params: [&(dyn ToSql + Sync); 7] = [
+        &outbox.ids,
+        &outbox.targets,
+        &outbox.events,
+        &outbox.urls,
+        &outbox.secrets,
+        &outbox.subscriptions,
+        &outbox.snapshots,
+    ];
+    let n = if outbox.ids.is_empty() {
+        db.execute(&stmt, &task_params).await
+    } else {
+        db.execute(&stmt, &[task_params.as_slice(), &outbox_params].concat())
+            .await
+    }
+    .with_context(|| format!("update task {}", t.id))?;
+    Ok(n >= 1)
+}
+
+/// Outbox entries as the arrays the task write unnests.
+#[derive(Default)]
+struct Outbox {
+    ids: Vec<String>,
+    targets: Vec<i32>,
+    events: Vec<&'static str>,
+    urls: Vec<String>,
+    secrets: Vec<String>,
+    subscriptions: Vec<Option<String>>,
+    snapshots: Vec<String>,
+}
+
+impl Outbox {
+    fn of(entries: &[crate::webhook::OutboxEntry]) -> Outbox {
+        let mut o = Outbox::default();
+        for e in entries {
+            o.ids.push(e.id.clone());
+            o.targets.push(i32::try_from(e.target).unwrap_or(i32::MAX));
+            o.events.push(e.event.as_str());
+            o.urls.push(e.url.clone());
+            o.secrets.push(e.secret.clone());
+            o.subscriptions.push(e.subscription.clone());
+            o.snapshots.push(e.snapshot.clone());
+        }
+        o
+    }
 }
 
 /// The column values of `t` in [`TASK_COLUMNS`] order, then `expires_at`.
@@ -297,6 +372,7 @@ struct TaskValues {
     finished_at: Option<i64>,
     retain_after_finish_ms: Option<i64>,
     checkpoint: Option<String>,
+    webhooks: Option<String>,
     expires_at: Option<i64>,
 }
 
@@ -324,11 +400,12 @@ impl TaskValues {
                 .as_ref()
                 .map(|c| text("a task checkpoint", c))
                 .transpose()?,
+            webhooks: crate::webhook::encode_targets(&t.webhooks),
             expires_at: opt_pg_int(t.expires_at()),
         })
     }
 
-    fn params<'a>(&'a self, t: &'a TaskRecord) -> [&'a (dyn ToSql + Sync); 26] {
+    fn params<'a>(&'a self, t: &'a TaskRecord) -> [&'a (dyn ToSql + Sync); 27] {
         [
             &t.id,
             &t.owner,
@@ -355,6 +432,7 @@ impl TaskValues {
             &t.progress_message,
             &self.retain_after_finish_ms,
             &self.checkpoint,
+            &self.webhooks,
             &self.expires_at,
         ]
     }
@@ -377,7 +455,7 @@ pub(super) async fn prepare_insert(
 ) -> Result<tokio_postgres::Statement, StoreError> {
     db.prepare_cached(&format!(
         "INSERT INTO tasks ({TASK_COLUMNS}, expires_at) VALUES \
-         ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26)"
+         ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27)"
     ))
     .await
     .context("prepare the task insert")

@@ -115,6 +115,29 @@ CREATE TABLE sessions (
         sql: "ALTER TABLE sessions ADD COLUMN idle_ms BIGINT; \
               CREATE INDEX sessions_by_owner ON sessions (owner, id);",
     },
+    Migration {
+        version: 7,
+        what: "add task_steps (a task's step journal)",
+        sql: "CREATE TABLE task_steps (task_id TEXT NOT NULL, seq INTEGER NOT NULL, \
+              name TEXT NOT NULL, output TEXT NOT NULL, attempt INTEGER NOT NULL, \
+              at BIGINT NOT NULL, PRIMARY KEY (task_id, seq));",
+    },
+    Migration {
+        version: 8,
+        what: "add tasks.webhooks, webhook_outbox and webhook_attempts (webhooks on task events)",
+        sql: "ALTER TABLE tasks ADD COLUMN webhooks TEXT; \
+              CREATE TABLE webhook_outbox (seq BIGSERIAL PRIMARY KEY, id TEXT NOT NULL UNIQUE, \
+              task_id TEXT NOT NULL, target INTEGER NOT NULL, event TEXT NOT NULL, \
+              url TEXT NOT NULL, secret TEXT NOT NULL, subscription TEXT, snapshot TEXT NOT NULL, \
+              created_at BIGINT NOT NULL, next_at BIGINT NOT NULL, state TEXT NOT NULL, \
+              attempts INTEGER NOT NULL, lease_owner TEXT, lease_until BIGINT, \
+              delivered_at BIGINT, last_status INTEGER, last_error TEXT); \
+              CREATE INDEX webhook_outbox_task ON webhook_outbox (task_id, target, seq); \
+              CREATE INDEX webhook_outbox_due ON webhook_outbox (next_at) WHERE state = 'pending'; \
+              CREATE TABLE webhook_attempts (delivery TEXT NOT NULL, at BIGINT NOT NULL, \
+              status INTEGER, latency_ms BIGINT NOT NULL, error TEXT); \
+              CREATE INDEX webhook_attempts_delivery ON webhook_attempts (delivery, at);",
+    },
 ];
 
 /// The version a database is at once every migration is applied.

@@ -6,6 +6,7 @@
 //! the writer (WAL). The schema is versioned and migrated on open (`schema.rs`); row mapping and the
 //! single-row statements are in `rows.rs`.
 
+mod deliveries;
 mod rows;
 mod schema;
 mod writer;
@@ -22,12 +23,14 @@ use self::rows::{
 };
 use self::writer::{Completion, Job};
 use super::{
-    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, id_floor, prefix_end,
-    ActiveCounts, ActiveLimit, Among, AnswerError, Context, Created, FinishedCounts, InvalidCursor,
-    ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord, StoreError,
-    TaskChange, TaskFilter, TaskPage, TaskStore, UpdateError,
+    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, history_base,
+    id_floor, prefix_end, ActiveCounts, ActiveLimit, Among, AnswerError, Context, Created,
+    FinishedCounts, InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged,
+    SessionLimit, SessionRecord, StoreError, TaskChange, TaskFilter, TaskPage, TaskStore,
+    UpdateError,
 };
-use crate::model::{InputRecord, InputResponse, TaskRecord, TaskStatus, Transition};
+use crate::model::{InputRecord, InputResponse, StepRecord, TaskRecord, TaskStatus, Transition};
+use crate::webhook::{Delivery, DeliveryAttempt, DeliveryNext, DeliveryQuery};
 
 /// Idle read connections kept open.
 const MAX_IDLE_READERS: usize = 8;
@@ -298,7 +301,7 @@ impl TaskStore for SqliteStore {
                 if !expect.contains(&rec.status) || !held_by_holder(&rec, &change) {
                     return Err(UpdateError::Conflict(Box::new(rec)));
                 }
-                let was = rec.status;
+                let was = history_base(&rec, &change);
                 apply_change(&mut rec, change, now);
                 update_task(conn, &rec, was)?;
                 Ok(rec)
@@ -351,7 +354,7 @@ impl TaskStore for SqliteStore {
                 status: Some(TaskStatus::InputRequired),
                 ..Default::default()
             };
-            let was = rec.status;
+            let was = history_base(&rec, &change);
             apply_change(&mut rec, change, now);
             update_task(conn, &rec, was)?;
             insert_input(conn, &input)?;
@@ -381,7 +384,7 @@ impl TaskStore for SqliteStore {
             rows::answer_input(conn, &key, &response, now)?;
             let pending = rows::pending_inputs(conn, &input.task_id)?;
             let change = after_answer(rec.status, pending > 0);
-            let was = rec.status;
+            let was = history_base(&rec, &change);
             apply_change(&mut rec, change, now);
             update_task(conn, &rec, was)?;
             Ok((
@@ -412,6 +415,57 @@ impl TaskStore for SqliteStore {
                     .collect::<rusqlite::Result<Vec<_>>>()
             })
             .with_context(|| format!("read the input requests of task {task_id}"))
+        })
+        .await
+    }
+
+    async fn record_step(&self, node: &str, step: StepRecord) -> Result<(), UpdateError> {
+        let node = node.to_string();
+        let shared = self.shared.clone();
+        let output = step.output.to_string();
+        self.write(move |conn| {
+            // The writer thread is the only writer, so the check and the insert are one step.
+            let rec =
+                select_task_shared(conn, &step.task_id, &shared)?.ok_or(UpdateError::NotFound)?;
+            if rec.status.is_terminal() || rec.lease_owner.as_deref() != Some(node.as_str()) {
+                return Err(UpdateError::Conflict(Box::new(rec)));
+            }
+            let n = conn
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO task_steps (task_id, seq, name, output, attempt, at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![
+                        step.task_id,
+                        step.seq,
+                        step.name,
+                        output,
+                        step.attempt,
+                        sql_int(step.at)
+                    ])
+                })
+                .with_context(|| format!("record step {} of task {}", step.seq, step.task_id))?;
+            if n == 0 {
+                return Err(UpdateError::Conflict(Box::new(rec)));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn steps(&self, task_id: &str) -> Result<Vec<StepRecord>, StoreError> {
+        let task_id = task_id.to_string();
+        self.read(move |conn| {
+            conn.prepare_cached(
+                "SELECT task_id, seq, name, output, attempt, at FROM task_steps \
+                 WHERE task_id = ?1 ORDER BY seq",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_map([&task_id], rows::step_from_row)?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .with_context(|| format!("read the step journal of task {task_id}"))
         })
         .await
     }
@@ -596,8 +650,7 @@ impl TaskStore for SqliteStore {
             })?;
             let mut changed = Vec::with_capacity(found.len());
             for mut t in found {
-                let was = t.status;
-                if claim_orphan(&mut t, &plan, &node, lease_until, now) {
+                if let Some(was) = claim_orphan(&mut t, &plan, &node, lease_until, now) {
                     update_task(conn, &t, was)?;
                     shared.keep(&t);
                     changed.push(t);
@@ -646,6 +699,13 @@ impl TaskStore for SqliteStore {
                 params![now, grace_edge],
             )
             .context("delete the history of expired tasks")?;
+            conn.execute(
+                &format!(
+                    "DELETE FROM task_steps WHERE task_id IN (SELECT id FROM tasks WHERE {cond})"
+                ),
+                params![now, grace_edge],
+            )
+            .context("delete the step journals of expired tasks")?;
             let tasks = conn
                 .execute(
                     &format!("DELETE FROM tasks WHERE {cond}"),
@@ -737,6 +797,58 @@ impl TaskStore for SqliteStore {
 
     fn is_exclusive(&self) -> bool {
         true
+    }
+
+    async fn claim_deliveries(
+        &self,
+        node: &str,
+        now: u64,
+        lease_until: u64,
+        limit: usize,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        let node = node.to_string();
+        let asked = node.clone();
+        if !self
+            .read(move |conn| deliveries::any_due(conn, &asked, now))
+            .await?
+        {
+            return Ok(Vec::new());
+        }
+        self.write(move |conn| deliveries::claim(conn, &node, now, lease_until, limit))
+            .await
+    }
+
+    async fn finish_delivery(
+        &self,
+        id: &str,
+        node: &str,
+        attempt: DeliveryAttempt,
+        next: DeliveryNext,
+    ) -> Result<bool, StoreError> {
+        let (id, node) = (id.to_string(), node.to_string());
+        self.write(move |conn| deliveries::finish(conn, &id, &node, &attempt, next))
+            .await
+    }
+
+    async fn deliveries(&self, query: &DeliveryQuery) -> Result<Vec<Delivery>, StoreError> {
+        let query = query.clone();
+        self.read(move |conn| deliveries::list(conn, &query)).await
+    }
+
+    async fn delivery_attempts(&self, id: &str) -> Result<Vec<DeliveryAttempt>, StoreError> {
+        let id = id.to_string();
+        self.read(move |conn| deliveries::attempts(conn, &id)).await
+    }
+
+    async fn redeliver(&self, id: &str, now: u64) -> Result<bool, StoreError> {
+        let id = id.to_string();
+        self.write(move |conn| deliveries::redeliver(conn, &id, now))
+            .await
+    }
+
+    async fn purge_deliveries(&self, before: u64) -> Result<usize, StoreError> {
+        self.write(move |conn| deliveries::purge(conn, before))
+            .await
     }
 }
 

@@ -20,7 +20,8 @@ macro_rules! task_columns {
             $args,
             ", request_meta, status, status_message, progress, progress_total, created_at, \
              updated_at, ttl_ms, poll_interval_ms, outcome, idempotency_key, fingerprint, attempt, \
-             lease_owner, lease_until, finished_at, progress_message, retain_after_finish_ms, checkpoint"
+             lease_owner, lease_until, finished_at, progress_message, retain_after_finish_ms, checkpoint, \
+             webhooks"
         )
     };
 }
@@ -162,10 +163,24 @@ pub(super) fn task_from_row(row: &Row<'_>) -> rusqlite::Result<TaskRecord> {
         progress_message: row.get(22)?,
         retain_after_finish_ms: row.get::<_, Option<i64>>(23)?.map(u64_from_sql),
         checkpoint: opt_json_from_sql::<serde_json::Value>(24, row.get(24)?)?,
+        webhooks: crate::webhook::decode_targets(row.get::<_, Option<String>>(25)?.as_deref())
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(25, Type::Text, Box::new(e)))?,
     })
 }
 
 /// Maps a row selected with [`INPUT_COLUMNS`].
+/// A journal step from `SELECT task_id, seq, name, output, attempt, at`.
+pub(super) fn step_from_row(row: &Row<'_>) -> rusqlite::Result<crate::model::StepRecord> {
+    Ok(crate::model::StepRecord {
+        task_id: row.get(0)?,
+        seq: row.get(1)?,
+        name: row.get(2)?,
+        output: json_from_sql(3, &row.get::<_, String>(3)?)?,
+        attempt: row.get(4)?,
+        at: u64::try_from(row.get::<_, i64>(5)?).unwrap_or(0),
+    })
+}
+
 pub(super) fn input_from_row(row: &Row<'_>) -> rusqlite::Result<InputRecord> {
     Ok(InputRecord {
         key: row.get(0)?,
@@ -237,7 +252,7 @@ pub(super) fn insert_task(conn: &Connection, t: &TaskRecord) -> Result<(), Store
     let outcome = outcome_json(t)?;
     conn.prepare_cached(&format!(
         "INSERT INTO tasks ({TASK_COLUMNS}, expires_at) VALUES \
-         (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26)"
+         (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27)"
     ))
     .and_then(|mut stmt| {
         stmt.execute(params![
@@ -266,6 +281,7 @@ pub(super) fn insert_task(conn: &Connection, t: &TaskRecord) -> Result<(), Store
             t.progress_message,
             opt_i64(t.retain_after_finish_ms),
             t.checkpoint.as_ref().map(ToString::to_string),
+            crate::webhook::encode_targets(&t.webhooks),
             opt_i64(t.expires_at()),
         ])
     })
@@ -274,13 +290,37 @@ pub(super) fn insert_task(conn: &Connection, t: &TaskRecord) -> Result<(), Store
 }
 
 /// Writes back the fields a [`TaskChange`](crate::store::TaskChange) can touch; a status other than
-/// `was` also goes into the task's history.
+/// `was` (see [`history_base`](crate::store::history_base)) also goes into the task's history.
 pub(super) fn update_task(
     conn: &Connection,
     t: &TaskRecord,
-    was: TaskStatus,
+    was: Option<TaskStatus>,
 ) -> Result<(), StoreError> {
-    if t.status != was {
+    for e in crate::webhook::outbox_entries(t, was) {
+        // After a 410 from a target, the task's later events to it are settled as gone at once.
+        conn.prepare_cached(
+            "INSERT INTO webhook_outbox (id, task_id, target, event, url, secret, subscription, \
+             snapshot, created_at, next_at, state, attempts) \
+             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, \
+             CASE WHEN EXISTS (SELECT 1 FROM webhook_outbox WHERE task_id = ?2 AND target = ?3 \
+             AND state = 'gone') THEN 'gone' ELSE 'pending' END, 0",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                e.id,
+                e.task_id,
+                e.target,
+                e.event.as_str(),
+                e.url,
+                e.secret,
+                e.subscription,
+                e.snapshot,
+                sql_int(e.created_at),
+            ])
+        })
+        .with_context(|| format!("write the {} event of task {} to the outbox", e.event, t.id))?;
+    }
+    if was != Some(t.status) {
         conn.prepare_cached(
             "INSERT INTO task_history (task_id, at, status, message) VALUES (?1, ?2, ?3, ?4)",
         )

@@ -1,0 +1,608 @@
+//! Webhooks on task events, end to end: the real binary sends, a receiver on loopback verifies
+//! every delivery with the official `standardwebhooks` library (interop/python/webhook_receiver.py).
+//! Order, signatures, retries, 410, kill -9, two PostgreSQL replicas, the refusals that keep
+//! webhooks off private addresses, the client's `--webhook`, and the admin commands.
+
+mod common;
+#[path = "../../server/tests/support/mod.rs"]
+mod support;
+
+use common::receiver::Receiver;
+use common::{ClientCli, ServerProcess};
+use serde_json::{json, Value};
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use support::Client;
+
+const META: &str = "io.github.mcp-tasks/webhook";
+/// The Standard Webhooks specification's example secret.
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+/// Another valid secret.
+const OTHER_SECRET: &str = "whsec_QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFB";
+
+/// A config that lets webhooks reach 127.0.0.1 (the receiver), plus `extra`.
+fn config(dir: &Path, extra: &str) -> PathBuf {
+    let path = dir.join("mcp-tasks.toml");
+    std::fs::write(
+        &path,
+        format!("[webhooks]\nallowed_hosts = [\"127.0.0.1\"]\n{extra}"),
+    )
+    .unwrap();
+    path
+}
+
+fn base(server: &ServerProcess) -> String {
+    server.url.trim_end_matches("/mcp").to_string()
+}
+
+async fn get_json(url: &str) -> Value {
+    reqwest::get(url).await.unwrap().json().await.unwrap()
+}
+
+/// The admin API's deliveries of `task`, oldest first.
+async fn deliveries(server: &ServerProcess, task: &str) -> Vec<Value> {
+    let mut all = get_json(&format!("{}/admin/api/webhooks?task={task}", base(server))).await
+        ["deliveries"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    all.reverse();
+    all
+}
+
+/// Waits until the admin API shows `task`'s deliveries in a state `done` accepts.
+async fn wait_deliveries(
+    server: &ServerProcess,
+    task: &str,
+    done: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let start = Instant::now();
+    loop {
+        let d = deliveries(server, task).await;
+        if done(&d) {
+            return d;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "deliveries of {task}: {d:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Creates a task on the 2025-11-25 wire with `webhook` in the call's `_meta`: the create result.
+async fn create(c: &mut Client, tool: &str, args: Value, webhook: Value) -> Value {
+    let ex = c
+        .request(
+            "tools/call",
+            json!({"name": tool, "arguments": args, "task": {"ttl": 600_000}, "_meta": {META: webhook}}),
+        )
+        .await;
+    ex.result().clone()
+}
+
+fn types(seen: &[Value]) -> Vec<String> {
+    seen.iter()
+        .map(|d| d["body"]["type"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_s_events_arrive_in_order_verified_by_standardwebhooks_and_operators_see_them() {
+    let rx = Receiver::start(SECRET, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "");
+    let server = ServerProcess::start(&[
+        "--demo",
+        "--store",
+        "memory:",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    let mut c = Client::connect_caps(&server.url, json!({"elicitation": {}})).await;
+    let created = create(
+        &mut c,
+        "confirm_delete",
+        json!({"filename": "a.txt"}),
+        json!({"url": rx.url(), "secret": SECRET}),
+    )
+    .await;
+    let id = created["task"]["taskId"].as_str().unwrap().to_string();
+    let said = &created["_meta"][META];
+    assert_eq!(said["url"], rx.url());
+    assert_eq!(
+        said["events"],
+        json!([
+            "task.input_required",
+            "task.completed",
+            "task.failed",
+            "task.cancelled"
+        ])
+    );
+    assert!(
+        said.get("secret").is_none(),
+        "a secret the client gave is not echoed"
+    );
+    // The question goes out on tasks/result; its event reaches the receiver meanwhile.
+    let mut stream = c
+        .stream_request("tasks/result", json!({"taskId": id}))
+        .await;
+    let ask = loop {
+        let m = support::next_msg(&mut stream).await;
+        if m["method"] == "elicitation/create" {
+            break m;
+        }
+    };
+    let first = rx.wait_for(1, Duration::from_secs(20));
+    assert_eq!(types(&first), ["task.input_required"]);
+    c.respond(
+        &ask["id"],
+        json!({"action": "accept", "content": {"confirm": true}}),
+    )
+    .await;
+    loop {
+        if support::next_msg(&mut stream).await.get("method").is_none() {
+            break;
+        }
+    }
+    let seen = rx.wait_for(2, Duration::from_secs(20));
+    assert_eq!(types(&seen), ["task.input_required", "task.completed"]);
+    for d in &seen {
+        assert_eq!(d["verified"], true, "{d}");
+        assert_eq!(d["answered"], 204);
+        assert_eq!(d["body"]["data"]["taskId"], id.as_str());
+        assert!(d["id"].as_str().unwrap().starts_with("msg_"));
+        assert!(d["timestamp"].as_str().unwrap().parse::<u64>().is_ok());
+    }
+    assert_ne!(seen[0]["id"], seen[1]["id"]);
+    assert_eq!(seen[0]["body"]["data"]["status"], "input_required");
+    let done = &seen[1]["body"]["data"];
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["tool"], "confirm_delete");
+    assert!(
+        done["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Deleted a.txt"),
+        "{done}"
+    );
+    // The operator's view: both delivered at the first attempt, no secret anywhere.
+    let listed = wait_deliveries(&server, &id, |d| {
+        d.len() == 2 && d.iter().all(|x| x["state"] == "delivered")
+    })
+    .await;
+    assert_eq!(listed[1]["id"], seen[1]["id"]);
+    assert_eq!(listed[1]["attempts"], 1);
+    assert_eq!(listed[1]["lastStatus"], 204);
+    let task = get_json(&format!("{}/admin/api/tasks/{id}", base(&server))).await;
+    assert_eq!(task["webhooks"][0]["url"], rx.url());
+    assert_eq!(task["deliveries"].as_array().unwrap().len(), 2);
+    assert!(
+        !task.to_string().contains(&SECRET[6..]),
+        "no secret in {task}"
+    );
+    // mcp-tasks admin webhooks: list, show, redeliver (the same webhook-id again).
+    let cli = ClientCli::new(&server.url);
+    let admin_url = base(&server);
+    let admin = |args: &[&str]| {
+        let mut all = vec!["admin", "--url", admin_url.as_str()];
+        all.extend_from_slice(args);
+        let out = cli.run(&all);
+        assert!(out.status.success(), "{all:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let table = admin(&["webhooks", "list", "--task", &id]);
+    assert!(table.starts_with("DELIVERY"), "{table}");
+    assert_eq!(table.matches("delivered").count(), 2, "{table}");
+    let delivery = seen[1]["id"].as_str().unwrap();
+    let shown = admin(&["webhooks", "show", delivery]);
+    assert!(
+        shown.contains("task.completed") && shown.contains("204"),
+        "{shown}"
+    );
+    assert!(!shown.contains(&SECRET[6..]));
+    assert!(admin(&["webhooks", "redeliver", delivery]).contains("sent again"));
+    let again = rx.wait_for(3, Duration::from_secs(20));
+    assert_eq!(
+        again[2]["id"], seen[1]["id"],
+        "a redelivery keeps its webhook-id"
+    );
+    assert_eq!(again[2]["verified"], true);
+    // Counted once the receiver's answer is in, a moment after it printed the delivery.
+    let start = Instant::now();
+    loop {
+        let metrics = reqwest::get(format!("{}/metrics", base(&server)))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if metrics.contains("mcp_tasks_webhook_attempts_total{outcome=\"delivered\"} 3") {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{metrics}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_with_another_secret_cannot_verify_and_the_event_is_tried_again() {
+    let rx = Receiver::start(OTHER_SECRET, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "");
+    let server = ServerProcess::start(&[
+        "--demo",
+        "--store",
+        "memory:",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    let mut c = Client::connect(&server.url).await;
+    let created = create(
+        &mut c,
+        "slow_compute",
+        json!({"seconds": 0.1}),
+        json!({"url": rx.url(), "secret": SECRET}),
+    )
+    .await;
+    let id = created["task"]["taskId"].as_str().unwrap().to_string();
+    // The first attempt, then a second about a second later: neither verifies.
+    let seen = rx.wait_for(2, Duration::from_secs(20));
+    for d in &seen {
+        assert_eq!(d["verified"], false, "{d}");
+        assert_eq!(d["answered"], 400);
+        assert!(d["error"]
+            .as_str()
+            .unwrap()
+            .contains("No matching signature"));
+    }
+    assert_eq!(seen[0]["id"], seen[1]["id"], "a retry keeps its webhook-id");
+    let d = wait_deliveries(&server, &id, |d| {
+        d.first().is_some_and(|x| x["attempts"].as_u64() >= Some(2))
+    })
+    .await;
+    assert_eq!(d[0]["state"], "pending");
+    assert_eq!(d[0]["lastStatus"], 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_410_stops_the_task_s_later_events_to_that_receiver() {
+    let rx = Receiver::start(SECRET, &["--status", "410"]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "");
+    let server = ServerProcess::start(&[
+        "--demo",
+        "--store",
+        "memory:",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    let mut c = Client::connect_caps(&server.url, json!({"elicitation": {}})).await;
+    let created = create(
+        &mut c,
+        "confirm_delete",
+        json!({"filename": "b.txt"}),
+        json!({"url": rx.url(), "secret": SECRET}),
+    )
+    .await;
+    let id = created["task"]["taskId"].as_str().unwrap().to_string();
+    let mut stream = c
+        .stream_request("tasks/result", json!({"taskId": id}))
+        .await;
+    let ask = loop {
+        let m = support::next_msg(&mut stream).await;
+        if m["method"] == "elicitation/create" {
+            break m;
+        }
+    };
+    rx.wait_for(1, Duration::from_secs(20));
+    wait_deliveries(&server, &id, |d| {
+        d.first().is_some_and(|x| x["state"] == "gone")
+    })
+    .await;
+    c.respond(
+        &ask["id"],
+        json!({"action": "accept", "content": {"confirm": false}}),
+    )
+    .await;
+    loop {
+        if support::next_msg(&mut stream).await.get("method").is_none() {
+            break;
+        }
+    }
+    // The completion's event is written, and settled as gone without being sent.
+    let d = wait_deliveries(&server, &id, |d| d.len() == 2).await;
+    assert_eq!(
+        d.iter().map(|x| x["state"].clone()).collect::<Vec<_>>(),
+        [json!("gone"), json!("gone")]
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(rx.seen().len(), 1, "{:?}", rx.seen());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_down_for_30_s_gets_the_event_when_it_returns_with_the_secret_the_server_made() {
+    let port = common::free_port();
+    let url = format!("http://127.0.0.1:{port}/hooks");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "");
+    let server = ServerProcess::start(&[
+        "--demo",
+        "--store",
+        "memory:",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    // mcp-tasks call registers it (2026-07-28, the client's default with this server); the
+    // secret the server made is printed once, also with --quiet.
+    let cli = ClientCli::new(&server.url);
+    let out = cli.run(&[
+        "call",
+        "slow_compute",
+        "seconds=0.2",
+        "--webhook",
+        &url,
+        "--quiet",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let down_since = Instant::now();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let secret = stderr
+        .split_whitespace()
+        .find(|w| w.starts_with("whsec_"))
+        .unwrap_or_else(|| panic!("no secret in {stderr}"))
+        .to_string();
+    assert!(stderr.contains("shown this once"), "{stderr}");
+    // Nobody listens: attempts fail and are tried again after 1, 2, 4, 8, 16 s.
+    tokio::time::sleep(Duration::from_secs(30).saturating_sub(down_since.elapsed())).await;
+    let rx = Receiver::start_on(port, &secret, &[]);
+    let seen = rx.wait_for(1, Duration::from_secs(45));
+    assert_eq!(seen[0]["verified"], true, "{:?}", seen[0]);
+    assert_eq!(seen[0]["body"]["type"], "task.completed");
+    let id = seen[0]["body"]["data"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let d = wait_deliveries(&server, &id, |d| {
+        d.first().is_some_and(|x| x["state"] == "delivered")
+    })
+    .await;
+    assert!(d[0]["attempts"].as_u64().unwrap() >= 6, "{d:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_wire_form_registers_a_webhook() {
+    let rx = Receiver::start(SECRET, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "");
+    let server = ServerProcess::start(&[
+        "--demo",
+        "--store",
+        "memory:",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    let cli = ClientCli::new(&server.url);
+    // 2025-11-25 (params.task) and 2026-07-28 (the tasks extension), through mcp-tasks call.
+    let url = rx.url();
+    for wire in [&["--no-2026"][..], &[][..]] {
+        let mut args = vec![
+            "call",
+            "slow_compute",
+            "seconds=0.1",
+            "--webhook",
+            url.as_str(),
+            "--webhook-secret",
+            SECRET,
+            "--webhook-event",
+            "task.completed",
+        ];
+        args.extend_from_slice(wire);
+        let out = cli.run(&args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("whsec_"));
+    }
+    // Asynchronous Tool Execution: an operation's call carries it the same way.
+    let mut c = Client::connect_caps(
+        &server.url,
+        json!({"experimental": {"asyncToolExecution": {}}}),
+    )
+    .await;
+    let r = c
+        .request(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 0.1},
+                   "operation": {"token": "op-webhook"},
+                   "_meta": {META: {"url": rx.url(), "secret": SECRET, "events": ["task.completed"]}}}),
+        )
+        .await;
+    assert_eq!(r.result()["_meta"][META]["url"], rx.url());
+    let seen = rx.wait_for(3, Duration::from_secs(20));
+    assert_eq!(types(&seen), ["task.completed"; 3]);
+    assert!(seen.iter().all(|d| d["verified"] == true));
+    let tasks: HashSet<_> = seen
+        .iter()
+        .map(|d| d["body"]["data"]["taskId"].clone())
+        .collect();
+    assert_eq!(tasks.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_written_before_a_kill_9_is_delivered_after_the_restart_with_its_id() {
+    let port = common::free_port();
+    let url = format!("http://127.0.0.1:{port}/hooks");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "");
+    let db = dir.path().join("tasks.db");
+    let args = [
+        "--demo",
+        "--store",
+        db.to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
+    ];
+    let server = ServerProcess::start(&args);
+    let mut c = Client::connect(&server.url).await;
+    let created = create(
+        &mut c,
+        "slow_compute",
+        json!({"seconds": 0.1}),
+        json!({"url": url, "secret": SECRET}),
+    )
+    .await;
+    let id = created["task"]["taskId"].as_str().unwrap().to_string();
+    // Completed, its event written, not delivered (nobody listens).
+    let before = wait_deliveries(&server, &id, |d| {
+        d.first().is_some_and(|x| x["attempts"].as_u64() >= Some(1))
+    })
+    .await;
+    assert_eq!(before[0]["state"], "pending");
+    server.kill9();
+    let rx = Receiver::start_on(port, SECRET, &[]);
+    let server = ServerProcess::start(&args);
+    let seen = rx.wait_for(1, Duration::from_secs(30));
+    assert_eq!(
+        seen[0]["id"], before[0]["id"],
+        "the same webhook-id after the restart"
+    );
+    assert_eq!(seen[0]["verified"], true);
+    assert_eq!(seen[0]["body"]["data"]["taskId"], id.as_str());
+    wait_deliveries(&server, &id, |d| {
+        d.first().is_some_and(|x| x["state"] == "delivered")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_postgresql_replicas_deliver_each_event_once() {
+    let pg = common::pg::FreshSchema::new("webhooks").await;
+    let rx = Receiver::start(SECRET, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "");
+    let args = [
+        "--demo",
+        "--store",
+        pg.url.as_str(),
+        "--config",
+        cfg.to_str().unwrap(),
+    ];
+    let a = ServerProcess::start(&args);
+    let b = ServerProcess::start(&args);
+    let mut tasks = HashSet::new();
+    for server in [&a, &b] {
+        let mut c = Client::connect(&server.url).await;
+        for _ in 0..10 {
+            let created = create(
+                &mut c,
+                "slow_compute",
+                json!({"seconds": 0.2}),
+                json!({"url": rx.url(), "secret": SECRET, "events": ["task.completed"]}),
+            )
+            .await;
+            tasks.insert(created["task"]["taskId"].as_str().unwrap().to_string());
+        }
+    }
+    let seen = rx.wait_for(20, Duration::from_secs(30));
+    // Both replicas claim from the one outbox: nothing more comes.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let seen_all = rx.seen();
+    assert_eq!(seen_all.len(), 20, "{seen:?}");
+    let ids: HashSet<_> = seen_all.iter().map(|d| d["id"].clone()).collect();
+    assert_eq!(ids.len(), 20, "each event once");
+    let delivered: HashSet<String> = seen_all
+        .iter()
+        .map(|d| d["body"]["data"]["taskId"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(delivered, tasks);
+    assert!(seen_all.iter().all(|d| d["verified"] == true));
+    drop((a, b));
+    pg.drop_schema().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_addresses_are_refused_at_registration_and_at_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    // No allowed hosts; an operator subscription to a name that resolves to loopback.
+    let cfg = dir.path().join("mcp-tasks.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[webhooks.subscriptions]]\nname = \"ops\"\nurl = \"https://localhost:9/hooks\"\nsecret = \"{SECRET}\"\n"
+        ),
+    )
+    .unwrap();
+    let server = ServerProcess::start(&[
+        "--demo",
+        "--store",
+        "memory:",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    let mut c = Client::connect(&server.url).await;
+    for (url, says) in [
+        (
+            "https://169.254.169.254/latest/meta-data",
+            "169.254.169.254 is 169.254.169.254, a private, loopback or link-local address",
+        ),
+        ("https://10.0.0.1/hooks", "10.0.0.1 is 10.0.0.1"),
+        ("https://localhost:9/hooks", "localhost is 127.0.0.1"),
+        (
+            "http://hooks.example.com/",
+            "plain http is sent only to hosts the operator allows",
+        ),
+    ] {
+        let ex = c
+            .request(
+                "tools/call",
+                json!({"name": "slow_compute", "arguments": {"seconds": 0}, "task": {},
+                       "_meta": {META: {"url": url}}}),
+            )
+            .await;
+        assert_eq!(ex.error_code(), -32602, "{url}");
+        let message = ex.error()["message"].as_str().unwrap();
+        assert!(message.contains(says), "{url}: {message}");
+    }
+    // The operator's subscription resolves at delivery, where the lookup refuses it: no
+    // connection is made, and the delivery says why.
+    let id = c.create_task("slow_compute", json!({"seconds": 0})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let d = wait_deliveries(&server, &id, |d| {
+        d.first().is_some_and(|x| x["attempts"].as_u64() >= Some(1))
+    })
+    .await;
+    assert_eq!(d[0]["subscription"], "ops");
+    let why = d[0]["lastError"].as_str().unwrap();
+    assert!(
+        why.contains("localhost resolves to") && why.contains("allowed_hosts"),
+        "{why}"
+    );
+    // A subscription to a private address is refused when the config is read.
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[webhooks.subscriptions]]\nurl = \"https://10.0.0.1/x\"\nsecret = \"{SECRET}\"\n"
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::bin())
+        .args([
+            "serve",
+            "--store",
+            "memory:",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+        ])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("[[webhooks.subscriptions]]") && stderr.contains("10.0.0.1"),
+        "{stderr}"
+    );
+}

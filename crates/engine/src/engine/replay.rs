@@ -1,0 +1,194 @@
+//! What a resumed run replays of the runs before it: the step journal (see `crate::journal`) and
+//! the questions earlier runs asked, so a resumed run neither redoes a recorded step nor asks the
+//! user again.
+
+use serde_json::Value;
+
+use super::runner::TaskSink;
+use crate::clock::now_ms;
+use crate::context::{InputError, StepError, StepSlot};
+use crate::model::{InputRecord, StepRecord, TaskStatus};
+use crate::store::{error_chain, TaskChange, UpdateError};
+
+/// A run's view of the earlier runs of its task, read when first needed.
+#[derive(Default)]
+pub(crate) struct Resumed {
+    /// The recorded steps, in journal order (`None`: not read yet).
+    journal: Option<Vec<StepRecord>>,
+    /// The journal's next place.
+    next: u32,
+    /// Questions earlier runs asked that this run has not taken up yet, oldest first (`None`: not
+    /// read yet).
+    inputs: Option<Vec<InputRecord>>,
+}
+
+impl Resumed {
+    /// What a run starts from when the journal was read for it already.
+    pub(crate) fn with_journal(journal: Vec<StepRecord>) -> Box<Resumed> {
+        Box::new(Resumed {
+            journal: Some(journal),
+            ..Default::default()
+        })
+    }
+}
+
+/// What the journal says about its next place, decided under the lock.
+enum Next {
+    Slot(StepSlot),
+    Mismatch(StepError),
+}
+
+impl TaskSink {
+    fn resumed(&self) -> std::sync::MutexGuard<'_, Option<Box<Resumed>>> {
+        // Every change under the lock is one assignment or push: a poisoned lock holds a whole value.
+        self.resumed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the journal's next place for a step named `name` (see
+    /// [`ContextSink::replay_step`](crate::ContextSink::replay_step)). A first run has nothing to
+    /// replay and reads nothing; a later one reads the journal once.
+    /// Fills the part of [`Resumed`] that `part` picks with what `read` reads, unless it is there.
+    async fn read_once<T, E>(
+        &self,
+        part: fn(&mut Resumed) -> &mut Option<T>,
+        read: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<(), E> {
+        if self.resumed().as_mut().is_some_and(|r| part(r).is_some()) {
+            return Ok(());
+        }
+        let value = read.await?;
+        let mut held = self.resumed();
+        part(held.get_or_insert_with(Box::default)).get_or_insert(value);
+        Ok(())
+    }
+
+    pub(super) async fn replay(&self, name: &str) -> Result<StepSlot, StepError> {
+        let store = &self.engine.store;
+        let first_run = self.attempt <= 1;
+        self.read_once(|r| &mut r.journal, async {
+            if first_run {
+                return Ok(Vec::new());
+            }
+            store
+                .steps(&self.id)
+                .await
+                .map_err(|e| StepError::Store(error_chain(&e)))
+        })
+        .await?;
+        let next = {
+            let mut held = self.resumed();
+            let r = held.get_or_insert_with(Box::default);
+            let seq = r.next;
+            r.next += 1;
+            match r.journal.as_ref().and_then(|j| j.get(seq as usize)) {
+                Some(step) if step.name == name => {
+                    Next::Slot(StepSlot::Recorded(step.output.clone()))
+                }
+                Some(step) => Next::Mismatch(StepError::Mismatch {
+                    seq,
+                    recorded: step.name.clone(),
+                    found: name.to_string(),
+                }),
+                None => Next::Slot(StepSlot::Run(seq)),
+            }
+        };
+        match next {
+            Next::Slot(slot) => Ok(slot),
+            Next::Mismatch(e) => {
+                // The journal cannot be replayed by this code: the task fails, saying which steps.
+                self.fail(e.to_string()).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Records the output of the step at `seq`, while this run holds the task.
+    pub(super) async fn record(
+        &self,
+        seq: u32,
+        name: &str,
+        output: Value,
+    ) -> Result<(), StepError> {
+        let step = StepRecord {
+            task_id: self.id.clone(),
+            seq,
+            name: name.to_string(),
+            output,
+            attempt: self.attempt,
+            at: now_ms(),
+        };
+        let node = &self.engine.config.node_id;
+        let recorded = self.engine.store.record_step(node, step.clone()).await;
+        match recorded {
+            Ok(()) => {
+                if let Some(r) = self.resumed().as_mut() {
+                    if let Some(j) = r.journal.as_mut() {
+                        if j.len() == seq as usize {
+                            j.push(step);
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Err(UpdateError::Conflict(cur))
+                if !cur.status.is_terminal()
+                    && cur.lease_owner.as_deref() == Some(node.as_str()) =>
+            {
+                Err(StepError::AlreadyRecorded(seq))
+            }
+            Err(UpdateError::Conflict(cur)) => {
+                Err(StepError::NotRunning(if cur.status.is_terminal() {
+                    cur.status.as_str().to_string()
+                } else {
+                    format!("held by {}", cur.lease_owner.as_deref().unwrap_or("nobody"))
+                }))
+            }
+            Err(UpdateError::NotFound) => Err(StepError::NotRunning("purged".into())),
+            Err(UpdateError::Store(e)) => Err(StepError::Store(error_chain(&e))),
+        }
+    }
+
+    /// The first question an earlier run of this task asked with the same `method` and `params`
+    /// that this run has not taken up yet; taken up now.
+    pub(super) async fn earlier_input(
+        &self,
+        method: &str,
+        params: &Value,
+    ) -> Result<Option<InputRecord>, InputError> {
+        // Read before this run asks anything: every question found is an earlier run's.
+        let store = &self.engine.store;
+        self.read_once(|r| &mut r.inputs, async {
+            store
+                .inputs(&self.id)
+                .await
+                .map_err(|e| InputError::Store(error_chain(&e)))
+        })
+        .await?;
+        let mut held = self.resumed();
+        let Some(inputs) = held.as_mut().and_then(|r| r.inputs.as_mut()) else {
+            return Ok(None);
+        };
+        Ok(inputs
+            .iter()
+            .position(|i| i.method == method && i.params == *params)
+            .map(|at| inputs.remove(at)))
+    }
+
+    /// Fails the task with `message`, while this run holds it.
+    async fn fail(&self, message: String) {
+        let change = TaskChange {
+            status: Some(TaskStatus::Failed),
+            status_message: Some(Some(message.clone())),
+            outcome: Some(self.engine.rules.failure(message)),
+            holder: Some(self.engine.config.node_id.clone()),
+            ..Default::default()
+        };
+        if let Err(UpdateError::Store(e)) = self
+            .engine
+            .apply(&self.id, &TaskStatus::ACTIVE, change)
+            .await
+        {
+            tracing::warn!(task = %self.id, error = %error_chain(&e), "could not fail the task after a replay mismatch");
+        }
+    }
+}

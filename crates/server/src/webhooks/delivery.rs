@@ -1,0 +1,304 @@
+//! The delivery loop: claims due events from the store's outbox (under a lease, so among replicas
+//! one sends each), POSTs each signed, and records how it went. A failure is tried again after 1 s,
+//! 2 s, 4 s … (at most 5 minutes apart, with jitter, or later when the receiver's `Retry-After`
+//! says so) until the event is [`WebhookSettings::max_age`] old; 410 Gone stops the task's events to
+//! that target. Woken when a task with webhooks changes, and once a second for retries.
+
+use mcp_tasks_engine::store::TaskStore;
+use mcp_tasks_engine::webhook::{Delivery, DeliveryAttempt, DeliveryNext};
+use mcp_tasks_engine::{now_ms, Notifier, TaskEvent};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::{address, sign, WebhookSettings};
+
+/// How long a claim holds a delivery: past it another node may send it (one attempt's timeout
+/// and then some).
+const LEASE: Duration = Duration::from_secs(60);
+/// Deliveries claimed at once.
+const BATCH: usize = 32;
+/// The first retry's delay; each next one doubles, up to [`MAX_DELAY`].
+const FIRST_DELAY: Duration = Duration::from_secs(1);
+const MAX_DELAY: Duration = Duration::from_secs(300);
+/// How much of the receiver's answer is read (it is only shown to operators).
+const MAX_ANSWER: usize = 4096;
+
+/// What became of one attempt, for metrics: `delivered`, `retry`, `gone`, `failed`.
+pub type AttemptObserver = Arc<dyn Fn(&'static str, Duration) + Send + Sync>;
+
+/// Sends the outbox's events. One per server.
+pub struct Deliverer {
+    store: Arc<dyn TaskStore>,
+    node: String,
+    settings: Arc<WebhookSettings>,
+    client: reqwest::Client,
+    wake: Notify,
+    observer: Option<AttemptObserver>,
+}
+
+impl Deliverer {
+    /// A deliverer for `node` on `store`.
+    pub fn new(
+        store: Arc<dyn TaskStore>,
+        node: String,
+        settings: Arc<WebhookSettings>,
+        observer: Option<AttemptObserver>,
+    ) -> Result<Deliverer, reqwest::Error> {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(settings.timeout)
+            .connect_timeout(settings.timeout)
+            .dns_resolver(Arc::new(address::GuardedResolver {
+                allowed: Arc::new(settings.allowed_hosts.clone()),
+            }))
+            .user_agent(concat!("mcp-tasks/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(Deliverer {
+            store,
+            node,
+            settings,
+            client,
+            wake: Notify::new(),
+            observer,
+        })
+    }
+
+    /// Runs until `stop`: claims and sends, woken by events of tasks with webhooks on `notifier`.
+    pub async fn run(self: Arc<Self>, notifier: &Notifier, stop: CancellationToken) {
+        let mut events = notifier.subscribe_all();
+        let me = self.clone();
+        let stop2 = stop.clone();
+        tokio::spawn(async move {
+            loop {
+                let event = tokio::select! {
+                    e = events.recv() => e,
+                    () = stop2.cancelled() => return,
+                };
+                match event {
+                    Ok(TaskEvent::Changed(t) | TaskEvent::InputRequested { task: t, .. })
+                        if !t.webhooks.is_empty() =>
+                    {
+                        me.wake.notify_one();
+                    }
+                    Ok(_) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        me.wake.notify_one()
+                    }
+                    Err(_) => return,
+                }
+            }
+        });
+        let mut last_purge = Instant::now();
+        loop {
+            let sent = match self.round().await {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(error = %e, "webhook deliveries could not be claimed; trying again in a second");
+                    0
+                }
+            };
+            if last_purge.elapsed() > Duration::from_secs(3600) {
+                last_purge = Instant::now();
+                let before = now_ms().saturating_sub(
+                    u64::try_from(self.settings.keep_settled.as_millis()).unwrap_or(u64::MAX),
+                );
+                if let Err(e) = self.store.purge_deliveries(before).await {
+                    tracing::warn!(error = %e, "old webhook deliveries could not be removed");
+                }
+            }
+            if sent > 0 {
+                // What was sent may have let the next event of its task go: claim again at once.
+                continue;
+            }
+            tokio::select! {
+                () = self.wake.notified() => {}
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                () = stop.cancelled() => return,
+            }
+        }
+    }
+
+    /// Claims what is due and sends it; how many were claimed.
+    pub async fn round(&self) -> Result<usize, mcp_tasks_engine::store::StoreError> {
+        let now = now_ms();
+        let lease_until = now + u64::try_from(LEASE.as_millis()).unwrap_or(60_000);
+        let due = self
+            .store
+            .claim_deliveries(&self.node, now, lease_until, BATCH)
+            .await?;
+        let n = due.len();
+        let sends = due.into_iter().map(|d| self.deliver(d));
+        futures::future::join_all(sends).await;
+        Ok(n)
+    }
+
+    async fn deliver(&self, d: Delivery) {
+        let started = Instant::now();
+        let (attempt, next) = self.attempt(&d).await;
+        let outcome = match next {
+            DeliveryNext::Delivered => "delivered",
+            DeliveryNext::RetryAt(_) => "retry",
+            DeliveryNext::Gone => "gone",
+            DeliveryNext::GiveUp => "failed",
+        };
+        tracing::info!(
+            target: "mcp_tasks::audit",
+            delivery = %d.entry.id, task = %d.entry.task_id, event = %d.entry.event,
+            url = %d.entry.url, status = ?attempt.status, error = ?attempt.error, outcome,
+            "webhook attempt"
+        );
+        if let Some(observe) = &self.observer {
+            observe(outcome, started.elapsed());
+        }
+        match self
+            .store
+            .finish_delivery(&d.entry.id, &self.node, attempt, next)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::info!(delivery = %d.entry.id, "a webhook delivery's lease moved to another node before its attempt was recorded")
+            }
+            Err(e) => {
+                tracing::warn!(delivery = %d.entry.id, error = %e, "a webhook attempt could not be recorded; it will be tried again when its lease ends")
+            }
+        }
+    }
+
+    /// One attempt and what follows from it.
+    async fn attempt(&self, d: &Delivery) -> (DeliveryAttempt, DeliveryNext) {
+        let at = now_ms();
+        let started = Instant::now();
+        let done = |status: Option<u16>, error: Option<String>| DeliveryAttempt {
+            at,
+            status,
+            latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            error,
+        };
+        // Checked again: the operator may have changed what is allowed since it was registered.
+        let checked = match address::check_url(&d.entry.url, &self.settings.allowed_hosts) {
+            Ok(c) => c,
+            Err(e) => return (done(None, Some(e.to_string())), DeliveryNext::GiveUp),
+        };
+        let key = match sign::key_of(&d.entry.secret) {
+            Ok(k) => k,
+            Err(e) => return (done(None, Some(e)), DeliveryNext::GiveUp),
+        };
+        let body = match super::body::render(&d.entry) {
+            Ok(b) => b,
+            Err(e) => {
+                let why = format!("the event's stored snapshot cannot be read: {e}");
+                return (done(None, Some(why)), DeliveryNext::GiveUp);
+            }
+        };
+        let timestamp = at / 1000;
+        let signature = sign::signature(&key, &d.entry.id, timestamp, &body);
+        let sent = self
+            .client
+            .post(checked.url)
+            .header("content-type", "application/json")
+            .header("webhook-id", &d.entry.id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signature)
+            .body(body)
+            .send()
+            .await;
+        let (status, error, retry_after) = match sent {
+            Ok(resp) => {
+                let status = resp.status();
+                let retry_after = resp
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .map(Duration::from_secs);
+                let error = if status.is_success() {
+                    None
+                } else {
+                    let text = read_some(resp).await;
+                    Some(if text.is_empty() {
+                        format!("the receiver answered {status}")
+                    } else {
+                        format!("the receiver answered {status}: {text}")
+                    })
+                };
+                (Some(status.as_u16()), error, retry_after)
+            }
+            Err(e) => (None, Some(error_text(&e)), None),
+        };
+        let attempt = done(status, error);
+        let next = match status {
+            Some(s) if (200..300).contains(&s) => DeliveryNext::Delivered,
+            Some(410) => DeliveryNext::Gone,
+            _ => {
+                let delay = backoff(d.attempts + 1).max(retry_after.unwrap_or_default());
+                let next_at = at + u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+                let max_age = u64::try_from(self.settings.max_age.as_millis()).unwrap_or(u64::MAX);
+                if next_at > d.entry.created_at.saturating_add(max_age) {
+                    DeliveryNext::GiveUp
+                } else {
+                    DeliveryNext::RetryAt(next_at)
+                }
+            }
+        };
+        (attempt, next)
+    }
+}
+
+/// The delay before attempt `n + 1` after `n` failed: 1 s doubling to at most 5 minutes, with up to
+/// a fifth of it added at random so that receivers coming back are not hit by every sender at once.
+pub fn backoff(failed: u32) -> Duration {
+    let base = FIRST_DELAY
+        .saturating_mul(1u32 << failed.saturating_sub(1).min(16))
+        .min(MAX_DELAY);
+    let mut r = [0u8; 2];
+    let _ = getrandom::fill(&mut r);
+    let jitter = base.mul_f64(f64::from(u16::from_le_bytes(r)) / f64::from(u16::MAX) / 5.0);
+    base + jitter
+}
+
+/// The start of the receiver's answer, for operators.
+async fn read_some(resp: reqwest::Response) -> String {
+    use futures::StreamExt;
+    let mut body = resp.bytes_stream();
+    let mut got = Vec::new();
+    while let Some(Ok(chunk)) = body.next().await {
+        got.extend_from_slice(&chunk);
+        if got.len() >= MAX_ANSWER {
+            got.truncate(MAX_ANSWER);
+            break;
+        }
+    }
+    String::from_utf8_lossy(&got).trim().to_string()
+}
+
+/// An error and its causes, on one line (the resolver's refusal is a cause).
+fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let c_text = c.to_string();
+        if !text.contains(&c_text) {
+            text.push_str(": ");
+            text.push_str(&c_text);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_double_from_a_second_to_five_minutes_with_a_little_jitter() {
+        for (failed, base) in [(1, 1), (2, 2), (3, 4), (9, 256), (10, 300), (40, 300)] {
+            let d = backoff(failed);
+            let base = Duration::from_secs(base);
+            assert!(d >= base && d <= base + base / 5, "{failed}: {d:?}");
+        }
+    }
+}
