@@ -49,6 +49,12 @@ pub struct WebhooksSection {
     pub timeout_secs: Option<u64>,
     /// Days settled deliveries and their attempts are kept for operators (default 7).
     pub keep_days: Option<u64>,
+    /// Least seconds between two `task.progress` events of one task's run, for the targets that
+    /// ask for them (default 5; the latest progress is sent at the end of each interval).
+    pub progress_interval_secs: Option<u64>,
+    /// Unfinished tasks with a webhook its client registered that one principal may have
+    /// (default 1000); a registration past it is refused.
+    pub max_registrations_per_principal: Option<u64>,
     /// `[[webhooks.subscriptions]]`: the operator's own endpoints.
     #[serde(default)]
     pub subscriptions: Vec<SubscriptionEntry>,
@@ -70,13 +76,22 @@ pub struct SubscriptionEntry {
     /// Only tasks of these tools (default: every one).
     #[serde(default)]
     pub tools: Vec<String>,
-    /// Only these events (default: every one): task.input_required, task.completed,
-    /// task.failed, task.cancelled.
+    /// Only these events (default: every status event: task.input_required, task.completed,
+    /// task.failed, task.cancelled); task.progress is sent only when listed.
     #[serde(default)]
     pub events: Vec<String>,
 }
 
 impl WebhooksSection {
+    /// The least time between two `task.progress` events of a run (`progress_interval_secs`).
+    pub fn progress_interval(&self) -> Result<Option<std::time::Duration>> {
+        match self.progress_interval_secs {
+            Some(0) => bail!("[webhooks] progress_interval_secs must be at least 1"),
+            Some(s) => Ok(Some(std::time::Duration::from_secs(s))),
+            None => Ok(None),
+        }
+    }
+
     /// The server's webhook settings, checked.
     pub fn to_settings(&self) -> Result<mcp_tasks_server::webhooks::WebhookSettings> {
         use mcp_tasks_engine::webhook::WebhookEvent;
@@ -122,6 +137,11 @@ impl WebhooksSection {
             keep_settled: self.keep_days.map_or(defaults.keep_settled, |d| {
                 std::time::Duration::from_secs(d.saturating_mul(86_400))
             }),
+            max_registrations_per_principal: match self.max_registrations_per_principal {
+                Some(0) => bail!("[webhooks] max_registrations_per_principal must be at least 1"),
+                Some(n) => n,
+                None => defaults.max_registrations_per_principal,
+            },
         };
         settings.check().map_err(anyhow::Error::msg)?;
         Ok(settings)

@@ -369,6 +369,9 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
     if let Some(v) = t.lease_secs {
         engine.lease_ms = v.max(1) * 1000;
     }
+    if let Some(v) = file.webhooks.progress_interval()? {
+        engine.webhook_progress_interval = v;
+    }
 
     let mut server_cfg = ServerConfig::default();
     let s = &file.server;
@@ -596,6 +599,8 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
     }
     let _ = stop_http.send(());
     let _ = serving.await;
+    // Webhook deliveries this node claimed and did not send are let go for another replica.
+    server.webhooks_stopped(Duration::from_secs(5)).await;
     engine.shutdown();
     Ok(())
 }

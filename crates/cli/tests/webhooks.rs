@@ -606,3 +606,247 @@ async fn private_addresses_are_refused_at_registration_and_at_delivery() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_events_come_only_to_a_target_that_asks_paced_by_the_interval() {
+    let rx = Receiver::start(SECRET, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "progress_interval_secs = 1\n");
+    let server = ServerProcess::start(&[
+        "--demo",
+        "--store",
+        "memory:",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    let mut c = Client::connect(&server.url).await;
+    // slow_compute reports progress at once and then every second.
+    let asks = create(
+        &mut c,
+        "slow_compute",
+        json!({"seconds": 3, "label": "asks"}),
+        json!({"url": rx.url(), "secret": SECRET, "events": ["task.progress", "task.completed"]}),
+    )
+    .await;
+    assert_eq!(
+        asks["_meta"][META]["events"],
+        json!(["task.progress", "task.completed"])
+    );
+    let asks = asks["task"]["taskId"].as_str().unwrap().to_string();
+    // The same work for a target that names no events: every status event, no progress.
+    let quiet = create(
+        &mut c,
+        "slow_compute",
+        json!({"seconds": 3, "label": "quiet"}),
+        json!({"url": rx.url(), "secret": SECRET}),
+    )
+    .await["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.wait_terminal(&asks).await;
+    c.wait_terminal(&quiet).await;
+    // A task's deliveries, once its completion came (or 20 s passed).
+    let of = |task: &str| -> Vec<Value> {
+        let start = Instant::now();
+        loop {
+            let all = rx.seen();
+            let mine: Vec<Value> = all
+                .into_iter()
+                .filter(|d| d["body"]["data"]["taskId"] == task)
+                .collect();
+            if mine
+                .last()
+                .is_some_and(|d| d["body"]["type"] == "task.completed")
+                || start.elapsed() > Duration::from_secs(20)
+            {
+                return mine;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let quiet_seen = of(&quiet);
+    assert_eq!(types(&quiet_seen), ["task.completed"]);
+    let asks_seen = of(&asks);
+    let kinds = types(&asks_seen);
+    let (last, progress) = kinds.split_last().unwrap();
+    assert_eq!(last, "task.completed", "{kinds:?}");
+    // Reports at 0, 1, 2 and 3 s: paced at one a second, so at least two events and at most four,
+    // each verified, showing the task at work, in order.
+    assert!(
+        (2..=4).contains(&progress.len()) && progress.iter().all(|k| k == "task.progress"),
+        "{kinds:?}"
+    );
+    assert!(asks_seen.iter().all(|d| d["verified"] == true));
+    let data: Vec<&Value> = asks_seen[..progress.len()]
+        .iter()
+        .map(|d| &d["body"]["data"])
+        .collect();
+    assert!(data.iter().all(|d| d["status"] == "working"), "{data:?}");
+    assert!(data.iter().all(|d| d["progressTotal"] == 3.0), "{data:?}");
+    assert!(data[0]["progressMessage"].is_string(), "{data:?}");
+    let done: Vec<f64> = data
+        .iter()
+        .map(|d| d["progress"].as_f64().unwrap())
+        .collect();
+    assert!(done.windows(2).all(|w| w[0] < w[1]), "{done:?}");
+    // Paced: sent at least about a second apart (their timestamps are when each was written).
+    let stamps: Vec<u64> = asks_seen[..progress.len()]
+        .iter()
+        .map(|d| {
+            let t = d["body"]["timestamp"].as_str().unwrap();
+            let ms = time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339)
+                .unwrap()
+                .unix_timestamp_nanos()
+                / 1_000_000;
+            u64::try_from(ms).unwrap()
+        })
+        .collect();
+    assert!(stamps.windows(2).all(|w| w[1] - w[0] >= 995), "{stamps:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registrations_past_the_cap_are_refused_and_a_call_without_a_task_cannot_register() {
+    let rx = Receiver::start(SECRET, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "max_registrations_per_principal = 2\n");
+    let server = ServerProcess::start(&[
+        "--demo",
+        "--store",
+        "memory:",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    let mut c = Client::connect(&server.url).await;
+    let hook = json!({"url": rx.url(), "secret": SECRET});
+    let call = |hook: Option<&Value>| {
+        let mut p = json!({"name": "slow_compute", "arguments": {"seconds": 60}, "task": {}});
+        if let Some(h) = hook {
+            p["_meta"] = json!({META: h});
+        }
+        p
+    };
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let r = c.request("tools/call", call(Some(&hook))).await;
+        ids.push(r.result()["task"]["taskId"].as_str().unwrap().to_string());
+    }
+    let refused = c.request("tools/call", call(Some(&hook))).await;
+    assert_eq!(refused.error_code(), -32004, "{:?}", refused.error());
+    let message = refused.error()["message"].as_str().unwrap();
+    assert!(
+        message.contains("Too many webhook registrations: 2") && message.contains("the limit is 2"),
+        "{message}"
+    );
+    assert_eq!(
+        refused.error()["data"],
+        json!({"registered": 2, "limit": 2})
+    );
+    // A task without a webhook is not held back by it.
+    let plain = c.request("tools/call", call(None)).await;
+    let plain = plain.result()["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Once a registered task finishes, its place is free again.
+    c.request("tasks/cancel", json!({"taskId": ids[0]})).await;
+    let again = c.request("tools/call", call(Some(&hook))).await;
+    assert!(again.result()["task"]["taskId"].is_string());
+
+    // A call that makes no task cannot carry one: it would never be sent.
+    let r = c
+        .request(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 0}, "_meta": {META: hook}}),
+        )
+        .await;
+    assert_eq!(r.error_code(), -32602);
+    let message = r.error()["message"].as_str().unwrap();
+    assert!(
+        message.contains("runs without one") && message.contains("add \"task\": {}"),
+        "{message}"
+    );
+    // 2026-07-28 without the tasks extension: a plain call, the same refusal.
+    let mut plain_2026 = support::stateless::Stateless::new(&server.url, json!({}));
+    let r = plain_2026
+        .call_with_meta(
+            "tools/call",
+            json!({"name": "slow_compute", "arguments": {"seconds": 0}}),
+            json!({META: hook}),
+        )
+        .await;
+    assert_eq!(r.code(), -32602, "{}", r.body);
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("declare the io.modelcontextprotocol/tasks extension"),
+        "{}",
+        r.body
+    );
+    for id in ids.iter().skip(1).chain([&plain]) {
+        c.request("tasks/cancel", json!({"taskId": id})).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_server_lets_go_of_a_delivery_in_flight_so_the_next_start_sends_it_at_once() {
+    // A receiver that takes the request and never answers: the delivery is in flight at the stop.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held = std::thread::spawn(move || {
+        let (conn, _) = silent.accept().unwrap();
+        // Held until the server gives up on it; then the port is free for the real receiver.
+        std::thread::sleep(Duration::from_secs(4));
+        drop(conn);
+    });
+    let url = format!("http://127.0.0.1:{port}/hooks");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "timeout_secs = 30\n");
+    let db = dir.path().join("tasks.db");
+    let args = [
+        "--demo",
+        "--store",
+        db.to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
+    ];
+    let server = ServerProcess::start(&args);
+    let mut c = Client::connect(&server.url).await;
+    let created = create(
+        &mut c,
+        "slow_compute",
+        json!({"seconds": 0}),
+        json!({"url": url, "secret": SECRET}),
+    )
+    .await;
+    let id = created["task"]["taskId"].as_str().unwrap().to_string();
+    c.wait_terminal(&id).await;
+    // Give the sender a moment to connect and send; the receiver holds it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stopping = Instant::now();
+    let pid = nix::unistd::Pid::from_raw(server.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let mut server = server;
+    let status = server.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        stopping.elapsed() < Duration::from_secs(10),
+        "stopped in {:?}: the send in flight does not hold the stop for its 30 s timeout",
+        stopping.elapsed()
+    );
+    held.join().unwrap();
+    // The next start (another node id) sends it at once, not when the claim would have run out
+    // (a minute after it was made).
+    let rx = Receiver::start_on(port, SECRET, &[]);
+    let restarted = Instant::now();
+    let _server = ServerProcess::start(&args);
+    let seen = rx.wait_for(1, Duration::from_secs(30));
+    assert!(
+        restarted.elapsed() < Duration::from_secs(15),
+        "delivered {:?} after the restart",
+        restarted.elapsed()
+    );
+    assert_eq!(seen[0]["body"]["data"]["taskId"], id.as_str());
+    assert_eq!(seen[0]["verified"], true);
+}

@@ -18,7 +18,8 @@ use std::fmt;
 
 use crate::model::{Outcome, TaskRecord, TaskStatus};
 
-/// A task event a webhook can be sent for: the task's status changed to one of these.
+/// A task event a webhook can be sent for: the task's status changed to one of these, or (only for
+/// targets that ask for it, at most once per pacing interval) its progress moved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum WebhookEvent {
     /// The task waits for an answer from its client.
@@ -33,11 +34,25 @@ pub enum WebhookEvent {
     /// The task was cancelled.
     #[serde(rename = "task.cancelled")]
     Cancelled,
+    /// The task's progress moved (sent only to targets that list it, paced by the engine:
+    /// [`EngineConfig::webhook_progress_interval`](crate::EngineConfig::webhook_progress_interval)).
+    #[serde(rename = "task.progress")]
+    Progress,
 }
 
 impl WebhookEvent {
     /// Every event, in the order they are documented.
-    pub const ALL: [WebhookEvent; 4] = [
+    pub const ALL: [WebhookEvent; 5] = [
+        WebhookEvent::InputRequired,
+        WebhookEvent::Completed,
+        WebhookEvent::Failed,
+        WebhookEvent::Cancelled,
+        WebhookEvent::Progress,
+    ];
+
+    /// What a target that names no events gets: every status event. Progress is sent only to a
+    /// target that asks for it: it can be many events per task.
+    pub const DEFAULT: [WebhookEvent; 4] = [
         WebhookEvent::InputRequired,
         WebhookEvent::Completed,
         WebhookEvent::Failed,
@@ -51,6 +66,7 @@ impl WebhookEvent {
             WebhookEvent::Completed => "task.completed",
             WebhookEvent::Failed => "task.failed",
             WebhookEvent::Cancelled => "task.cancelled",
+            WebhookEvent::Progress => "task.progress",
         }
     }
 
@@ -98,7 +114,7 @@ pub struct WebhookTarget {
     pub url: String,
     /// The signing secret, `whsec_` and the base64 of the key (Standard Webhooks).
     pub secret: String,
-    /// The events sent there; empty means every event.
+    /// The events sent there; empty means [`WebhookEvent::DEFAULT`] (every status event).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<WebhookEvent>,
     /// Who asked for it: `None` for the task's client, the subscription's name for an operator's.
@@ -109,7 +125,16 @@ pub struct WebhookTarget {
 impl WebhookTarget {
     /// Whether this target wants `event`.
     pub fn wants(&self, event: WebhookEvent) -> bool {
-        self.events.is_empty() || self.events.contains(&event)
+        if self.events.is_empty() {
+            WebhookEvent::DEFAULT.contains(&event)
+        } else {
+            self.events.contains(&event)
+        }
+    }
+
+    /// Whether this target asked for progress events.
+    pub fn wants_progress(&self) -> bool {
+        self.events.contains(&WebhookEvent::Progress)
     }
 }
 
@@ -175,13 +200,22 @@ impl fmt::Debug for OutboxEntry {
 }
 
 /// The events a write of `rec` makes: one per target that wants the event of its new status, when
-/// the status changed (it was `was`; `None` is a noted change, which keeps the status). Every store
-/// calls this in its task write and stores what it returns in the same atomic step.
-pub(crate) fn outbox_entries(rec: &TaskRecord, was: Option<TaskStatus>) -> Vec<OutboxEntry> {
-    if rec.webhooks.is_empty() || was.is_none_or(|w| w == rec.status) {
+/// the status changed (see [`WriteBase`]); or, when the change asked for a progress event and the
+/// task still runs, one per target that asked for progress. Every store calls this in its task
+/// write and stores what it returns in the same atomic step.
+pub(crate) fn outbox_entries(rec: &TaskRecord, base: WriteBase) -> Vec<OutboxEntry> {
+    if rec.webhooks.is_empty() {
         return Vec::new();
     }
-    let Some(event) = WebhookEvent::of_record(rec) else {
+    let status_changed = base.was.is_some_and(|w| w != rec.status);
+    let event = if status_changed {
+        WebhookEvent::of_record(rec)
+    } else if base.progress_event && !rec.status.is_terminal() {
+        Some(WebhookEvent::Progress)
+    } else {
+        None
+    };
+    let Some(event) = event else {
         return Vec::new();
     };
     let now = rec.updated_at;
@@ -204,6 +238,17 @@ pub(crate) fn outbox_entries(rec: &TaskRecord, was: Option<TaskStatus>) -> Vec<O
         .collect()
 }
 
+/// What a store's task write compares with to decide what it records besides the task: a history row
+/// when the status differs from `was` (`None`: a noted change, always recorded, which makes no
+/// status event), and a `task.progress` event when `progress_event` is set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct WriteBase {
+    /// The status before the change, or `None` for a noted change.
+    pub(crate) was: Option<TaskStatus>,
+    /// The change asked for a progress event ([`TaskChange::progress_event`](crate::store::TaskChange::progress_event)).
+    pub(crate) progress_event: bool,
+}
+
 /// What a task showed when one of its events happened: kept with the event, so every attempt sends
 /// the same body, also after the task moved on or was purged. The server renders the body from it
 /// (the engine names no wire field).
@@ -224,6 +269,9 @@ pub struct EventSnapshot {
     /// Its total.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress_total: Option<f64>,
+    /// Its note on the progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_message: Option<String>,
     /// Its run.
     pub attempt: u32,
     /// When it was created, Unix ms.
@@ -245,6 +293,7 @@ impl EventSnapshot {
             status_message: rec.status_message.clone(),
             progress: rec.progress,
             progress_total: rec.progress_total,
+            progress_message: rec.progress_message.clone(),
             attempt: rec.attempt,
             created_at: rec.created_at,
             updated_at: rec.updated_at,

@@ -158,7 +158,8 @@ pub struct CallArgs {
     #[arg(long, value_name = "URL")]
     pub webhook: Option<String>,
     /// Only this event to the webhook (repeatable): task.completed, task.failed, task.cancelled,
-    /// task.input_required [default: every one].
+    /// task.input_required, task.progress (paced by the server) [default: every one but
+    /// task.progress].
     #[arg(long = "webhook-event", value_name = "EVENT", requires = "webhook")]
     pub webhook_events: Vec<String>,
     /// Sign the webhook's deliveries with this secret (whsec_…) instead of one the server makes.

@@ -61,6 +61,11 @@ pub struct EngineConfig {
     /// once, so an unbounded one costs memory, storage and bandwidth; larger ones are refused with
     /// [`InputError::TooLarge`](crate::InputError::TooLarge).
     pub max_input_request_bytes: usize,
+    /// Least time between two `task.progress` webhook events of one run (default 5 s): a report
+    /// inside it sends none, and the last such report is sent when the interval ends, so a
+    /// receiver sees the latest progress within it. Only tasks with a target that asked for
+    /// progress events are paced at all.
+    pub webhook_progress_interval: Duration,
 }
 
 impl Default for EngineConfig {
@@ -78,6 +83,7 @@ impl Default for EngineConfig {
             sweep_interval: Duration::from_secs(30),
             cancel_grace: Duration::from_secs(10),
             max_input_request_bytes: 256 * 1024,
+            webhook_progress_interval: Duration::from_secs(5),
         }
     }
 }

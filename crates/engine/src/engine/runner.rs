@@ -56,6 +56,11 @@ impl Engine {
             checkpoint: rec.checkpoint.clone(),
             attempt: rec.attempt,
             resumed: std::sync::Mutex::new(journal.map(Resumed::with_journal)),
+            progress_events: rec
+                .webhooks
+                .iter()
+                .any(|t| t.wants_progress())
+                .then(Default::default),
         });
         let run = self
             .clone()
@@ -209,6 +214,81 @@ pub(super) struct TaskSink {
     /// What this run replays of earlier runs (the step journal, their questions), read when first
     /// needed: a first run reads nothing.
     pub(super) resumed: std::sync::Mutex<Option<Box<Resumed>>>,
+    /// The pacing of `task.progress` webhook events, for a task with a target that asked for them
+    /// (`None` for every other task: nothing is paced, and the run holds one word for it).
+    progress_events: Option<Arc<std::sync::Mutex<ProgressPacer>>>,
+}
+
+/// When a run last wrote a `task.progress` event, and whether a report inside the interval since
+/// is still to be sent when it ends.
+#[derive(Default)]
+struct ProgressPacer {
+    last: Option<tokio::time::Instant>,
+    trailing: bool,
+    /// Counts the events written: a timer armed before the last one has nothing left to send.
+    sent: u64,
+}
+
+impl TaskSink {
+    /// Whether the progress write about to be made carries a `task.progress` event: yes when the
+    /// interval since the last one is over. Otherwise the report is sent when the interval ends
+    /// (one timer per interval, whatever the number of reports in it), as the task shows then.
+    fn progress_event_due(&self) -> bool {
+        let Some(pacer) = &self.progress_events else {
+            return false;
+        };
+        let interval = self.engine.config.webhook_progress_interval;
+        let now = tokio::time::Instant::now();
+        let mut p = pacer.lock().unwrap_or_else(|e| e.into_inner());
+        let next = match p.last {
+            Some(last) if now < last + interval => last + interval,
+            _ => {
+                // This report carries the event; a timer still armed (it is waiting for the
+                // ordering lock this report holds) finds it sent.
+                p.last = Some(now);
+                p.trailing = false;
+                p.sent += 1;
+                return true;
+            }
+        };
+        if !p.trailing {
+            p.trailing = true;
+            let armed_at = p.sent;
+            let (engine, id, pacer) = (self.engine.clone(), self.id.clone(), pacer.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep_until(next).await;
+                // In order with the run's other writes, so the event shows what came before it.
+                let _held = engine.order_lock(&id).await;
+                {
+                    let mut p = pacer.lock().unwrap_or_else(|e| e.into_inner());
+                    if p.sent != armed_at {
+                        return;
+                    }
+                    p.trailing = false;
+                    p.sent += 1;
+                    p.last = Some(tokio::time::Instant::now());
+                }
+                // Only while this node still runs the task: a finished, handed-off or lost task
+                // sends no late progress (the store refuses the write).
+                let change = TaskChange {
+                    progress_event: true,
+                    holder: Some(engine.config.node_id.clone()),
+                    ..Default::default()
+                };
+                match engine
+                    .store
+                    .update(&id, &TaskStatus::ACTIVE, change, now_ms())
+                    .await
+                {
+                    Ok(_) | Err(UpdateError::Conflict(_)) | Err(UpdateError::NotFound) => {}
+                    Err(e) => {
+                        tracing::warn!(task = %id, error = %error_chain(&e), "progress webhook event not written")
+                    }
+                }
+            });
+        }
+        false
+    }
 }
 
 impl RunLabels for TaskSink {
@@ -293,6 +373,7 @@ impl ContextSink for TaskSink {
         let message = update.message.clone();
         let change = TaskChange {
             progress: Some(update),
+            progress_event: self.progress_event_due(),
             ..Default::default()
         };
         match self

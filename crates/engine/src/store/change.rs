@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::OrphanPlan;
 use crate::model::{Outcome, TaskRecord, TaskStatus};
+use crate::webhook::WriteBase;
 
 /// A change to apply to a task. Fields left `None` are untouched.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -38,6 +39,10 @@ pub struct TaskChange {
     /// Keep this change as a row of the task's history even when the status stays the same (a
     /// hand-off, a resume): a status change is always kept.
     pub noted: bool,
+    /// Write a `task.progress` webhook event for the task's targets that ask for progress, showing
+    /// the task after this change (nothing when none asks, or the task is finished). The engine
+    /// sets it at most once per pacing interval of a run.
+    pub progress_event: bool,
 }
 
 /// One progress report of a running task; see [`TaskChange::progress`] for how it is applied.
@@ -99,11 +104,14 @@ pub(crate) fn after_answer(status: TaskStatus, still_pending: bool) -> TaskChang
     }
 }
 
-/// What a store's write compares the task's new status with to decide whether the change goes into
-/// the task's history: its status before the change, or `None` when the change is kept whatever it
-/// does ([`TaskChange::noted`]). A history row is written when the status differs from this.
-pub(crate) fn history_base(rec: &TaskRecord, change: &TaskChange) -> Option<TaskStatus> {
-    (!change.noted).then_some(rec.status)
+/// What a store's write compares the task after `change` with (see [`WriteBase`]): its status before
+/// the change, or `None` when the change is kept whatever it does ([`TaskChange::noted`]); a history
+/// row is written when the status differs from this. Called before the change is applied.
+pub(crate) fn history_base(rec: &TaskRecord, change: &TaskChange) -> WriteBase {
+    WriteBase {
+        was: (!change.noted).then_some(rec.status),
+        progress_event: change.progress_event,
+    }
 }
 
 /// Claims an orphan for `node` until `lease_until` and applies `plan`'s change to it (a change that
@@ -115,7 +123,7 @@ pub(crate) fn claim_orphan(
     node: &str,
     lease_until: u64,
     now: u64,
-) -> Option<Option<TaskStatus>> {
+) -> Option<WriteBase> {
     let change = plan(rec)?;
     let was = history_base(rec, &change);
     rec.lease_owner = Some(node.to_string());

@@ -63,7 +63,7 @@ struct Outboxed {
 
 impl Inner {
     /// Keeps a status change of `t` (from `was`, see [`history_base`]) in its history.
-    fn record_transition(&mut self, t: &TaskRecord, was: Option<TaskStatus>) {
+    fn record_transition(&mut self, t: &TaskRecord, was: crate::webhook::WriteBase) {
         for entry in outbox_entries(t, was) {
             let gone = self
                 .gone_targets
@@ -92,7 +92,7 @@ impl Inner {
                 },
             );
         }
-        if was != Some(t.status) {
+        if was.was != Some(t.status) {
             self.history
                 .entry(t.id.clone())
                 .or_default()
@@ -798,6 +798,34 @@ impl TaskStore for MemoryStore {
             inner.outbox_ids.remove(id);
         }
         Ok(gone.len())
+    }
+
+    async fn release_deliveries(&self, node: &str) -> Result<usize, StoreError> {
+        let mut inner = self.lock();
+        let mut n = 0;
+        for o in inner.outbox.values_mut() {
+            if o.delivery.state == DeliveryState::Pending
+                && o.lease.as_ref().is_some_and(|(owner, _)| owner == node)
+            {
+                o.lease = None;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    async fn count_registrations(&self, owner: &str, max: u64) -> Result<u64, StoreError> {
+        let inner = self.lock();
+        let n = inner
+            .unfinished
+            .iter()
+            .filter(|((o, _), _)| o == owner)
+            .flat_map(|(_, ids)| ids)
+            .filter_map(|id| inner.tasks.get(id))
+            .filter(|t| t.webhooks.iter().any(|w| w.subscription.is_none()))
+            .take(usize::try_from(max).unwrap_or(usize::MAX))
+            .count();
+        Ok(u64::try_from(n).unwrap_or(u64::MAX))
     }
 
     fn is_exclusive(&self) -> bool {

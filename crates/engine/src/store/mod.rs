@@ -488,6 +488,15 @@ pub trait TaskStore: Send + Sync + 'static {
     /// attempts. Returns how many went. Pending ones stay whatever their age: the delivery loop
     /// gives them up at the maximum age.
     async fn purge_deliveries(&self, before: u64) -> Result<usize, StoreError>;
+
+    /// Lets go of the pending deliveries `node` holds (it is stopping: another node may send them at
+    /// once instead of when the lease runs out). Returns how many.
+    async fn release_deliveries(&self, node: &str) -> Result<usize, StoreError>;
+
+    /// How many unfinished tasks of `owner` carry a webhook their client registered (a target that
+    /// is not an operator's subscription), counted up to `max`: what the cap on registrations per
+    /// principal reads.
+    async fn count_registrations(&self, owner: &str, max: u64) -> Result<u64, StoreError>;
 }
 
 /// A `tasks/list` cursor that this store did not issue.

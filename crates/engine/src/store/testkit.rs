@@ -115,6 +115,140 @@ where
     deliveries_are_claimed_once_and_in_order_per_task_and_target(make().await).await;
     a_gone_delivery_stops_the_later_events_of_its_task_and_target(make().await).await;
     deliveries_are_listed_redelivered_and_purged(make().await).await;
+    progress_events_go_only_to_targets_that_ask_and_only_when_asked(make().await).await;
+    a_stopping_node_lets_go_of_its_deliveries(make().await).await;
+    client_registrations_are_counted_per_principal_while_unfinished(make().await).await;
+}
+
+async fn progress_events_go_only_to_targets_that_ask_and_only_when_asked(s: impl TaskStore) {
+    let mut t = with_webhooks("p", 1_000);
+    t.webhooks[0].events = vec![WebhookEvent::Progress, WebhookEvent::Completed];
+    s.create(t, None).await.unwrap();
+    let report = |progress: f64, progress_event: bool| TaskChange {
+        progress: Some(ProgressUpdate {
+            progress,
+            total: Some(10.0),
+            message: Some(format!("step {progress}")),
+        }),
+        progress_event,
+        ..Default::default()
+    };
+    // A report the engine did not mark writes no event, a marked one writes one per asking target.
+    s.update("p", &TaskStatus::ACTIVE, report(1.0, false), 2_000)
+        .await
+        .unwrap();
+    s.update("p", &TaskStatus::ACTIVE, report(2.0, true), 3_000)
+        .await
+        .unwrap();
+    // A marked change without a report (the end of a pacing interval) shows the task as it is.
+    let late = TaskChange {
+        progress_event: true,
+        ..Default::default()
+    };
+    s.update("p", &TaskStatus::ACTIVE, late, 3_500)
+        .await
+        .unwrap();
+    s.update("p", &TaskStatus::ACTIVE, completed(), 4_000)
+        .await
+        .unwrap();
+    let events = events_of(&s, "p").await;
+    assert_eq!(
+        events
+            .iter()
+            .map(|d| (d.entry.event, d.entry.target, d.entry.created_at))
+            .collect::<Vec<_>>(),
+        [
+            (WebhookEvent::Progress, 0, 3_000),
+            (WebhookEvent::Progress, 0, 3_500),
+            (WebhookEvent::Completed, 0, 4_000)
+        ],
+        "the failures-only target gets none"
+    );
+    let seen: EventSnapshot = serde_json::from_str(&events[0].entry.snapshot).unwrap();
+    assert_eq!(
+        (
+            seen.status,
+            seen.progress,
+            seen.progress_total,
+            seen.progress_message.as_deref()
+        ),
+        (TaskStatus::Working, Some(2.0), Some(10.0), Some("step 2"))
+    );
+    // A target that names no events gets no progress: it can be many events per task.
+    s.create(with_webhooks("q", 1_000), None).await.unwrap();
+    s.update("q", &TaskStatus::ACTIVE, report(5.0, true), 5_000)
+        .await
+        .unwrap();
+    assert!(events_of(&s, "q").await.is_empty());
+}
+
+async fn a_stopping_node_lets_go_of_its_deliveries(s: impl TaskStore) {
+    for id in ["r1", "r2"] {
+        s.create(with_webhooks(id, 1_000), None).await.unwrap();
+        s.update(id, &TaskStatus::ACTIVE, completed(), 2_000)
+            .await
+            .unwrap();
+    }
+    let claimed = s
+        .claim_deliveries("node-a", 3_000, 60_000, 10)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 2);
+    assert!(
+        s.claim_deliveries("node-b", 3_100, 60_000, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "held by node-a"
+    );
+    // What node-a settled stays settled; what it still holds goes to whoever claims next.
+    assert!(s
+        .finish_delivery(
+            &claimed[0].entry.id,
+            "node-a",
+            attempt(3_200, Some(200)),
+            DeliveryNext::Delivered
+        )
+        .await
+        .unwrap());
+    assert_eq!(s.release_deliveries("node-b").await.unwrap(), 0);
+    assert_eq!(s.release_deliveries("node-a").await.unwrap(), 1);
+    let taken = s
+        .claim_deliveries("node-b", 3_300, 60_000, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        taken.iter().map(|d| &d.entry.id).collect::<Vec<_>>(),
+        [&claimed[1].entry.id]
+    );
+}
+
+async fn client_registrations_are_counted_per_principal_while_unfinished(s: impl TaskStore) {
+    // with_webhooks: a client's target and an operator's subscription.
+    for id in ["c1", "c2", "c3"] {
+        s.create(with_webhooks(id, 1_000), None).await.unwrap();
+    }
+    // Only an operator's subscription: not the client's registration.
+    let mut ops = with_webhooks("c4", 1_000);
+    ops.webhooks.remove(0);
+    s.create(ops, None).await.unwrap();
+    s.create(record("c5", "alice", 1_000), None).await.unwrap();
+    let mut bob = with_webhooks("c6", 1_000);
+    bob.owner = "bob".into();
+    s.create(bob, None).await.unwrap();
+    assert_eq!(s.count_registrations("alice", 100).await.unwrap(), 3);
+    assert_eq!(
+        s.count_registrations("alice", 2).await.unwrap(),
+        2,
+        "counted up to the cap"
+    );
+    assert_eq!(s.count_registrations("bob", 100).await.unwrap(), 1);
+    assert_eq!(s.count_registrations("carol", 100).await.unwrap(), 0);
+    // A finished task's registration no longer counts.
+    s.update("c1", &TaskStatus::ACTIVE, completed(), 2_000)
+        .await
+        .unwrap();
+    assert_eq!(s.count_registrations("alice", 100).await.unwrap(), 2);
 }
 
 /// A task with two webhook targets: the first wants every event, the second only failures.

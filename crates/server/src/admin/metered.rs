@@ -212,4 +212,15 @@ impl TaskStore for MeteredStore {
         self.timed("purge_deliveries", self.inner.purge_deliveries(before))
             .await
     }
+    async fn release_deliveries(&self, node: &str) -> Result<usize, StoreError> {
+        self.timed("release_deliveries", self.inner.release_deliveries(node))
+            .await
+    }
+    async fn count_registrations(&self, owner: &str, max: u64) -> Result<u64, StoreError> {
+        self.timed(
+            "count_registrations",
+            self.inner.count_registrations(owner, max),
+        )
+        .await
+    }
 }

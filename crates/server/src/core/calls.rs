@@ -199,6 +199,32 @@ impl Server {
         })
     }
 
+    /// Refuses a webhook registration past `[webhooks] max_registrations_per_principal`: each is
+    /// an endpoint this server will call, so one principal's are bounded. (Counted before the task
+    /// is written: calls at the same moment may pass the cap by their number.)
+    async fn check_registrations(&self, peer: &Peer) -> Result<(), Failure> {
+        let max = self.config.webhooks.max_registrations_per_principal;
+        let registered = self
+            .engine
+            .store()
+            .count_registrations(peer.name(), max)
+            .await
+            .map_err(internal)?;
+        if registered < max {
+            return Ok(());
+        }
+        tracing::info!(target: "mcp_tasks::audit", principal = %peer.name(), registered, limit = max, "webhook registration refused: too many");
+        Err(ErrorObject::new(
+            error_codes::TOO_MANY_TASKS,
+            format!(
+                "Too many webhook registrations: {registered} of your unfinished tasks have a webhook, the limit is {max}; wait for one to finish, or call without _meta[\"{}\"]",
+                crate::webhooks::META_KEY
+            ),
+        )
+        .with_data(json!({"registered": registered, "limit": max}))
+        .into())
+    }
+
     /// Starts a task for a call: running, or — when the arguments were invalid — finished at once with
     /// the validation message as its tool-error result (a caller that asked for a task gets one).
     /// Anonymous callers' idempotency keys and running-task counts are scoped to their session or
@@ -210,6 +236,9 @@ impl Server {
         cancel: &CancellationToken,
     ) -> Result<Started, Failure> {
         let scope = peer.anonymous_scope();
+        if start.webhook.is_some() {
+            self.check_registrations(peer).await?;
+        }
         let registered = crate::webhooks::register(
             &self.config.webhooks,
             peer.name(),
@@ -338,6 +367,22 @@ impl Server {
             other => internal(other),
         })
     }
+}
+
+/// Refuses a webhook registration on a call that runs without a task (`how` says what would make
+/// one): its webhook would never be sent, and the caller should hear so rather than wait for it.
+pub(crate) fn no_webhook_without_task(req_meta: Option<&Value>, how: &str) -> Result<(), Failure> {
+    if req_meta
+        .and_then(|m| m.get(crate::webhooks::META_KEY))
+        .is_none()
+    {
+        return Ok(());
+    }
+    Err(ErrorObject::invalid_params(format!(
+        "tools/call: _meta[\"{}\"] registers a webhook on the call's task, and this call runs without one: {how}",
+        crate::webhooks::META_KEY
+    ))
+    .into())
 }
 
 /// The isError result a call with invalid arguments gets: validation errors are tool errors the model

@@ -316,6 +316,7 @@ impl ServerBuilder {
             inline_inputs: DashMap::new(),
             shutdown: CancellationToken::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
+            webhooks_loop: std::sync::Mutex::new(None),
             announce: DashMap::new(),
             held: DashMap::new(),
             operations: DashMap::new(),
@@ -361,6 +362,8 @@ pub struct Server {
     shutdown: CancellationToken,
     /// Set when a drain begins: no new calls are taken.
     draining: std::sync::atomic::AtomicBool,
+    /// The webhook delivery loop, once started: awaited at the end, so it lets go of its claims.
+    webhooks_loop: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// New session tasks whose creating reply the client may not have yet.
     announce: DashMap<String, events::Announce>,
     /// Events for sessions with no stream open yet, unrendered, oldest first (bounded, short-lived).
@@ -488,10 +491,30 @@ impl Server {
             Ok(deliverer) => {
                 let notifier = self.engine.notifier().clone();
                 let stop = self.shutdown.clone();
-                tokio::spawn(async move { Arc::new(deliverer).run(&notifier, stop).await });
+                let running =
+                    tokio::spawn(async move { Arc::new(deliverer).run(&notifier, stop).await });
+                *self.webhooks_loop.lock().unwrap_or_else(|e| e.into_inner()) = Some(running);
             }
             Err(e) => {
                 tracing::error!(error = %e, "the webhook sender could not be made: no webhooks are sent")
+            }
+        }
+    }
+
+    /// Waits (at most `limit`) for the webhook delivery loop to end after [`Server::shutdown`]: it
+    /// gives the sends in flight a moment to be recorded, then lets go of the deliveries it
+    /// claimed, so another replica sends them at once instead of when the claims run out.
+    pub async fn webhooks_stopped(&self, limit: std::time::Duration) {
+        let running = self
+            .webhooks_loop
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(running) = running {
+            if tokio::time::timeout(limit, running).await.is_err() {
+                tracing::warn!(
+                    "the webhook sender did not stop in time; its claims run out by themselves"
+                );
             }
         }
     }

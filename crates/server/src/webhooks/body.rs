@@ -3,10 +3,15 @@
 //! ```json
 //! {"type": "task.completed", "timestamp": "2026-11-27T10:00:00.000Z",
 //!  "data": {"taskId": "…", "tool": "slow_compute", "status": "completed",
-//!           "statusMessage": "…", "progress": 10, "progressTotal": 10, "attempt": 1,
+//!           "statusMessage": "…", "progress": 10, "progressTotal": 10,
+//!           "progressMessage": "…", "attempt": 1,
 //!           "createdAt": "…", "updatedAt": "…",
 //!           "result": {"content": […], "isError": false}}}
 //! ```
+//!
+//! `task.progress` (sent only to a target that lists it, at most once per
+//! `[webhooks] progress_interval_secs` of a run, the latest progress at the end of each) has the
+//! same `data` with `status` `working` (or `input_required`) and no `result`.
 //!
 //! `result` (the tool's `CallToolResult`) comes with `task.completed`, and with `task.failed` when
 //! the tool's result reports an error (`isError`: `status` is then `failed`); `error` (`{code,
@@ -41,6 +46,9 @@ pub fn render(entry: &OutboxEntry) -> Result<String, serde_json::Error> {
     }
     if let Some(t) = seen.progress_total {
         data.insert("progressTotal".into(), json!(t));
+    }
+    if let Some(m) = &seen.progress_message {
+        data.insert("progressMessage".into(), json!(m));
     }
     data.insert("attempt".into(), json!(seen.attempt));
     data.insert("createdAt".into(), json!(format_rfc3339(seen.created_at)));
@@ -87,6 +95,7 @@ mod tests {
             status_message: None,
             progress: Some(3.0),
             progress_total: Some(3.0),
+            progress_message: Some("3 of 3".into()),
             attempt: 1,
             created_at: 1_000,
             updated_at: 4_000,
@@ -119,6 +128,7 @@ mod tests {
         assert_eq!(body["timestamp"], "1970-01-01T00:00:04.000Z");
         assert_eq!(body["data"]["taskId"], "t1");
         assert_eq!(body["data"]["progress"], 3.0);
+        assert_eq!(body["data"]["progressMessage"], "3 of 3");
         assert_eq!(body["data"]["result"]["isError"], false);
         assert_eq!(render(&e).unwrap(), render(&e).unwrap());
         let e = entry(

@@ -24,6 +24,9 @@ const FIRST_DELAY: Duration = Duration::from_secs(1);
 const MAX_DELAY: Duration = Duration::from_secs(300);
 /// How much of the receiver's answer is read (it is only shown to operators).
 const MAX_ANSWER: usize = 4096;
+/// How long sends in flight when the server stops may go on, so their answers are recorded (and
+/// not sent again by another node) before the rest of the claims are let go.
+const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// What became of one attempt, for metrics: `delivered`, `retry`, `gone`, `failed`.
 pub type AttemptObserver = Arc<dyn Fn(&'static str, Duration) + Send + Sync>;
@@ -66,7 +69,22 @@ impl Deliverer {
     }
 
     /// Runs until `stop`: claims and sends, woken by events of tasks with webhooks on `notifier`.
+    /// Once stopped, it lets go of what it still holds ([`TaskStore::release_deliveries`]).
     pub async fn run(self: Arc<Self>, notifier: &Notifier, stop: CancellationToken) {
+        self.clone().deliver_until(notifier, &stop).await;
+        match self.store.release_deliveries(&self.node).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                released = n,
+                "stopping: webhook deliveries let go, for another replica (or the next start) to send"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "stopping: webhook deliveries could not be let go; their claims run out in a minute")
+            }
+        }
+    }
+
+    async fn deliver_until(self: Arc<Self>, notifier: &Notifier, stop: &CancellationToken) {
         let mut events = notifier.subscribe_all();
         let me = self.clone();
         let stop2 = stop.clone();
@@ -82,6 +100,13 @@ impl Deliverer {
                     {
                         me.wake.notify_one();
                     }
+                    // A paced progress event may have been written with it; a late one (the end of
+                    // an interval) is found by the next second's round.
+                    Ok(TaskEvent::Progress { task: t, .. })
+                        if t.webhooks.iter().any(|w| w.wants_progress()) =>
+                    {
+                        me.wake.notify_one();
+                    }
                     Ok(_) => {}
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
                         me.wake.notify_one()
@@ -92,7 +117,16 @@ impl Deliverer {
         });
         let mut last_purge = Instant::now();
         loop {
-            let sent = match self.round().await {
+            let round = self.round();
+            tokio::pin!(round);
+            let claimed = tokio::select! {
+                r = &mut round => r,
+                () = stop.cancelled() => {
+                    let _ = tokio::time::timeout(STOP_GRACE, &mut round).await;
+                    return;
+                }
+            };
+            let sent = match claimed {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::warn!(error = %e, "webhook deliveries could not be claimed; trying again in a second");

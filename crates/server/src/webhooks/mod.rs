@@ -68,6 +68,10 @@ pub struct WebhookSettings {
     pub subscriptions: Vec<Subscription>,
     /// How long settled deliveries (and their attempts) are kept for operators (default 7 days).
     pub keep_settled: Duration,
+    /// Unfinished tasks with a client-registered webhook one principal may have (default 1000):
+    /// each is an endpoint the server will call, so a principal cannot make it call without bound.
+    /// Checked at registration, so calls at the same moment may pass it by their number.
+    pub max_registrations_per_principal: u64,
 }
 
 impl Default for WebhookSettings {
@@ -78,6 +82,7 @@ impl Default for WebhookSettings {
             timeout: Duration::from_secs(10),
             subscriptions: Vec::new(),
             keep_settled: Duration::from_secs(7 * 24 * 3600),
+            max_registrations_per_principal: 1000,
         }
     }
 }
@@ -191,7 +196,7 @@ async fn client_target(
     reply.insert(
         "events".into(),
         json!(if events.is_empty() {
-            WebhookEvent::ALL.to_vec()
+            WebhookEvent::DEFAULT.to_vec()
         } else {
             events.clone()
         }),

@@ -374,6 +374,14 @@ async fn tools_call(
     let invalid = calls::invalid_arguments(&tool, &arguments);
     let req_meta = params.get("_meta");
     if !as_task && budget.is_none() {
+        calls::no_webhook_without_task(
+            req_meta,
+            if tasks {
+                "add \"task\": {} to the call"
+            } else {
+                "this session's protocol version has no tasks (2025-11-25 and later have)"
+            },
+        )?;
         if let Some(result) = invalid {
             return Ok(result);
         }

@@ -436,6 +436,17 @@ async fn tools_call(
     let call = fingerprint(name, &arguments);
     let answers = answers_in_hand(server, peer, &call, params)?;
     if !as_task {
+        calls::no_webhook_without_task(
+            params.get("_meta"),
+            &if tool.tool.task_support == TaskSupport::Forbidden {
+                format!("tool {name} always runs synchronously")
+            } else {
+                format!(
+                    "declare the {} extension in the request's client capabilities",
+                    meta::TASKS_EXTENSION
+                )
+            },
+        )?;
         if let Some(r) = invalid {
             return Ok(r);
         }

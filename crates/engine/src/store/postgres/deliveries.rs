@@ -230,6 +230,41 @@ pub(super) async fn redeliver(
     Ok(n == 1)
 }
 
+/// Lets go of the pending deliveries `node` holds.
+pub(super) async fn release(db: &impl GenericClient, node: &str) -> Result<usize, StoreError> {
+    let n = db
+        .execute(
+            "UPDATE webhook_outbox SET lease_owner = NULL, lease_until = NULL \
+             WHERE state = 'pending' AND lease_owner = $1",
+            &[&node],
+        )
+        .await
+        .context("release this node's webhook deliveries")?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+/// Unfinished tasks of `owner` with a client-registered webhook, up to `max`.
+pub(super) async fn count_registrations(
+    db: &impl GenericClient,
+    owner: &str,
+    max: u64,
+) -> Result<u64, StoreError> {
+    let row = db
+        .query_one(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE owner = $1 \
+             AND status IN ('working', 'input_required') AND webhooks IS NOT NULL \
+             AND EXISTS (SELECT 1 FROM jsonb_array_elements(webhooks::jsonb) AS w \
+             WHERE NOT w ? 'subscription') LIMIT $2) AS registered",
+            &[&owner, &i64::try_from(max).unwrap_or(i64::MAX)],
+        )
+        .await
+        .with_context(|| format!("count the webhook registrations of {owner}"))?;
+    let n: i64 = row
+        .try_get(0)
+        .map_err(|e| StoreError::backend("read a count", e))?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
 /// Removes settled deliveries written before `before`, with their attempts.
 pub(super) async fn purge(db: &impl GenericClient, before: u64) -> Result<usize, StoreError> {
     let row = db

@@ -811,6 +811,16 @@ impl TaskStore for PostgresStore {
         deliveries::purge(&client, before).await
     }
 
+    async fn release_deliveries(&self, node: &str) -> Result<usize, StoreError> {
+        let client = self.client().await?;
+        deliveries::release(&client, node).await
+    }
+
+    async fn count_registrations(&self, owner: &str, max: u64) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        deliveries::count_registrations(&client, owner, max).await
+    }
+
     fn is_exclusive(&self) -> bool {
         // Other replicas may run tasks from this database: only expired leases are orphans.
         false

@@ -219,7 +219,7 @@ pub(super) async fn update_task_if(
     db: &impl GenericClient,
     t: &TaskRecord,
     version: i64,
-    was: Option<TaskStatus>,
+    was: crate::webhook::WriteBase,
 ) -> Result<bool, StoreError> {
     write_task(db, t, Some(version), was).await
 }
@@ -229,7 +229,7 @@ pub(super) async fn update_task_if(
 pub(super) async fn update_task(
     db: &impl GenericClient,
     t: &TaskRecord,
-    was: Option<TaskStatus>,
+    was: crate::webhook::WriteBase,
 ) -> Result<(), StoreError> {
     write_task(db, t, None, was).await.map(|_| ())
 }
@@ -250,7 +250,7 @@ async fn write_task(
     db: &impl GenericClient,
     t: &TaskRecord,
     version: Option<i64>,
-    was: Option<TaskStatus>,
+    was: crate::webhook::WriteBase,
 ) -> Result<bool, StoreError> {
     let outcome = t
         .outcome
@@ -264,7 +264,8 @@ async fn write_task(
         .transpose()?;
     let outbox = Outbox::of(&crate::webhook::outbox_entries(t, was));
     let with_history;
-    let sql = if was == Some(t.status) {
+    let history = was.was != Some(t.status);
+    let sql = if !history && outbox.ids.is_empty() {
         UPDATE_TASK
     } else if outbox.ids.is_empty() {
         with_history = format!(
@@ -274,10 +275,15 @@ async fn write_task(
         &with_history
     } else {
         // The events go with the change, in the same statement: written only if the update is
-        // (and, after a 410 from a target, settled as gone at once).
+        // (and, after a 410 from a target, settled as gone at once). A progress event keeps the
+        // status: no history row.
+        let history_row = if history {
+            ", h AS (INSERT INTO task_history (task_id, at, status, message) SELECT id, $6, $2, $3 FROM u)"
+        } else {
+            ""
+        };
         with_history = format!(
-            "WITH u AS ({UPDATE_TASK} RETURNING id), \
-             h AS (INSERT INTO task_history (task_id, at, status, message) SELECT id, $6, $2, $3 FROM u) \
+            "WITH u AS ({UPDATE_TASK} RETURNING id){history_row} \
              INSERT INTO webhook_outbox (id, task_id, target, event, url, secret, subscription, \
              snapshot, created_at, next_at, state, attempts) \
              SELECT e.id, u.id, e.target, e.event, e.url, e.secret, e.subscription, e.snapshot, $6, $6, \

@@ -212,6 +212,39 @@ pub(super) fn redeliver(conn: &Connection, id: &str, now: u64) -> Result<bool, S
     .with_context(|| format!("redeliver webhook delivery {id}"))
 }
 
+/// Lets go of the pending deliveries `node` holds.
+pub(super) fn release(conn: &Connection, node: &str) -> Result<usize, StoreError> {
+    conn.prepare_cached(
+        "UPDATE webhook_outbox SET lease_owner = NULL, lease_until = NULL \
+         WHERE state = 'pending' AND lease_owner = ?1",
+    )
+    .and_then(|mut s| s.execute([node]))
+    .context("release this node's webhook deliveries")
+}
+
+/// Unfinished tasks of `owner` with a client-registered webhook, up to `max` (read through the
+/// partial index of unfinished tasks by owner).
+pub(super) fn count_registrations(
+    conn: &Connection,
+    owner: &str,
+    max: u64,
+) -> Result<u64, StoreError> {
+    conn.prepare_cached(
+        "SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE owner = ?1 \
+         AND status IN ('working', 'input_required') AND webhooks IS NOT NULL \
+         AND EXISTS (SELECT 1 FROM json_each(tasks.webhooks) \
+         WHERE json_type(value, '$.subscription') IS NULL) LIMIT ?2)",
+    )
+    .and_then(|mut s| {
+        s.query_row(
+            params![owner, i64::try_from(max).unwrap_or(i64::MAX)],
+            |r| r.get::<_, i64>(0),
+        )
+    })
+    .map(|n| u64::try_from(n).unwrap_or(0))
+    .with_context(|| format!("count the webhook registrations of {owner}"))
+}
+
 /// Removes settled deliveries written before `before`, with their attempts.
 pub(super) fn purge(conn: &Connection, before: u64) -> Result<usize, StoreError> {
     let before = sql_int(before);

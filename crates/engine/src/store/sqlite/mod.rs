@@ -850,6 +850,18 @@ impl TaskStore for SqliteStore {
         self.write(move |conn| deliveries::purge(conn, before))
             .await
     }
+
+    async fn release_deliveries(&self, node: &str) -> Result<usize, StoreError> {
+        let node = node.to_string();
+        self.write(move |conn| deliveries::release(conn, &node))
+            .await
+    }
+
+    async fn count_registrations(&self, owner: &str, max: u64) -> Result<u64, StoreError> {
+        let owner = owner.to_string();
+        self.read(move |conn| deliveries::count_registrations(conn, &owner, max))
+            .await
+    }
 }
 
 /// Creates or replaces a session row.

@@ -294,7 +294,7 @@ pub(super) fn insert_task(conn: &Connection, t: &TaskRecord) -> Result<(), Store
 pub(super) fn update_task(
     conn: &Connection,
     t: &TaskRecord,
-    was: Option<TaskStatus>,
+    was: crate::webhook::WriteBase,
 ) -> Result<(), StoreError> {
     for e in crate::webhook::outbox_entries(t, was) {
         // After a 410 from a target, the task's later events to it are settled as gone at once.
@@ -320,7 +320,7 @@ pub(super) fn update_task(
         })
         .with_context(|| format!("write the {} event of task {} to the outbox", e.event, t.id))?;
     }
-    if was != Some(t.status) {
+    if was.was != Some(t.status) {
         conn.prepare_cached(
             "INSERT INTO task_history (task_id, at, status, message) VALUES (?1, ?2, ?3, ?4)",
         )
