@@ -24,6 +24,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 stamp() { sha256sum "$@" | sha256sum | cut -d' ' -f1; }
+# Each step's heading says when it began (minutes and seconds into the run), so a CI log shows
+# where the time goes.
+at() { printf '%dm%02ds' $((SECONDS / 60)) $((SECONDS % 60)); }
+run_began=$(date +%s)
 
 # Two builds that none of the installs below needs start at once, in the background, to use the
 # CPU the installs leave idle while they wait on the network: clippy, and the fuzz targets'
@@ -39,7 +43,8 @@ trap 'for g in "${background[@]}"; do kill -- "-$g" 2>/dev/null || true; done; r
 start_background() {
   local name=$1
   shift
-  setsid bash -c '"$@" >"$0" 2>&1; echo $? >"$0.rc"' "$work_logs/$name" "$@" &
+  # Its end is noted (seconds since the epoch) before its exit status, which says it is done.
+  setsid bash -c '"$@" >"$0" 2>&1; rc=$?; date +%s >"$0.end"; echo $rc >"$0.rc"' "$work_logs/$name" "$@" &
   background+=($!)
 }
 # Waits for a background step, shows its output, and fails the run if it failed.
@@ -47,23 +52,25 @@ finish_background() {
   local name=$1
   while [ ! -f "$work_logs/$name.rc" ]; do sleep 1; done
   sed 's/^/    /' "$work_logs/$name"
+  local ended=$(($(cat "$work_logs/$name.end") - run_began))
+  printf '    (%s ended at %dm%02ds)\n' "$name" $((ended / 60)) $((ended % 60))
   if [ "$(cat "$work_logs/$name.rc")" != 0 ]; then
     echo "FAILED: $name" >&2
     exit 1
   fi
 }
-echo "==> cargo fmt --check; cargo fetch (every download first: the builds that follow, some at once, then only read the download cache and never wait on one another for it)"
+echo "==> [$(at)] cargo fmt --check; cargo fetch (every download first: the builds that follow, some at once, then only read the download cache and never wait on one another for it)"
 cargo fmt --all -- --check
 host=$(rustc -vV | sed -n 's/^host: //p')
 cargo fetch --locked --target "$host"
 cargo fetch --locked --target "$host" --manifest-path interop/rmcp-server/Cargo.toml
-echo "==> in the background: cargo clippy, and the fuzz build (scripts/fuzz.sh --build-only, idle priority, its own cargo home)"
+echo "==> [$(at)] in the background: cargo clippy, and the fuzz build (scripts/fuzz.sh --build-only, idle priority, its own cargo home)"
 start_background clippy cargo clippy --workspace --all-targets -- -D warnings
 idle=(nice -n 19)
 if command -v chrt >/dev/null 2>&1 && chrt --idle 0 true 2>/dev/null; then idle=(chrt --idle 0 nice -n 19); fi
 start_background fuzz-build "${idle[@]}" bash scripts/fuzz.sh --build-only
 
-echo "==> interop/ts: npm ci (TypeScript SDK v1 client)"
+echo "==> [$(at)] interop/ts: npm ci (TypeScript SDK v1 client)"
 ts_stamp=$(stamp interop/ts/package-lock.json)
 if [ "$(cat interop/ts/node_modules/.mcp-tasks-stamp 2>/dev/null)" != "$ts_stamp" ]; then
   npm ci --prefix interop/ts --no-audit --no-fund --loglevel=error
@@ -72,7 +79,7 @@ else
   echo "    up to date"
 fi
 
-echo "==> interop/ext-tasks: npm ci (MCP Tasks client ext-tasks + TypeScript SDK v2 client)"
+echo "==> [$(at)] interop/ext-tasks: npm ci (MCP Tasks client ext-tasks + TypeScript SDK v2 client)"
 et_stamp=$(stamp interop/ext-tasks/package-lock.json)
 if [ "$(cat interop/ext-tasks/node_modules/.mcp-tasks-stamp 2>/dev/null)" != "$et_stamp" ]; then
   npm ci --prefix interop/ext-tasks --no-audit --no-fund --loglevel=error
@@ -81,7 +88,7 @@ else
   echo "    up to date"
 fi
 
-echo "==> conformance: npm ci (official MCP conformance suite + Node 22)"
+echo "==> [$(at)] conformance: npm ci (official MCP conformance suite + Node 22)"
 cf_stamp=$(stamp conformance/package-lock.json)
 if [ "$(cat conformance/node_modules/.mcp-tasks-stamp 2>/dev/null)" != "$cf_stamp" ]; then
   npm ci --prefix conformance --no-audit --no-fund --loglevel=error
@@ -90,7 +97,7 @@ else
   echo "    up to date"
 fi
 
-echo "==> interop/python: venv (Python SDK v1 client)"
+echo "==> [$(at)] interop/python: venv (Python SDK v1 client)"
 py_stamp=$(stamp interop/python/requirements.txt)
 if [ "$(cat interop/python/.venv/.mcp-tasks-stamp 2>/dev/null)" != "$py_stamp" ]; then
   rm -rf interop/python/.venv
@@ -101,7 +108,7 @@ else
   echo "    up to date"
 fi
 
-echo "==> interop/everything: npm ci (server-everything, the upstream of the gateway tests)"
+echo "==> [$(at)] interop/everything: npm ci (server-everything, the upstream of the gateway tests)"
 ev_stamp=$(stamp interop/everything/package-lock.json)
 if [ "$(cat interop/everything/node_modules/.mcp-tasks-stamp 2>/dev/null)" != "$ev_stamp" ]; then
   npm ci --prefix interop/everything --no-audit --no-fund --loglevel=error
@@ -110,11 +117,11 @@ else
   echo "    up to date"
 fi
 
-echo "==> interop/rmcp-server: cargo build --locked (rmcp 3.11.0 task server the client is tested against)"
+echo "==> [$(at)] interop/rmcp-server: cargo build --locked (rmcp 3.11.0 task server the client is tested against)"
 export MCP_TASKS_INTEROP_TARGET="${MCP_TASKS_INTEROP_TARGET:-$HOME/.cache/mcp-tasks/interop-target}"
 CARGO_TARGET_DIR="$MCP_TASKS_INTEROP_TARGET" cargo build --quiet --locked --manifest-path interop/rmcp-server/Cargo.toml
 
-echo "==> valgrind (the performance guard counts instructions with callgrind)"
+echo "==> [$(at)] valgrind (the performance guard counts instructions with callgrind)"
 if command -v valgrind >/dev/null 2>&1; then
   echo "    $(valgrind --version)"
 else
@@ -122,7 +129,7 @@ else
   if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; else sudo apt-get update -qq && sudo apt-get install -y -qq valgrind >/dev/null; fi
 fi
 
-echo "==> nginx (the three-replica tests put nginx in front of the replicas)"
+echo "==> [$(at)] nginx (the three-replica tests put nginx in front of the replicas)"
 if command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; then
   echo "    $(PATH="$PATH:/usr/sbin" nginx -v 2>&1)"
 else
@@ -135,7 +142,7 @@ else
   echo "    $(PATH="$PATH:/usr/sbin" nginx -v 2>&1)"
 fi
 
-echo "==> tmux (the client's terminal tests run mcp-tasks call in a real terminal)"
+echo "==> [$(at)] tmux (the client's terminal tests run mcp-tasks call in a real terminal)"
 if command -v tmux >/dev/null 2>&1; then
   echo "    $(tmux -V)"
 else
@@ -146,7 +153,7 @@ else
   echo "    $(tmux -V)"
 fi
 
-echo "==> chromium (the dashboard test drives it headless with playwright-core)"
+echo "==> [$(at)] chromium (the dashboard test drives it headless with playwright-core)"
 if [ -x /usr/bin/chromium ]; then
   echo "    $(/usr/bin/chromium --version 2>/dev/null)"
 else
@@ -158,7 +165,7 @@ else
   echo "    $(/usr/bin/chromium --version 2>/dev/null)"
 fi
 
-echo "==> interop/ui: npm ci (playwright-core, to drive the dashboard; no browser download)"
+echo "==> [$(at)] interop/ui: npm ci (playwright-core, to drive the dashboard; no browser download)"
 ui_stamp=$(stamp interop/ui/package-lock.json)
 if [ "$(cat interop/ui/node_modules/.mcp-tasks-stamp 2>/dev/null)" != "$ui_stamp" ]; then
   npm ci --prefix interop/ui --no-audit --no-fund --loglevel=error
@@ -167,18 +174,18 @@ else
   echo "    up to date"
 fi
 
-echo "==> packaging tools: $(grep -v '^#' packaging/requirements.txt | xargs) (PyPI; scripts/package.sh writes and tags the wheel with them)"
+echo "==> [$(at)] packaging tools: $(grep -v '^#' packaging/requirements.txt | xargs) (PyPI; scripts/package.sh writes and tags the wheel with them)"
 bash scripts/package.sh tools
 
-echo "==> cargo fmt --check (done first) and clippy (warnings are errors; started at the beginning)"
+echo "==> [$(at)] cargo fmt --check (done first) and clippy (warnings are errors; started at the beginning)"
 finish_background clippy
 
 # Before the suites: these builds write target/debug/mcp-tasks too, and the suites' build puts the
 # workspace's own back.
-echo "==> crates: every published crate packaged, and the .crate files built together (scripts/package.sh crates)"
+echo "==> [$(at)] crates: every published crate packaged, and the .crate files built together (scripts/package.sh crates)"
 bash scripts/package.sh crates
 
-echo "==> cargo install --path crates/cli (dev profile, into a scratch root), then a call through what it installed"
+echo "==> [$(at)] cargo install --path crates/cli (dev profile, into a scratch root), then a call through what it installed"
 install_root="${CARGO_TARGET_DIR:-target}/install-check"
 rm -rf "$install_root"
 cargo install --quiet --locked --debug --path crates/cli --root "$install_root"
@@ -188,7 +195,7 @@ MCP_TASKS_LOG=warn RUST_LOG=warn "$install_root/bin/mcp-tasks" call \
   | grep -qx 'Hello, cargo-install!'
 echo "    ok: the installed mcp-tasks answered a call"
 
-echo "==> cargo tests"
+echo "==> [$(at)] cargo tests"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast
   cargo test --workspace --doc
@@ -196,9 +203,11 @@ else
   cargo test --workspace --no-fail-fast
 fi
 
-echo "==> fuzz targets, ${MCP_TASKS_FUZZ_SECS:-30} s each (scripts/fuzz.sh; its build started at the beginning)"
+echo "==> [$(at)] fuzz targets, ${MCP_TASKS_FUZZ_SECS:-30} s each (scripts/fuzz.sh; its build started at the beginning)"
 finish_background fuzz-build
 bash scripts/fuzz.sh "${MCP_TASKS_FUZZ_SECS:-30}"
 
-echo "==> kill -9 soak, 3 cycles per store (scripts/soak.sh)"
+echo "==> [$(at)] kill -9 soak, 3 cycles per store (scripts/soak.sh)"
 bash scripts/soak.sh --cycles 3 --cycle-secs 5 --settle-secs 90
+
+echo "==> [$(at)] all tests passed"

@@ -138,7 +138,7 @@ impl Notifier {
 
     /// Calls `observer` with every event published in this process from now on, before it goes
     /// out; events other replicas bring in are not shown (each is observed where it happened). For
-    /// counting, not for work: it runs inline.
+    /// counting and waking, not for work: it runs inline.
     pub fn observe_local(&self, observer: Observer) {
         self.inner
             .observers

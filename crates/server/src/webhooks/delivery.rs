@@ -37,7 +37,7 @@ pub struct Deliverer {
     node: String,
     settings: Arc<WebhookSettings>,
     client: reqwest::Client,
-    wake: Notify,
+    wake: Arc<Notify>,
     observer: Option<AttemptObserver>,
 }
 
@@ -63,7 +63,7 @@ impl Deliverer {
             node,
             settings,
             client,
-            wake: Notify::new(),
+            wake: Arc::new(Notify::new()),
             observer,
         })
     }
@@ -85,36 +85,27 @@ impl Deliverer {
     }
 
     async fn deliver_until(self: Arc<Self>, notifier: &Notifier, stop: &CancellationToken) {
-        let mut events = notifier.subscribe_all();
-        let me = self.clone();
-        let stop2 = stop.clone();
-        tokio::spawn(async move {
-            loop {
-                let event = tokio::select! {
-                    e = events.recv() => e,
-                    () = stop2.cancelled() => return,
-                };
-                match event {
-                    Ok(TaskEvent::Changed(t) | TaskEvent::InputRequested { task: t, .. })
-                        if !t.webhooks.is_empty() =>
-                    {
-                        me.wake.notify_one();
-                    }
-                    // A paced progress event may have been written with it; a late one (the end of
-                    // an interval) is found by the next second's round.
-                    Ok(TaskEvent::Progress { task: t, .. })
-                        if t.webhooks.iter().any(|w| w.wants_progress()) =>
-                    {
-                        me.wake.notify_one();
-                    }
-                    Ok(_) => {}
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                        me.wake.notify_one()
-                    }
-                    Err(_) => return,
+        // Woken inline by the events of tasks with webhooks, not by a subscriber of every event:
+        // a task without any costs no wake-up here. (Events of other replicas' tasks are theirs
+        // to send; a late progress event, at the end of an interval, is found by the next
+        // second's round.)
+        let wake = Arc::downgrade(&self.wake);
+        notifier.observe_local(Arc::new(move |event: &TaskEvent| {
+            let wanted = match event {
+                TaskEvent::Changed(t) | TaskEvent::InputRequested { task: t, .. } => {
+                    !t.webhooks.is_empty()
+                }
+                TaskEvent::Progress { task: t, .. } => {
+                    t.webhooks.iter().any(|w| w.wants_progress())
+                }
+                _ => false,
+            };
+            if wanted {
+                if let Some(wake) = wake.upgrade() {
+                    wake.notify_one();
                 }
             }
-        });
+        }));
         let mut last_purge = Instant::now();
         loop {
             let round = self.round();
