@@ -32,6 +32,26 @@ fn config(dir: &Path, extra: &str) -> PathBuf {
     path
 }
 
+/// `serve` arguments for a demo server on a SQLite file in `dir` (the same file on a restart), with
+/// [`config`]'s `extra`.
+fn on_file(dir: &Path, extra: &str) -> Vec<String> {
+    let cfg = config(dir, extra);
+    let db = dir.join("tasks.db");
+    [
+        "--demo",
+        "--store",
+        db.to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
 fn base(server: &ServerProcess) -> String {
     server.url.trim_end_matches("/mcp").to_string()
 }
@@ -433,16 +453,8 @@ async fn an_event_written_before_a_kill_9_is_delivered_after_the_restart_with_it
     let port = common::free_port();
     let url = format!("http://127.0.0.1:{port}/hooks");
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path(), "");
-    let db = dir.path().join("tasks.db");
-    let args = [
-        "--demo",
-        "--store",
-        db.to_str().unwrap(),
-        "--config",
-        cfg.to_str().unwrap(),
-    ];
-    let server = ServerProcess::start(&args);
+    let args = on_file(dir.path(), "");
+    let server = ServerProcess::start(&strs(&args));
     let mut c = Client::connect(&server.url).await;
     let created = create(
         &mut c,
@@ -460,7 +472,7 @@ async fn an_event_written_before_a_kill_9_is_delivered_after_the_restart_with_it
     assert_eq!(before[0]["state"], "pending");
     server.kill9();
     let rx = Receiver::start_on(port, SECRET, &[]);
-    let server = ServerProcess::start(&args);
+    let server = ServerProcess::start(&strs(&args));
     let seen = rx.wait_for(1, Duration::from_secs(30));
     assert_eq!(
         seen[0]["id"], before[0]["id"],
@@ -802,16 +814,8 @@ async fn a_stopping_server_lets_go_of_a_delivery_in_flight_so_the_next_start_sen
     });
     let url = format!("http://127.0.0.1:{port}/hooks");
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path(), "timeout_secs = 30\n");
-    let db = dir.path().join("tasks.db");
-    let args = [
-        "--demo",
-        "--store",
-        db.to_str().unwrap(),
-        "--config",
-        cfg.to_str().unwrap(),
-    ];
-    let server = ServerProcess::start(&args);
+    let args = on_file(dir.path(), "timeout_secs = 30\n");
+    let server = ServerProcess::start(&strs(&args));
     let mut c = Client::connect(&server.url).await;
     let created = create(
         &mut c,
@@ -840,7 +844,7 @@ async fn a_stopping_server_lets_go_of_a_delivery_in_flight_so_the_next_start_sen
     // (a minute after it was made).
     let rx = Receiver::start_on(port, SECRET, &[]);
     let restarted = Instant::now();
-    let _server = ServerProcess::start(&args);
+    let _server = ServerProcess::start(&strs(&args));
     let seen = rx.wait_for(1, Duration::from_secs(30));
     assert!(
         restarted.elapsed() < Duration::from_secs(15),

@@ -107,7 +107,7 @@ pub(crate) fn after_answer(status: TaskStatus, still_pending: bool) -> TaskChang
 /// What a store's write compares the task after `change` with (see [`WriteBase`]): its status before
 /// the change, or `None` when the change is kept whatever it does ([`TaskChange::noted`]); a history
 /// row is written when the status differs from this. Called before the change is applied.
-pub(crate) fn history_base(rec: &TaskRecord, change: &TaskChange) -> WriteBase {
+pub(crate) fn write_base(rec: &TaskRecord, change: &TaskChange) -> WriteBase {
     WriteBase {
         was: (!change.noted).then_some(rec.status),
         progress_event: change.progress_event,
@@ -116,7 +116,7 @@ pub(crate) fn history_base(rec: &TaskRecord, change: &TaskChange) -> WriteBase {
 
 /// Claims an orphan for `node` until `lease_until` and applies `plan`'s change to it (a change that
 /// finishes the task also lets go of the lease). `None` when `plan` leaves the task alone; otherwise
-/// what the write decides its history row on (see [`history_base`]).
+/// what the write decides its history row on (see [`write_base`]).
 pub(crate) fn claim_orphan(
     rec: &mut TaskRecord,
     plan: &OrphanPlan,
@@ -125,7 +125,7 @@ pub(crate) fn claim_orphan(
     now: u64,
 ) -> Option<WriteBase> {
     let change = plan(rec)?;
-    let was = history_base(rec, &change);
+    let was = write_base(rec, &change);
     rec.lease_owner = Some(node.to_string());
     rec.lease_until = Some(lease_until);
     apply_change(rec, change, now);

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 
 use super::{
-    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, history_base,
+    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, write_base,
     ActiveCounts, ActiveLimit, Among, AnswerError, Created, FinishedCounts, InvalidCursor,
     ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord, StoreError,
     TaskChange, TaskFilter, TaskPage, TaskStore, UpdateError,
@@ -62,7 +62,7 @@ struct Outboxed {
 }
 
 impl Inner {
-    /// Keeps a status change of `t` (from `was`, see [`history_base`]) in its history.
+    /// Keeps a status change of `t` (from `was`, see [`write_base`]) in its history.
     fn record_transition(&mut self, t: &TaskRecord, was: crate::webhook::WriteBase) {
         for entry in outbox_entries(t, was) {
             let gone = self
@@ -319,7 +319,7 @@ impl TaskStore for MemoryStore {
         if !expect.contains(&rec.status) || !held_by_holder(rec, &change) {
             return Err(UpdateError::Conflict(Box::new(rec.clone())));
         }
-        let was = history_base(rec, &change);
+        let was = write_base(rec, &change);
         apply_change(rec, change, now);
         let rec = rec.clone();
         inner.track(&rec, false);
@@ -377,7 +377,7 @@ impl TaskStore for MemoryStore {
             status: Some(TaskStatus::InputRequired),
             ..Default::default()
         };
-        let was = history_base(rec, &change);
+        let was = write_base(rec, &change);
         apply_change(rec, change, now);
         let rec = rec.clone();
         inner.inputs.insert(input.key.clone(), input);
@@ -419,7 +419,7 @@ impl TaskStore for MemoryStore {
             .get_mut(&answered.task_id)
             .ok_or(AnswerError::Unknown)?;
         let change = after_answer(rec.status, still_pending);
-        let was = history_base(rec, &change);
+        let was = write_base(rec, &change);
         apply_change(rec, change, now);
         let rec = rec.clone();
         inner.record_transition(&rec, was);

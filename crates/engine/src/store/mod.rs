@@ -19,7 +19,7 @@ pub mod sqlite;
 pub mod testkit;
 
 pub(crate) use change::{
-    after_answer, apply_change, claim_orphan, held_by_holder, history_base, ProgressState,
+    after_answer, apply_change, claim_orphan, held_by_holder, write_base, ProgressState,
 };
 pub use change::{ProgressUpdate, TaskChange};
 pub(crate) use errors::Context;

@@ -24,8 +24,8 @@ use self::rows::{
     TASK_COLUMNS,
 };
 use super::{
-    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, history_base,
-    id_floor, ActiveCounts, ActiveLimit, AnswerError, Context, Created, FinishedCounts, Handed,
+    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, id_floor, write_base,
+    ActiveCounts, ActiveLimit, AnswerError, Context, Created, FinishedCounts, Handed,
     InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord,
     StoreError, TaskChange, TaskFilter, TaskPage, TaskStore, UpdateError,
 };
@@ -190,7 +190,7 @@ impl TaskStore for PostgresStore {
                 }
                 return Err(UpdateError::Conflict(Box::new(rec)));
             }
-            let was = history_base(&rec, &change);
+            let was = write_base(&rec, &change);
             apply_change(&mut rec, change.clone(), now);
             if update_task_if(&client, &rec, version, was).await? {
                 self.remember(&rec, version + 1);
@@ -241,7 +241,7 @@ impl TaskStore for PostgresStore {
                     status: Some(TaskStatus::InputRequired),
                     ..Default::default()
                 };
-                let was = history_base(&rec, &change);
+                let was = write_base(&rec, &change);
                 apply_change(&mut rec, change, now);
                 update_task(tx, &rec, was).await?;
                 insert_input(tx, &input).await?;
@@ -275,7 +275,7 @@ impl TaskStore for PostgresStore {
                 rows::answer_input(tx, &key, &response, now).await?;
                 let pending = rows::pending_inputs(tx, &input.task_id).await?;
                 let change = after_answer(rec.status, pending > 0);
-                let was = history_base(&rec, &change);
+                let was = write_base(&rec, &change);
                 apply_change(&mut rec, change, now);
                 update_task(tx, &rec, was).await?;
                 Ok((

@@ -243,7 +243,7 @@ const UPDATE_TASK: &str = "UPDATE tasks SET status = $2, status_message = $3, pr
      WHERE id = $1 AND ($15::BIGINT IS NULL OR version = $15)";
 
 /// The one task write: the changeable columns, bumping the row version; with `version`, only if
-/// the row is still at it; a status other than `was` (see [`history_base`](crate::store::history_base))
+/// the row is still at it; a status other than `was` (see [`write_base`](crate::store::write_base))
 /// also goes into the task's history. Whether a
 /// row was written.
 async fn write_task(

@@ -23,11 +23,10 @@ use self::rows::{
 };
 use self::writer::{Completion, Job};
 use super::{
-    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, history_base,
-    id_floor, prefix_end, ActiveCounts, ActiveLimit, Among, AnswerError, Context, Created,
-    FinishedCounts, InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged,
-    SessionLimit, SessionRecord, StoreError, TaskChange, TaskFilter, TaskPage, TaskStore,
-    UpdateError,
+    after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, id_floor, prefix_end,
+    write_base, ActiveCounts, ActiveLimit, Among, AnswerError, Context, Created, FinishedCounts,
+    InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord,
+    StoreError, TaskChange, TaskFilter, TaskPage, TaskStore, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, StepRecord, TaskRecord, TaskStatus, Transition};
 use crate::webhook::{Delivery, DeliveryAttempt, DeliveryNext, DeliveryQuery};
@@ -301,7 +300,7 @@ impl TaskStore for SqliteStore {
                 if !expect.contains(&rec.status) || !held_by_holder(&rec, &change) {
                     return Err(UpdateError::Conflict(Box::new(rec)));
                 }
-                let was = history_base(&rec, &change);
+                let was = write_base(&rec, &change);
                 apply_change(&mut rec, change, now);
                 update_task(conn, &rec, was)?;
                 Ok(rec)
@@ -354,7 +353,7 @@ impl TaskStore for SqliteStore {
                 status: Some(TaskStatus::InputRequired),
                 ..Default::default()
             };
-            let was = history_base(&rec, &change);
+            let was = write_base(&rec, &change);
             apply_change(&mut rec, change, now);
             update_task(conn, &rec, was)?;
             insert_input(conn, &input)?;
@@ -384,7 +383,7 @@ impl TaskStore for SqliteStore {
             rows::answer_input(conn, &key, &response, now)?;
             let pending = rows::pending_inputs(conn, &input.task_id)?;
             let change = after_answer(rec.status, pending > 0);
-            let was = history_base(&rec, &change);
+            let was = write_base(&rec, &change);
             apply_change(&mut rec, change, now);
             update_task(conn, &rec, was)?;
             Ok((

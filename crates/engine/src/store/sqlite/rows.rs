@@ -290,7 +290,7 @@ pub(super) fn insert_task(conn: &Connection, t: &TaskRecord) -> Result<(), Store
 }
 
 /// Writes back the fields a [`TaskChange`](crate::store::TaskChange) can touch; a status other than
-/// `was` (see [`history_base`](crate::store::history_base)) also goes into the task's history.
+/// `was` (see [`write_base`](crate::store::write_base)) also goes into the task's history.
 pub(super) fn update_task(
     conn: &Connection,
     t: &TaskRecord,
