@@ -51,6 +51,12 @@ pub struct Figures {
     pub p99: f64,
     /// Failed operations.
     pub errors: usize,
+    /// `tasks/get` requests per task in the e2e mode (1.0: the first poll already saw it finished);
+    /// 0 in the other modes.
+    pub polls: f64,
+    /// The server's CPU time per operation, µs (user and system, all its threads; filled in by the
+    /// suite, which knows the server's process).
+    pub cpu_us: f64,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
@@ -106,6 +112,7 @@ pub async fn run(
             let mut lat = Vec::new();
             let mut errors = 0;
             let mut pick = 0;
+            let mut gets = 0usize;
             while next.fetch_add(1, Ordering::Relaxed) < ops && Instant::now() < deadline {
                 let t0 = Instant::now();
                 let done: Result<()> = async {
@@ -127,6 +134,7 @@ pub async fn run(
                             let status = loop {
                                 let s = c.get(&id).await?;
                                 polls += 1;
+                                gets += 1;
                                 if s.terminal || polls > 10_000 {
                                     break s;
                                 }
@@ -144,17 +152,19 @@ pub async fn run(
                     Err(_) => errors += 1,
                 }
             }
-            Ok::<_, anyhow::Error>((lat, errors))
+            Ok::<_, anyhow::Error>((lat, errors, gets))
         }));
     }
     ready.wait().await;
     let started = Instant::now();
     let mut lat = Vec::new();
     let mut errors = 0;
+    let mut gets = 0;
     for w in workers {
-        let (l, e) = w.await??;
+        let (l, e, g) = w.await??;
         lat.extend(l);
         errors += e;
+        gets += g;
     }
     let elapsed = started.elapsed().as_secs_f64();
     lat.sort();
@@ -165,5 +175,11 @@ pub async fn run(
         p90: percentile(&lat, 0.90),
         p99: percentile(&lat, 0.99),
         errors,
+        polls: if mode == Mode::E2e {
+            gets as f64 / lat.len().max(1) as f64
+        } else {
+            0.0
+        },
+        cpu_us: 0.0,
     })
 }

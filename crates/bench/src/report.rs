@@ -72,14 +72,17 @@ pub fn markdown(rows: &[Row], clients: usize, ops: usize, versions: &[(String, S
     }
     let _ = writeln!(
         md,
-        "\n| target | wire | mode | ops | ops/s | p50 ms | p90 ms | p99 ms | errors | RSS MiB (peak) |"
+        "\n| target | wire | mode | ops | ops/s | p50 ms | p90 ms | p99 ms | errors | server CPU µs/op | polls/task | RSS MiB (peak) |"
     );
-    let _ = writeln!(md, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        md,
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for r in rows {
         let f = &r.figures;
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {:.0} ({:.0}) |",
+            "| {} | {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {:.0} | {} | {:.0} ({:.0}) |",
             r.target,
             r.wire,
             r.mode.label(),
@@ -89,6 +92,12 @@ pub fn markdown(rows: &[Row], clients: usize, ops: usize, versions: &[(String, S
             f.p90,
             f.p99,
             f.errors,
+            f.cpu_us,
+            if r.mode == Mode::E2e {
+                format!("{:.2}", f.polls)
+            } else {
+                "".into()
+            },
             r.rss.0,
             r.rss.1
         );
@@ -125,6 +134,11 @@ pub fn markdown(rows: &[Row], clients: usize, ops: usize, versions: &[(String, S
             "mcp-tasks sqlite (2025-11-25) / mcp-tasks memory (2025-11-25)",
             "mcp-tasks sqlite (2025",
             "mcp-tasks memory (2025",
+        ),
+        (
+            "mcp-tasks sqlite (2026-07-28) / mcp-tasks memory (2026-07-28)",
+            "mcp-tasks sqlite (2026",
+            "mcp-tasks memory (2026",
         ),
         (
             "mcp-tasks postgres (2025-11-25) / mcp-tasks sqlite (2025-11-25)",

@@ -22,6 +22,10 @@ pub struct Target {
     pub replicas: usize,
 }
 
+/// Linux reports process CPU time in ticks of `USER_HZ`, which is 100 on every architecture the
+/// suite runs on.
+const CLOCK_TICKS_PER_SECOND: f64 = 100.0;
+
 /// A running target; killed when dropped.
 pub struct Running {
     children: Vec<Child>,
@@ -100,6 +104,27 @@ impl Running {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// CPU time the server's processes have used so far (user and system, Linux `/proc`, in clock
+    /// ticks of 10 ms), in seconds; replicas summed. Threads that ended are included.
+    pub fn cpu_seconds(&self) -> f64 {
+        self.children
+            .iter()
+            .map(|child| {
+                let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id()))
+                    .unwrap_or_default();
+                // The command name (field 2) may hold spaces; the fields after its `)` are fixed.
+                let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+                let ticks: Vec<f64> = rest
+                    .split_whitespace()
+                    .skip(11) // state … cmajflt: utime and stime are fields 14 and 15
+                    .take(2)
+                    .filter_map(|v| v.parse().ok())
+                    .collect();
+                ticks.iter().sum::<f64>() / CLOCK_TICKS_PER_SECOND
+            })
+            .sum()
     }
 
     /// The server's resident memory now and at its peak, in MiB (Linux `/proc`); replicas summed.
