@@ -6,6 +6,7 @@
 //! [`maintenance`].
 
 mod handoff;
+mod landing;
 mod maintenance;
 mod replay;
 mod runner;
@@ -245,6 +246,7 @@ impl EngineBuilder {
             handing_off: std::sync::atomic::AtomicBool::new(false),
             takeover_now: Arc::default(),
             resumes: Default::default(),
+            landing: Default::default(),
         })
     }
 }
@@ -282,6 +284,8 @@ pub struct Engine {
     takeover_now: Arc<tokio::sync::Notify>,
     /// Hand-offs and resumes, counted.
     resumes: handoff::ResumeCounters,
+    /// Status changes being written now, which a read of their task waits for.
+    landing: landing::Landing,
 }
 
 /// Holds a task's ordering lock; on release, drops the map entry unless someone else holds or waits for it.
@@ -563,8 +567,10 @@ impl Engine {
         }
     }
 
-    /// Looks a task up.
+    /// Looks a task up. When a status change of the task is being written at this moment (its
+    /// handler has just finished, say), answers with the state after it (see `landing.rs`).
     pub async fn get(&self, id: &str) -> Result<Lookup, StoreError> {
+        self.landing.settled(id).await;
         self.store.get(id).await
     }
 
@@ -638,6 +644,7 @@ impl Engine {
         change: TaskChange,
     ) -> Result<TaskRecord, UpdateError> {
         let _held = self.order_lock(id).await;
+        let _landing = change.status.is_some().then(|| self.landing.begin(id));
         let progress_only =
             change.status.is_none() && change.status_message.is_none() && change.progress.is_some();
         let rec = self.store.update(id, expect, change, now_ms()).await?;

@@ -552,7 +552,7 @@ impl Server {
                     _ = tick.tick() => {}
                 }
                 beats = beats.wrapping_add(1);
-                if beats % REFRESH_EVERY == 0 {
+                if beats.is_multiple_of(REFRESH_EVERY) {
                     let Some(server) = weak_refresh.upgrade() else {
                         break;
                     };

@@ -6,7 +6,9 @@
 //! the writer (WAL). The schema is versioned and migrated on open (`schema.rs`); row mapping and the
 //! single-row statements are in `rows.rs`.
 
+mod cache;
 mod deliveries;
+mod lock;
 mod rows;
 mod schema;
 mod writer;
@@ -17,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 
+use self::cache::{RecordCache, Tx};
 use self::rows::{
     insert_input, insert_task, select_input, select_task_shared, select_tasks, session_from_row,
     sql_int, update_task, SharedArguments, INPUT_COLUMNS, SESSION_COLUMNS, TASK_COLUMNS,
@@ -41,6 +44,24 @@ pub struct SqliteStore {
     readers: Arc<Mutex<Vec<Connection>>>,
     /// The arguments of unfinished tasks, shared by every record read of them.
     shared: Arc<SharedArguments>,
+    /// The records the writer committed lately (see `cache.rs`).
+    cache: Arc<RecordCache>,
+    /// The writer thread, joined when the store is dropped.
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for SqliteStore {
+    /// Closes the store: the writer commits what it holds, closes its connection and lets go of the
+    /// file, so the file can be opened again (by this process or another) as soon as this returns.
+    fn drop(&mut self) {
+        let (closed, _) = mpsc::channel(1);
+        drop(std::mem::replace(&mut self.jobs, closed));
+        if let Some(writer) = self.writer.take() {
+            // The writer's last group is at most one commit; its callers are answered without
+            // waiting on anything this thread holds.
+            let _ = writer.join();
+        }
+    }
 }
 
 fn open(path: &Path, flags: OpenFlags) -> Result<Connection, StoreError> {
@@ -63,6 +84,9 @@ impl SqliteStore {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("create folder {}", dir.display()))?;
         }
+        // Before anything touches the file: the records this store keeps in memory are right only
+        // while no other process writes it.
+        let lock = lock::claim(&path)?;
         let mut writer = open(&path, OpenFlags::default())?;
         writer
             .execute_batch(
@@ -70,12 +94,15 @@ impl SqliteStore {
             )
             .with_context(|| format!("configure {}", path.display()))?;
         schema::migrate(&mut writer, &path)?;
-        let jobs = writer::spawn(writer)?;
+        let cache = Arc::new(RecordCache::default());
+        let (jobs, writer) = writer::spawn(writer, cache.clone(), lock)?;
         Ok(SqliteStore {
             path,
             jobs,
             readers: Arc::new(Mutex::new(Vec::new())),
             shared: Arc::default(),
+            cache,
+            writer: Some(writer),
         })
     }
 
@@ -90,7 +117,7 @@ impl SqliteStore {
     where
         T: Send + 'static,
         E: From<StoreError> + Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
+        F: FnOnce(&mut Tx<'_>) -> Result<T, E> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel::<Result<T, E>>();
         let job: Job = Box::new(move |conn| {
@@ -153,7 +180,8 @@ impl TaskStore for SqliteStore {
     ) -> Result<Created, StoreError> {
         let shared = self.shared.clone();
         let created = self
-            .write(move |conn| {
+            .write(move |tx| {
+                let conn = tx.conn;
                 if let Some(key) = &task.idempotency_key {
                     let existing: Option<TaskRecord> = conn
                         .prepare_cached(&format!(
@@ -214,6 +242,7 @@ impl TaskStore for SqliteStore {
                     }
                 }
                 insert_task(conn, &task)?;
+                tx.wrote(&task);
                 Ok(Created::New(task))
             })
             .await?;
@@ -239,6 +268,10 @@ impl TaskStore for SqliteStore {
     }
 
     async fn get(&self, id: &str) -> Result<Lookup, StoreError> {
+        // A task written lately is answered without a read connection (see `cache.rs`).
+        if let Some(t) = self.cache.get(id) {
+            return Ok(Lookup::Found(t));
+        }
         let id = id.to_string();
         let shared = self.shared.clone();
         self.read(move |conn| {
@@ -293,16 +326,17 @@ impl TaskStore for SqliteStore {
         let expect = expect.to_vec();
         let shared = self.shared.clone();
         let rec = self
-            .write(move |conn| {
+            .write(move |tx| {
+                let conn = tx.conn;
                 // The writer thread is the only writer, so read-check-write here is atomic.
-                let mut rec =
-                    select_task_shared(conn, &id, &shared)?.ok_or(UpdateError::NotFound)?;
+                let mut rec = tx.task(&id, &shared)?.ok_or(UpdateError::NotFound)?;
                 if !expect.contains(&rec.status) || !held_by_holder(&rec, &change) {
                     return Err(UpdateError::Conflict(Box::new(rec)));
                 }
                 let was = write_base(&rec, &change);
                 apply_change(&mut rec, change, now);
                 update_task(conn, &rec, was)?;
+                tx.wrote(&rec);
                 Ok(rec)
             })
             .await?;
@@ -343,9 +377,11 @@ impl TaskStore for SqliteStore {
 
     async fn add_input(&self, input: InputRecord, now: u64) -> Result<TaskRecord, UpdateError> {
         let shared = self.shared.clone();
-        self.write(move |conn| {
-            let mut rec =
-                select_task_shared(conn, &input.task_id, &shared)?.ok_or(UpdateError::NotFound)?;
+        self.write(move |tx| {
+            let conn = tx.conn;
+            let mut rec = tx
+                .task(&input.task_id, &shared)?
+                .ok_or(UpdateError::NotFound)?;
             if rec.status.is_terminal() {
                 return Err(UpdateError::Conflict(Box::new(rec)));
             }
@@ -357,6 +393,7 @@ impl TaskStore for SqliteStore {
             apply_change(&mut rec, change, now);
             update_task(conn, &rec, was)?;
             insert_input(conn, &input)?;
+            tx.wrote(&rec);
             Ok(rec)
         })
         .await
@@ -370,13 +407,15 @@ impl TaskStore for SqliteStore {
     ) -> Result<(TaskRecord, InputRecord), AnswerError> {
         let key = key.to_string();
         let shared = self.shared.clone();
-        self.write(move |conn| {
+        self.write(move |tx| {
+            let conn = tx.conn;
             let input = select_input(conn, &key)?.ok_or(AnswerError::Unknown)?;
             if input.response.is_some() {
                 return Err(AnswerError::AlreadyAnswered);
             }
-            let mut rec =
-                select_task_shared(conn, &input.task_id, &shared)?.ok_or(AnswerError::Unknown)?;
+            let mut rec = tx
+                .task(&input.task_id, &shared)?
+                .ok_or(AnswerError::Unknown)?;
             if rec.status.is_terminal() {
                 return Err(AnswerError::TaskEnded(rec.status));
             }
@@ -386,6 +425,7 @@ impl TaskStore for SqliteStore {
             let was = write_base(&rec, &change);
             apply_change(&mut rec, change, now);
             update_task(conn, &rec, was)?;
+            tx.wrote(&rec);
             Ok((
                 rec,
                 InputRecord {
@@ -422,10 +462,12 @@ impl TaskStore for SqliteStore {
         let node = node.to_string();
         let shared = self.shared.clone();
         let output = step.output.to_string();
-        self.write(move |conn| {
+        self.write(move |tx| {
+            let conn = tx.conn;
             // The writer thread is the only writer, so the check and the insert are one step.
-            let rec =
-                select_task_shared(conn, &step.task_id, &shared)?.ok_or(UpdateError::NotFound)?;
+            let rec = tx
+                .task(&step.task_id, &shared)?
+                .ok_or(UpdateError::NotFound)?;
             if rec.status.is_terminal() || rec.lease_owner.as_deref() != Some(node.as_str()) {
                 return Err(UpdateError::Conflict(Box::new(rec)));
             }
@@ -608,7 +650,8 @@ impl TaskStore for SqliteStore {
     ) -> Result<Vec<String>, StoreError> {
         let node = node.to_string();
         let ids = ids.to_vec();
-        self.write(move |conn| {
+        self.write(move |tx| {
+            let conn = tx.conn;
             let mut stmt = conn
                 .prepare_cached(
                     "UPDATE tasks SET lease_until = ?1 WHERE id = ?2 AND lease_owner = ?3 \
@@ -622,6 +665,8 @@ impl TaskStore for SqliteStore {
                     .with_context(|| format!("renew the lease on task {id}"))?;
                 if renewed == 0 {
                     lost.push(id);
+                } else {
+                    tx.forget(&id);
                 }
             }
             Ok(lost)
@@ -639,7 +684,8 @@ impl TaskStore for SqliteStore {
     ) -> Result<Vec<TaskRecord>, StoreError> {
         let node = node.to_string();
         let shared = self.shared.clone();
-        self.write(move |conn| {
+        self.write(move |tx| {
+            let conn = tx.conn;
             let sql = format!(
                 "SELECT {TASK_COLUMNS} FROM tasks WHERE status IN ('working', 'input_required') \
                  AND (?1 OR lease_until IS NULL OR lease_until < ?2)"
@@ -652,6 +698,7 @@ impl TaskStore for SqliteStore {
                 if let Some(was) = claim_orphan(&mut t, &plan, &node, lease_until, now) {
                     update_task(conn, &t, was)?;
                     shared.keep(&t);
+                    tx.wrote(&t);
                     changed.push(t);
                 }
             }
@@ -661,7 +708,8 @@ impl TaskStore for SqliteStore {
     }
 
     async fn purge(&self, p: PurgePolicy) -> Result<Purged, StoreError> {
-        self.write(move |conn| {
+        self.write(move |tx| {
+                let conn = tx.conn;
             let now = sql_int(p.now);
             let (grace_edge, cond) = match p.finished_before {
                 // An operator's purge: everything finished before the cutoff.
@@ -711,6 +759,8 @@ impl TaskStore for SqliteStore {
                     params![now, grace_edge],
                 )
                 .context("delete expired tasks")?;
+            // Which tasks went is not listed; every reader goes to the rows again.
+            tx.forget_all();
             let tomb_edge = sql_int(p.now.saturating_sub(p.tombstone_ms));
             let tombstones = conn
                 .execute("DELETE FROM tombstones WHERE expired_at < ?1", [tomb_edge])
@@ -732,7 +782,7 @@ impl TaskStore for SqliteStore {
 
     async fn put_session(&self, s: &SessionRecord) -> Result<(), StoreError> {
         let s = s.clone();
-        self.write(move |conn| insert_session(conn, &s)).await
+        self.write(move |tx| insert_session(tx.conn, &s)).await
     }
 
     async fn create_session(
@@ -741,7 +791,8 @@ impl TaskStore for SqliteStore {
         limit: &SessionLimit,
     ) -> Result<(), StoreError> {
         let (s, limit) = (s.clone(), limit.clone());
-        self.write(move |conn| {
+        self.write(move |tx| {
+            let conn = tx.conn;
             // The writer thread runs one job at a time: the counts and the insert are one step.
             let of_prefix = match &limit.per_prefix {
                 Some((prefix, max)) => {
@@ -770,7 +821,8 @@ impl TaskStore for SqliteStore {
 
     async fn touch_session(&self, id: &str, now: u64) -> Result<bool, StoreError> {
         let id = id.to_string();
-        self.write(move |conn| {
+        self.write(move |tx| {
+            let conn = tx.conn;
             let n = conn
                 .execute(
                     "UPDATE sessions SET last_seen = MAX(last_seen, ?2) WHERE id = ?1 \
@@ -785,7 +837,8 @@ impl TaskStore for SqliteStore {
 
     async fn delete_session(&self, id: &str) -> Result<bool, StoreError> {
         let id = id.to_string();
-        self.write(move |conn| {
+        self.write(move |tx| {
+            let conn = tx.conn;
             let n = conn
                 .execute("DELETE FROM sessions WHERE id = ?1", [&id])
                 .with_context(|| format!("delete session {id}"))?;
@@ -813,7 +866,7 @@ impl TaskStore for SqliteStore {
         {
             return Ok(Vec::new());
         }
-        self.write(move |conn| deliveries::claim(conn, &node, now, lease_until, limit))
+        self.write(move |tx| deliveries::claim(tx.conn, &node, now, lease_until, limit))
             .await
     }
 
@@ -825,7 +878,7 @@ impl TaskStore for SqliteStore {
         next: DeliveryNext,
     ) -> Result<bool, StoreError> {
         let (id, node) = (id.to_string(), node.to_string());
-        self.write(move |conn| deliveries::finish(conn, &id, &node, &attempt, next))
+        self.write(move |tx| deliveries::finish(tx.conn, &id, &node, &attempt, next))
             .await
     }
 
@@ -841,18 +894,18 @@ impl TaskStore for SqliteStore {
 
     async fn redeliver(&self, id: &str, now: u64) -> Result<bool, StoreError> {
         let id = id.to_string();
-        self.write(move |conn| deliveries::redeliver(conn, &id, now))
+        self.write(move |tx| deliveries::redeliver(tx.conn, &id, now))
             .await
     }
 
     async fn purge_deliveries(&self, before: u64) -> Result<usize, StoreError> {
-        self.write(move |conn| deliveries::purge(conn, before))
+        self.write(move |tx| deliveries::purge(tx.conn, before))
             .await
     }
 
     async fn release_deliveries(&self, node: &str) -> Result<usize, StoreError> {
         let node = node.to_string();
-        self.write(move |conn| deliveries::release(conn, &node))
+        self.write(move |tx| deliveries::release(tx.conn, &node))
             .await
     }
 

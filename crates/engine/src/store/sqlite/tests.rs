@@ -88,7 +88,8 @@ async fn an_unfinished_tasks_arguments_are_shared_by_every_record_read_of_it() {
         0,
         "a finished task's arguments are let go"
     );
-    // Read again from the file, whole.
+    // Read again from the file, whole: a record this heavy is not among the ones kept in memory.
+    assert!(store.cache.get("big").is_none());
     let Lookup::Found(read) = store.get("big").await.unwrap() else {
         panic!("the task is there")
     };
@@ -203,4 +204,118 @@ async fn errors_say_what_failed_and_keep_their_cause() {
         chain.len() > err.to_string().len() + 2,
         "the cause is rendered too: {chain}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_written_lately_is_read_from_memory_and_a_heavy_one_from_its_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("cache.db")).unwrap();
+    let t = super::super::testkit::record("small", "o", 1);
+    store.create(t.clone(), None).await.unwrap();
+    assert_eq!(
+        store.cache.get("small"),
+        Some(t.clone()),
+        "kept once committed"
+    );
+    let done = |value: serde_json::Value| TaskChange {
+        status: Some(TaskStatus::Completed),
+        outcome: Some(crate::model::Outcome::Result {
+            value,
+            is_error: false,
+        }),
+        ..Default::default()
+    };
+    let finished = store
+        .update(
+            "small",
+            &TaskStatus::ACTIVE,
+            done(serde_json::json!({"n": 1})),
+            2,
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.cache.get("small"), Some(finished.clone()));
+    assert_eq!(store.get("small").await.unwrap(), Lookup::Found(finished));
+
+    // A record that outgrows the cache leaves it, and no older record of it stays behind.
+    let mut h = super::super::testkit::record("heavy", "o", 1);
+    h.arguments = Arc::new(serde_json::json!({"a": 1}));
+    store.create(h, None).await.unwrap();
+    assert!(store.cache.get("heavy").is_some());
+    let big = serde_json::json!({"blob": "y".repeat(200_000)});
+    store
+        .update("heavy", &TaskStatus::ACTIVE, done(big.clone()), 3)
+        .await
+        .unwrap();
+    assert!(store.cache.get("heavy").is_none(), "too heavy to keep");
+    let Lookup::Found(read) = store.get("heavy").await.unwrap() else {
+        panic!("the task is there")
+    };
+    assert_eq!(
+        read.outcome,
+        Some(crate::model::Outcome::Result {
+            value: big,
+            is_error: false
+        })
+    );
+
+    // A purge names no tasks, so nothing kept survives it (the expired task goes from the file).
+    let purged = store
+        .purge(PurgePolicy {
+            now: u64::MAX / 4,
+            finished_before: Some(u64::MAX / 4),
+            finished_grace_ms: 0,
+            tombstone_ms: 60_000,
+            session_idle_ms: u64::MAX / 8,
+        })
+        .await
+        .unwrap();
+    assert_eq!(purged.tasks, 2);
+    assert_eq!(store.cache.len(), 0);
+    assert!(matches!(
+        store.get("small").await.unwrap(),
+        Lookup::Expired { .. }
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_records_kept_in_memory_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("bounded.db")).unwrap();
+    let n = 2 * cache::GENERATION + 100;
+    let writes: Vec<_> = (0..n)
+        .map(|i| {
+            store.create(
+                super::super::testkit::record(&format!("t{i}"), "o", 1),
+                None,
+            )
+        })
+        .collect();
+    for w in futures::future::join_all(writes).await {
+        w.unwrap();
+    }
+    assert!(
+        store.cache.len() <= 2 * cache::GENERATION,
+        "{}",
+        store.cache.len()
+    );
+    // The latest are kept, the first ones were let go and are read from their rows.
+    assert!(store.cache.get(&format!("t{}", n - 1)).is_some());
+    assert!(store.cache.get("t0").is_none());
+    assert!(matches!(store.get("t0").await.unwrap(), Lookup::Found(_)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_store_on_the_same_file_is_refused_until_the_first_is_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("one.db");
+    let first = SqliteStore::open(&path).unwrap();
+    let err = match SqliteStore::open(&path) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("two stores on one file"),
+    };
+    assert!(err.contains("in use by another process"), "{err}");
+    assert!(err.contains("one.db"), "{err}");
+    drop(first);
+    SqliteStore::open(&path).expect("free again once the first is closed");
 }

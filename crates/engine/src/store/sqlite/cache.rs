@@ -1,0 +1,246 @@
+//! The records of recently written tasks, kept in memory by the writer so that the hot path reads
+//! no row it has just written.
+//!
+//! The store is the database's only user (the file is locked, see `lock.rs`), and every write goes
+//! through the one writer thread, so the writer knows each task's committed state as it commits it.
+//! Two views follow from that:
+//!
+//! - [`RecordCache`]: committed records, shared with readers. A `tasks/get` of a task written lately
+//!   is answered from it without a read connection; the writer reads the record it is about to
+//!   change from it instead of from its row. Only the writer fills it, after the commit that holds
+//!   the write and before the writer answers the write's caller, so a caller that was told "done"
+//!   reads what it wrote. Readers never fill it: a row they read may be older than a record the
+//!   writer publishes at the same moment.
+//! - [`Tx`]: one group transaction's own writes, seen by the later jobs of the same group and
+//!   published when the group commits (dropped when it does not).
+//!
+//! A job that changes task rows without saying which records it leaves (a purge) empties both.
+
+use rusqlite::Connection;
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use serde_json::Value;
+
+use super::rows::{select_task_shared, SharedArguments};
+use crate::model::{Outcome, TaskRecord};
+use crate::store::StoreError;
+
+/// Records per generation: the cache holds between one and two generations, so at most twice this
+/// many records, however many tasks are stored or unfinished.
+pub(super) const GENERATION: usize = 4096;
+/// Bytes per generation (estimated, see [`weight`]): records with large results or arguments fill
+/// a generation before its count does, so the cache holds at most about twice this.
+const GENERATION_BYTES: usize = 8 << 20;
+/// A record heavier than this is not kept: reading its row now and then costs little beside what
+/// producing it did, and one such record would take a generation's room from thousands of others.
+const MAX_RECORD_BYTES: usize = 64 << 10;
+
+/// Committed task records, most recently written first to stay (see the module note).
+#[derive(Default)]
+pub(super) struct RecordCache(Mutex<Generations>);
+
+/// Two maps instead of a least-recently-used list: a write goes into `current`; when `current` is
+/// full it becomes `previous` and the old `previous` is dropped. A lookup tries both, so a record
+/// stays for at least [`GENERATION`] later writes.
+#[derive(Default)]
+struct Generations {
+    current: HashMap<String, TaskRecord>,
+    /// What `current` weighs, estimated.
+    current_bytes: usize,
+    previous: HashMap<String, TaskRecord>,
+}
+
+impl RecordCache {
+    fn lock(&self) -> MutexGuard<'_, Generations> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The committed record of task `id`, when it was written lately.
+    pub(super) fn get(&self, id: &str) -> Option<TaskRecord> {
+        let g = self.lock();
+        g.current.get(id).or_else(|| g.previous.get(id)).cloned()
+    }
+
+    /// Takes a committed group's records.
+    fn publish(&self, records: impl Iterator<Item = (String, TaskRecord)>) {
+        let mut g = self.lock();
+        for (id, rec) in records {
+            g.previous.remove(&id);
+            let Some(bytes) = weight(&rec) else {
+                // Too heavy to keep; an older record of it must not stay either.
+                g.current.remove(&id);
+                continue;
+            };
+            if (g.current.len() >= GENERATION || g.current_bytes + bytes > GENERATION_BYTES)
+                && !g.current.contains_key(&id)
+            {
+                let full = std::mem::take(&mut g.current);
+                g.previous = full;
+                g.current_bytes = 0;
+            }
+            // A record replaced in `current` is counted twice until the generation turns: the
+            // estimate errs on the side of turning early.
+            g.current_bytes += bytes;
+            g.current.insert(id, rec);
+        }
+    }
+
+    fn remove(&self, id: &str) {
+        let mut g = self.lock();
+        g.current.remove(id);
+        g.previous.remove(id);
+    }
+
+    fn clear(&self) {
+        let mut g = self.lock();
+        g.current.clear();
+        g.current_bytes = 0;
+        g.previous.clear();
+    }
+
+    /// Records held (for tests).
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        let g = self.lock();
+        g.current.len() + g.previous.len()
+    }
+}
+
+/// About how many bytes `rec` holds, or `None` past [`MAX_RECORD_BYTES`]. Walks the JSON values
+/// only as far as the limit, so a large result costs no more to weigh than a small one.
+fn weight(rec: &TaskRecord) -> Option<usize> {
+    let strings = [
+        Some(&rec.id),
+        Some(&rec.owner),
+        rec.session.as_ref(),
+        Some(&rec.era),
+        Some(&rec.tool),
+        rec.status_message.as_ref(),
+        rec.progress_message.as_ref(),
+        rec.idempotency_key.as_ref(),
+        Some(&rec.fingerprint),
+        rec.lease_owner.as_ref(),
+    ];
+    let mut left = MAX_RECORD_BYTES.checked_sub(std::mem::size_of::<TaskRecord>())?;
+    for s in strings.into_iter().flatten() {
+        left = left.checked_sub(s.len())?;
+    }
+    left = left.checked_sub(rec.webhooks.len() * 512)?;
+    let mut values = vec![&*rec.arguments, &rec.request_meta];
+    values.extend(rec.checkpoint.as_ref());
+    match &rec.outcome {
+        Some(Outcome::Result { value, .. }) => values.push(value),
+        Some(Outcome::Error { message, data, .. }) => {
+            left = left.checked_sub(message.len())?;
+            values.extend(data.as_ref());
+        }
+        None => {}
+    }
+    // Each node's own room is counted when it is queued, so a long array is refused before its
+    // items are.
+    left = left.checked_sub(values.len() * 32)?;
+    while let Some(v) = values.pop() {
+        match v {
+            Value::String(s) => left = left.checked_sub(s.len())?,
+            Value::Array(items) => {
+                left = left.checked_sub(items.len() * 32)?;
+                values.extend(items);
+            }
+            Value::Object(map) => {
+                for (k, item) in map {
+                    left = left.checked_sub(k.len() + 32)?;
+                    values.push(item);
+                }
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        }
+    }
+    Some(MAX_RECORD_BYTES - left)
+}
+
+/// What one job sees of the group transaction it runs in: the writer's connection, and the task
+/// records the group has written so far.
+pub(super) struct Tx<'a> {
+    /// The writer's connection, inside the group's transaction and the job's savepoint.
+    pub conn: &'a Connection,
+    writes: &'a mut HashMap<String, TaskRecord>,
+    cache: &'a RecordCache,
+}
+
+impl<'a> Tx<'a> {
+    /// The task as this transaction sees it: written earlier in the group, else committed lately,
+    /// else its row.
+    pub(super) fn task(
+        &self,
+        id: &str,
+        shared: &SharedArguments,
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        if let Some(rec) = self.writes.get(id) {
+            return Ok(Some(rec.clone()));
+        }
+        if let Some(rec) = self.cache.get(id) {
+            return Ok(Some(rec));
+        }
+        select_task_shared(self.conn, id, shared)
+    }
+
+    /// Says the job wrote `rec` as the task's row. Call it once the job's statements have all
+    /// succeeded: a job that fails afterwards is rolled back, and its record with it (see
+    /// [`Group::job_failed`]).
+    pub(super) fn wrote(&mut self, rec: &TaskRecord) {
+        self.writes.insert(rec.id.clone(), rec.clone());
+    }
+
+    /// Says the job changed task `id`'s row in a way it has no record of (a lease renewal): the
+    /// next reader takes the row.
+    pub(super) fn forget(&mut self, id: &str) {
+        self.writes.remove(id);
+        self.cache.remove(id);
+    }
+
+    /// Says the job changed task rows it does not name (a purge): every reader takes rows.
+    pub(super) fn forget_all(&mut self) {
+        self.writes.clear();
+        self.cache.clear();
+    }
+}
+
+/// One group transaction's view: the records its jobs wrote, published when it commits.
+pub(super) struct Group<'a> {
+    writes: HashMap<String, TaskRecord>,
+    cache: &'a RecordCache,
+}
+
+impl<'a> Group<'a> {
+    pub(super) fn new(cache: &'a RecordCache) -> Group<'a> {
+        Group {
+            writes: HashMap::new(),
+            cache,
+        }
+    }
+
+    /// The view the next job runs with.
+    pub(super) fn tx<'b>(&'b mut self, conn: &'b Connection) -> Tx<'b>
+    where
+        'a: 'b,
+    {
+        Tx {
+            conn,
+            writes: &mut self.writes,
+            cache: self.cache,
+        }
+    }
+
+    /// A job's savepoint could not be released or rolled back cleanly, so what the group holds
+    /// is unknown: nothing of it is kept, and the committed records are dropped too.
+    pub(super) fn job_failed(&mut self) {
+        self.writes.clear();
+        self.cache.clear();
+    }
+
+    /// The group committed: its records become the committed ones.
+    pub(super) fn committed(self) {
+        self.cache.publish(self.writes.into_iter());
+    }
+}
