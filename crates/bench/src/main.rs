@@ -1,8 +1,8 @@
 //! The mcp-tasks benchmark suite: our server (SQLite and memory stores, both wires), the peer servers
-//! under `bench/peers/` (the TypeScript SDK v1 and rmcp 3) and a ceiling (an HTTP server that answers
-//! every request with a canned reply), measured one after another in one run on the same harness, in
-//! three modes (create, get, e2e) with throughput, p50/p90/p99 and server memory. Writes
-//! `docs/bench/README.md` and PNG charts.
+//! under `bench/peers/` (the TypeScript SDK v1, rmcp 3 and turul 0.4.5) and a ceiling (an HTTP
+//! server that answers every request with a canned reply), measured one after another in one run on
+//! the same harness, in three modes (create, get, e2e) with throughput, p50/p90/p99 and server
+//! memory. Writes `docs/bench/README.md` and PNG charts.
 //!
 //! ```text
 //! cargo run --release -p mcp-tasks-bench                 # the whole suite
@@ -53,7 +53,9 @@ struct SuiteArgs {
     /// Which targets: all, ours (our server only), or a comma-separated list of sqlite-2025,
     /// sqlite-2026, memory-2025, memory-2026, postgres-2025, postgres-2026 (on MCP_TASKS_TEST_PG, else
     /// 127.0.0.1:5432/test, a fresh schema each), postgres3-2025, postgres3-2026 (three replicas on
-    /// one schema; every request goes to the next replica), ceiling, ts-sdk-v1, rmcp.
+    /// one schema; every request goes to the next replica), ceiling, ts-sdk-v1, rmcp,
+    /// turul-memory-2025, turul-sqlite-2025, turul-memory-2026, turul-sqlite-2026 (turul 0.4.5 on
+    /// its in-memory or SQLite task store, one wire each).
     #[arg(long, default_value = "all")]
     only: String,
     /// Where the report goes.
@@ -283,7 +285,7 @@ async fn drive(
 
 /// Whether target `key` is in the `--only` list (`all`, and `ours` for every target of our server).
 fn wanted(only: &str, key: &str) -> bool {
-    let ours = !matches!(key, "ceiling" | "ts-sdk-v1" | "rmcp");
+    let ours = !matches!(key, "ceiling" | "ts-sdk-v1" | "rmcp") && !key.starts_with("turul-");
     only.split(',')
         .map(str::trim)
         .any(|k| k == "all" || k == key || (k == "ours" && ours))
@@ -312,8 +314,7 @@ async fn suite(args: SuiteArgs) -> Result<()> {
     if wanted(&args.only, "ceiling") {
         list.push(targets::ceiling()?);
     }
-    let (peers, versions) =
-        targets::peers(wanted(&args.only, "ts-sdk-v1"), wanted(&args.only, "rmcp"))?;
+    let (peers, versions) = targets::peers(|key| wanted(&args.only, key), scratch.path())?;
     list.extend(peers);
     let mut rows = Vec::new();
     let limit = Duration::from_secs(args.max_seconds);

@@ -105,7 +105,7 @@ pub fn markdown(rows: &[Row], clients: usize, ops: usize, versions: &[(String, S
     let _ = writeln!(md, "\n## Ratios\n");
     let rate = |target: &str, mode: Mode| {
         rows.iter()
-            .find(|r| r.target.starts_with(target) && r.mode == mode)
+            .find(|r| name_matches(&r.target, target) && r.mode == mode)
             .map(|r| r.figures.rate)
     };
     let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
@@ -124,6 +124,26 @@ pub fn markdown(rows: &[Row], clients: usize, ops: usize, versions: &[(String, S
             "mcp-tasks sqlite (2025-11-25) / TypeScript SDK v1",
             "mcp-tasks sqlite (2025",
             "TypeScript",
+        ),
+        (
+            "mcp-tasks sqlite (2025-11-25) / turul memory (2025-11-25)",
+            "mcp-tasks sqlite (2025",
+            "turul * memory (2025",
+        ),
+        (
+            "mcp-tasks sqlite (2025-11-25) / turul sqlite (2025-11-25)",
+            "mcp-tasks sqlite (2025",
+            "turul * sqlite (2025",
+        ),
+        (
+            "mcp-tasks sqlite (2026-07-28) / turul memory (2026-07-28)",
+            "mcp-tasks sqlite (2026",
+            "turul * memory (2026",
+        ),
+        (
+            "mcp-tasks sqlite (2026-07-28) / turul sqlite (2026-07-28)",
+            "mcp-tasks sqlite (2026",
+            "turul * sqlite (2026",
         ),
         (
             "mcp-tasks memory (2025-11-25) / ceiling",
@@ -173,6 +193,18 @@ pub fn markdown(rows: &[Row], clients: usize, ops: usize, versions: &[(String, S
         "\n![throughput](throughput.png)\n\n![p99 latency](latency-p99.png)\n"
     );
     md
+}
+
+/// Whether target `name` matches `pattern`: a prefix of it, or, with one `*`, the part before it as
+/// a prefix and the part after it somewhere after that (`turul * memory (2025` matches
+/// `turul 0.4.5 memory (2025-11-25)`, whatever the version).
+fn name_matches(name: &str, pattern: &str) -> bool {
+    match pattern.split_once('*') {
+        Some((head, tail)) => name
+            .strip_prefix(head)
+            .is_some_and(|rest| rest.contains(tail)),
+        None => name.starts_with(pattern),
+    }
 }
 
 /// Grouped bar charts of throughput and p99 latency per mode, one bar per target.

@@ -248,17 +248,37 @@ pub fn ceiling() -> Result<Target> {
 /// Names and versions of what was measured, for the report's header.
 pub type Versions = Vec<(String, String)>;
 
-/// The peer servers under `bench/peers/`, built or installed first by their `build.sh` (pinned
-/// versions; quick when nothing changed): the TypeScript SDK v1 on 2025-11-25 and rmcp 3 on 2026-07-28
-/// (it serves no other task form). Also returns their versions for the report.
-pub fn peers(want_ts: bool, want_rmcp: bool) -> Result<(Vec<Target>, Versions)> {
-    if !want_ts && !want_rmcp {
+/// The turul peers: `--only` key, task store, wire. Each key is also the name `build.sh` prints its
+/// command under.
+pub const TURUL: [(&str, &str, Wire); 4] = [
+    ("turul-memory-2025", "memory", Wire::Session2025),
+    ("turul-sqlite-2025", "sqlite", Wire::Session2025),
+    ("turul-memory-2026", "memory", Wire::Stateless2026),
+    ("turul-sqlite-2026", "sqlite", Wire::Stateless2026),
+];
+
+/// The peer servers under `bench/peers/` that `wanted` (given a `--only` key) accepts, built or
+/// installed first by their `build.sh` (pinned versions; quick when nothing changed): the TypeScript
+/// SDK v1 on 2025-11-25, rmcp 3 on 2026-07-28 (it serves no other task form) and turul 0.4.5 on
+/// each wire and task store (`TURUL`; the SQLite ones on a file in `scratch`). Also returns their
+/// versions for the report.
+pub fn peers(
+    wanted: impl Fn(&str) -> bool,
+    scratch: &std::path::Path,
+) -> Result<(Vec<Target>, Versions)> {
+    let want_ts = wanted("ts-sdk-v1");
+    let want_rmcp = wanted("rmcp");
+    let want_turul: Vec<_> = TURUL.iter().filter(|(key, ..)| wanted(key)).collect();
+    if !want_ts && !want_rmcp && want_turul.is_empty() {
         return Ok((Vec::new(), Vec::new()));
     }
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/peers");
     eprintln!("== building the peers (bench/peers/build.sh)");
+    // The peers have their own lockfiles and build in their own target directory (build.sh's
+    // default), not in the CARGO_TARGET_DIR this suite may have been built with.
     let out = Command::new("bash")
         .arg(dir.join("build.sh"))
+        .env_remove("CARGO_TARGET_DIR")
         .stderr(Stdio::inherit())
         .output()
         .context("cannot run bench/peers/build.sh")?;
@@ -308,6 +328,26 @@ pub fn peers(want_ts: bool, want_rmcp: bool) -> Result<(Vec<Target>, Versions)> 
             replicas: 1,
         });
         versions.push(("rmcp (crates.io)".into(), v));
+    }
+    if !want_turul.is_empty() {
+        let v = version(
+            "turul/wire-2025/Cargo.toml",
+            "turul-mcp-server = { version = \"=",
+        );
+        for (key, store, wire) in want_turul {
+            let mut command = command(key)?;
+            if *store == "sqlite" {
+                command.push("--db".into());
+                command.push(scratch.join(format!("{key}.db")).display().to_string());
+            }
+            targets.push(Target {
+                name: format!("turul {v} {store} ({})", wire.label()),
+                wire: *wire,
+                command,
+                replicas: 1,
+            });
+        }
+        versions.push(("turul-mcp-framework (crates.io turul-mcp-server)".into(), v));
     }
     Ok((targets, versions))
 }
