@@ -4,7 +4,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use std::time::Duration;
 use tokio_postgres::NoTls;
 
-use super::{creates, schema, PostgresStore};
+use super::{creates, schema, writes, PostgresStore};
 use crate::store::{Context, StoreError};
 
 /// Connections a store keeps at most, unless the URL says otherwise (`pool_max_conns`).
@@ -152,11 +152,14 @@ impl PostgresStore {
             .build()
             .context("build the PostgreSQL connection pool")?;
         let creates = creates::spawn(pool.clone());
+        let writes = writes::spawn(pool.clone());
         Ok(PostgresStore {
             pool,
             config,
             creates,
+            writes,
             recent: dashmap::DashMap::new(),
+            finished: dashmap::DashMap::new(),
         })
     }
 }

@@ -65,7 +65,7 @@ pub(super) fn spawn(pool: Pool) -> mpsc::Sender<Job> {
 
 /// The words of a group's error for each of its creates (a `StoreError` cannot be cloned): its
 /// chain, without the "task store error" that the new error puts in front again.
-fn shared_cause(e: &StoreError) -> String {
+pub(super) fn shared_cause(e: &StoreError) -> String {
     let chain = e.chain();
     match chain.strip_prefix("task store error: ") {
         Some(rest) => rest.to_string(),

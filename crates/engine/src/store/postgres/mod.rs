@@ -14,14 +14,14 @@ mod deliveries;
 pub mod relay;
 mod rows;
 mod schema;
+mod writes;
 
 use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Pool};
 
 use self::rows::{
     input_from_row, insert_input, pg_int, select_input, select_task, select_task_versioned,
-    session_from_row, tasks_from_rows, update_task, update_task_if, INPUT_COLUMNS, SESSION_COLUMNS,
-    TASK_COLUMNS,
+    session_from_row, tasks_from_rows, update_task, INPUT_COLUMNS, SESSION_COLUMNS, TASK_COLUMNS,
 };
 use super::{
     after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, id_floor, write_base,
@@ -34,16 +34,28 @@ use crate::webhook::{Delivery, DeliveryAttempt, DeliveryNext, DeliveryQuery};
 
 /// Rows this store wrote last that it keeps, to write them again without reading them first.
 const RECENT_MAX: usize = 4_096;
+/// Tasks this store finished lately that it keeps, to answer reads of them without the database.
+const FINISHED_MAX: usize = 4_096;
+/// How long a task this store finished is answered from memory: the polls right after a finish.
+/// A finished task never changes (every update expects an unfinished status); it can only be
+/// purged, by its expiry (checked on each read) or by an operator's purge, which another replica
+/// or process may run: at most this long unseen here.
+const FINISHED_FRESH: std::time::Duration = std::time::Duration::from_secs(2);
 /// A [`TaskStore`] on a PostgreSQL database shared by any number of replicas.
 pub struct PostgresStore {
     pool: Pool,
     config: tokio_postgres::Config,
     /// Creates go through the group loop (`creates.rs`).
     creates: tokio::sync::mpsc::Sender<creates::Job>,
+    /// Compare-and-set task writes go through the group loop (`writes.rs`).
+    writes: tokio::sync::mpsc::Sender<writes::Job>,
     /// Unfinished tasks as this store last wrote them, with their row version (at most
     /// [`RECENT_MAX`]): an update of one starts from here instead of a read. Only a hint: the write
     /// is a compare-and-set on the version, and a row changed elsewhere is read after all.
     recent: dashmap::DashMap<String, (TaskRecord, i64)>,
+    /// Tasks this store finished lately, with when (at most [`FINISHED_MAX`]; see
+    /// [`FINISHED_FRESH`]).
+    finished: dashmap::DashMap<String, (TaskRecord, std::time::Instant)>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -67,6 +79,52 @@ impl PostgresStore {
             self.recent.clear();
         }
         self.recent.insert(t.id.clone(), (t.clone(), version));
+    }
+
+    /// Writes `t` if its row is still at `version` (whether it was), in the next group of writes.
+    async fn write(
+        &self,
+        t: &TaskRecord,
+        version: i64,
+        was: crate::webhook::WriteBase,
+    ) -> Result<bool, StoreError> {
+        let (done, answer) = tokio::sync::oneshot::channel();
+        let job = writes::Job {
+            task: t.clone(),
+            version,
+            was,
+            done,
+        };
+        self.writes
+            .send(job)
+            .await
+            .map_err(|_| StoreError::message("the PostgreSQL write loop stopped"))?;
+        answer
+            .await
+            .map_err(|_| StoreError::message("the PostgreSQL write loop stopped"))?
+    }
+
+    /// Keeps `t`, which this store just finished, for the reads right after.
+    fn keep_finished(&self, t: &TaskRecord) {
+        if self.finished.len() >= FINISHED_MAX {
+            self.finished.clear();
+        }
+        self.finished
+            .insert(t.id.clone(), (t.clone(), std::time::Instant::now()));
+    }
+
+    /// Task `id` as this store finished it, while that is fresh and the task not expired.
+    fn fresh_finished(&self, id: &str) -> Option<TaskRecord> {
+        let now = crate::clock::now_ms();
+        let fresh = self.finished.get(id).and_then(|e| {
+            let (t, at) = e.value();
+            (at.elapsed() < FINISHED_FRESH && t.expires_at().is_none_or(|x| x > now))
+                .then(|| t.clone())
+        });
+        if fresh.is_none() {
+            self.finished.remove(id);
+        }
+        fresh
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
@@ -126,6 +184,9 @@ impl TaskStore for PostgresStore {
     }
 
     async fn get(&self, id: &str) -> Result<Lookup, StoreError> {
+        if let Some(t) = self.fresh_finished(id) {
+            return Ok(Lookup::Found(t));
+        }
         let client = self.client().await?;
         if let Some(t) = select_task(&client, id, false).await? {
             return Ok(Lookup::Found(t));
@@ -171,18 +232,21 @@ impl TaskStore for PostgresStore {
         change: TaskChange,
         now: u64,
     ) -> Result<TaskRecord, UpdateError> {
-        // Read, decide, then write only if the row is still as read: two round trips and no
-        // transaction to open and close (a finish is one of these per task); one when this store
-        // wrote the row last (`recent`).
-        let client = self.client().await?;
+        // Read, decide, then write only if the row is still as read: no transaction of its own to
+        // open and close (the write joins whatever other writes commit with it, `writes.rs`), and
+        // no read when this store wrote the row last (`recent`).
         let mut hint = self.recent.remove(id).map(|(_, v)| v);
         loop {
             let from_hint = hint.is_some();
             let (mut rec, version) = match hint.take() {
                 Some(v) => v,
-                None => select_task_versioned(&client, id)
-                    .await?
-                    .ok_or(UpdateError::NotFound)?,
+                None => {
+                    // The connection goes back before the write waits for its group.
+                    let client = self.client().await?;
+                    select_task_versioned(&client, id)
+                        .await?
+                        .ok_or(UpdateError::NotFound)?
+                }
             };
             if !expect.contains(&rec.status) || !held_by_holder(&rec, &change) {
                 if from_hint {
@@ -192,8 +256,11 @@ impl TaskStore for PostgresStore {
             }
             let was = write_base(&rec, &change);
             apply_change(&mut rec, change.clone(), now);
-            if update_task_if(&client, &rec, version, was).await? {
+            if self.write(&rec, version, was).await? {
                 self.remember(&rec, version + 1);
+                if rec.status.is_terminal() {
+                    self.keep_finished(&rec);
+                }
                 return Ok(rec);
             }
         }
@@ -595,6 +662,7 @@ impl TaskStore for PostgresStore {
     }
 
     async fn purge(&self, p: PurgePolicy) -> Result<Purged, StoreError> {
+        self.finished.clear();
         self.in_tx(move |tx| {
             Box::pin(async move {
                 let now = pg_int(p.now);

@@ -414,3 +414,118 @@ fn passwords_are_not_shown() {
         "postgres://alice@db/tasks"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_committed_together_lose_nothing_and_a_failing_one_costs_the_others_nothing() {
+    let schema = fresh_schema("group");
+    let url = test_url();
+    let store = std::sync::Arc::new(PostgresStore::open_in_schema(&url, &schema).await.unwrap());
+    let ids: Vec<String> = (0..40).map(|i| format!("g{i:02}")).collect();
+    for id in &ids {
+        store
+            .create(super::super::testkit::record(id, "alice", 1_000), None)
+            .await
+            .unwrap();
+    }
+    // Forty finishes at once: all but the first queue up behind it and commit together. One of them
+    // carries a NUL byte, which PostgreSQL refuses in text: its group is rolled back and each write
+    // made again alone.
+    let finishes = ids.iter().enumerate().map(|(i, id)| {
+        let store = store.clone();
+        async move {
+            let message = if i == 17 { "bad\0byte" } else { "done" };
+            let change = TaskChange {
+                status: Some(TaskStatus::Completed),
+                status_message: Some(Some(message.to_string())),
+                ..Default::default()
+            };
+            (
+                i,
+                store.update(id, &TaskStatus::ACTIVE, change, 2_000).await,
+            )
+        }
+    });
+    for (i, result) in futures::future::join_all(finishes).await {
+        assert_eq!(result.is_err(), i == 17, "write {i}: {result:?}");
+    }
+    for (i, id) in ids.iter().enumerate() {
+        let Lookup::Found(t) = store.get(id).await.unwrap() else {
+            panic!("{id} is gone")
+        };
+        let (status, message) = if i == 17 {
+            (TaskStatus::Working, None)
+        } else {
+            (TaskStatus::Completed, Some("done"))
+        };
+        assert_eq!(t.status, status, "{id}");
+        assert_eq!(t.status_message.as_deref(), message, "{id}");
+        // Written once: one history row for the finish (a rolled-back group left none behind).
+        let history = store.history(id).await.unwrap();
+        assert_eq!(history.len(), usize::from(i != 17), "{id}: {history:?}");
+    }
+    drop_schema(&schema).await;
+}
+
+/// A task record without a time to live (the kit's records expired long ago by the clock).
+fn unexpiring(id: &str) -> crate::model::TaskRecord {
+    let mut t = super::super::testkit::record(id, "alice", 1_000);
+    t.ttl_ms = None;
+    t
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_finished_here_is_read_from_memory_while_fresh_and_not_after() {
+    let schema = fresh_schema("fin");
+    let url = test_url();
+    let store = PostgresStore::open_in_schema(&url, &schema).await.unwrap();
+    for id in ["f1", "f2"] {
+        store.create(unexpiring(id), None).await.unwrap();
+        let done = TaskChange {
+            status: Some(TaskStatus::Completed),
+            ..Default::default()
+        };
+        store
+            .update(id, &TaskStatus::ACTIVE, done, 2_000)
+            .await
+            .unwrap();
+    }
+    // Deleted behind this store's back, as an operator's purge run elsewhere would.
+    let (client, conn) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client
+        .batch_execute(&format!("DELETE FROM {schema}.tasks"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(store.get("f1").await.unwrap(), Lookup::Found(t) if t.status == TaskStatus::Completed),
+        "a poll right after the finish is answered from memory"
+    );
+    // A purge here forgets at once.
+    let policy = PurgePolicy {
+        now: 3_000,
+        finished_grace_ms: 0,
+        tombstone_ms: 0,
+        session_idle_ms: u64::MAX / 4,
+        finished_before: None,
+    };
+    store.purge(policy).await.unwrap();
+    assert!(matches!(store.get("f1").await.unwrap(), Lookup::Missing));
+    // And one done elsewhere shows once the finish is no longer fresh.
+    store.create(unexpiring("f3"), None).await.unwrap();
+    let done = TaskChange {
+        status: Some(TaskStatus::Completed),
+        ..Default::default()
+    };
+    store
+        .update("f3", &TaskStatus::ACTIVE, done, 2_000)
+        .await
+        .unwrap();
+    client
+        .batch_execute(&format!("DELETE FROM {schema}.tasks"))
+        .await
+        .unwrap();
+    assert!(matches!(store.get("f3").await.unwrap(), Lookup::Found(_)));
+    tokio::time::sleep(FINISHED_FRESH + std::time::Duration::from_millis(100)).await;
+    assert!(matches!(store.get("f3").await.unwrap(), Lookup::Missing));
+    drop_schema(&schema).await;
+}

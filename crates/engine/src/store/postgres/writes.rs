@@ -1,0 +1,114 @@
+//! Task updates in groups: the compare-and-set writes that queue up while one group commits go into
+//! the next, in one transaction, so that PostgreSQL flushes its WAL once for all of them.
+//!
+//! Measured with `mcp-tasks-bench pg-cost` (docs/bench/history.md): most of PostgreSQL's CPU per
+//! task is in the kernel (sockets, the WAL flush, waking the backends that wait on it), and a task's
+//! finish was a transaction of its own, flushed on its own. A group of one is written as before,
+//! alone; a larger group is BEGIN and the writes pipelined (one round trip), then COMMIT.
+//!
+//! Each write stays what it was: a compare-and-set on the row version, which says whether the row
+//! was written. A write that fails (an error, not a mismatch) rolls the group back; then each write
+//! of the group is made again alone, so one bad write never costs the others theirs.
+
+use deadpool_postgres::{GenericClient, Pool};
+use tokio::sync::{mpsc, oneshot};
+
+use super::rows::update_task_if;
+use super::Context;
+use crate::model::TaskRecord;
+use crate::store::StoreError;
+use crate::webhook::WriteBase;
+
+/// Most writes one transaction takes.
+const MAX_GROUP: usize = 256;
+
+/// One write waiting for its group: `task` as it is to be stored, if its row is still at `version`.
+pub(super) struct Job {
+    pub(super) task: TaskRecord,
+    pub(super) version: i64,
+    pub(super) was: WriteBase,
+    /// Whether the row was written (false: it was not at `version`).
+    pub(super) done: oneshot::Sender<Result<bool, StoreError>>,
+}
+
+/// Starts the loop that commits writes in groups on `pool`; it ends when every sender is dropped.
+pub(super) fn spawn(pool: Pool) -> mpsc::Sender<Job> {
+    let (tx, mut rx) = mpsc::channel::<Job>(4 * MAX_GROUP);
+    tokio::spawn(async move {
+        while let Some(first) = rx.recv().await {
+            let mut group = vec![first];
+            while group.len() < MAX_GROUP {
+                match rx.try_recv() {
+                    Ok(job) => group.push(job),
+                    Err(_) => break,
+                }
+            }
+            write_group(&pool, group).await;
+        }
+    });
+    tx
+}
+
+async fn write_group(pool: &Pool, mut group: Vec<Job>) {
+    let client = match pool.get().await.context("get a PostgreSQL connection") {
+        Ok(c) => c,
+        Err(e) => {
+            let cause = super::creates::shared_cause(&e);
+            for job in group {
+                let _ = job.done.send(Err(StoreError::message(cause.clone())));
+            }
+            return;
+        }
+    };
+    if group.len() == 1 {
+        for job in group {
+            let written = update_task_if(&client, &job.task, job.version, job.was).await;
+            let _ = job.done.send(written);
+        }
+        return;
+    }
+    // Rows locked in one order by every replica's groups: two groups never wait on each other.
+    group.sort_by(|a, b| a.task.id.cmp(&b.task.id));
+    // BEGIN leaves first (it is sent when first polled, before any write is), then the writes,
+    // pipelined on the one connection.
+    let (begun, written) = tokio::join!(
+        client.batch_execute("BEGIN"),
+        futures::future::join_all(
+            group
+                .iter()
+                .map(|j| update_task_if(&client, &j.task, j.version, j.was))
+        )
+    );
+    if begun.is_err() {
+        // No transaction: each write stood alone and its answer is its own.
+        for (job, result) in group.into_iter().zip(written) {
+            let _ = job.done.send(result);
+        }
+        return;
+    }
+    if written.iter().all(Result::is_ok) {
+        let committed = client.batch_execute("COMMIT").await.context("commit");
+        match committed {
+            Ok(()) => {
+                for (job, result) in group.into_iter().zip(written) {
+                    let _ = job.done.send(result);
+                }
+            }
+            Err(e) => {
+                // Whether the commit happened is unknown, as for a single write whose answer was
+                // lost: every write of the group fails with the cause.
+                let cause = super::creates::shared_cause(&e);
+                for job in group {
+                    let _ = job.done.send(Err(StoreError::message(cause.clone())));
+                }
+            }
+        }
+        return;
+    }
+    // One write failed and the transaction with it: the group's other writes were undone too.
+    let _ = client.batch_execute("ROLLBACK").await;
+    for job in group {
+        let written = update_task_if(&client, &job.task, job.version, job.was).await;
+        let _ = job.done.send(written);
+    }
+}
