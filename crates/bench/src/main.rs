@@ -11,6 +11,8 @@
 
 mod credentials;
 mod load;
+mod pg_cost;
+mod pg_tap;
 mod report;
 mod scale;
 mod serve;
@@ -139,6 +141,38 @@ enum Command {
         #[arg(long, default_value_t = 200)]
         steps: u64,
     },
+    /// What one task costs PostgreSQL: statements, round trips and commits (read from the protocol
+    /// by a relay in front of the database), transactions and WAL flushes (PostgreSQL's counters)
+    /// and PostgreSQL's CPU time, for one replica and several, beside a pgbench one-row insert; and
+    /// the throughput of several replicas against one. Uses MCP_TASKS_TEST_PG, else
+    /// 127.0.0.1:5432/test (fresh schemas, dropped at the end).
+    PgCost {
+        /// Tasks run end to end per replica count (and pgbench transactions).
+        #[arg(long, default_value_t = 2000)]
+        tasks: usize,
+        /// Concurrent clients (and pgbench connections).
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// 2025 or 2026 (where tasks/get carries the result, so a task's life is create, finish,
+        /// get).
+        #[arg(long, default_value = "2026")]
+        wire: String,
+        /// Replica counts, comma-separated.
+        #[arg(long, default_value = "1,3")]
+        replicas: String,
+        /// Operations per throughput run (create, then e2e) for each replica count; 0 for none.
+        #[arg(long, default_value_t = 3000)]
+        throughput_ops: usize,
+        /// Rounds of throughput runs; the best of each replica count is reported.
+        #[arg(long, default_value_t = 2)]
+        rounds: usize,
+        /// Where postgres-cost.md and postgres-cost.json go.
+        #[arg(long, default_value = "docs/bench")]
+        out: std::path::PathBuf,
+        /// Print the report only.
+        #[arg(long)]
+        no_write: bool,
+    },
     /// Kill `mcp-tasks serve --demo` with SIGKILL again and again under a mixed load, then read
     /// every task it acknowledged: lost and stuck must be 0 (exit 1 otherwise).
     Soak {
@@ -231,6 +265,35 @@ fn main() -> Result<()> {
         }) => {
             let stores: Vec<String> = stores.split(',').map(|s| s.trim().to_string()).collect();
             runtime.block_on(steps::run(&stores, tasks.max(1), steps.max(1)))
+        }
+        Some(Command::PgCost {
+            tasks,
+            clients,
+            wire,
+            replicas,
+            throughput_ops,
+            rounds,
+            out,
+            no_write,
+        }) => {
+            let replicas = replicas
+                .split(',')
+                .map(|r| r.trim().parse::<usize>())
+                .collect::<Result<Vec<_>, _>>()
+                .context("--replicas is a comma-separated list of numbers, e.g. 1,3")?;
+            runtime.block_on(pg_cost::run(pg_cost::CostArgs {
+                tasks: tasks.max(1),
+                clients: clients.max(1),
+                wire: match wire.as_str() {
+                    "2025" => Wire::Session2025,
+                    "2026" => Wire::Stateless2026,
+                    other => anyhow::bail!("--wire is 2025 or 2026, not {other}"),
+                },
+                replicas: replicas.into_iter().map(|r| r.max(1)).collect(),
+                throughput_ops,
+                rounds,
+                out: (!no_write).then_some(out),
+            }))
         }
         None => runtime.block_on(suite(args.suite)),
     }

@@ -53,7 +53,10 @@ pub fn markdown(rows: &[Row], clients: usize, ops: usize, versions: &[(String, S
         md,
         "Written by `cargo run --release -p mcp-tasks-bench` (see the README). Same harness, same run, \
          one target after another, each in its own process on 127.0.0.1; the load generator shares the \
-         machine. Absolute figures on a shared machine are noise: compare the ratios.\n"
+         machine. Absolute figures on a shared machine are noise: compare the ratios. What one task \
+         costs PostgreSQL (statements, round trips, commits, its CPU beside a pgbench insert) is in \
+         [postgres-cost.md](postgres-cost.md), written by the `pg-cost` command; how the figures \
+         moved, change by change, is in [history.md](history.md).\n"
     );
     let _ = writeln!(md, "- machine: {}", machine());
     let _ = writeln!(

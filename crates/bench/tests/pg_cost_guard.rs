@@ -1,0 +1,82 @@
+//! The PostgreSQL guard of the test command: runs `pg-cost` on the test database (one replica, tasks
+//! end to end on the 2026-07-28 wire) and fails when a task takes more write commits, statements or
+//! round trips than recorded here. Those are counts read from the protocol, so they hold on a busy
+//! machine where timings and CPU do not; `docs/bench/postgres-cost.md` has the CPU figures.
+//!
+//! When a change needs fewer, lower the figures in the same commit; when one must need more, say why
+//! in the commit that raises them.
+
+use std::process::Command;
+
+/// Issue 30's goal: at most two commits that write per task (create and finish; creates share a
+/// commit when they arrive together).
+const WRITE_COMMITS: f64 = 2.0;
+/// Statements per task when the guard was set (the test command's debug build, 4 clients): 6.5
+/// (creates in small groups, each with its begin, lock, count and commit; the finish, alone or in
+/// a group of writes; a relay notification; the poll after the finish is answered from memory).
+/// Groups are what varies from run to run: the guard allows a fifth more.
+const STATEMENTS: f64 = 6.5 * 1.2;
+/// Round trips per task, likewise: 3.85 (one more, a poll read from the database, is over).
+const ROUND_TRIPS: f64 = 3.85 * 1.15;
+
+#[test]
+fn a_task_costs_postgresql_at_most_its_recorded_statements_round_trips_and_commits() {
+    let out = tempfile::tempdir().unwrap();
+    let status = Command::new(env!("CARGO_BIN_EXE_mcp-tasks-bench"))
+        .args([
+            "pg-cost",
+            "--tasks",
+            "400",
+            "--clients",
+            "4",
+            "--replicas",
+            "1",
+        ])
+        .args(["--throughput-ops", "0", "--out"])
+        .arg(out.path())
+        .status()
+        .expect("run mcp-tasks-bench pg-cost");
+    assert!(status.success(), "pg-cost failed");
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.path().join("postgres-cost.json")).unwrap(),
+    )
+    .unwrap();
+    let run = &report["runs"][0];
+    let figure = |name: &str| run[name].as_f64().unwrap_or(f64::NAN);
+    assert_eq!(run["failed_tasks"], 0, "{run:#}");
+    assert!(
+        figure("write_commits") <= WRITE_COMMITS,
+        "write commits per task: {} (at most {WRITE_COMMITS})\n{run:#}",
+        figure("write_commits")
+    );
+    assert!(
+        figure("statements") <= STATEMENTS,
+        "statements per task: {} (at most {STATEMENTS:.2})\n{run:#}",
+        figure("statements")
+    );
+    assert!(
+        figure("round_trips") <= ROUND_TRIPS,
+        "round trips per task: {} (at most {ROUND_TRIPS:.2})\n{run:#}",
+        figure("round_trips")
+    );
+    // The relay saw what the load did: every task's insert and finish went through it.
+    let by_statement = run["by_statement"].as_object().unwrap();
+    let reads: f64 = by_statement
+        .iter()
+        .filter(|(text, _)| text.starts_with("SELECT id,") && text.ends_with("WHERE id = $1"))
+        .filter_map(|(_, n)| n.as_f64())
+        .sum();
+    assert!(
+        reads < 0.1,
+        "task reads per task: {reads} (a poll after the finish is answered from memory)\n{run:#}"
+    );
+    let inserts: f64 = by_statement
+        .iter()
+        .filter(|(text, _)| text.starts_with("INSERT INTO tasks"))
+        .filter_map(|(_, n)| n.as_f64())
+        .sum();
+    assert!(
+        (0.99..=1.01).contains(&inserts),
+        "task inserts per task: {inserts}\n{run:#}"
+    );
+}
