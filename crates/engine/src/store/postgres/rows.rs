@@ -263,39 +263,9 @@ async fn write_task(
         .map(|c| text("a task checkpoint", c))
         .transpose()?;
     let outbox = Outbox::of(&crate::webhook::outbox_entries(t, was));
-    let with_history;
-    let history = was.was != Some(t.status);
-    let sql = if !history && outbox.ids.is_empty() {
-        UPDATE_TASK
-    } else if outbox.ids.is_empty() {
-        with_history = format!(
-            "WITH u AS ({UPDATE_TASK} RETURNING id) \
-             INSERT INTO task_history (task_id, at, status, message) SELECT id, $6, $2, $3 FROM u"
-        );
-        &with_history
-    } else {
-        // The events go with the change, in the same statement: written only if the update is
-        // (and, after a 410 from a target, settled as gone at once). A progress event keeps the
-        // status: no history row.
-        let history_row = if history {
-            ", h AS (INSERT INTO task_history (task_id, at, status, message) SELECT id, $6, $2, $3 FROM u)"
-        } else {
-            ""
-        };
-        with_history = format!(
-            "WITH u AS ({UPDATE_TASK} RETURNING id){history_row} \
-             INSERT INTO webhook_outbox (id, task_id, target, event, url, secret, subscription, \
-             snapshot, created_at, next_at, state, attempts) \
-             SELECT e.id, u.id, e.target, e.event, e.url, e.secret, e.subscription, e.snapshot, $6, $6, \
-             CASE WHEN EXISTS (SELECT 1 FROM webhook_outbox g WHERE g.task_id = u.id \
-             AND g.target = e.target AND g.state = 'gone') THEN 'gone' ELSE 'pending' END, 0 \
-             FROM u, unnest($17::TEXT[], $18::INT[], $19::TEXT[], $20::TEXT[], \
-             $21::TEXT[], $22::TEXT[], $23::TEXT[]) AS e(id, target, event, url, secret, subscription, snapshot)"
-        );
-        &with_history
-    };
+    let sql = write_sql(t, was, &outbox);
     let stmt = db
-        .prepare_cached(sql)
+        .prepare_cached(&sql)
         .await
         .context("prepare the task update")?;
     let task_params: [&(dyn ToSql + Sync); 16] = [
@@ -333,6 +303,58 @@ async fn write_task(
     }
     .with_context(|| format!("update task {}", t.id))?;
     Ok(n >= 1)
+}
+
+/// Prepares (or finds in the connection's cache) the statement that writes `t`, so that a flight
+/// of writes sent after it leaves in order (a write whose statement is ready is sent when it is
+/// first polled).
+pub(super) async fn prepare_write(
+    db: &impl GenericClient,
+    t: &TaskRecord,
+    was: crate::webhook::WriteBase,
+) -> Result<(), StoreError> {
+    let outbox = Outbox::of(&crate::webhook::outbox_entries(t, was));
+    db.prepare_cached(&write_sql(t, was, &outbox))
+        .await
+        .context("prepare the task update")?;
+    Ok(())
+}
+
+/// The statement of a task write: the update alone, with the history row when the status
+/// changes, and with the webhook outbox rows when there are events.
+fn write_sql(
+    t: &TaskRecord,
+    was: crate::webhook::WriteBase,
+    outbox: &Outbox,
+) -> std::borrow::Cow<'static, str> {
+    let history = was.was != Some(t.status);
+    if !history && outbox.ids.is_empty() {
+        std::borrow::Cow::Borrowed(UPDATE_TASK)
+    } else if outbox.ids.is_empty() {
+        std::borrow::Cow::Owned(format!(
+            "WITH u AS ({UPDATE_TASK} RETURNING id) \
+             INSERT INTO task_history (task_id, at, status, message) SELECT id, $6, $2, $3 FROM u"
+        ))
+    } else {
+        // The events go with the change, in the same statement: written only if the update is
+        // (and, after a 410 from a target, settled as gone at once). A progress event keeps the
+        // status: no history row.
+        let history_row = if history {
+            ", h AS (INSERT INTO task_history (task_id, at, status, message) SELECT id, $6, $2, $3 FROM u)"
+        } else {
+            ""
+        };
+        std::borrow::Cow::Owned(format!(
+            "WITH u AS ({UPDATE_TASK} RETURNING id){history_row} \
+             INSERT INTO webhook_outbox (id, task_id, target, event, url, secret, subscription, \
+             snapshot, created_at, next_at, state, attempts) \
+             SELECT e.id, u.id, e.target, e.event, e.url, e.secret, e.subscription, e.snapshot, $6, $6, \
+             CASE WHEN EXISTS (SELECT 1 FROM webhook_outbox g WHERE g.task_id = u.id \
+             AND g.target = e.target AND g.state = 'gone') THEN 'gone' ELSE 'pending' END, 0 \
+             FROM u, unnest($17::TEXT[], $18::INT[], $19::TEXT[], $20::TEXT[], \
+             $21::TEXT[], $22::TEXT[], $23::TEXT[]) AS e(id, target, event, url, secret, subscription, snapshot)"
+        ))
+    }
 }
 
 /// Outbox entries as the arrays the task write unnests.

@@ -4,7 +4,7 @@
 //! Measured with `mcp-tasks-bench pg-cost` (docs/bench/history.md): most of PostgreSQL's CPU per
 //! task is in the kernel (sockets, the WAL flush, waking the backends that wait on it), and a task's
 //! finish was a transaction of its own, flushed on its own. A group of one is written as before,
-//! alone; a larger group is BEGIN and the writes pipelined (one round trip), then COMMIT.
+//! alone; a larger group is BEGIN, the writes and COMMIT pipelined: one round trip.
 //!
 //! Each write stays what it was: a compare-and-set on the row version, which says whether the row
 //! was written. A write that fails (an error, not a mismatch) rolls the group back; then each write
@@ -13,7 +13,7 @@
 use deadpool_postgres::{GenericClient, Pool};
 use tokio::sync::{mpsc, oneshot};
 
-use super::rows::update_task_if;
+use super::rows::{prepare_write, update_task_if};
 use super::Context;
 use crate::model::TaskRecord;
 use crate::store::StoreError;
@@ -61,23 +61,28 @@ async fn write_group(pool: &Pool, mut group: Vec<Job>) {
         }
     };
     if group.len() == 1 {
-        for job in group {
-            let written = update_task_if(&client, &job.task, job.version, job.was).await;
-            let _ = job.done.send(written);
-        }
-        return;
+        return alone(&client, group).await;
     }
     // Rows locked in one order by every replica's groups: two groups never wait on each other.
     group.sort_by(|a, b| a.task.id.cmp(&b.task.id));
-    // BEGIN leaves first (it is sent when first polled, before any write is), then the writes,
-    // pipelined on the one connection.
-    let (begun, written) = tokio::join!(
+    // Every statement ready first: a write whose statement is ready is sent when first polled, so
+    // BEGIN, the writes and COMMIT leave in that order, in one flight (one round trip).
+    let mut prepared = true;
+    for job in &group {
+        prepared &= prepare_write(&client, &job.task, job.was).await.is_ok();
+    }
+    if !prepared {
+        // Whatever failed to prepare fails again, and says why, when written alone.
+        return alone(&client, group).await;
+    }
+    let (begun, written, committed) = tokio::join!(
         client.batch_execute("BEGIN"),
         futures::future::join_all(
             group
                 .iter()
                 .map(|j| update_task_if(&client, &j.task, j.version, j.was))
-        )
+        ),
+        client.batch_execute("COMMIT"),
     );
     if begun.is_err() {
         // No transaction: each write stood alone and its answer is its own.
@@ -86,29 +91,32 @@ async fn write_group(pool: &Pool, mut group: Vec<Job>) {
         }
         return;
     }
-    if written.iter().all(Result::is_ok) {
-        let committed = client.batch_execute("COMMIT").await.context("commit");
-        match committed {
-            Ok(()) => {
-                for (job, result) in group.into_iter().zip(written) {
-                    let _ = job.done.send(result);
-                }
-            }
-            Err(e) => {
-                // Whether the commit happened is unknown, as for a single write whose answer was
-                // lost: every write of the group fails with the cause.
-                let cause = super::creates::shared_cause(&e);
-                for job in group {
-                    let _ = job.done.send(Err(StoreError::message(cause.clone())));
-                }
+    if !written.iter().all(Result::is_ok) {
+        // One write failed and the transaction with it (its COMMIT rolled back): the group's
+        // other writes were undone too.
+        return alone(&client, group).await;
+    }
+    match committed.context("commit") {
+        Ok(()) => {
+            for (job, result) in group.into_iter().zip(written) {
+                let _ = job.done.send(result);
             }
         }
-        return;
+        Err(e) => {
+            // Whether the commit happened is unknown, as for a single write whose answer was
+            // lost: every write of the group fails with the cause.
+            let cause = super::creates::shared_cause(&e);
+            for job in group {
+                let _ = job.done.send(Err(StoreError::message(cause.clone())));
+            }
+        }
     }
-    // One write failed and the transaction with it: the group's other writes were undone too.
-    let _ = client.batch_execute("ROLLBACK").await;
+}
+
+/// Writes each job of `group` alone, in its own implicit transaction.
+async fn alone(client: &deadpool_postgres::Object, group: Vec<Job>) {
     for job in group {
-        let written = update_task_if(&client, &job.task, job.version, job.was).await;
+        let written = update_task_if(client, &job.task, job.version, job.was).await;
         let _ = job.done.send(written);
     }
 }
