@@ -128,13 +128,6 @@ impl Monitor {
 /// (at most once a second) or when it exits; a measurement waits this long at each edge.
 const STATS_SETTLE: Duration = Duration::from_millis(1_500);
 
-/// The CPU time of every PostgreSQL process on this machine (user and system), plus what its
-/// postmaster's children that ended have used (`cutime`, `cstime`): backends that exit during a
-/// measurement are not lost. None when no PostgreSQL process is visible.
-pub fn pg_cpu_seconds() -> Option<f64> {
-    pg_cpu().map(|c| c.total)
-}
-
 /// PostgreSQL's CPU seconds, and the share of its background processes in them.
 #[derive(Clone, Copy, Debug, Default)]
 struct PgCpu {
@@ -144,6 +137,9 @@ struct PgCpu {
     background: f64,
 }
 
+/// The CPU time of every PostgreSQL process on this machine (user and system), plus what its
+/// postmaster's children that ended have used (`cutime`, `cstime`): backends that exit during a
+/// measurement are not lost. None when no PostgreSQL process is visible.
 fn pg_cpu() -> Option<PgCpu> {
     let mut procs = Vec::new();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
@@ -263,7 +259,7 @@ pub async fn run(args: CostArgs) -> Result<()> {
     let version: String = client.query_one("SHOW server_version", &[]).await?.get(0);
     let monitor = Monitor {
         client,
-        local: addr.ip().is_loopback() && pg_cpu_seconds().is_some(),
+        local: addr.ip().is_loopback() && pg_cpu().is_some(),
     };
     if !monitor.local {
         eprintln!("PostgreSQL is not on this machine: its CPU time is left out");
@@ -332,6 +328,23 @@ pub async fn run(args: CostArgs) -> Result<()> {
     Ok(())
 }
 
+/// `replicas` replicas of our server on `store` (a PostgreSQL URL), all in `schema`.
+fn replicas_on(args: &CostArgs, exe: &str, store: String, replicas: usize, schema: &str) -> Target {
+    Target {
+        name: format!("mcp-tasks postgres ×{replicas}"),
+        wire: args.wire,
+        command: vec![
+            exe.to_string(),
+            "serve-ours".into(),
+            "--store".into(),
+            store,
+            "--pg-schema".into(),
+            schema.to_string(),
+        ],
+        replicas,
+    }
+}
+
 /// Our server with `replicas` replicas on one schema, through a tap.
 async fn ours(
     args: &CostArgs,
@@ -343,19 +356,7 @@ async fn ours(
     schema: &str,
 ) -> Result<Measured> {
     let tap = Tap::start(addr).await?;
-    let target = Target {
-        name: format!("mcp-tasks postgres ×{replicas}"),
-        wire: args.wire,
-        command: vec![
-            exe.to_string(),
-            "serve-ours".into(),
-            "--store".into(),
-            url_via(config, tap.addr),
-            "--pg-schema".into(),
-            schema.to_string(),
-        ],
-        replicas,
-    };
+    let target = replicas_on(args, exe, url_via(config, tap.addr), replicas, schema);
     let running = target.start()?;
     // Every pooled connection prepares its statements once; the measurement starts after that.
     let warm = (args.tasks / 4).max(50);
@@ -504,19 +505,7 @@ async fn pgbench(
 
 /// Create and end-to-end rates of `replicas` replicas on a fresh schema, without a tap.
 async fn rates(args: &CostArgs, exe: &str, replicas: usize, schema: &str) -> Result<(f64, f64)> {
-    let target = Target {
-        name: format!("mcp-tasks postgres ×{replicas}"),
-        wire: args.wire,
-        command: vec![
-            exe.to_string(),
-            "serve-ours".into(),
-            "--store".into(),
-            postgres_url(),
-            "--pg-schema".into(),
-            schema.to_string(),
-        ],
-        replicas,
-    };
+    let target = replicas_on(args, exe, postgres_url(), replicas, schema);
     let running = target.start()?;
     let mut rates = [0.0; 2];
     for (i, mode) in [Mode::Create, Mode::E2e].into_iter().enumerate() {

@@ -30,37 +30,26 @@ pub(super) struct Job {
 
 /// Starts the loop that commits creates in groups on `pool`; it ends when every sender is dropped.
 pub(super) fn spawn(pool: Pool) -> mpsc::Sender<Job> {
-    let (tx, mut rx) = mpsc::channel::<Job>(4 * MAX_GROUP);
-    tokio::spawn(async move {
-        while let Some(first) = rx.recv().await {
-            let mut group = vec![first];
-            while group.len() < MAX_GROUP {
-                match rx.try_recv() {
-                    Ok(job) => group.push(job),
-                    Err(_) => break,
+    super::groups::spawn(pool, MAX_GROUP, |pool, group: Vec<Job>| async move {
+        let (jobs, answers): (Vec<_>, Vec<_>) = group
+            .into_iter()
+            .map(|j| ((j.task, j.limit), j.done))
+            .unzip();
+        match commit_group(&pool, jobs).await {
+            Ok(results) => {
+                for (done, result) in answers.into_iter().zip(results) {
+                    let _ = done.send(result);
                 }
             }
-            let (jobs, answers): (Vec<_>, Vec<_>) = group
-                .into_iter()
-                .map(|j| ((j.task, j.limit), j.done))
-                .unzip();
-            match commit_group(&pool, jobs).await {
-                Ok(results) => {
-                    for (done, result) in answers.into_iter().zip(results) {
-                        let _ = done.send(result);
-                    }
-                }
-                Err(e) => {
-                    // Nothing of the group was committed: every create in it fails with the cause.
-                    let cause = shared_cause(&e);
-                    for done in answers {
-                        let _ = done.send(Err(StoreError::message(cause.clone())));
-                    }
+            Err(e) => {
+                // Nothing of the group was committed: every create in it fails with the cause.
+                let cause = shared_cause(&e);
+                for done in answers {
+                    let _ = done.send(Err(StoreError::message(cause.clone())));
                 }
             }
         }
-    });
-    tx
+    })
 }
 
 /// The words of a group's error for each of its creates (a `StoreError` cannot be cloned): its

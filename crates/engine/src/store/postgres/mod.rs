@@ -11,6 +11,7 @@
 mod connect;
 mod creates;
 mod deliveries;
+mod groups;
 pub mod relay;
 mod rows;
 mod schema;

@@ -33,20 +33,9 @@ pub(super) struct Job {
 
 /// Starts the loop that commits writes in groups on `pool`; it ends when every sender is dropped.
 pub(super) fn spawn(pool: Pool) -> mpsc::Sender<Job> {
-    let (tx, mut rx) = mpsc::channel::<Job>(4 * MAX_GROUP);
-    tokio::spawn(async move {
-        while let Some(first) = rx.recv().await {
-            let mut group = vec![first];
-            while group.len() < MAX_GROUP {
-                match rx.try_recv() {
-                    Ok(job) => group.push(job),
-                    Err(_) => break,
-                }
-            }
-            write_group(&pool, group).await;
-        }
-    });
-    tx
+    super::groups::spawn(pool, MAX_GROUP, |pool, group| async move {
+        write_group(&pool, group).await
+    })
 }
 
 async fn write_group(pool: &Pool, mut group: Vec<Job>) {
