@@ -18,6 +18,7 @@ use crate::load::{self, Mode};
 use crate::pg_tap::{Counts, Tap};
 use crate::targets::{postgres_url, Target};
 use crate::wire::Wire;
+use mcp_tasks_engine::store::postgres::relay::ALONE_AFTER;
 
 /// What to measure.
 pub struct CostArgs {
@@ -358,6 +359,7 @@ async fn ours(
     let tap = Tap::start(addr).await?;
     let target = replicas_on(args, exe, url_via(config, tap.addr), replicas, schema);
     let running = target.start()?;
+    let started = tokio::time::Instant::now();
     // Every pooled connection prepares its statements once; the measurement starts after that.
     let warm = (args.tasks / 4).max(50);
     load::run(
@@ -371,6 +373,8 @@ async fn ours(
         Credential::None,
     )
     .await?;
+    // And after a replica alone has found out it is (until then its relay sends every event).
+    tokio::time::sleep_until(started + ALONE_AFTER + Duration::from_millis(500)).await;
     tokio::time::sleep(STATS_SETTLE).await;
     let before = monitor.snapshot(&tap).await?;
     let server_before = running.cpu_seconds();

@@ -12,6 +12,7 @@ mod connect;
 mod creates;
 mod deliveries;
 mod groups;
+mod presence;
 pub mod relay;
 mod rows;
 mod schema;

@@ -8,7 +8,8 @@
 //! handler on A, and the server's router on each replica forwards what concerns the client streams it
 //! holds. Outgoing notifications leave in publish order on one connection. After the listening
 //! connection is lost and made again, the tasks waited on here are read once more (notifications sent
-//! in between are gone): polling is that fallback, never the mechanism.
+//! in between are gone): polling is that fallback, never the mechanism. A relay that has heard no
+//! other relay lately sends no events at all ([`super::presence`]).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -18,16 +19,23 @@ use tokio::sync::mpsc;
 use tokio_postgres::{AsyncMessage, NoTls};
 use tokio_util::sync::CancellationToken;
 
+use super::presence::{Presence, Timing};
 use super::Context;
 use crate::context::LogLevel;
 use crate::model::TaskRecord;
 use crate::notifier::{Notifier, Relayed, TaskEvent};
 use crate::store::{Lookup, StoreError, TaskStore};
 
+/// How long a relay that has heard no other sends events after it starts (then it takes itself for
+/// alone and sends none until it hears one): a measure of steady state starts after this.
+pub const ALONE_AFTER: Duration = super::presence::GRACE;
+
 /// `NOTIFY` payloads must stay under 8000 bytes; a log line larger than this goes without its data.
 const MAX_PAYLOAD: usize = 7_500;
 /// Most notifications whose tasks are read together.
 const MAX_READ_TOGETHER: usize = 64;
+/// Most tasks read together when every task waited on is read again.
+const CATCH_UP_TOGETHER: usize = 256;
 /// Longest wait between attempts to reconnect.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
@@ -187,49 +195,180 @@ pub async fn start(
     store: Arc<dyn TaskStore>,
     stop: CancellationToken,
 ) -> Result<(), StoreError> {
+    start_timed(url, notifier, store, stop, Timing::default()).await
+}
+
+/// [`start`], with the presence timing given (tests shorten it).
+pub(super) async fn start_timed(
+    url: &str,
+    notifier: Notifier,
+    store: Arc<dyn TaskStore>,
+    stop: CancellationToken,
+    timing: Timing,
+) -> Result<(), StoreError> {
     let (mut config, _) = super::connect::parse_url(url)?;
     super::connect::named(&mut config);
     let me = format!("relay-{}", &crate::ids::random_id()[..12]);
     let (listener, channel) = listen(&config).await?;
     let (out_tx, out_rx) = mpsc::unbounded_channel::<String>();
+    let presence = Arc::new(Presence::new(timing));
+    // Said before anything else: the others answer, and so this relay learns it is not alone.
+    if let Some(hello) = presence_note(&me, PresenceNote::Hello) {
+        let _ = out_tx.send(hello);
+    }
     let from = me.clone();
+    let out = out_tx.clone();
+    let heard = presence.clone();
     notifier
         .set_relay(Arc::new(move |relayed: Relayed<'_>| {
-            let wire = match relayed {
-                Relayed::Event(event) => Wire {
-                    from: from.clone(),
-                    task: event.task().id.clone(),
-                    state: Some(State::of(event.task())),
-                    kind: Kind::of(event),
-                },
-                Relayed::Announced(task) => Wire {
-                    from: from.clone(),
-                    task: task.to_string(),
-                    state: None,
-                    kind: Kind::Announced,
-                },
-                Relayed::Note(note) => Wire {
-                    from: from.clone(),
-                    task: String::new(),
-                    state: None,
-                    kind: Kind::Note { note: note.clone() },
-                },
+            let (wire, skippable) = match relayed {
+                Relayed::Event(event) => {
+                    if !heard.sending() {
+                        return;
+                    }
+                    let wire = Wire {
+                        from: from.clone(),
+                        task: event.task().id.clone(),
+                        state: Some(State::of(event.task())),
+                        kind: Kind::of(event),
+                    };
+                    (wire, true)
+                }
+                Relayed::Announced(task) => {
+                    if !heard.sending() {
+                        return;
+                    }
+                    let wire = Wire {
+                        from: from.clone(),
+                        task: task.to_string(),
+                        state: None,
+                        kind: Kind::Announced,
+                    };
+                    (wire, true)
+                }
+                // Notes are few (heartbeats, streams opened): they always go, so that a server
+                // of an older version that only hears notes still knows this replica is there.
+                Relayed::Note(note) => {
+                    let wire = Wire {
+                        from: from.clone(),
+                        task: String::new(),
+                        state: None,
+                        kind: Kind::Note { note: note.clone() },
+                    };
+                    (wire, false)
+                }
             };
-            if let Some(payload) = encode(wire) {
-                let _ = out_tx.send(payload);
+            let Some(payload) = encode(wire) else { return };
+            if skippable {
+                heard.send_if_heard(|| {
+                    let _ = out.send(payload);
+                });
+            } else {
+                let _ = out.send(payload);
             }
         }))
         .map_err(|_| StoreError::message("the notifier already has a relay"))?;
+    let heartbeat = presence_note(&me, PresenceNote::Here).unwrap_or_default();
     tokio::spawn(send_loop(
         config.clone(),
         channel.clone(),
         out_rx,
+        (heartbeat, timing.heartbeat),
         stop.clone(),
     ));
     tokio::spawn(listen_loop(
-        config, channel, listener, me, notifier, store, stop,
+        config,
+        channel,
+        listener,
+        Hearing {
+            me,
+            presence,
+            out: out_tx,
+        },
+        notifier,
+        store,
+        stop,
     ));
     Ok(())
+}
+
+/// What one relay says to the others about itself (carried as a note without a `peer`, which the
+/// servers of older versions ignore).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PresenceNote {
+    /// Just started: the others answer with [`PresenceNote::Here`].
+    Hello,
+    /// Still there (sent when it has sent nothing for a heartbeat), or an answer to a hello.
+    Here,
+    /// Sends events again after a silence: the others read again what they wait on.
+    Resumed,
+}
+
+impl PresenceNote {
+    fn name(self) -> &'static str {
+        match self {
+            PresenceNote::Hello => "hello",
+            PresenceNote::Here => "here",
+            PresenceNote::Resumed => "resumed",
+        }
+    }
+
+    /// The presence note a relayed note is, if it is one.
+    fn of(note: &Value) -> Option<PresenceNote> {
+        match note.get("relay")?.as_str()? {
+            "hello" => Some(PresenceNote::Hello),
+            "here" => Some(PresenceNote::Here),
+            "resumed" => Some(PresenceNote::Resumed),
+            _ => None,
+        }
+    }
+}
+
+/// The payload of `note` from the relay `me`.
+fn presence_note(me: &str, note: PresenceNote) -> Option<String> {
+    encode(Wire {
+        from: me.to_string(),
+        task: String::new(),
+        state: None,
+        kind: Kind::Note {
+            note: serde_json::json!({ "relay": note.name() }),
+        },
+    })
+}
+
+/// What the listening side needs to keep this relay's presence: who it is, when it last heard
+/// another relay, and where its own notes go.
+struct Hearing {
+    me: String,
+    presence: Arc<Presence>,
+    out: mpsc::UnboundedSender<String>,
+}
+
+impl Hearing {
+    /// Another relay's `wire` arrived. Returns whether it was a presence note (handled here, not
+    /// for the notifier), and whether what this process waits on must be read again.
+    fn heard(&self, wire: &Wire) -> (bool, bool) {
+        let note = match &wire.kind {
+            Kind::Note { note } => PresenceNote::of(note),
+            _ => None,
+        };
+        let resumed = self.presence.heard(|| {
+            if let Some(p) = presence_note(&self.me, PresenceNote::Resumed) {
+                let _ = self.out.send(p);
+            }
+        });
+        if resumed {
+            tracing::info!(
+                "another replica is listening: task events go out to the other replicas again"
+            );
+        } else if note == Some(PresenceNote::Hello) {
+            // A resume answers a hello as well.
+            if let Some(p) = presence_note(&self.me, PresenceNote::Here) {
+                let _ = self.out.send(p);
+            }
+        }
+        (note.is_some(), note == Some(PresenceNote::Resumed))
+    }
 }
 
 /// The payload for `wire`, shrunk (a log line loses its data) to fit a `NOTIFY`.
@@ -320,7 +459,7 @@ async fn listen_loop(
     config: tokio_postgres::Config,
     channel: String,
     first: Listening,
-    me: String,
+    hearing: Hearing,
     notifier: Notifier,
     store: Arc<dyn TaskStore>,
     stop: CancellationToken,
@@ -366,13 +505,26 @@ async fn listen_loop(
                 }
             }
             let mut wires = Vec::new();
+            let mut read_again = false;
             for n in arrived.iter().filter(|n| n.channel() == channel) {
                 match serde_json::from_str::<Vec<Wire>>(n.payload()) {
-                    Ok(w) => wires.extend(w.into_iter().filter(|w| w.from != me)),
+                    Ok(w) => {
+                        for wire in w.into_iter().filter(|w| w.from != hearing.me) {
+                            let (presence, resumed) = hearing.heard(&wire);
+                            read_again |= resumed;
+                            if !presence {
+                                wires.push(wire);
+                            }
+                        }
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "unreadable notification from another replica")
                     }
                 }
+            }
+            if read_again {
+                // Another relay skipped events while it thought itself alone: they are stored.
+                catch_up(&notifier, &store).await;
             }
             // Notes (streams, heartbeats) and announcements need no read: they go first, so that a
             // slow read does not make this replica think the others went silent.
@@ -497,9 +649,22 @@ async fn deliver(
 /// After notifications may have been lost: every task someone here waits on is read again and
 /// published as it stands, so waiters re-check (a finished task ends their wait).
 async fn catch_up(notifier: &Notifier, store: &Arc<dyn TaskStore>) {
-    for id in notifier.watched_tasks() {
-        if let Ok(Lookup::Found(t)) = store.get(&id).await {
-            notifier.publish_from_peer(TaskEvent::Changed(Arc::new(t)));
+    let watched = notifier.watched_tasks();
+    for ids in watched.chunks(CATCH_UP_TOGETHER) {
+        match store.get_many(ids).await {
+            Ok(tasks) => {
+                for t in tasks {
+                    notifier.publish_from_peer(TaskEvent::Changed(Arc::new(t)));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(tasks = ids.len(), error = %e.chain(), "cannot read the tasks waited on together; reading them one by one");
+                for id in ids {
+                    if let Ok(Lookup::Found(t)) = store.get(id).await {
+                        notifier.publish_from_peer(TaskEvent::Changed(Arc::new(t)));
+                    }
+                }
+            }
         }
     }
 }
@@ -509,6 +674,7 @@ async fn send_loop(
     config: tokio_postgres::Config,
     channel: String,
     mut rx: mpsc::UnboundedReceiver<String>,
+    (heartbeat, every): (String, Duration),
     stop: CancellationToken,
 ) {
     let mut backoff = Duration::from_millis(100);
@@ -537,9 +703,11 @@ async fn send_loop(
             let payload = match pending.take() {
                 Some(p) => p,
                 None => {
+                    // Silent for a heartbeat: say this relay is still there.
                     let next = tokio::select! {
                         _ = stop.cancelled() => return,
                         p = rx.recv() => p,
+                        _ = tokio::time::sleep(every) => Some(heartbeat.clone()),
                     };
                     match next {
                         Some(p) => p,

@@ -4,6 +4,7 @@
 use super::connect::{parse_url, redact, POOL_SIZE};
 use super::*;
 use crate::store::Among;
+use std::sync::Arc;
 use tokio_postgres::NoTls;
 
 /// The test database (`MCP_TASKS_TEST_PG`, else the machine's server).
@@ -527,5 +528,178 @@ async fn a_task_finished_here_is_read_from_memory_while_fresh_and_not_after() {
     assert!(matches!(store.get("f3").await.unwrap(), Lookup::Found(_)));
     tokio::time::sleep(FINISHED_FRESH + std::time::Duration::from_millis(100)).await;
     assert!(matches!(store.get("f3").await.unwrap(), Lookup::Missing));
+    drop_schema(&schema).await;
+}
+
+/// `test_url()` with `schema` first on its search path (as the relay finds its channel).
+fn url_in_schema(schema: &str) -> String {
+    let base = test_url();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{sep}options=-c%20search_path%3D{schema}")
+}
+
+/// A connection listening on the relays' channel of `schema`, as a replica would, and one to
+/// speak on it as another relay: what the relays under test say arrives on the receiver.
+async fn overhear(
+    schema: &str,
+) -> (
+    tokio_postgres::Client,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    let (client, mut conn) = tokio_postgres::connect(&test_url(), NoTls).await.unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(Ok(m)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = m {
+                let _ = tx.send(n.payload().to_string());
+            }
+        }
+    });
+    client
+        .batch_execute(&format!("LISTEN mcp_tasks_{schema}"))
+        .await
+        .unwrap();
+    (client, rx)
+}
+
+/// Says `note` on `schema`'s channel as the relay `relay-test`.
+async fn say(client: &tokio_postgres::Client, schema: &str, note: &str) {
+    let payload =
+        format!(r#"[{{"from":"relay-test","task":"","kind":"note","note":{{"relay":"{note}"}}}}]"#);
+    client
+        .execute(
+            "SELECT pg_notify($1, $2)",
+            &[&format!("mcp_tasks_{schema}"), &payload],
+        )
+        .await
+        .unwrap();
+}
+
+/// Whether a payload naming `needle` arrives within `wait` (others are let go).
+async fn arrives(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    needle: &str,
+    wait: std::time::Duration,
+) -> bool {
+    let until = tokio::time::Instant::now() + wait;
+    loop {
+        match tokio::time::timeout_at(until, rx.recv()).await {
+            Ok(Some(p)) if p.contains(needle) => return true,
+            Ok(Some(_)) => continue,
+            _ => return false,
+        }
+    }
+}
+
+fn short_presence() -> super::presence::Timing {
+    super::presence::Timing {
+        silence: std::time::Duration::from_millis(1_500),
+        heartbeat: std::time::Duration::from_millis(200),
+        grace: std::time::Duration::from_millis(600),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_alone_sends_no_events_and_sends_again_once_another_is_heard() {
+    use crate::notifier::{Notifier, TaskEvent};
+    let schema = fresh_schema("alone");
+    let store: Arc<dyn TaskStore> = Arc::new(
+        PostgresStore::open_in_schema(&test_url(), &schema)
+            .await
+            .unwrap(),
+    );
+    let (client, mut heard) = overhear(&schema).await;
+    let notifier = Notifier::new();
+    let stop = tokio_util::sync::CancellationToken::new();
+    relay::start_timed(
+        &url_in_schema(&schema),
+        notifier.clone(),
+        store,
+        stop.clone(),
+        short_presence(),
+    )
+    .await
+    .unwrap();
+    let event = |id: &str| TaskEvent::Created(Arc::new(unexpiring(id)));
+    let wait = std::time::Duration::from_millis(800);
+    assert!(arrives(&mut heard, r#""relay":"hello""#, wait).await);
+    notifier.publish(event("within-grace"));
+    assert!(
+        arrives(&mut heard, "within-grace", wait).await,
+        "a new relay sends before it knows it is alone"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    notifier.publish(event("alone"));
+    assert!(
+        !arrives(&mut heard, "alone", wait).await,
+        "nobody else was heard: the event is not sent"
+    );
+    assert!(
+        arrives(&mut heard, r#""relay":"here""#, wait).await,
+        "a relay alone still says it is there"
+    );
+    // Another relay says hello: this one answers that it sends again, and does.
+    say(&client, &schema, "hello").await;
+    assert!(arrives(&mut heard, r#""relay":"resumed""#, wait).await);
+    notifier.publish(event("heard"));
+    assert!(arrives(&mut heard, "heard", wait).await);
+    // The other falls silent for longer than the silence: alone again.
+    tokio::time::sleep(std::time::Duration::from_millis(1_700)).await;
+    notifier.publish(event("silent-again"));
+    assert!(!arrives(&mut heard, "silent-again", wait).await);
+    // A heartbeat of the other ends it again, with a resume.
+    say(&client, &schema, "here").await;
+    assert!(arrives(&mut heard, r#""relay":"resumed""#, wait).await);
+    stop.cancel();
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_from_another_replica_reads_again_what_is_waited_on() {
+    use crate::notifier::{Notifier, TaskEvent};
+    let schema = fresh_schema("resume");
+    let pg = PostgresStore::open_in_schema(&test_url(), &schema)
+        .await
+        .unwrap();
+    pg.create(unexpiring("w1"), None).await.unwrap();
+    let store: Arc<dyn TaskStore> = Arc::new(pg);
+    let (client, _heard) = overhear(&schema).await;
+    let notifier = Notifier::new();
+    let stop = tokio_util::sync::CancellationToken::new();
+    relay::start_timed(
+        &url_in_schema(&schema),
+        notifier.clone(),
+        store,
+        stop.clone(),
+        short_presence(),
+    )
+    .await
+    .unwrap();
+    let mut waiting = notifier.subscribe_task("w1");
+    // Finished by a replica that thought itself alone, so it sent nothing: only the store knows.
+    let other = PostgresStore::open_in_schema(&test_url(), &schema)
+        .await
+        .unwrap();
+    let done = TaskChange {
+        status: Some(TaskStatus::Completed),
+        ..Default::default()
+    };
+    other
+        .update("w1", &TaskStatus::ACTIVE, done, 2_000)
+        .await
+        .unwrap();
+    // A heartbeat alone changes nothing here.
+    say(&client, &schema, "here").await;
+    let quiet = tokio::time::timeout(std::time::Duration::from_millis(500), waiting.recv()).await;
+    assert!(quiet.is_err(), "nothing was relayed, nothing is read");
+    say(&client, &schema, "resumed").await;
+    let seen = tokio::time::timeout(std::time::Duration::from_secs(3), waiting.recv())
+        .await
+        .expect("a resume reads again the tasks waited on");
+    match seen {
+        Ok(TaskEvent::Changed(t)) => assert_eq!(t.status, TaskStatus::Completed),
+        other => panic!("unexpected {other:?}"),
+    }
+    stop.cancel();
     drop_schema(&schema).await;
 }
