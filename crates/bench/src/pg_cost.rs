@@ -49,6 +49,13 @@ struct DbStats {
     wal_bytes: Option<i64>,
 }
 
+impl DbStats {
+    /// The transactions the read of these figures made (each query its own).
+    fn queries(&self) -> i64 {
+        1 + i64::from(self.wal_sync.is_some())
+    }
+}
+
 /// One side of a measurement.
 #[derive(Clone, Debug, Default)]
 struct Snapshot {
@@ -421,8 +428,11 @@ fn measured(label: String, units: usize, before: &Snapshot, after: &Snapshot) ->
         label,
         units,
         counts: after.counts.since(&before.counts),
-        // The monitor's own read of the counters is one transaction of the window.
-        transactions: per((after.db.xact_commit - before.db.xact_commit - 1).max(0) as f64),
+        // The monitor's own reads at the window's start are transactions of the window: the read of
+        // the commit counter, and the read of the WAL counters where there are some.
+        transactions: per(
+            (after.db.xact_commit - before.db.xact_commit - before.db.queries()).max(0) as f64,
+        ),
         wal_syncs: delta(after.db.wal_sync, before.db.wal_sync),
         wal_bytes: delta(after.db.wal_bytes, before.db.wal_bytes),
         pg_cpu_us: match (after.pg_cpu, before.pg_cpu) {

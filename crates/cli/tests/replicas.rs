@@ -116,6 +116,52 @@ async fn wakes_and_cancels_across(tag: &str, later: Duration) {
     pg.drop_schema().await;
 }
 
+/// On the 2026-07-28 wire no client stream takes a task's events, so a replica brings in another's
+/// events of it only where something waits on it: here the handler running on A, stopped by a
+/// cancel on B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_through_one_replica_stops_a_2026_task_running_on_another() {
+    let pg = common::pg::FreshSchema::new("replicas_stateless").await;
+    let dir = tempfile::tempdir().unwrap();
+    let ticks = dir.path().join("ticks.txt");
+    let config = config(dir.path(), &ticks);
+    let args = [
+        "--store",
+        pg.url.as_str(),
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    let a = ServerProcess::start(&args);
+    let b = ServerProcess::start(&args);
+    let mut c = Stateless::with_tasks(&a.url);
+    let id = c.start_task("ticker", json!({})).await;
+    let lines = || {
+        std::fs::read_to_string(&ticks)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    };
+    assert!(
+        common::eventually(Duration::from_secs(10), || lines() >= 3),
+        "the ticker runs on A"
+    );
+    c.url = b.url.clone();
+    c.call("tasks/cancel", json!({"taskId": id})).await.result();
+    assert_eq!(
+        wait_status(&mut c, &id, &["cancelled"]).await["status"],
+        "cancelled"
+    );
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let after_cancel = lines();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        lines(),
+        after_cancel,
+        "the ticker's processes on A were stopped within a second of the cancel on B"
+    );
+    drop((a, b));
+    pg.drop_schema().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn input_answered_through_one_replica_wakes_the_handler_on_the_other() {
     let pg = common::pg::FreshSchema::new("replicas_input").await;

@@ -58,6 +58,8 @@ pub use model::{
     ActiveLimit, Among, HeldLimit, InputRecord, InputResponse, NewTask, Outcome, StepRecord,
     TaskRecord, TaskStatus, Transition,
 };
-pub use notifier::{Notifier, Relayed, TaskEvent, TaskSubscription};
+pub use notifier::{
+    Notifier, Relayed, TaskEvent, TaskSubscription, WaitersOnly, Watch, WatchEverything,
+};
 pub use rules::{OutcomeRules, PlainRules};
 pub use store::{error_chain, ProgressUpdate};

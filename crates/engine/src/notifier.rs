@@ -94,7 +94,19 @@ struct Inner {
     notes: broadcast::Sender<Arc<serde_json::Value>>,
     /// Told of every event published here (not those other replicas bring in).
     observers: std::sync::RwLock<Vec<Observer>>,
+    /// Tasks whose events from other replicas someone here takes without a subscription of its
+    /// own (see [`Notifier::watch`]): id → how many watch it.
+    watched: DashMap<String, usize>,
+    /// How many here take every task's events from other replicas (see
+    /// [`Notifier::watch_everything`]).
+    everything: std::sync::atomic::AtomicUsize,
+    /// Which tasks' events concern only those who wait on the task, once set (see
+    /// [`Notifier::narrow`]). Shared with the relay, which marks such events as it sends them.
+    narrowed: Arc<std::sync::OnceLock<WaitersOnly>>,
 }
+
+/// Says of a task whether its events concern only those who wait on it (see [`Notifier::narrow`]).
+pub type WaitersOnly = Arc<dyn Fn(&TaskRecord) -> bool + Send + Sync>;
 
 /// Sees each event published in this process once (see [`Notifier::observe_local`]).
 pub type Observer = Arc<dyn Fn(&TaskEvent) + Send + Sync>;
@@ -132,6 +144,9 @@ impl Notifier {
                 announced: broadcast::channel(1024).0,
                 notes: broadcast::channel(1024).0,
                 observers: std::sync::RwLock::new(Vec::new()),
+                watched: DashMap::new(),
+                everything: std::sync::atomic::AtomicUsize::new(0),
+                narrowed: Arc::new(std::sync::OnceLock::new()),
             }),
         }
     }
@@ -253,14 +268,97 @@ impl Notifier {
         self.inner.per_task.len()
     }
 
-    /// The tasks someone in this process waits on (their topics): what to re-check after events may
-    /// have been missed.
+    /// The tasks someone in this process waits on (their topics, and those watched): what to
+    /// re-check after events may have been missed.
     pub fn watched_tasks(&self) -> Vec<String> {
-        self.inner
+        let mut ids: Vec<String> = self
+            .inner
             .per_task
             .iter()
             .map(|e| e.key().clone())
-            .collect()
+            .chain(self.inner.watched.iter().map(|e| e.key().clone()))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// From now on, the events of the tasks `rule` picks concern only those who wait on the task
+    /// (no client stream takes them): this replica marks them so as it relays them, and an event
+    /// another replica marked so is brought in here only when someone here waits on its task (a
+    /// subscription to it, a [`Notifier::watch`], a [`Notifier::watch_everything`]). Without this
+    /// every relayed event is brought in, which costs the database a read per event on every
+    /// replica. Called once, by an embedder whose every reader of the all-tasks feed that needs
+    /// such events marks what it waits on (the server does); a second rule is refused.
+    pub fn narrow(&self, rule: WaitersOnly) -> Result<(), WaitersOnly> {
+        self.inner.narrowed.set(rule)
+    }
+
+    /// The rule of [`Notifier::narrow`], once set (the relay reads it as it sends).
+    pub(crate) fn narrowing(&self) -> Arc<std::sync::OnceLock<WaitersOnly>> {
+        self.inner.narrowed.clone()
+    }
+
+    /// Marks `task` as waited on here until the returned guard is dropped, for someone who reads
+    /// its events from the all-tasks feed (a running handler's stopper, a listening stream), so that
+    /// the task's events from other replicas are brought in after [`Notifier::narrow`].
+    pub fn watch(&self, task: &str) -> Watch {
+        *self.inner.watched.entry(task.to_string()).or_insert(0) += 1;
+        Watch {
+            notifier: self.clone(),
+            task: task.to_string(),
+        }
+    }
+
+    /// Marks every task as waited on here until the returned guard is dropped (a live view of all
+    /// tasks).
+    pub fn watch_everything(&self) -> WatchEverything {
+        self.inner
+            .everything
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        WatchEverything {
+            notifier: self.clone(),
+        }
+    }
+
+    /// Whether an event of `task` from another replica, marked as concerning only those who wait
+    /// on it, is wanted here (see [`Notifier::narrow`]).
+    pub fn wants(&self, task: &str) -> bool {
+        use std::sync::atomic::Ordering;
+        self.inner.narrowed.get().is_none()
+            || self.inner.everything.load(Ordering::Acquire) > 0
+            || self.inner.per_task.contains_key(task)
+            || self.inner.watched.contains_key(task)
+    }
+}
+
+/// A task marked as waited on (see [`Notifier::watch`]); unmarked when dropped.
+pub struct Watch {
+    notifier: Notifier,
+    task: String,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let watched = &self.notifier.inner.watched;
+        if let Some(mut n) = watched.get_mut(&self.task) {
+            *n = n.saturating_sub(1);
+        }
+        watched.remove_if(&self.task, |_, n| *n == 0);
+    }
+}
+
+/// Every task marked as waited on (see [`Notifier::watch_everything`]); unmarked when dropped.
+pub struct WatchEverything {
+    notifier: Notifier,
+}
+
+impl Drop for WatchEverything {
+    fn drop(&mut self) {
+        self.notifier
+            .inner
+            .everything
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 

@@ -70,9 +70,9 @@ impl Engine {
                     {
                         Ok(lost) => {
                             for id in lost {
-                                if let Some(stop) = engine.running.get(&id) {
+                                if let Some(running) = engine.running.get(&id) {
                                     tracing::info!(task = %id, "lease lost (task finished or taken over elsewhere); stopping its handler");
-                                    stop.cancel();
+                                    running.0.cancel();
                                 }
                             }
                         }
@@ -159,8 +159,8 @@ impl Engine {
                 let Some(engine) = me.upgrade() else { break };
                 match event {
                     Ok(TaskEvent::Changed(t)) if t.status.is_terminal() => {
-                        if let Some(stop) = engine.running.get(&t.id) {
-                            stop.cancel();
+                        if let Some(running) = engine.running.get(&t.id) {
+                            running.0.cancel();
                         }
                     }
                     // Let go of by its node (a hand-off): whoever shares the store takes it now.

@@ -261,8 +261,9 @@ pub struct Engine {
     handlers: std::sync::RwLock<HashMap<String, Registered>>,
     shutdown: CancellationToken,
     /// Tasks whose handler runs in this process (never recovered as orphans by this node), with the
-    /// token that stops the handler (a child of `shutdown`).
-    running: DashMap<String, CancellationToken>,
+    /// token that stops the handler (a child of `shutdown`), and the task marked as waited on here
+    /// (a cancel received by another replica must reach this stopper).
+    running: DashMap<String, (CancellationToken, crate::notifier::Watch)>,
     /// What the runs of each key hold here (see [`HeldLimit`]).
     held: Arc<DashMap<String, u64>>,
     /// Whether the stopper (the node's one subscriber that stops handlers of finished tasks) runs.

@@ -46,7 +46,8 @@ impl Engine {
             // the run is handed off at once, so another node (or the next start) runs the task.
             stop.cancel();
         }
-        self.running.insert(rec.id.clone(), stop.clone());
+        let watch = self.notifier.watch(&rec.id);
+        self.running.insert(rec.id.clone(), (stop.clone(), watch));
         let sink = Arc::new(TaskSink {
             engine: self.clone(),
             id: rec.id.clone(),

@@ -75,18 +75,20 @@ async fn events(State(server): State<Arc<Server>>, _: Operator) -> Response {
     use axum::response::sse::{Event, KeepAlive, Sse};
     use mcp_tasks_engine::TaskEvent;
     let rx = server.engine().notifier().subscribe_all();
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
+    // The view shows every task: the other replicas' events of each are brought in while it is open.
+    let watch = server.engine().notifier().watch_everything();
+    let stream = futures::stream::unfold((rx, watch), |(mut rx, watch)| async move {
         loop {
             match rx.recv().await {
                 Ok(TaskEvent::Created(t) | TaskEvent::Changed(t))
                 | Ok(TaskEvent::Progress { task: t, .. }) => {
                     let ev = Event::default().event("task").data(summary(&t).to_string());
-                    return Some((Ok::<_, std::convert::Infallible>(ev), rx));
+                    return Some((Ok::<_, std::convert::Infallible>(ev), (rx, watch)));
                 }
                 Ok(_) => continue,
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
                     let ev = Event::default().event("resync").data("{}");
-                    return Some((Ok(ev), rx));
+                    return Some((Ok(ev), (rx, watch)));
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
             }

@@ -290,6 +290,16 @@ impl ServerBuilder {
         // Other replicas listen when the notifier has a relay: then they hear of our streams.
         let peers = (engine.notifier().has_relay() && !self.store.is_exclusive())
             .then(|| Arc::new(peers::Peers::new()));
+        // No client stream takes the events of a task outside any session, nor of one of the
+        // 2026-07-28 wire (an anonymous caller's tasks there carry its scope, not a session with
+        // streams): only those who wait on the task do, and each marks what it waits on (a
+        // listening stream its tasks, the dashboard everything, the engine its running tasks; a
+        // blocked result holds a subscription). So another replica's event of such a task is read
+        // from the store only where it is waited on.
+        let stateless = Era::Stateless.task_label();
+        let _ = engine
+            .notifier()
+            .narrow(Arc::new(move |t| t.session.is_none() || t.era == stateless));
         Arc::new(Server {
             engine,
             peers,

@@ -9,7 +9,10 @@
 //! holds. Outgoing notifications leave in publish order on one connection. After the listening
 //! connection is lost and made again, the tasks waited on here are read once more (notifications sent
 //! in between are gone): polling is that fallback, never the mechanism. A relay that has heard no
-//! other relay lately sends no events at all ([`super::presence`]).
+//! other relay lately sends no events at all ([`super::presence`]). Once the notifier is narrowed
+//! ([`Notifier::narrow`]), an event no client stream takes is marked as for its task's waiters
+//! only, and a narrowed replica neither reads nor publishes such an event unless someone there
+//! waits on the task.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -51,8 +54,22 @@ struct Wire {
     /// changes read back as the latest state three times. Absent for an announcement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     state: Option<State>,
+    /// Only those who wait on the task need this event (no client stream takes it, and it is no
+    /// hand-off): a replica where nobody does skips it, and so the read of the task (see
+    /// [`Notifier::narrow`]). Absent from older senders: brought in everywhere.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    waiters_only: bool,
     #[serde(flatten)]
     kind: Kind,
+}
+
+/// Whether only those who wait on `event`'s task need it elsewhere: `rule` (the notifier's, see
+/// [`Notifier::narrow`]) says no client stream takes it, and it is no hand-off (every replica's
+/// engine takes a task whose lease was let go of).
+fn waiters_only(event: &TaskEvent, rule: Option<&crate::notifier::WaitersOnly>) -> bool {
+    let Some(rule) = rule else { return false };
+    let released = matches!(event, TaskEvent::Changed(t) if t.lease_owner.is_none() && !t.status.is_terminal());
+    !released && rule(event.task())
 }
 
 /// What an event changes about a task, as it was when the event was published.
@@ -219,6 +236,7 @@ pub(super) async fn start_timed(
     let from = me.clone();
     let out = out_tx.clone();
     let heard = presence.clone();
+    let narrowing = notifier.narrowing();
     notifier
         .set_relay(Arc::new(move |relayed: Relayed<'_>| {
             let (wire, skippable) = match relayed {
@@ -230,6 +248,7 @@ pub(super) async fn start_timed(
                         from: from.clone(),
                         task: event.task().id.clone(),
                         state: Some(State::of(event.task())),
+                        waiters_only: waiters_only(event, narrowing.get()),
                         kind: Kind::of(event),
                     };
                     (wire, true)
@@ -242,6 +261,7 @@ pub(super) async fn start_timed(
                         from: from.clone(),
                         task: task.to_string(),
                         state: None,
+                        waiters_only: false,
                         kind: Kind::Announced,
                     };
                     (wire, true)
@@ -253,6 +273,7 @@ pub(super) async fn start_timed(
                         from: from.clone(),
                         task: String::new(),
                         state: None,
+                        waiters_only: false,
                         kind: Kind::Note { note: note.clone() },
                     };
                     (wire, false)
@@ -330,6 +351,7 @@ fn presence_note(me: &str, note: PresenceNote) -> Option<String> {
         from: me.to_string(),
         task: String::new(),
         state: None,
+        waiters_only: false,
         kind: Kind::Note {
             note: serde_json::json!({ "relay": note.name() }),
         },
@@ -512,7 +534,8 @@ async fn listen_loop(
                         for wire in w.into_iter().filter(|w| w.from != hearing.me) {
                             let (presence, resumed) = hearing.heard(&wire);
                             read_again |= resumed;
-                            if !presence {
+                            // Nobody here waits on the task: neither read nor published here.
+                            if !presence && (!wire.waiters_only || notifier.wants(&wire.task)) {
                                 wires.push(wire);
                             }
                         }
@@ -786,6 +809,7 @@ mod tests {
             from: "relay-a".into(),
             task: "t1".into(),
             state: Some(state()),
+            waiters_only: true,
             kind: Kind::Progress {
                 message: Some("half".into()),
                 advanced: true,
@@ -798,6 +822,7 @@ mod tests {
             from: "relay-a".into(),
             task: "t1".into(),
             state: Some(state()),
+            waiters_only: false,
             kind: Kind::Log {
                 level: LogLevel::Info,
                 logger: None,

@@ -703,3 +703,116 @@ async fn a_resume_from_another_replica_reads_again_what_is_waited_on() {
     stop.cancel();
     drop_schema(&schema).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_only_waiters_need_is_brought_in_only_where_someone_waits() {
+    use crate::notifier::{Notifier, TaskEvent};
+    let schema = fresh_schema("narrow");
+    let pg = PostgresStore::open_in_schema(&test_url(), &schema)
+        .await
+        .unwrap();
+    let sessionless = |id: &str| {
+        let mut t = unexpiring(id);
+        t.session = None;
+        t
+    };
+    let mut released = sessionless("released");
+    released.lease_owner = None;
+    let records = [
+        sessionless("free"),
+        unexpiring("in-session"),
+        sessionless("subscribed"),
+        sessionless("watched"),
+        released.clone(),
+        sessionless("everything"),
+    ];
+    for t in &records {
+        pg.create(t.clone(), None).await.unwrap();
+    }
+    let store: Arc<dyn TaskStore> = Arc::new(pg);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (a, b) = (Notifier::new(), Notifier::new());
+    for n in [&a, &b] {
+        relay::start(
+            &url_in_schema(&schema),
+            n.clone(),
+            store.clone(),
+            stop.clone(),
+        )
+        .await
+        .unwrap();
+    }
+    for n in [&a, &b] {
+        // Tasks outside any session are for their waiters only (the server's rule, in short).
+        let _ = n.narrow(Arc::new(|t: &crate::model::TaskRecord| t.session.is_none()));
+    }
+    let mut seen = b.subscribe_all();
+    let _subscribed = b.subscribe_task("subscribed");
+    let watch = b.watch("watched");
+    // The next event B brings in, by task id (B's own publishes are not made here).
+    let next =
+        async |seen: &mut tokio::sync::broadcast::Receiver<TaskEvent>| match tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            seen.recv(),
+        )
+        .await
+        {
+            Ok(Ok(e)) => e.task().id.clone(),
+            other => panic!("nothing brought in: {other:?}"),
+        };
+    let publish = |t: &crate::model::TaskRecord| a.publish(TaskEvent::Changed(Arc::new(t.clone())));
+    // In order: what B skips never shows, and what it brings in comes next.
+    for t in &records[..5] {
+        publish(t);
+    }
+    assert_eq!(
+        next(&mut seen).await,
+        "in-session",
+        "a session task's events go everywhere"
+    );
+    assert_eq!(
+        next(&mut seen).await,
+        "subscribed",
+        "a task subscribed to here"
+    );
+    assert_eq!(next(&mut seen).await, "watched", "a task watched here");
+    assert_eq!(
+        next(&mut seen).await,
+        "released",
+        "a hand-off: every engine takes it"
+    );
+    drop(watch);
+    publish(&records[3]);
+    publish(&records[5]);
+    publish(&records[1]);
+    assert_eq!(
+        next(&mut seen).await,
+        "in-session",
+        "the two before it were skipped: nothing here waits on them any more"
+    );
+    let everything = b.watch_everything();
+    publish(&records[5]);
+    assert_eq!(next(&mut seen).await, "everything", "a view of every task");
+    drop(everything);
+    // A replica that does not narrow brings in everything (and marks nothing it sends).
+    let c = Notifier::new();
+    relay::start(
+        &url_in_schema(&schema),
+        c.clone(),
+        store.clone(),
+        stop.clone(),
+    )
+    .await
+    .unwrap();
+    let mut all = c.subscribe_all();
+    a.publish(TaskEvent::Changed(Arc::new(records[0].clone())));
+    assert_eq!(next(&mut all).await, "free");
+    c.publish(TaskEvent::Changed(Arc::new(records[0].clone())));
+    assert_eq!(
+        next(&mut seen).await,
+        "free",
+        "unmarked: brought in everywhere"
+    );
+    stop.cancel();
+    drop_schema(&schema).await;
+}

@@ -43,6 +43,12 @@ pub(super) async fn listen(
         .filter_map(Value::as_str)
         .map(String::from)
         .collect();
+    // Marked as waited on before the read too, so that other replicas' events of them are brought
+    // in here (held for the stream's life; those left out cost nothing but a map entry meanwhile).
+    let _watches: Vec<mcp_tasks_engine::Watch> = named
+        .iter()
+        .map(|id| server.engine().notifier().watch(id))
+        .collect();
     let mine: std::collections::HashSet<String> =
         match server.engine().store().get_many(&named).await {
             Ok(found) => found
