@@ -11,15 +11,17 @@ use std::process::Command;
 /// Issue 30's goal: at most two commits that write per task (create and finish; creates share a
 /// commit when they arrive together).
 const WRITE_COMMITS: f64 = 2.0;
-/// Statements per task when the guard was set (the test command's debug build, 4 clients): 4.95
-/// (creates in small groups, each with its begin, lock, count and commit; the finish, alone or in
-/// a group of writes; the poll after the finish is answered from memory; no relay notification,
-/// as a replica alone sends none). Groups are what varies from run to run: the guard allows a
-/// fifth more.
-const STATEMENTS: f64 = 4.95 * 1.2;
-/// Round trips per task, likewise: 2.04 (a write group's BEGIN, writes and COMMIT in one flight;
-/// one more, a poll read from the database or a notification, is over).
-const ROUND_TRIPS: f64 = 2.04 * 1.15;
+/// Statements per task: 4.95 when the guard was set (the test command's debug build, 4 clients:
+/// creates in groups, each with its begin, lock, count and commit; the finish, alone or in a group
+/// of writes; the poll after the finish answered from memory; no relay notification, as a replica
+/// alone sends none). How large the groups are depends on how busy the machine is; with no grouping
+/// at all a task takes 6 (a create alone is 5, its finish 1): the guard allows that, and 0.2 for
+/// what is not per task (the webhook sender's poll, a lease renewal), so that any statement added
+/// per task fails it.
+const STATEMENTS: f64 = 6.0 + 0.2;
+/// Round trips per task, likewise: 2.04 when set; 3 with no grouping at all (a create group's two
+/// pipelined flights, the finish's one), and the same 0.2.
+const ROUND_TRIPS: f64 = 3.0 + 0.2;
 /// Notifications per task a replica alone may send: its heartbeats and its server's notes, a few a
 /// second, not one per task.
 const NOTIFICATIONS: f64 = 0.05;

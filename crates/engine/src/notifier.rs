@@ -268,19 +268,15 @@ impl Notifier {
         self.inner.per_task.len()
     }
 
-    /// The tasks someone in this process waits on (their topics, and those watched): what to
-    /// re-check after events may have been missed.
+    /// The tasks someone in this process waits on through their topics: what to re-check after
+    /// events may have been missed. Not those merely watched ([`Notifier::watch`]): every running
+    /// handler is, and its lease renewal finds a task finished elsewhere anyway.
     pub fn watched_tasks(&self) -> Vec<String> {
-        let mut ids: Vec<String> = self
-            .inner
+        self.inner
             .per_task
             .iter()
             .map(|e| e.key().clone())
-            .chain(self.inner.watched.iter().map(|e| e.key().clone()))
-            .collect();
-        ids.sort_unstable();
-        ids.dedup();
-        ids
+            .collect()
     }
 
     /// From now on, the events of the tasks `rule` picks concern only those who wait on the task

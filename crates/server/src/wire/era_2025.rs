@@ -611,6 +611,9 @@ async fn wait_streaming(
     out: &StreamSender,
 ) -> Result<TaskRecord, Failure> {
     let id = task.id.as_str();
+    // The task's events from other replicas come here from before the stream is registered (a
+    // 2026-07-28 task's are brought in only where something waits on it).
+    let _watch = server.engine().notifier().watch(id);
     let owner = server.streams().register_task(&session.id, id, out.clone());
     // Input requests the task is waiting on go out on this stream, unless they already went out on a
     // stream that is still open (the client would answer them twice).

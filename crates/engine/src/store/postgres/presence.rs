@@ -19,8 +19,10 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// How long the others' silence may last before a relay takes itself for alone.
-pub(super) const SILENCE: Duration = Duration::from_secs(10);
+/// How long the others' silence may last before a relay takes itself for alone. Long: a relay
+/// wrongly alone skips events that a replica whose sending connection is down (but whose listening
+/// one is not) would still have used, and a resume re-reads only what is waited on through a topic.
+pub(super) const SILENCE: Duration = Duration::from_secs(30);
 /// How long a relay that has said nothing says it is there (well within [`SILENCE`]).
 pub(super) const HEARTBEAT: Duration = Duration::from_secs(2);
 /// How long a new relay sends before it has heard anyone: more than one heartbeat, so that every

@@ -289,12 +289,16 @@ pub(super) async fn start_timed(
             }
         }))
         .map_err(|_| StoreError::message("the notifier already has a relay"))?;
-    let heartbeat = presence_note(&me, PresenceNote::Here).unwrap_or_default();
+    let notes = SendNotes {
+        heartbeat: presence_note(&me, PresenceNote::Here).unwrap_or_default(),
+        every: timing.heartbeat,
+        resumed: presence_note(&me, PresenceNote::Resumed).unwrap_or_default(),
+    };
     tokio::spawn(send_loop(
         config.clone(),
         channel.clone(),
         out_rx,
-        (heartbeat, timing.heartbeat),
+        notes,
         stop.clone(),
     ));
     tokio::spawn(listen_loop(
@@ -313,6 +317,14 @@ pub(super) async fn start_timed(
     Ok(())
 }
 
+/// The notes the send loop makes itself: a heartbeat when silent for `every`, and a resume after a
+/// failed send.
+struct SendNotes {
+    heartbeat: String,
+    every: Duration,
+    resumed: String,
+}
+
 /// What one relay says to the others about itself (carried as a note without a `peer`, which the
 /// servers of older versions ignore).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -321,7 +333,8 @@ enum PresenceNote {
     Hello,
     /// Still there (sent when it has sent nothing for a heartbeat), or an answer to a hello.
     Here,
-    /// Sends events again after a silence: the others read again what they wait on.
+    /// Sends events again after a silence, or after a send that failed: the others read again
+    /// what they wait on.
     Resumed,
 }
 
@@ -697,11 +710,11 @@ async fn send_loop(
     config: tokio_postgres::Config,
     channel: String,
     mut rx: mpsc::UnboundedReceiver<String>,
-    (heartbeat, every): (String, Duration),
+    notes: SendNotes,
     stop: CancellationToken,
 ) {
     let mut backoff = Duration::from_millis(100);
-    let mut pending: Option<String> = None;
+    let mut pending: Vec<String> = Vec::new();
     'connect: loop {
         let client = match config.connect(NoTls).await {
             Ok((client, connection)) => {
@@ -723,23 +736,20 @@ async fn send_loop(
             continue 'connect;
         };
         loop {
-            let payload = match pending.take() {
-                Some(p) => p,
-                None => {
-                    // Silent for a heartbeat: say this relay is still there.
-                    let next = tokio::select! {
-                        _ = stop.cancelled() => return,
-                        p = rx.recv() => p,
-                        _ = tokio::time::sleep(every) => Some(heartbeat.clone()),
-                    };
-                    match next {
-                        Some(p) => p,
-                        None => return,
-                    }
+            let mut batch = std::mem::take(&mut pending);
+            if batch.is_empty() {
+                // Silent for a heartbeat: say this relay is still there.
+                let next = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    p = rx.recv() => p,
+                    _ = tokio::time::sleep(notes.every) => Some(notes.heartbeat.clone()),
+                };
+                match next {
+                    Some(p) => batch.push(p),
+                    None => return,
                 }
-            };
+            }
             // Whatever queued up meanwhile goes out pipelined, in order.
-            let mut batch = vec![payload];
             while batch.len() < 256 {
                 match rx.try_recv() {
                     Ok(p) => batch.push(p),
@@ -753,9 +763,13 @@ async fn send_loop(
                 packed.iter().map(|p| [&channel as _, p as _]).collect();
             let sends = params.iter().map(|p| client.execute(&stmt, p));
             if let Err(e) = futures::future::try_join_all(sends).await {
-                // The receivers' fallback covers what is lost here; keep the newest for the retry.
+                // What is lost here is in the store: once connected again, a resume has the others
+                // read again what they wait on; the newest goes out after it.
                 tracing::warn!(error = %e, lost = batch.len().saturating_sub(1), "notifying other replicas failed; reconnecting");
-                pending = batch.pop();
+                pending = [Some(notes.resumed.clone()), batch.pop()]
+                    .into_iter()
+                    .flatten()
+                    .collect();
                 continue 'connect;
             }
         }

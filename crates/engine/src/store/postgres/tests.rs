@@ -816,3 +816,68 @@ async fn an_event_only_waiters_need_is_brought_in_only_where_someone_waits() {
     stop.cancel();
     drop_schema(&schema).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_whose_send_failed_says_it_resumed_so_the_others_read_again() {
+    use crate::notifier::{Notifier, TaskEvent};
+    let schema = fresh_schema("sendfail");
+    let store: Arc<dyn TaskStore> = Arc::new(
+        PostgresStore::open_in_schema(&test_url(), &schema)
+            .await
+            .unwrap(),
+    );
+    let (client, mut heard) = overhear(&schema).await;
+    let app = format!("relay_{schema}");
+    let notifier = Notifier::new();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let timing = super::presence::Timing {
+        grace: std::time::Duration::from_secs(30),
+        ..short_presence()
+    };
+    relay::start_timed(
+        &format!("{}&application_name={app}", url_in_schema(&schema)),
+        notifier.clone(),
+        store,
+        stop.clone(),
+        timing,
+    )
+    .await
+    .unwrap();
+    let wait = std::time::Duration::from_secs(3);
+    assert!(arrives(&mut heard, r#""relay":"hello""#, wait).await);
+    // Its sending connection is cut (its last statement was a notification; the listening
+    // connection's was LISTEN).
+    let cut = client
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE application_name = $1 AND query LIKE 'SELECT pg_notify%'",
+            &[&app],
+        )
+        .await
+        .unwrap();
+    assert_eq!(cut, 1, "one sending connection");
+    notifier.publish(TaskEvent::Created(Arc::new(unexpiring("after-the-cut"))));
+    // The resume and the newest event go out once connected again, maybe in one notification.
+    let mut said = String::new();
+    let until = tokio::time::Instant::now() + wait;
+    while !(said.contains(r#""relay":"resumed""#) && said.contains("after-the-cut")) {
+        match tokio::time::timeout_at(until, heard.recv()).await {
+            Ok(Some(p)) => said.push_str(&p),
+            _ => break,
+        }
+    }
+    assert!(
+        said.contains(r#""relay":"resumed""#),
+        "what the failed send lost is read again by the others: {said}"
+    );
+    let (resumed, event) = (
+        said.find(r#""relay":"resumed""#).unwrap(),
+        said.find("after-the-cut"),
+    );
+    assert!(
+        event.is_some_and(|e| e > resumed),
+        "the newest event follows the resume: {said}"
+    );
+    stop.cancel();
+    drop_schema(&schema).await;
+}

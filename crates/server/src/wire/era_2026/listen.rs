@@ -44,11 +44,13 @@ pub(super) async fn listen(
         .map(String::from)
         .collect();
     // Marked as waited on before the read too, so that other replicas' events of them are brought
-    // in here (held for the stream's life; those left out cost nothing but a map entry meanwhile).
-    let _watches: Vec<mcp_tasks_engine::Watch> = named
-        .iter()
-        .map(|id| server.engine().notifier().watch(id))
-        .collect();
+    // in here; once read, only the accepted ones stay marked (below).
+    let watch = |ids: &[String]| -> Vec<mcp_tasks_engine::Watch> {
+        ids.iter()
+            .map(|id| server.engine().notifier().watch(id))
+            .collect()
+    };
+    let named_watches = watch(&named);
     let mine: std::collections::HashSet<String> =
         match server.engine().store().get_many(&named).await {
             Ok(found) => found
@@ -66,6 +68,9 @@ pub(super) async fn listen(
             accepted.push(id);
         }
     }
+    // Marked before the others are let go of: no moment without a mark.
+    let _watches = watch(&accepted);
+    drop(named_watches);
     let uris: Vec<String> = filter
         .get("resourceSubscriptions")
         .and_then(Value::as_array)
