@@ -277,6 +277,11 @@ impl ServerBuilder {
         self
     }
     /// Finishes the server. Call [`Server::start`] before serving.
+    ///
+    /// It narrows the engine's notifier (`Notifier::narrow`): another replica's event of a task no
+    /// client stream takes (outside any session, or of the 2026-07-28 wire) is then brought in only
+    /// where something waits on the task. An embedder reading `Notifier::subscribe_all` beside the
+    /// server marks what it needs with `Notifier::watch` or `Notifier::watch_everything`.
     pub fn build(self) -> Arc<Server> {
         let engine = self
             .engine
