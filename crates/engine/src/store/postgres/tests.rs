@@ -591,6 +591,28 @@ async fn arrives(
     }
 }
 
+/// A notifier with a relay on `schema`'s channel (short presence timing), and what stops it.
+async fn relay_on(
+    schema: &str,
+    store: Arc<dyn TaskStore>,
+) -> (
+    crate::notifier::Notifier,
+    tokio_util::sync::CancellationToken,
+) {
+    let notifier = crate::notifier::Notifier::new();
+    let stop = tokio_util::sync::CancellationToken::new();
+    relay::start_timed(
+        &url_in_schema(schema),
+        notifier.clone(),
+        store,
+        stop.clone(),
+        short_presence(),
+    )
+    .await
+    .unwrap();
+    (notifier, stop)
+}
+
 fn short_presence() -> super::presence::Timing {
     super::presence::Timing {
         silence: std::time::Duration::from_millis(1_500),
@@ -601,7 +623,7 @@ fn short_presence() -> super::presence::Timing {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_alone_sends_no_events_and_sends_again_once_another_is_heard() {
-    use crate::notifier::{Notifier, TaskEvent};
+    use crate::notifier::TaskEvent;
     let schema = fresh_schema("alone");
     let store: Arc<dyn TaskStore> = Arc::new(
         PostgresStore::open_in_schema(&test_url(), &schema)
@@ -609,17 +631,7 @@ async fn a_replica_alone_sends_no_events_and_sends_again_once_another_is_heard()
             .unwrap(),
     );
     let (client, mut heard) = overhear(&schema).await;
-    let notifier = Notifier::new();
-    let stop = tokio_util::sync::CancellationToken::new();
-    relay::start_timed(
-        &url_in_schema(&schema),
-        notifier.clone(),
-        store,
-        stop.clone(),
-        short_presence(),
-    )
-    .await
-    .unwrap();
+    let (notifier, stop) = relay_on(&schema, store).await;
     let event = |id: &str| TaskEvent::Created(Arc::new(unexpiring(id)));
     let wait = std::time::Duration::from_millis(800);
     assert!(arrives(&mut heard, r#""relay":"hello""#, wait).await);
@@ -656,7 +668,7 @@ async fn a_replica_alone_sends_no_events_and_sends_again_once_another_is_heard()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_from_another_replica_reads_again_what_is_waited_on() {
-    use crate::notifier::{Notifier, TaskEvent};
+    use crate::notifier::TaskEvent;
     let schema = fresh_schema("resume");
     let pg = PostgresStore::open_in_schema(&test_url(), &schema)
         .await
@@ -664,17 +676,7 @@ async fn a_resume_from_another_replica_reads_again_what_is_waited_on() {
     pg.create(unexpiring("w1"), None).await.unwrap();
     let store: Arc<dyn TaskStore> = Arc::new(pg);
     let (client, _heard) = overhear(&schema).await;
-    let notifier = Notifier::new();
-    let stop = tokio_util::sync::CancellationToken::new();
-    relay::start_timed(
-        &url_in_schema(&schema),
-        notifier.clone(),
-        store,
-        stop.clone(),
-        short_presence(),
-    )
-    .await
-    .unwrap();
+    let (notifier, stop) = relay_on(&schema, store).await;
     let mut waiting = notifier.subscribe_task("w1");
     // Finished by a replica that thought itself alone, so it sent nothing: only the store knows.
     let other = PostgresStore::open_in_schema(&test_url(), &schema)
