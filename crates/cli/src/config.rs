@@ -455,7 +455,8 @@ pub struct ServerSection {
     pub header_timeout_secs: Option<u64>,
     /// Seconds for a POST body (default 30).
     pub body_timeout_secs: Option<u64>,
-    /// Seconds a connection with nothing in progress may stay silent (default 60).
+    /// Seconds a connection with nothing in progress may stay silent (default 60). Behind a
+    /// balancer, keep its upstream keep-alive shorter (nginx: `keepalive_timeout` in `upstream`).
     pub idle_timeout_secs: Option<u64>,
     /// Seconds between SSE keep-alive comments (default 15).
     pub keep_alive_secs: Option<u64>,

@@ -581,7 +581,7 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
                 .min(DRAIN_LINGER);
             tokio::select! {
                 () = tokio::time::sleep(linger) => {}
-                () = &mut second => {}
+                () = &mut second => stop_now = true,
             }
         }
         left => {
@@ -593,8 +593,19 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
             // is; a second signal stops at once (their leases then run out instead).
             tokio::select! {
                 n = engine.hand_off() => tracing::info!(handed_off = n, "handed off"),
-                () = &mut second => tracing::info!("a second signal: stopping now"),
+                () = &mut second => {
+                    tracing::info!("a second signal: stopping now");
+                    stop_now = true;
+                }
             }
+        }
+    }
+    if !stop_now {
+        // Requests still coming are answered 503 (a balancer sends them elsewhere and stops
+        // sending here) until none has come for a moment: only then does the listener close.
+        tokio::select! {
+            () = server.close(CLOSE_QUIET, CLOSE_BOUND) => {}
+            () = &mut second => tracing::info!("a second signal: stopping now"),
         }
     }
     let _ = stop_http.send(());
@@ -607,6 +618,12 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
 
 /// How long a drained server still answers once its last task has finished.
 const DRAIN_LINGER: Duration = Duration::from_secs(1);
+
+/// The close after a drain ends once no request has come for this long (a balancer that had a
+/// 503 from this replica sends nothing more)…
+const CLOSE_QUIET: Duration = Duration::from_millis(300);
+/// …or after this long, when requests keep coming (clients that reach this replica directly).
+const CLOSE_BOUND: Duration = Duration::from_secs(2);
 
 /// Seconds running tasks get to finish on SIGTERM / SIGINT unless `[tasks] drain_secs` says
 /// otherwise: under Kubernetes' default grace period of 30 s.

@@ -1,7 +1,7 @@
 //! Stopping without failing work (issue 27, item 1, the drain): on SIGTERM `mcp-tasks serve` takes
 //! no new calls (503 with `Retry-After` and -32009), `/readyz` is 503 from the first moment, a task
 //! that ends within `[tasks] drain_secs` completes normally on the stopping server, and the
-//! process exits once nothing runs.
+//! process exits once nothing runs, after a moment in which every request is answered 503.
 
 mod common;
 #[path = "../../server/tests/support/mod.rs"]
@@ -72,7 +72,33 @@ async fn sigterm_drains_a_running_task_to_completion_and_refuses_new_calls() {
         "{:?}",
         result.reply
     );
-    // Then the process ends by itself, well before the drain time is up.
+    // Then the close: a poll every 50 ms is served a moment longer (the linger), then answered 503
+    // "stopping" (a balancer sends it elsewhere), and only then refused by a closed listener.
+    let mut seen = Vec::new();
+    let polled = Instant::now();
+    while polled.elapsed() < Duration::from_secs(10) {
+        let body =
+            json!({"jsonrpc": "2.0", "id": 99, "method": "tasks/get", "params": {"taskId": id}});
+        match c.post(body.to_string()).send().await {
+            Ok(r) => {
+                let status = r.status().as_u16();
+                let reply: serde_json::Value = r.json().await.unwrap_or_default();
+                if status == 503 {
+                    assert_eq!(reply["error"]["code"], -32009, "{reply}");
+                }
+                if seen.last() != Some(&status) {
+                    seen.push(status);
+                }
+            }
+            Err(_) => break,
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        seen,
+        [200, 503],
+        "served, then refused with 503, then closed"
+    );
     let exited = common::eventually(Duration::from_secs(10), || {
         matches!(server.child.try_wait(), Ok(Some(_)))
     });

@@ -40,8 +40,9 @@ fn load(program: &Path, script: &str, url: &str, ledgers: &Path) -> Child {
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()))
 }
 
-/// The load script's summary, once it ended (within `limit`).
-fn summary(mut child: Child, limit: Duration) -> Value {
+/// The load script's summary, once it ended (within `limit`); on failure with nginx's error log
+/// (`dir/error.log`), which says what a 502 met.
+fn summary(mut child: Child, limit: Duration, dir: &Path) -> Value {
     let started = Instant::now();
     while started.elapsed() < limit {
         if let Ok(Some(_)) = child.try_wait() {
@@ -56,8 +57,9 @@ fn summary(mut child: Child, limit: Duration) -> Value {
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         out.status.success(),
-        "load script failed ({}):\n{text}",
-        out.status
+        "load script failed ({}):\n{text}\nnginx's error log:\n{}",
+        out.status,
+        std::fs::read_to_string(dir.join("error.log")).unwrap_or_default()
     );
     serde_json::from_str(text.lines().last().unwrap_or(""))
         .unwrap_or_else(|e| panic!("{e}: {text}"))
@@ -132,8 +134,8 @@ kill_grace_secs = 3
         std::thread::sleep(Duration::from_secs(2));
     }
 
-    let ts = summary(ts, Duration::from_secs(170));
-    let py = summary(py, Duration::from_secs(60));
+    let ts = summary(ts, Duration::from_secs(170), dir.path());
+    let py = summary(py, Duration::from_secs(60), dir.path());
     let mut results = BTreeMap::new();
     for s in [&ts, &py] {
         assert_eq!(s["created"].as_array().unwrap().len(), 16, "{s}");

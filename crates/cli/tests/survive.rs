@@ -306,7 +306,9 @@ async fn the_client_follows_a_task_through_a_restart_and_shows_the_resume() {
     let mut server = serve();
     let cli = common::ClientCli::new(&server.url);
     let call = cli
-        .cmd(&["call", "pipeline", "items=8", "seconds_per_item=0.4"])
+        // 12 items: about six left after the hand-off, so the resumed run is still working when
+        // the client, which backs off after a refused connection, asks again.
+        .cmd(&["call", "pipeline", "items=12", "seconds_per_item=0.4"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

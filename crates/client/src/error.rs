@@ -88,11 +88,16 @@ fn stderr_note(tail: &str) -> String {
 }
 
 impl ClientError {
-    /// Whether a retry may succeed where this failed (the connection broke or a gateway gave up).
+    /// Whether a retry may succeed where this failed: the connection broke, a gateway gave up, or
+    /// the server is stopping (-32009: a restart or deploy; it comes back, or another replica
+    /// answers).
     pub fn is_transient(&self) -> bool {
         match self {
             ClientError::Connection { .. } => true,
             ClientError::Http { status, .. } => matches!(status, 502..=504),
+            ClientError::Rpc { code, .. } => {
+                *code == mcp_tasks_protocol::error_codes::SERVER_STOPPING
+            }
             _ => false,
         }
     }
@@ -112,3 +117,27 @@ impl ClientError {
 
 /// The client's result type.
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopping_server_and_a_broken_connection_are_worth_a_retry_and_a_refusal_is_not() {
+        let rpc = |code| ClientError::Rpc {
+            method: "tasks/get".into(),
+            code,
+            message: "m".into(),
+            data: None,
+        };
+        assert!(rpc(mcp_tasks_protocol::error_codes::SERVER_STOPPING).is_transient());
+        assert!(!rpc(-32602).is_transient());
+        let http = |status| ClientError::Http {
+            context: "c".into(),
+            status,
+            body: String::new(),
+        };
+        assert!(http(502).is_transient());
+        assert!(!http(400).is_transient());
+    }
+}

@@ -23,7 +23,8 @@ pub struct ServerConfig {
     /// Time for a POST body to arrive (default 30 s); 408 after it.
     pub body_timeout: Duration,
     /// Time a connection with no request in progress may send nothing before it is closed (default
-    /// 60 s).
+    /// 60 s). A balancer's keep-alive to the server should be shorter, so that it ends idle
+    /// connections itself and never writes a request to one the server is closing.
     pub idle_timeout: Duration,
     /// `Origin` values accepted on HTTP (exact match; `*` accepts any). Requests without `Origin` are
     /// accepted. Default: localhost origins on any port.

@@ -133,3 +133,63 @@ async fn a_connection_that_served_a_request_waits_for_the_idle_timeout() {
         "closed after the idle timeout: {took:?}"
     );
 }
+
+/// A drain (a deploy) closes each kept-alive connection with the reply to its next request, which
+/// says `Connection: close`: a balancer in front learns from the reply, not from a closed socket
+/// under a request it is writing.
+#[tokio::test]
+async fn while_draining_every_reply_ends_its_connection() {
+    let s = server(5_000, 30_000, 30_000).await;
+    let post = |id: u32, session: &str, method: &str, params: &str| {
+        let body =
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#);
+        format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-11-25\r\n{session}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let initialize = |id| {
+        post(
+            id,
+            "",
+            "initialize",
+            r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}"#,
+        )
+    };
+    let mut tcp = TcpStream::connect(addr(&s)).await.unwrap();
+    let mut buf = [0u8; 8192];
+    tcp.write_all(initialize(1).as_bytes()).await.unwrap();
+    let n = tcp.read(&mut buf).await.unwrap();
+    let first = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
+    assert!(first.starts_with("http/1.1 200"), "{first}");
+    assert!(!first.contains("connection: close"), "kept alive: {first}");
+    let session = first
+        .lines()
+        .find_map(|l| l.strip_prefix("mcp-session-id: "))
+        .unwrap_or_else(|| panic!("no session: {first}"))
+        .trim()
+        .to_string();
+
+    s.server.begin_drain();
+    // A request on the connection kept alive from before: served, and the connection ends with it.
+    tcp.write_all(initialize(2).as_bytes()).await.unwrap();
+    let (second, took) = read_until_closed(&mut tcp, Duration::from_secs(3)).await;
+    let second = second.to_ascii_lowercase();
+    assert!(second.starts_with("http/1.1 200"), "{second}");
+    assert!(second.contains("\r\nconnection: close\r\n"), "{second}");
+    assert!(took < Duration::from_secs(2), "closed at once: {took:?}");
+
+    // A new call is refused (503: a balancer sends it elsewhere) on a connection that ends too.
+    let mut tcp = TcpStream::connect(addr(&s)).await.unwrap();
+    let call = post(
+        3,
+        &format!("Mcp-Session-Id: {session}\r\n"),
+        "tools/call",
+        r#"{"name":"echo","arguments":{"text":"x"}}"#,
+    );
+    tcp.write_all(call.as_bytes()).await.unwrap();
+    let (refused, _) = read_until_closed(&mut tcp, Duration::from_secs(3)).await;
+    let refused = refused.to_ascii_lowercase();
+    assert!(refused.starts_with("http/1.1 503"), "{refused}");
+    assert!(refused.contains("\r\nconnection: close\r\n"), "{refused}");
+}

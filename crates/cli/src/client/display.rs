@@ -102,8 +102,9 @@ impl Display {
             }
             Event::Retrying { error, retry_in } => {
                 drop(shown);
+                // The error says which: a lost connection, a gateway's 5xx, a stopping server.
                 self.line(&format!(
-                    "connection lost ({error}); trying again in {:.1} s",
+                    "server unavailable ({error}); trying again in {:.1} s",
                     retry_in.as_secs_f64()
                 ));
                 return;

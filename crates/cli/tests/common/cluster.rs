@@ -198,6 +198,7 @@ http {{
     scgi_temp_path {dir}/scgi;
     upstream mcp_tasks {{
 {servers}        keepalive 32;
+        keepalive_timeout 50s;
     }}
     server {{
         listen 127.0.0.1:{port};

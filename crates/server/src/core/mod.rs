@@ -16,6 +16,7 @@ mod peers;
 mod resources;
 pub(crate) mod rules;
 mod seal;
+mod stopping;
 pub(crate) mod streams;
 pub(crate) mod tasks;
 
@@ -330,7 +331,7 @@ impl ServerBuilder {
             sent_inputs: Arc::new(DashMap::new()),
             inline_inputs: DashMap::new(),
             shutdown: CancellationToken::new(),
-            draining: std::sync::atomic::AtomicBool::new(false),
+            stopping: stopping::Stopping::default(),
             webhooks_loop: std::sync::Mutex::new(None),
             announce: DashMap::new(),
             held: DashMap::new(),
@@ -375,8 +376,8 @@ pub struct Server {
     sealer: Sealer,
     /// Raised when the server stops: long waits (blocked results, listen streams) end.
     shutdown: CancellationToken,
-    /// Set when a drain begins: no new calls are taken.
-    draining: std::sync::atomic::AtomicBool,
+    /// The drain, then the close (`stopping`).
+    stopping: stopping::Stopping,
     /// The webhook delivery loop, once started: awaited at the end, so it lets go of its claims.
     webhooks_loop: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// New session tasks whose creating reply the client may not have yet.
@@ -540,17 +541,31 @@ impl Server {
     }
 
     /// Begins a drain (a deploy, SIGTERM): from now on no tool call is taken (HTTP 503 with
-    /// `Retry-After` and -32009, so a balancer's next try goes elsewhere) and `/readyz` answers 503;
-    /// everything else is served as before, so running tasks can finish and their clients follow
-    /// them. [`Server::shutdown`] ends it.
+    /// `Retry-After` and -32009, so a balancer's next try goes elsewhere), `/readyz` answers 503 and
+    /// HTTP/1 replies end their connections; everything else is served as before, so running tasks
+    /// can finish and their clients follow them. [`Server::close`] comes next.
     pub fn begin_drain(&self) {
-        self.draining
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.stopping.begin_drain();
     }
 
     /// Whether a drain has begun.
     pub fn draining(&self) -> bool {
-        self.draining.load(std::sync::atomic::Ordering::SeqCst)
+        self.stopping.draining()
+    }
+
+    /// The close that ends a drain, once nothing runs here: every request to `/mcp` is answered 503
+    /// "stopping" (a balancer sends it on to another replica and stops sending here) until none has
+    /// come for `quiet`, or for at most `bound`. Call [`Server::shutdown`] (or end the serving
+    /// future) after it: then no request is written into a connection as it closes.
+    pub async fn close(&self, quiet: std::time::Duration, bound: std::time::Duration) {
+        self.stopping.begin_closing();
+        self.stopping.quiet(quiet, bound).await;
+    }
+
+    /// Whether requests are turned away (the close has begun); each one asked about counts as
+    /// turned away.
+    pub(crate) fn refuses_requests(&self) -> bool {
+        self.stopping.refuses()
     }
 
     /// Stops the server: running handlers are told to stop (their tasks are recovered on the next

@@ -16,6 +16,11 @@
 //! alive connection waits for its next request and so would close it as soon as the header timeout
 //! passed.
 //! - A POST body must arrive within `body_timeout` (see the POST handler): a 408 otherwise.
+//! - While the server winds down (a drain), every HTTP/1 reply says `Connection: close` and its
+//!   connection ends after it. A balancer in front keeps no idle connection to a replica that is
+//!   about to exit: each one it still sends a request on is closed by the reply, cleanly, instead of
+//!   by the exit, where a request written at that instant is lost (nginx answers a POST that met a
+//!   closing connection with 502 and, rightly, does not send it elsewhere).
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -91,12 +96,17 @@ pub fn fit_connections_to_descriptors(wanted: usize) -> usize {
     fit
 }
 
+/// Whether connections should end after their current reply (the server is winding down).
+pub(crate) type WindingDown = Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// Serves `app` on `listener` until `stop` resolves; then takes no new connection, lets open ones
-/// finish their requests, and returns once they have closed or `grace` has passed.
+/// finish their requests, and returns once they have closed or `grace` has passed. While
+/// `winding_down` says so, replies end their connections (see the module docs).
 pub(crate) async fn serve(
     listener: TcpListener,
     app: axum::Router,
     limits: ConnectionLimits,
+    winding_down: WindingDown,
     stop: impl Future<Output = ()>,
     grace: Duration,
 ) -> std::io::Result<()> {
@@ -184,6 +194,7 @@ pub(crate) async fn serve(
             app: app.clone(),
             addr,
             activity: activity.clone(),
+            winding_down: winding_down.clone(),
         });
         let conn = builder
             .serve_connection_with_upgrades(io, service)
@@ -553,6 +564,7 @@ struct PerConnection {
     app: axum::Router,
     addr: SocketAddr,
     activity: Arc<Activity>,
+    winding_down: WindingDown,
 }
 
 impl tower_service::Service<http::Request<Incoming>> for PerConnection {
@@ -570,11 +582,23 @@ impl tower_service::Service<http::Request<Incoming>> for PerConnection {
         let busy = Busy::new(self.activity.clone());
         let activity = self.activity.clone();
         let mut app = self.app.clone();
+        let winding_down = self.winding_down.clone();
+        // HTTP/2 has no `Connection` header: hyper's GOAWAY at shutdown ends those.
+        let http1 = req.version() < http::Version::HTTP_2;
         Box::pin(async move {
-            let resp = match tower_service::Service::call(&mut app, req).await {
+            let mut resp = match tower_service::Service::call(&mut app, req).await {
                 Ok(r) => r,
                 Err(never) => match never {},
             };
+            // Asked after the reply is made, so a reply that waited through the start of a drain
+            // (a blocked tasks/result) ends its connection too. hyper closes the connection once
+            // it has written a reply that says so.
+            if http1 && winding_down() {
+                resp.headers_mut().insert(
+                    http::header::CONNECTION,
+                    http::HeaderValue::from_static("close"),
+                );
+            }
             let bodiless = resp.body().size_hint().exact() == Some(0);
             if resp.status().as_u16() >= 400 && bodiless {
                 activity.responses.fetch_add(1, Ordering::Relaxed);

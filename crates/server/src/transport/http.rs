@@ -140,7 +140,9 @@ pub async fn serve_router(
         header_timeout: config.header_timeout,
         idle_timeout: config.idle_timeout,
     };
-    super::connections::serve(listener, app, limits, stop, SHUTDOWN_GRACE).await
+    let draining = server.clone();
+    let winding_down: super::connections::WindingDown = Arc::new(move || draining.draining());
+    super::connections::serve(listener, app, limits, winding_down, stop, SHUTDOWN_GRACE).await
 }
 
 /// The address a bound listener serves on, for logs.
@@ -181,6 +183,20 @@ async fn check_headers(
     req: HttpRequest,
     next: Next,
 ) -> Response {
+    // The close at the end of a drain: a reply a balancer acts on (503: another replica), where a
+    // closed listener would lose a request written into it (see `core::stopping`).
+    if req.uri().path() == "/mcp" && server.refuses_requests() {
+        let mut refused = HttpError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorObject::new(
+                error_codes::SERVER_STOPPING,
+                "the server is stopping (a restart or deploy); try again in a moment (another \
+                 replica answers)",
+            ),
+        );
+        refused.retry_after_secs = Some(1);
+        return refused.into_response();
+    }
     if let Some(problem) = strict::oversized_headers(req.headers()) {
         return HttpError::new(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
