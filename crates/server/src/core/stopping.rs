@@ -1,14 +1,17 @@
-//! How a server stops without a request lost in between: first a drain, then a short close.
+//! How a server stops so that a balancer learns of it from replies: first a drain, then a short
+//! close.
 //!
 //! - **Draining** (SIGTERM): no new tool call is taken (503, `Retry-After`, -32009), `/readyz` is
 //!   503, everything else is served so clients follow their running tasks, and every HTTP/1 reply
 //!   ends its connection.
 //! - **Closing** (once nothing runs here): every request to `/mcp` is answered 503 "stopping", which
-//!   a balancer sends on to another replica (and counts against this one, so it stops sending
-//!   here). The listener closes once no request has come for a moment, or after a bound. Closing
-//!   the listener (or a connection) while a balancer writes a request into it loses that request:
-//!   nginx answers such a POST with 502 and rightly does not replay it elsewhere. Answering instead
-//!   of closing tells the balancer in a way it can act on.
+//!   a balancer sends on to another replica. The listener closes once no request has come for a
+//!   moment, or after a bound. Closing the listener (or a connection) while a balancer writes a
+//!   request into it loses that request: nginx answers such a POST with 502 and rightly does not
+//!   replay it elsewhere. Answering instead of closing tells the balancer in a way it can act on.
+//!   A window remains: a connection accepted just before the listener closes, whose request has not
+//!   been read, is reset (a pause before the graceful shutdown for such connections would close
+//!   it).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
