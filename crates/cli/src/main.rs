@@ -601,8 +601,8 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
         }
     }
     if !stop_now {
-        // Requests still coming are answered 503 (a balancer sends them elsewhere and stops
-        // sending here) until none has come for a moment: only then does the listener close.
+        // Requests still coming are answered 503 (a balancer sends them elsewhere) until none
+        // has come for a moment: only then does the listener close.
         tokio::select! {
             () = server.close(CLOSE_QUIET, CLOSE_BOUND) => {}
             () = &mut second => tracing::info!("a second signal: stopping now"),
@@ -619,8 +619,7 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
 /// How long a drained server still answers once its last task has finished.
 const DRAIN_LINGER: Duration = Duration::from_secs(1);
 
-/// The close after a drain ends once no request has come for this long (a balancer that had a
-/// 503 from this replica sends nothing more)…
+/// The close after a drain ends once no request has come for this long…
 const CLOSE_QUIET: Duration = Duration::from_millis(300);
 /// …or after this long, when requests keep coming (clients that reach this replica directly).
 const CLOSE_BOUND: Duration = Duration::from_secs(2);

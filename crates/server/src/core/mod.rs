@@ -554,9 +554,9 @@ impl Server {
     }
 
     /// The close that ends a drain, once nothing runs here: every request to `/mcp` is answered 503
-    /// "stopping" (a balancer sends it on to another replica and stops sending here) until none has
-    /// come for `quiet`, or for at most `bound`. Call [`Server::shutdown`] (or end the serving
-    /// future) after it: then no request is written into a connection as it closes.
+    /// "stopping" (a balancer sends it on to another replica) until none has come for `quiet`, or
+    /// for at most `bound`. End the serving future after it. A quiet moment does not prove that a
+    /// balancer stopped sending: see `core/stopping.rs` for the window that remains.
     pub async fn close(&self, quiet: std::time::Duration, bound: std::time::Duration) {
         self.stopping.begin_closing();
         self.stopping.quiet(quiet, bound).await;
