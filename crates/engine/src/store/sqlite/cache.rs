@@ -22,8 +22,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use serde_json::Value;
 
-use super::rows::{select_task_shared, SharedArguments};
-use crate::model::{Outcome, TaskRecord};
+use super::rows::{self, select_task_shared, SharedArguments};
+use super::unfinished::Counts;
+use crate::model::{ActiveLimit, Outcome, TaskRecord, TaskStatus};
 use crate::store::StoreError;
 
 /// Records per generation: the cache holds between one and two generations, so at most twice this
@@ -159,13 +160,17 @@ fn weight(rec: &TaskRecord) -> Option<usize> {
     Some(MAX_RECORD_BYTES - left)
 }
 
-/// What one job sees of the group transaction it runs in: the writer's connection, and the task
-/// records the group has written so far.
+/// What one job sees of the group transaction it runs in: the writer's connection, the task
+/// records the group has written so far, and the counts of unfinished tasks.
+///
+/// Every write of a task row goes through [`Tx::insert_task`] or [`Tx::update_task`], so that the
+/// counts follow the rows.
 pub(super) struct Tx<'a> {
     /// The writer's connection, inside the group's transaction and the job's savepoint.
     pub conn: &'a Connection,
     writes: &'a mut HashMap<String, TaskRecord>,
     cache: &'a RecordCache,
+    counts: &'a mut Counts,
 }
 
 impl<'a> Tx<'a> {
@@ -183,6 +188,33 @@ impl<'a> Tx<'a> {
             return Ok(Some(rec));
         }
         select_task_shared(self.conn, id, shared)
+    }
+
+    /// Inserts task `t`'s row.
+    pub(super) fn insert_task(&mut self, t: &TaskRecord) -> Result<(), StoreError> {
+        rows::insert_task(self.conn, t)?;
+        self.counts
+            .changed(&t.owner, t.session.as_deref(), None, t.status);
+        Ok(())
+    }
+
+    /// Writes back task `t`'s row, whose status was `before` (see [`rows::update_task`] for `was`).
+    pub(super) fn update_task(
+        &mut self,
+        before: TaskStatus,
+        t: &TaskRecord,
+        was: crate::webhook::WriteBase,
+    ) -> Result<(), StoreError> {
+        rows::update_task(self.conn, t, was)?;
+        self.counts
+            .changed(&t.owner, t.session.as_deref(), Some(before), t.status);
+        Ok(())
+    }
+
+    /// The unfinished tasks `limit` counts, up to its `max`, as this transaction sees them.
+    pub(super) fn unfinished(&mut self, limit: &ActiveLimit) -> Result<usize, StoreError> {
+        self.counts
+            .of(self.conn, &limit.owner, &limit.among, limit.max)
     }
 
     /// Says the job wrote `rec` as the task's row. Call it once the job's statements have all
@@ -206,17 +238,20 @@ impl<'a> Tx<'a> {
     }
 }
 
-/// One group transaction's view: the records its jobs wrote, published when it commits.
+/// One group transaction's view: the records its jobs wrote, published when it commits, and the
+/// writer's counts of unfinished tasks.
 pub(super) struct Group<'a> {
     writes: HashMap<String, TaskRecord>,
     cache: &'a RecordCache,
+    counts: &'a mut Counts,
 }
 
 impl<'a> Group<'a> {
-    pub(super) fn new(cache: &'a RecordCache) -> Group<'a> {
+    pub(super) fn new(cache: &'a RecordCache, counts: &'a mut Counts) -> Group<'a> {
         Group {
             writes: HashMap::new(),
             cache,
+            counts,
         }
     }
 
@@ -229,18 +264,36 @@ impl<'a> Group<'a> {
             conn,
             writes: &mut self.writes,
             cache: self.cache,
+            counts: &mut *self.counts,
         }
     }
 
+    /// The last job's savepoint was released: its writes stand until the group commits.
+    pub(super) fn job_released(&mut self) {
+        self.counts.job_released();
+    }
+
+    /// The last job's savepoint was rolled back. Its records were never reported (a job reports
+    /// them once its statements have succeeded), but its count changes were.
+    pub(super) fn job_rolled_back(&mut self) {
+        self.counts.job_rolled_back();
+    }
+
     /// A job's savepoint could not be released or rolled back cleanly, so what the group holds
-    /// is unknown: nothing of it is kept, and the committed records are dropped too.
+    /// is unknown: nothing of it is kept, and the committed records and counts are dropped too.
     pub(super) fn job_failed(&mut self) {
         self.writes.clear();
         self.cache.clear();
+        self.counts.forget();
     }
 
     /// The group committed: its records become the committed ones.
     pub(super) fn committed(self) {
         self.cache.publish(self.writes.into_iter());
+    }
+
+    /// The group's commit failed and was rolled back: what its jobs counted did not happen.
+    pub(super) fn rolled_back(self) {
+        self.counts.forget();
     }
 }

@@ -11,6 +11,7 @@ mod deliveries;
 mod lock;
 mod rows;
 mod schema;
+mod unfinished;
 mod writer;
 
 use async_trait::async_trait;
@@ -21,13 +22,13 @@ use tokio::sync::{mpsc, oneshot};
 
 use self::cache::{RecordCache, Tx};
 use self::rows::{
-    insert_input, insert_task, select_input, select_task_shared, select_tasks, session_from_row,
-    sql_int, update_task, SharedArguments, INPUT_COLUMNS, SESSION_COLUMNS, TASK_COLUMNS,
+    insert_input, select_input, select_task_shared, select_tasks, session_from_row, sql_int,
+    SharedArguments, INPUT_COLUMNS, SESSION_COLUMNS, TASK_COLUMNS,
 };
 use self::writer::{Completion, Job};
 use super::{
     after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, id_floor, prefix_end,
-    write_base, ActiveCounts, ActiveLimit, Among, AnswerError, Context, Created, FinishedCounts,
+    write_base, ActiveCounts, ActiveLimit, AnswerError, Context, Created, FinishedCounts,
     InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord,
     StoreError, TaskChange, TaskFilter, TaskPage, TaskStore, UpdateError,
 };
@@ -203,45 +204,13 @@ impl TaskStore for SqliteStore {
                     }
                 }
                 if let Some(l) = &limit {
-                    // Counting stops at the limit: the check costs at most `max` index entries,
-                    // however many tasks are stored or running. The limit is part of the SQL text, not a
-                    // bound parameter: SQLite recompiles a statement whenever a parameter its planner
-                    // looked at (a LIMIT, `?2 IS NULL`) is bound again, which was once per create. So
-                    // each shape is a statement of its own, cached per limit.
-                    let (filter, bounds) = match &l.among {
-                        Among::All => ("", None),
-                        Among::Session(s) => ("AND session = ?2", Some((s.clone(), None))),
-                        // A range of the (owner, session) index: ids that start with the prefix sort
-                        // from it up to (not including) the prefix with its last character raised.
-                        Among::SessionsStartingWith(p) => match prefix_end(p) {
-                            Some(end) => (
-                                "AND session >= ?2 AND session < ?3",
-                                Some((p.clone(), Some(end))),
-                            ),
-                            None => ("AND session >= ?2", Some((p.clone(), None))),
-                        },
-                    };
-                    let sql = format!(
-                        "SELECT COUNT(*) FROM (SELECT 1 FROM tasks WHERE owner = ?1 {filter} \
-                     AND status IN ('working', 'input_required') LIMIT {})",
-                        l.max
-                    );
-                    let active: i64 = conn
-                        .prepare_cached(&sql)
-                        .and_then(|mut s| match &bounds {
-                            None => s.query_row(params![l.owner], |r| r.get(0)),
-                            Some((from, None)) => s.query_row(params![l.owner, from], |r| r.get(0)),
-                            Some((from, Some(to))) => {
-                                s.query_row(params![l.owner, from, to], |r| r.get(0))
-                            }
-                        })
-                        .context("count unfinished tasks")?;
-                    let active = usize::try_from(active).unwrap_or(0);
+                    // A lookup in the counts the writer keeps (`unfinished.rs`), not a count of rows.
+                    let active = tx.unfinished(l)?;
                     if active >= l.max {
                         return Err(StoreError::TooManyActive { active, max: l.max });
                     }
                 }
-                insert_task(conn, &task)?;
+                tx.insert_task(&task)?;
                 tx.wrote(&task);
                 Ok(Created::New(task))
             })
@@ -327,15 +296,14 @@ impl TaskStore for SqliteStore {
         let shared = self.shared.clone();
         let rec = self
             .write(move |tx| {
-                let conn = tx.conn;
                 // The writer thread is the only writer, so read-check-write here is atomic.
                 let mut rec = tx.task(&id, &shared)?.ok_or(UpdateError::NotFound)?;
                 if !expect.contains(&rec.status) || !held_by_holder(&rec, &change) {
                     return Err(UpdateError::Conflict(Box::new(rec)));
                 }
-                let was = write_base(&rec, &change);
+                let (before, was) = (rec.status, write_base(&rec, &change));
                 apply_change(&mut rec, change, now);
-                update_task(conn, &rec, was)?;
+                tx.update_task(before, &rec, was)?;
                 tx.wrote(&rec);
                 Ok(rec)
             })
@@ -389,9 +357,9 @@ impl TaskStore for SqliteStore {
                 status: Some(TaskStatus::InputRequired),
                 ..Default::default()
             };
-            let was = write_base(&rec, &change);
+            let (before, was) = (rec.status, write_base(&rec, &change));
             apply_change(&mut rec, change, now);
-            update_task(conn, &rec, was)?;
+            tx.update_task(before, &rec, was)?;
             insert_input(conn, &input)?;
             tx.wrote(&rec);
             Ok(rec)
@@ -422,9 +390,9 @@ impl TaskStore for SqliteStore {
             rows::answer_input(conn, &key, &response, now)?;
             let pending = rows::pending_inputs(conn, &input.task_id)?;
             let change = after_answer(rec.status, pending > 0);
-            let was = write_base(&rec, &change);
+            let (before, was) = (rec.status, write_base(&rec, &change));
             apply_change(&mut rec, change, now);
-            update_task(conn, &rec, was)?;
+            tx.update_task(before, &rec, was)?;
             tx.wrote(&rec);
             Ok((
                 rec,
@@ -695,8 +663,9 @@ impl TaskStore for SqliteStore {
             })?;
             let mut changed = Vec::with_capacity(found.len());
             for mut t in found {
+                let before = t.status;
                 if let Some(was) = claim_orphan(&mut t, &plan, &node, lease_until, now) {
-                    update_task(conn, &t, was)?;
+                    tx.update_task(before, &t, was)?;
                     shared.keep(&t);
                     tx.wrote(&t);
                     changed.push(t);

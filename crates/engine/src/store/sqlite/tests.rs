@@ -319,3 +319,75 @@ async fn a_second_store_on_the_same_file_is_refused_until_the_first_is_closed() 
     drop(first);
     SqliteStore::open(&path).expect("free again once the first is closed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unfinished_limit_holds_within_a_group_and_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    let limit = |max| {
+        Some(ActiveLimit {
+            max,
+            owner: "o".into(),
+            among: crate::model::Among::All,
+        })
+    };
+    // Tasks of the owner written before its limit is first checked are counted too.
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    for i in 0..3 {
+        let t = super::super::testkit::record(&format!("early{i}"), "o", 1);
+        store.create(t, None).await.unwrap();
+    }
+    // Many creates at once share group transactions: each sees the ones before it in its group.
+    let creates = (0..40).map(|i| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let t = super::super::testkit::record(&format!("t{i:02}"), "o", 2);
+            store.create(t, limit(10)).await
+        })
+    });
+    let mut made = Vec::new();
+    for c in creates {
+        match c.await.unwrap() {
+            Ok(Created::New(t)) => made.push(t.id),
+            Err(StoreError::TooManyActive {
+                active: 10,
+                max: 10,
+            }) => {}
+            other => panic!("expected a task or the limit, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        made.len(),
+        7,
+        "3 earlier tasks and 7 of the 40 reach the limit of 10"
+    );
+    // A finish makes room for exactly one more.
+    let done = TaskChange {
+        status: Some(TaskStatus::Completed),
+        ..Default::default()
+    };
+    store
+        .update(&made[0], &TaskStatus::ACTIVE, done, 3)
+        .await
+        .unwrap();
+    let more = |id: &str| super::super::testkit::record(id, "o", 4);
+    store.create(more("after1"), limit(10)).await.unwrap();
+    assert!(matches!(
+        store.create(more("after2"), limit(10)).await,
+        Err(StoreError::TooManyActive {
+            active: 10,
+            max: 10
+        })
+    ));
+    drop(store);
+    // A new store reads the counts from the rows again.
+    let store = SqliteStore::open(&path).unwrap();
+    assert!(matches!(
+        store.create(more("reopened1"), limit(10)).await,
+        Err(StoreError::TooManyActive {
+            active: 10,
+            max: 10
+        })
+    ));
+    store.create(more("reopened2"), limit(11)).await.unwrap();
+}

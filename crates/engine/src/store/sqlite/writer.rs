@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::cache::{Group, RecordCache, Tx};
+use super::unfinished::Counts;
 use crate::store::StoreError;
 
 /// Tells a job's caller how the transaction holding its write ended.
@@ -50,6 +51,8 @@ fn control(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 }
 
 fn writer_loop(conn: &Connection, cache: &RecordCache, mut rx: mpsc::Receiver<Job>) {
+    // Only this thread writes, so only it keeps the counts (see `unfinished.rs`).
+    let mut counts = Counts::default();
     while let Some(first) = rx.blocking_recv() {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
@@ -72,7 +75,7 @@ fn writer_loop(conn: &Connection, cache: &RecordCache, mut rx: mpsc::Receiver<Jo
             continue;
         }
         let mut done: Vec<Completion> = Vec::with_capacity(group.len());
-        let mut records = Group::new(cache);
+        let mut records = Group::new(cache, &mut counts);
         for job in group {
             if let Err(e) = control(conn, "SAVEPOINT job") {
                 let (_, complete) = job_without_db(job);
@@ -81,8 +84,10 @@ fn writer_loop(conn: &Connection, cache: &RecordCache, mut rx: mpsc::Receiver<Jo
             }
             let (ok, complete) = job(&mut records.tx(conn));
             let end = if ok {
+                records.job_released();
                 control(conn, "RELEASE job")
             } else {
+                records.job_rolled_back();
                 control(conn, "ROLLBACK TO job").and_then(|()| control(conn, "RELEASE job"))
             };
             if let Err(e) = end {
@@ -95,6 +100,7 @@ fn writer_loop(conn: &Connection, cache: &RecordCache, mut rx: mpsc::Receiver<Jo
         if commit.is_err() {
             // Leave no transaction open for the next group; if this fails too there was none.
             let _ = control(conn, "ROLLBACK");
+            records.rolled_back();
         } else {
             // Before any caller hears of its write, so each reads what it wrote.
             records.committed();
@@ -118,7 +124,8 @@ fn job_without_db(job: Job) -> (bool, Completion) {
     match Connection::open_in_memory() {
         Ok(scratch) => {
             let cache = RecordCache::default();
-            let mut group = Group::new(&cache);
+            let mut counts = Counts::default();
+            let mut group = Group::new(&cache, &mut counts);
             let mut tx = group.tx(&scratch);
             job(&mut tx)
         }
