@@ -34,6 +34,17 @@ impl Engine {
         claim: Option<super::HeldClaim>,
         journal: Option<Vec<StepRecord>>,
     ) {
+        tokio::spawn(self.prepare_run(rec, handler, claim, journal));
+    }
+
+    /// What [`Engine::spawn_run`] spawns: the run registered as running, not yet started.
+    fn prepare_run(
+        self: &Arc<Self>,
+        rec: &TaskRecord,
+        handler: Arc<dyn TaskHandler>,
+        claim: Option<super::HeldClaim>,
+        journal: Option<Vec<StepRecord>>,
+    ) -> Traced<impl std::future::Future<Output = ()> + Send + 'static, TaskSink> {
         // Marked as running before the handler starts, so a cancel that lands at once finds its
         // token and the sweeper never takes this task for an orphan.
         self.start_stopper();
@@ -63,14 +74,12 @@ impl Engine {
                 .any(|t| t.wants_progress())
                 .then(Default::default),
         });
+        // The claim goes into the run itself: an `async` block around the run would hold the run's
+        // future twice (its capture and the copy it awaits), 856 bytes a task instead of 488.
         let run = self
             .clone()
-            .run(sink.clone(), rec.arguments.clone(), handler, stop);
-        let run = async move {
-            let _claim = claim;
-            run.await
-        };
-        tokio::spawn(Traced::new(run, sink));
+            .run(sink.clone(), rec.arguments.clone(), handler, stop, claim);
+        Traced::new(run, sink)
     }
 
     /// Runs the handler until it returns, or until `stop` fires (the task was finished elsewhere, its
@@ -81,7 +90,10 @@ impl Engine {
         arguments: Arc<Value>,
         handler: Arc<dyn TaskHandler>,
         stop: CancellationToken,
+        claim: Option<super::HeldClaim>,
     ) {
+        // What this run's key holds is given back when the run ends, however it ends.
+        let _claim = claim;
         // However the run ends, or if it is dropped (the runtime stopping), it is no longer running.
         let _registered = Registered {
             engine: &self,
@@ -572,4 +584,36 @@ fn serialized_size(value: &Value) -> Result<usize, InputError> {
         InputError::Malformed(format!("the input request cannot be serialized: {e}"))
     })?;
     Ok(count.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::MemoryStore;
+    use crate::EngineConfig;
+
+    struct Never;
+    #[async_trait]
+    impl TaskHandler for Never {
+        async fn run(&self, ctx: TaskContext, _arguments: Arc<Value>) -> Outcome {
+            ctx.cancelled().await;
+            Outcome::Error {
+                code: -1,
+                message: "stopped".into(),
+                data: None,
+            }
+        }
+    }
+
+    /// Every running task holds its run's future for as long as it runs: 100,000 running tasks
+    /// hold 100,000 of them. It was 856 bytes while an `async` block around the run held the run
+    /// twice; 488 without.
+    #[tokio::test]
+    async fn a_running_tasks_future_stays_small() {
+        let engine = Engine::builder(Arc::new(MemoryStore::new()), EngineConfig::default()).build();
+        let rec = crate::store::testkit::record("t1", "o", 1);
+        let run = engine.prepare_run(&rec, Arc::new(Never), None, None);
+        let size = std::mem::size_of_val(&run);
+        assert!(size <= 512, "a running task's future is {size} bytes");
+    }
 }
