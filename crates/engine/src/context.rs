@@ -86,6 +86,11 @@ pub trait ContextSink: Send + Sync {
     fn attempt(&self) -> u32 {
         1
     }
+    /// The id of the task this sink reports for, when it knows it: a context made without an id
+    /// takes it from here, so a task's run keeps its id once (in the sink), not twice.
+    fn task_id(&self) -> Option<&str> {
+        None
+    }
     /// Whether this node is handing its running tasks to others (a drain ended): a stop now is a
     /// hand-off, not a cancel, and the task resumes elsewhere or at the next start.
     fn handing_off(&self) -> bool {
@@ -267,9 +272,10 @@ impl TaskContext {
     pub(crate) fn sink(&self) -> &Arc<dyn ContextSink> {
         &self.sink
     }
-    /// The task id, when the handler runs as a task.
+    /// The task id, when the handler runs as a task: the one given to [`TaskContext::new`], else
+    /// the sink's.
     pub fn task_id(&self) -> Option<&str> {
-        self.task_id.as_deref()
+        self.task_id.as_deref().or_else(|| self.sink.task_id())
     }
     /// Reports progress; also visible on the task as `progress`, `progress_total` and
     /// `progress_message`. Non-finite numbers are ignored.

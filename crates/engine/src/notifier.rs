@@ -100,6 +100,8 @@ struct Inner {
     /// How many here take every task's events from other replicas (see
     /// [`Notifier::watch_everything`]).
     everything: std::sync::atomic::AtomicUsize,
+    /// Who else here waits on tasks, each asked per task (see [`Notifier::also_waited_on`]).
+    waited_on: std::sync::RwLock<Vec<WaitedOn>>,
     /// Which tasks' events concern only those who wait on the task, once set (see
     /// [`Notifier::narrow`]). Shared with the relay, which marks such events as it sends them.
     narrowed: Arc<std::sync::OnceLock<WaitersOnly>>,
@@ -107,6 +109,9 @@ struct Inner {
 
 /// Says of a task whether its events concern only those who wait on it (see [`Notifier::narrow`]).
 pub type WaitersOnly = Arc<dyn Fn(&TaskRecord) -> bool + Send + Sync>;
+
+/// Says whether something here waits on the task with this id (see [`Notifier::also_waited_on`]).
+pub type WaitedOn = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// Sees each event published in this process once (see [`Notifier::observe_local`]).
 pub type Observer = Arc<dyn Fn(&TaskEvent) + Send + Sync>;
@@ -146,6 +151,7 @@ impl Notifier {
                 observers: std::sync::RwLock::new(Vec::new()),
                 watched: DashMap::new(),
                 everything: std::sync::atomic::AtomicUsize::new(0),
+                waited_on: std::sync::RwLock::new(Vec::new()),
                 narrowed: Arc::new(std::sync::OnceLock::new()),
             }),
         }
@@ -306,6 +312,17 @@ impl Notifier {
         }
     }
 
+    /// Also counts as waited on here every task `waited_on` says so of, asked when an event of it
+    /// comes in: for a set someone here keeps anyway (an engine's running tasks), so that its
+    /// tasks need no [`Watch`] each.
+    pub fn also_waited_on(&self, waited_on: WaitedOn) {
+        self.inner
+            .waited_on
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(waited_on);
+    }
+
     /// Marks every task as waited on here until the returned guard is dropped (a live view of all
     /// tasks).
     pub fn watch_everything(&self) -> WatchEverything {
@@ -325,6 +342,13 @@ impl Notifier {
             || self.inner.everything.load(Ordering::Acquire) > 0
             || self.inner.per_task.contains_key(task)
             || self.inner.watched.contains_key(task)
+            || self
+                .inner
+                .waited_on
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .any(|w| w(task))
     }
 }
 

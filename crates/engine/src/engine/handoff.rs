@@ -63,7 +63,7 @@ impl Engine {
     /// to stop. Call it once the drain time is over, before [`Engine::shutdown`].
     pub async fn hand_off(&self) -> usize {
         self.handing_off.store(true, Ordering::SeqCst);
-        let stops: Vec<_> = self.running.iter().map(|e| e.value().0.clone()).collect();
+        let stops: Vec<_> = self.running.iter().map(|e| e.value().clone()).collect();
         for stop in &stops {
             stop.cancel();
         }

@@ -72,7 +72,7 @@ impl Engine {
                             for id in lost {
                                 if let Some(running) = engine.running.get(&id) {
                                     tracing::info!(task = %id, "lease lost (task finished or taken over elsewhere); stopping its handler");
-                                    running.0.cancel();
+                                    running.cancel();
                                 }
                             }
                         }
@@ -160,7 +160,7 @@ impl Engine {
                 match event {
                     Ok(TaskEvent::Changed(t)) if t.status.is_terminal() => {
                         if let Some(running) = engine.running.get(&t.id) {
-                            running.0.cancel();
+                            running.cancel();
                         }
                     }
                     // Let go of by its node (a hand-off): whoever shares the store takes it now.

@@ -228,7 +228,7 @@ impl EngineBuilder {
     }
     /// Finishes the engine. Call [`Engine::start`] to recover orphans and run the sweeper.
     pub fn build(self) -> Arc<Engine> {
-        Arc::new(Engine {
+        let engine = Arc::new(Engine {
             store: self.store,
             notifier: self.notifier,
             config: self.config,
@@ -247,7 +247,16 @@ impl EngineBuilder {
             takeover_now: Arc::default(),
             resumes: Default::default(),
             landing: Default::default(),
-        })
+        });
+        // A running handler's stopper takes its task's events from the all-tasks feed: they are
+        // wanted from other replicas. Asked of the running map, not marked per task: a mark costs
+        // each of 100,000 running tasks about 200 bytes.
+        let me = Arc::downgrade(&engine);
+        engine.notifier.also_waited_on(Arc::new(move |task| {
+            me.upgrade()
+                .is_some_and(|engine| engine.running.contains_key(task))
+        }));
+        engine
     }
 }
 
@@ -263,7 +272,7 @@ pub struct Engine {
     /// Tasks whose handler runs in this process (never recovered as orphans by this node), with the
     /// token that stops the handler (a child of `shutdown`), and the task marked as waited on here
     /// (a cancel received by another replica must reach this stopper).
-    running: DashMap<String, (CancellationToken, crate::notifier::Watch)>,
+    running: DashMap<String, CancellationToken>,
     /// What the runs of each key hold here (see [`HeldLimit`]).
     held: Arc<DashMap<String, u64>>,
     /// Whether the stopper (the node's one subscriber that stops handlers of finished tasks) runs.
