@@ -275,8 +275,9 @@ impl Notifier {
     }
 
     /// The tasks someone in this process waits on through their topics: what to re-check after
-    /// events may have been missed. Not those merely watched ([`Notifier::watch`]): every running
-    /// handler is, and its lease renewal finds a task finished elsewhere anyway.
+    /// events may have been missed. Not those merely watched ([`Notifier::watch`],
+    /// [`Notifier::also_waited_on`]): every running handler's task is, and its lease renewal finds
+    /// a task finished elsewhere anyway.
     pub fn watched_tasks(&self) -> Vec<String> {
         self.inner
             .per_task
@@ -288,7 +289,8 @@ impl Notifier {
     /// From now on, the events of the tasks `rule` picks concern only those who wait on the task
     /// (no client stream takes them): this replica marks them so as it relays them, and an event
     /// another replica marked so is brought in here only when someone here waits on its task (a
-    /// subscription to it, a [`Notifier::watch`], a [`Notifier::watch_everything`]). Without this
+    /// subscription to it, a [`Notifier::watch`], a [`Notifier::watch_everything`], a set given to
+    /// [`Notifier::also_waited_on`]: an engine's running tasks). Without this
     /// every relayed event is brought in, which costs the database a read per event on every
     /// replica. Called once, by an embedder whose every reader of the all-tasks feed that needs
     /// such events marks what it waits on (the server does); a second rule is refused.
@@ -302,7 +304,7 @@ impl Notifier {
     }
 
     /// Marks `task` as waited on here until the returned guard is dropped, for someone who reads
-    /// its events from the all-tasks feed (a running handler's stopper, a listening stream), so that
+    /// its events from the all-tasks feed (a listening stream), so that
     /// the task's events from other replicas are brought in after [`Notifier::narrow`].
     pub fn watch(&self, task: &str) -> Watch {
         *self.inner.watched.entry(task.to_string()).or_insert(0) += 1;

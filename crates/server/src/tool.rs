@@ -144,14 +144,24 @@ where
     Fut: Future<Output = Outcome> + Send + 'static,
 {
     struct FnHandler<F>(F);
-    #[async_trait::async_trait]
+    // Written out rather than with `#[async_trait]`: its `async fn` would box a future holding the
+    // context and the arguments beside the closure's future (which holds them again), for as long
+    // as the task runs. This boxes the closure's future alone.
     impl<F, Fut> TaskHandler for FnHandler<F>
     where
         F: Fn(TaskContext, Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Outcome> + Send + 'static,
     {
-        async fn run(&self, ctx: TaskContext, arguments: Arc<Value>) -> Outcome {
-            (self.0)(ctx, Arc::unwrap_or_clone(arguments)).await
+        fn run<'life0, 'async_trait>(
+            &'life0 self,
+            ctx: TaskContext,
+            arguments: Arc<Value>,
+        ) -> std::pin::Pin<Box<dyn Future<Output = Outcome> + Send + 'async_trait>>
+        where
+            'life0: 'async_trait,
+            Self: 'async_trait,
+        {
+            Box::pin((self.0)(ctx, Arc::unwrap_or_clone(arguments)))
         }
     }
     Arc::new(FnHandler(f))

@@ -60,7 +60,7 @@ impl Engine {
                     _ = tick.tick() => {}
                     _ = engine.renew_now.notified() => {}
                 }
-                let ids: Vec<String> = engine.running.iter().map(|e| e.key().clone()).collect();
+                let ids: Vec<String> = engine.running.iter().map(|e| e.key().to_string()).collect();
                 let until = now_ms() + engine.config.lease_ms;
                 for chunk in ids.chunks(RENEW_AT_ONCE) {
                     match engine
@@ -70,7 +70,7 @@ impl Engine {
                     {
                         Ok(lost) => {
                             for id in lost {
-                                if let Some(running) = engine.running.get(&id) {
+                                if let Some(running) = engine.running.get(id.as_str()) {
                                     tracing::info!(task = %id, "lease lost (task finished or taken over elsewhere); stopping its handler");
                                     running.cancel();
                                 }
@@ -159,7 +159,7 @@ impl Engine {
                 let Some(engine) = me.upgrade() else { break };
                 match event {
                     Ok(TaskEvent::Changed(t)) if t.status.is_terminal() => {
-                        if let Some(running) = engine.running.get(&t.id) {
+                        if let Some(running) = engine.running.get(t.id.as_str()) {
                             running.cancel();
                         }
                     }
@@ -253,7 +253,7 @@ impl Engine {
         // Decided inside the store's write, per orphan: fail it, or set it up to run again when its
         // tool is safe to retry. A task whose handler runs here (its renewal was late) is left alone.
         let plan: OrphanPlan = Arc::new(move |task: &TaskRecord| {
-            if engine.running.contains_key(&task.id) {
+            if engine.running.contains_key(task.id.as_str()) {
                 return None;
             }
             let registered = engine.registered(&task.tool);

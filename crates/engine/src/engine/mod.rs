@@ -272,7 +272,7 @@ pub struct Engine {
     /// Tasks whose handler runs in this process (never recovered as orphans by this node), with the
     /// token that stops the handler (a child of `shutdown`), and the task marked as waited on here
     /// (a cancel received by another replica must reach this stopper).
-    running: DashMap<String, CancellationToken>,
+    running: DashMap<Arc<str>, CancellationToken>,
     /// What the runs of each key hold here (see [`HeldLimit`]).
     held: Arc<DashMap<String, u64>>,
     /// Whether the stopper (the node's one subscriber that stops handlers of finished tasks) runs.

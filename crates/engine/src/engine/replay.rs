@@ -110,7 +110,7 @@ impl TaskSink {
         output: Value,
     ) -> Result<(), StepError> {
         let step = StepRecord {
-            task_id: self.id.clone(),
+            task_id: self.id.to_string(),
             seq,
             name: name.to_string(),
             output,

@@ -57,10 +57,12 @@ impl Engine {
             // the run is handed off at once, so another node (or the next start) runs the task.
             stop.cancel();
         }
-        self.running.insert(rec.id.clone(), stop.clone());
+        // One copy of the id for the running map and the sink.
+        let id: Arc<str> = Arc::from(rec.id.as_str());
+        self.running.insert(id.clone(), stop.clone());
         let sink = Arc::new(TaskSink {
             engine: self.clone(),
-            id: rec.id.clone(),
+            id,
             tool: rec.tool.clone(),
             owner: rec.owner.clone(),
             shown: std::sync::Mutex::new(ProgressState::of(rec)),
@@ -232,7 +234,7 @@ impl Drop for Registered<'_> {
 /// Reports from a running task: into the store, then out through the notifier.
 pub(super) struct TaskSink {
     pub(super) engine: Arc<Engine>,
-    pub(super) id: String,
+    pub(super) id: Arc<str>,
     /// The tool and the principal, for the run's spans and messages.
     tool: String,
     owner: String,
@@ -504,7 +506,7 @@ impl ContextSink for TaskSink {
         }
         let input = InputRecord {
             key: random_id(),
-            task_id: self.id.clone(),
+            task_id: self.id.to_string(),
             method: method.to_string(),
             params,
             created_at: now_ms(),
