@@ -601,8 +601,9 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
         }
     }
     if !stop_now {
-        // Requests still coming are answered 503 (a balancer sends them elsewhere) until none
-        // has come for a moment: only then does the listener close.
+        // The listener closes (new connects are refused, which a balancer retries elsewhere);
+        // requests on open connections are answered 503 (a balancer sends them elsewhere) until
+        // none has come for a moment: only then do the connections close.
         tokio::select! {
             () = server.close(CLOSE_QUIET, CLOSE_BOUND) => {}
             () = &mut second => tracing::info!("a second signal: stopping now"),

@@ -72,32 +72,48 @@ async fn sigterm_drains_a_running_task_to_completion_and_refuses_new_calls() {
         "{:?}",
         result.reply
     );
-    // Then the close: a poll every 50 ms is served a moment longer (the linger), then answered 503
-    // "stopping" (a balancer sends it elsewhere), and only then refused by a closed listener.
-    let mut seen = Vec::new();
+    // Then the close. A balancer's connections are opened before their requests are written:
+    // here each poll goes on a connection opened two polls (about 100 ms) earlier, so whenever the
+    // close begins some connection was opened before it and writes after. Polls are served a
+    // moment longer (the linger); then a request on a connection opened before the close is
+    // answered 503 "stopping" (a balancer sends it elsewhere), never reset; and a new connection
+    // is refused, since the listener closed as the close began.
+    let addr = server.url.trim_start_matches("http://");
+    let addr = addr[..addr.find('/').unwrap()].to_string();
+    let headers = format!(
+        "mcp-session-id: {}\r\nmcp-protocol-version: {}\r\n",
+        c.session.clone().unwrap(),
+        c.version
+    );
+    let mut seen: Vec<String> = Vec::new();
+    let mut waiting = std::collections::VecDeque::new();
     let polled = Instant::now();
     while polled.elapsed() < Duration::from_secs(10) {
-        let body =
-            json!({"jsonrpc": "2.0", "id": 99, "method": "tasks/get", "params": {"taskId": id}});
-        match c.post(body.to_string()).send().await {
-            Ok(r) => {
-                let status = r.status().as_u16();
-                let reply: serde_json::Value = r.json().await.unwrap_or_default();
-                if status == 503 {
-                    assert_eq!(reply["error"]["code"], -32009, "{reply}");
-                }
-                if seen.last() != Some(&status) {
-                    seen.push(status);
-                }
+        let refused = match tokio::net::TcpStream::connect(&addr).await {
+            Ok(conn) => {
+                waiting.push_back(conn);
+                false
             }
-            Err(_) => break,
-        }
+            Err(_) => true,
+        };
         tokio::time::sleep(Duration::from_millis(50)).await;
+        if refused {
+            // The connections opened before are still answered.
+            for conn in waiting.drain(..) {
+                note(&mut seen, poll_on(conn, &headers, &id).await);
+            }
+            note(&mut seen, "refused".into());
+            break;
+        }
+        if waiting.len() >= 2 {
+            let conn = waiting.pop_front().unwrap();
+            note(&mut seen, poll_on(conn, &headers, &id).await);
+        }
     }
     assert_eq!(
         seen,
-        [200, 503],
-        "served, then refused with 503, then closed"
+        ["200", "503", "refused"],
+        "served, then answered 503 on a connection opened before the close, then refused"
     );
     let exited = common::eventually(Duration::from_secs(10), || {
         matches!(server.child.try_wait(), Ok(Some(_)))
@@ -113,4 +129,40 @@ async fn sigterm_drains_a_running_task_to_completion_and_refuses_new_calls() {
         })
         .unwrap();
     assert_eq!(status, "completed");
+}
+
+/// Writes a `tasks/get` of `id` on `conn` and says what came back: the status, or "reset" when
+/// the connection ended without a reply.
+async fn poll_on(mut conn: tokio::net::TcpStream, headers: &str, id: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = json!({"jsonrpc": "2.0", "id": 99, "method": "tasks/get", "params": {"taskId": id}})
+        .to_string();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\n{headers}connection: close\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    if conn.write_all(request.as_bytes()).await.is_err() {
+        return "reset".into();
+    }
+    let mut reply = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), conn.read_to_end(&mut reply)).await;
+    let text = String::from_utf8_lossy(&reply);
+    match (read, text.split(' ').nth(1)) {
+        (Ok(Ok(_)), Some(status)) if text.starts_with("HTTP/1.1 ") => {
+            if status == "503" {
+                assert!(text.contains("-32009"), "{text}");
+            }
+            status.to_string()
+        }
+        _ => "reset".into(),
+    }
+}
+
+/// Adds `what` to `seen` unless it is what was seen last.
+fn note(seen: &mut Vec<String>, what: String) {
+    if seen.last() != Some(&what) {
+        seen.push(what);
+    }
 }

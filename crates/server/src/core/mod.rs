@@ -553,13 +553,19 @@ impl Server {
         self.stopping.draining()
     }
 
-    /// The close that ends a drain, once nothing runs here: every request to `/mcp` is answered 503
-    /// "stopping" (a balancer sends it on to another replica) until none has come for `quiet`, or
-    /// for at most `bound`. End the serving future after it. A quiet moment does not prove that a
-    /// balancer stopped sending: see `core/stopping.rs` for the window that remains.
+    /// The close that ends a drain, once nothing runs here: the listener closes at once (after
+    /// taking the connections the kernel completed), and every request to `/mcp` on a connection
+    /// still open is answered 503 "stopping" (a balancer sends it on to another replica) until none
+    /// has come for `quiet`, or for at most `bound`. End the serving future after it (see
+    /// `core/stopping.rs`).
     pub async fn close(&self, quiet: std::time::Duration, bound: std::time::Duration) {
         self.stopping.begin_closing();
         self.stopping.quiet(quiet, bound).await;
+    }
+
+    /// Resolves once the close has begun: the listener closes then (see `core/stopping.rs`).
+    pub(crate) async fn closing(&self) {
+        self.stopping.closing().await
     }
 
     /// Whether requests are turned away (the close has begun); each one asked about counts as

@@ -4,14 +4,17 @@
 //! - **Draining** (SIGTERM): no new tool call is taken (503, `Retry-After`, -32009), `/readyz` is
 //!   503, everything else is served so clients follow their running tasks, and every HTTP/1 reply
 //!   ends its connection.
-//! - **Closing** (once nothing runs here): every request to `/mcp` is answered 503 "stopping", which
-//!   a balancer sends on to another replica. The listener closes once no request has come for a
-//!   moment, or after a bound. Closing the listener (or a connection) while a balancer writes a
-//!   request into it loses that request: nginx answers such a POST with 502 and rightly does not
-//!   replay it elsewhere. Answering instead of closing tells the balancer in a way it can act on.
-//!   A window remains: a connection accepted just before the listener closes, whose request has not
-//!   been read, is reset (a pause before the graceful shutdown for such connections would close
-//!   it).
+//! - **Closing** (once nothing runs here): the listener closes at once, so a balancer's next
+//!   connect is refused, which it may retry elsewhere whatever the request (nothing was sent) and
+//!   which marks this replica down. Connections the kernel completed before that are accepted
+//!   first: closing the listener would reset them, with any request a balancer wrote into them.
+//!   Every request on a connection still open is answered 503 "stopping" (a balancer sends it on
+//!   to another replica) until none has come for a moment, or until a bound; only then do the
+//!   connections close. Closing a connection while a balancer writes a request into it loses that
+//!   request: nginx answers such a POST with 502 and rightly does not replay it elsewhere. So a
+//!   connection accepted just before the close has the quiet moment to bring its request, which
+//!   is answered. What remains is the instant between taking the kernel's last completed
+//!   connection and closing the listener.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -24,6 +27,8 @@ pub(crate) struct Stopping {
     started: Instant,
     /// Milliseconds since `started` at which the close began or last turned a request away.
     last_refused_ms: AtomicU64,
+    /// Told when the close begins (the listener closes then).
+    closing_begun: tokio::sync::Notify,
 }
 
 impl Default for Stopping {
@@ -33,6 +38,7 @@ impl Default for Stopping {
             closing: AtomicBool::new(false),
             started: Instant::now(),
             last_refused_ms: AtomicU64::new(0),
+            closing_begun: tokio::sync::Notify::new(),
         }
     }
 }
@@ -54,6 +60,21 @@ impl Stopping {
         self.last_refused_ms.store(self.now_ms(), Ordering::SeqCst);
         self.draining.store(true, Ordering::SeqCst);
         self.closing.store(true, Ordering::SeqCst);
+        self.closing_begun.notify_waiters();
+    }
+
+    /// Resolves once the close has begun.
+    pub(crate) async fn closing(&self) {
+        loop {
+            let begun = self.closing_begun.notified();
+            tokio::pin!(begun);
+            // Registered before the check, so a close that begins in between is not missed.
+            begun.as_mut().enable();
+            if self.closing.load(Ordering::SeqCst) {
+                return;
+            }
+            begun.await;
+        }
     }
 
     /// Whether requests are turned away now; each one asked about counts as turned away.

@@ -101,12 +101,15 @@ pub(crate) type WindingDown = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// Serves `app` on `listener` until `stop` resolves; then takes no new connection, lets open ones
 /// finish their requests, and returns once they have closed or `grace` has passed. While
-/// `winding_down` says so, replies end their connections (see the module docs).
+/// `winding_down` says so, replies end their connections (see the module docs). Once `closing`
+/// resolves the listener closes, after taking the connections the kernel has completed, and the
+/// open connections are served until `stop` (see `core/stopping.rs`).
 pub(crate) async fn serve(
     listener: TcpListener,
     app: axum::Router,
     limits: ConnectionLimits,
     winding_down: WindingDown,
+    closing: impl Future<Output = ()>,
     stop: impl Future<Output = ()>,
     grace: Duration,
 ) -> std::io::Result<()> {
@@ -124,51 +127,10 @@ pub(crate) async fn serve(
     let started = Instant::now();
     let mut last_full_warning: Option<Instant> = None;
     let open = Open::default();
-    tokio::pin!(stop);
-    'accept: loop {
-        // Accept first, then find it a place: a connection waiting in the kernel's backlog cannot
-        // be told apart from none, but one accepted can be given the place of an idle one.
-        let (tcp, addr) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of descriptors, say: wait a moment instead of spinning on the error.
-                    tracing::warn!(error = %e, "could not accept a connection");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = &mut stop => break,
-        };
-        let permit = match permits.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                if last_full_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-                    last_full_warning = Some(Instant::now());
-                    tracing::warn!(
-                        max = limits.max_connections,
-                        "open connection limit reached; connections that have not sent a request are closed to admit new ones, the rest wait (raise [server] max_connections if this is load, not abuse)"
-                    );
-                }
-                // Make room, and keep trying while every connection is busy: one may go idle
-                // before any closes.
-                let mut retry = tokio::time::interval(Duration::from_millis(100));
-                loop {
-                    tokio::select! {
-                        p = permits.clone().acquire_owned() => match p {
-                            Ok(p) => break p,
-                            Err(_) => break 'accept,
-                        },
-                        _ = retry.tick() => {
-                            if open.close_oldest_idle() {
-                                tracing::debug!(client = %addr, "closed an idle connection to admit a new one");
-                            }
-                        }
-                        _ = &mut stop => break 'accept,
-                    }
-                }
-            }
-        };
+    // Starts serving an accepted connection in its place.
+    let start = |tcp: tokio::net::TcpStream,
+                 addr: std::net::SocketAddr,
+                 permit: tokio::sync::OwnedSemaphorePermit| {
         // No Nagle: a reply is small and often written in parts (a streamed body, SSE events); waiting
         // for the peer's delayed ACK before the last part would add tens of milliseconds.
         if let Err(e) = tcp.set_nodelay(true) {
@@ -217,8 +179,76 @@ pub(crate) async fn serve(
                 _ = activity.evict.notified() => {}
             }
         });
+    };
+    tokio::pin!(stop);
+    tokio::pin!(closing);
+    let mut stopped = false;
+    'accept: loop {
+        // Accept first, then find it a place: a connection waiting in the kernel's backlog cannot
+        // be told apart from none, but one accepted can be given the place of an idle one.
+        let (tcp, addr) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors, say: wait a moment instead of spinning on the error.
+                    tracing::warn!(error = %e, "could not accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut stop => {
+                stopped = true;
+                break;
+            }
+            _ = &mut closing => break,
+        };
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                if last_full_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                    last_full_warning = Some(Instant::now());
+                    tracing::warn!(
+                        max = limits.max_connections,
+                        "open connection limit reached; connections that have not sent a request are closed to admit new ones, the rest wait (raise [server] max_connections if this is load, not abuse)"
+                    );
+                }
+                // Make room, and keep trying while every connection is busy: one may go idle
+                // before any closes.
+                let mut retry = tokio::time::interval(Duration::from_millis(100));
+                loop {
+                    tokio::select! {
+                        p = permits.clone().acquire_owned() => match p {
+                            Ok(p) => break p,
+                            Err(_) => break 'accept,
+                        },
+                        _ = retry.tick() => {
+                            if open.close_oldest_idle() {
+                                tracing::debug!(client = %addr, "closed an idle connection to admit a new one");
+                            }
+                        }
+                        _ = &mut stop => {
+                            stopped = true;
+                            break 'accept;
+                        }
+                    }
+                }
+            }
+        };
+        start(tcp, addr, permit);
+    }
+    // Closing the listener resets the connections the kernel completed and nobody accepted, with
+    // any request a balancer wrote into them: take them first, so they are answered.
+    while let Some(Ok((tcp, addr))) = futures::FutureExt::now_or_never(listener.accept()) {
+        match permits.clone().try_acquire_owned() {
+            Ok(permit) => start(tcp, addr, permit),
+            Err(_) => break,
+        }
     }
     drop(listener);
+    if !stopped {
+        // The close: open connections are answered until the server stops.
+        stop.await;
+    }
     tokio::select! {
         _ = graceful.shutdown() => {}
         _ = tokio::time::sleep(grace) => {

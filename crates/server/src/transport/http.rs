@@ -142,7 +142,18 @@ pub async fn serve_router(
     };
     let draining = server.clone();
     let winding_down: super::connections::WindingDown = Arc::new(move || draining.draining());
-    super::connections::serve(listener, app, limits, winding_down, stop, SHUTDOWN_GRACE).await
+    let closer = server.clone();
+    let closing = async move { closer.closing().await };
+    super::connections::serve(
+        listener,
+        app,
+        limits,
+        winding_down,
+        closing,
+        stop,
+        SHUTDOWN_GRACE,
+    )
+    .await
 }
 
 /// The address a bound listener serves on, for logs.
