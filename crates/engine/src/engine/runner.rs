@@ -643,6 +643,20 @@ mod tests {
         assert!(size <= 360, "a running task's future is {size} bytes");
     }
 
+    /// An engine on a memory store with `handler` as tool `tool`, and a task of it submitted.
+    async fn running(tool: &str, handler: Arc<dyn TaskHandler>) -> (Arc<Engine>, String) {
+        let engine = Engine::builder(Arc::new(MemoryStore::new()), EngineConfig::default())
+            .handler(tool, handler, false)
+            .build();
+        let id = engine
+            .submit(crate::NewTask::new(tool, serde_json::json!({})))
+            .await
+            .unwrap()
+            .record
+            .id;
+        (engine, id)
+    }
+
     struct SaysItsId;
     #[async_trait]
     impl TaskHandler for SaysItsId {
@@ -657,15 +671,7 @@ mod tests {
     /// A run's context has no id of its own; it tells the sink's.
     #[tokio::test]
     async fn a_handler_knows_its_tasks_id() {
-        let engine = Engine::builder(Arc::new(MemoryStore::new()), EngineConfig::default())
-            .handler("id", Arc::new(SaysItsId), false)
-            .build();
-        let id = engine
-            .submit(crate::NewTask::new("id", serde_json::json!({})))
-            .await
-            .unwrap()
-            .record
-            .id;
+        let (engine, id) = running("id", Arc::new(SaysItsId)).await;
         let done = engine.wait_terminal(&id).await.unwrap();
         match done.outcome {
             Some(Outcome::Result { value, .. }) => assert_eq!(value["id"], id.as_str()),
@@ -678,16 +684,8 @@ mod tests {
     /// a watch per task.
     #[tokio::test]
     async fn a_running_tasks_events_are_wanted_while_it_runs() {
-        let engine = Engine::builder(Arc::new(MemoryStore::new()), EngineConfig::default())
-            .handler("never", Arc::new(Never), false)
-            .build();
+        let (engine, id) = running("never", Arc::new(Never)).await;
         assert!(engine.notifier().narrow(Arc::new(|_| true)).is_ok());
-        let id = engine
-            .submit(crate::NewTask::new("never", serde_json::json!({})))
-            .await
-            .unwrap()
-            .record
-            .id;
         assert!(engine.notifier().wants(&id), "running: wanted");
         assert!(
             !engine.notifier().wants("another"),
