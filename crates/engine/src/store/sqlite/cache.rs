@@ -166,7 +166,7 @@ fn weight(rec: &TaskRecord) -> Option<usize> {
 /// Every write of a task row goes through [`Tx::insert_task`] or [`Tx::update_task`], so that the
 /// counts follow the rows.
 pub(super) struct Tx<'a> {
-    /// The writer's connection, inside the group's transaction and the job's savepoint.
+    /// The writer's connection, inside the group's transaction.
     pub conn: &'a Connection,
     writes: &'a mut HashMap<String, TaskRecord>,
     cache: &'a RecordCache,
@@ -218,7 +218,7 @@ impl<'a> Tx<'a> {
     }
 
     /// Says the job wrote `rec` as the task's row. Call it once the job's statements have all
-    /// succeeded: a job that fails afterwards is rolled back, and its record with it (see
+    /// succeeded: a job that fails afterwards is undone, and its record with it (see
     /// [`Group::job_failed`]).
     pub(super) fn wrote(&mut self, rec: &TaskRecord) {
         self.writes.insert(rec.id.clone(), rec.clone());
@@ -268,23 +268,16 @@ impl<'a> Group<'a> {
         }
     }
 
-    /// The last job's savepoint was released: its writes stand until the group commits.
-    pub(super) fn job_released(&mut self) {
-        self.counts.job_released();
+    /// The last job succeeded: its writes stand until the transaction ends.
+    pub(super) fn job_succeeded(&mut self) {
+        self.counts.job_succeeded();
     }
 
-    /// The last job's savepoint was rolled back. Its records were never reported (a job reports
-    /// them once its statements have succeeded), but its count changes were.
-    pub(super) fn job_rolled_back(&mut self) {
-        self.counts.job_rolled_back();
-    }
-
-    /// A job's savepoint could not be released or rolled back cleanly, so what the group holds
-    /// is unknown: nothing of it is kept, and the committed records and counts are dropped too.
+    /// The last job failed. Its records were never reported (a job reports them once its
+    /// statements have succeeded), but its count changes may have been: they go, whether the job
+    /// changed no row or the whole transaction is rolled back after it.
     pub(super) fn job_failed(&mut self) {
-        self.writes.clear();
-        self.cache.clear();
-        self.counts.forget();
+        self.counts.job_failed();
     }
 
     /// The group committed: its records become the committed ones.
@@ -292,7 +285,8 @@ impl<'a> Group<'a> {
         self.cache.publish(self.writes.into_iter());
     }
 
-    /// The group's commit failed and was rolled back: what its jobs counted did not happen.
+    /// The transaction was rolled back (its commit failed, or a job failed after it had written):
+    /// what its jobs counted did not happen.
     pub(super) fn rolled_back(self) {
         self.counts.forget();
     }

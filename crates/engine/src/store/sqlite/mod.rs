@@ -359,8 +359,10 @@ impl TaskStore for SqliteStore {
             };
             let (before, was) = (rec.status, write_base(&rec, &change));
             apply_change(&mut rec, change, now);
-            tx.update_task(before, &rec, was)?;
+            // The input first: a refused one (its key taken) then fails before this job has
+            // written anything, which leaves the other writes of its transaction standing.
             insert_input(conn, &input)?;
+            tx.update_task(before, &rec, was)?;
             tx.wrote(&rec);
             Ok(rec)
         })

@@ -11,9 +11,10 @@
 //! to date from then on. Whatever makes them uncertain forgets them, and the next check reads the
 //! rows again:
 //!
-//! - a job rolled back: its own changes are undone, and an owner first read during the job is
+//! - a job failed: its own changes are undone, and an owner first read during the job is
 //!   forgotten (the read may have seen the job's writes);
-//! - a failed commit, or a savepoint that could not be ended: every owner is forgotten.
+//! - a transaction rolled back (a failed commit, or a job that failed after it had written): every
+//!   owner is forgotten.
 //!
 //! A purge deletes finished tasks only, so it leaves the counts as they are.
 
@@ -163,14 +164,15 @@ impl Counts {
         Ok(n)
     }
 
-    /// The current job's savepoint was released: its changes stand (until the group's commit).
-    pub(super) fn job_released(&mut self) {
+    /// The current job succeeded: its changes stand (until the transaction ends).
+    pub(super) fn job_succeeded(&mut self) {
         self.job.clear();
         self.read_in_job.clear();
     }
 
-    /// The current job's savepoint was rolled back: its changes go, and so does what it read.
-    pub(super) fn job_rolled_back(&mut self) {
+    /// The current job failed: its changes go, and so does what it read (it may have read its
+    /// own writes, which are undone).
+    pub(super) fn job_failed(&mut self) {
         for c in self.job.drain(..).rev() {
             if let Some(o) = self.owners.get_mut(&c.owner) {
                 o.add(c.session.as_deref(), !c.up);
@@ -181,8 +183,8 @@ impl Counts {
         }
     }
 
-    /// What the database holds is not known (a failed commit, a savepoint that could not be
-    /// ended): every owner is read again when next needed.
+    /// What the database holds is not known (a rolled back transaction): every owner is read
+    /// again when next needed.
     pub(super) fn forget(&mut self) {
         self.owners.clear();
         self.job.clear();
@@ -324,33 +326,33 @@ mod tests {
         // Written before the owner is read: found by the read.
         put(&conn, &mut c, "t1", "o", Some("a1"));
         put(&conn, &mut c, "t2", "o", None);
-        c.job_released();
+        c.job_succeeded();
         assert_eq!(c.of(&conn, "o", &Among::All, 100).unwrap(), 2);
-        c.job_released();
+        c.job_succeeded();
         put(&conn, &mut c, "t3", "o", Some("a2"));
         put(&conn, &mut c, "t4", "o", Some("b"));
         put(&conn, &mut c, "t5", "p", Some("a1"));
         finish(&conn, &mut c, "t1");
-        c.job_released();
+        c.job_succeeded();
         all_shapes(&conn, &mut c, "o");
         all_shapes(&conn, &mut c, "p");
-        c.job_released();
+        c.job_succeeded();
 
-        // A rolled back job: its changes go with its savepoint.
+        // A failed job: its changes go (here with a savepoint, in the writer with its transaction).
         conn.execute_batch("SAVEPOINT job").unwrap();
         put(&conn, &mut c, "t6", "o", Some("a1"));
         finish(&conn, &mut c, "t3");
         conn.execute_batch("ROLLBACK TO job; RELEASE job").unwrap();
-        c.job_rolled_back();
+        c.job_failed();
         all_shapes(&conn, &mut c, "o");
-        c.job_released();
+        c.job_succeeded();
 
         // An owner first read inside a job that is rolled back saw that job's writes: forgotten.
         conn.execute_batch("SAVEPOINT job").unwrap();
         put(&conn, &mut c, "t7", "q", Some("a1"));
         assert_eq!(c.of(&conn, "q", &Among::All, 100).unwrap(), 1);
         conn.execute_batch("ROLLBACK TO job; RELEASE job").unwrap();
-        c.job_rolled_back();
+        c.job_failed();
         assert_eq!(c.known(), 2, "q is read again");
         all_shapes(&conn, &mut c, "q");
 
