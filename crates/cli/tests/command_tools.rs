@@ -377,7 +377,10 @@ async fn a_flood_of_progress_lines_is_coalesced_and_the_last_report_wins() {
     assert!(progress.windows(2).all(|w| w[0] < w[1]), "{progress:?}");
     let history: Vec<String> = rusqlite::Connection::open(&db)
         .unwrap()
-        .prepare("SELECT coalesce(message, '') FROM task_history WHERE task_id = ?1")
+        .prepare(
+            "SELECT coalesce(json_extract(h.value, '$.message'), '') \
+             FROM tasks, json_each(tasks.history) AS h WHERE tasks.id = ?1",
+        )
         .unwrap()
         .query_map([&id], |row| row.get(0))
         .unwrap()

@@ -486,8 +486,9 @@ impl TaskStore for SqliteStore {
         self.read(move |conn| {
             let mut stmt = conn
                 .prepare_cached(
-                    "SELECT at, status, message FROM task_history WHERE task_id = ?1 \
-                     ORDER BY at, rowid",
+                    "SELECT json_extract(h.value, '$.at'), json_extract(h.value, '$.status'), \
+                     json_extract(h.value, '$.message') FROM tasks, json_each(tasks.history) AS h \
+                     WHERE tasks.id = ?1 ORDER BY h.key",
                 )
                 .context("prepare a history read")?;
             let rows = stmt
@@ -710,13 +711,6 @@ impl TaskStore for SqliteStore {
                 params![now, grace_edge],
             )
             .context("delete the input requests of expired tasks")?;
-            conn.execute(
-                &format!(
-                    "DELETE FROM task_history WHERE task_id IN (SELECT id FROM tasks WHERE {cond})"
-                ),
-                params![now, grace_edge],
-            )
-            .context("delete the history of expired tasks")?;
             conn.execute(
                 &format!(
                     "DELETE FROM task_steps WHERE task_id IN (SELECT id FROM tasks WHERE {cond})"

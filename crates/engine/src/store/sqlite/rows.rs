@@ -290,7 +290,8 @@ pub(super) fn insert_task(conn: &Connection, t: &TaskRecord) -> Result<(), Store
 }
 
 /// Writes back the fields a [`TaskChange`](crate::store::TaskChange) can touch; a status other than
-/// `was` (see [`write_base`](crate::store::write_base)) also goes into the task's history.
+/// `was` (see [`write_base`](crate::store::write_base)) is also appended to the task's history (the
+/// row's `history` column, a JSON array of [`Transition`](crate::model::Transition)s).
 pub(super) fn update_task(
     conn: &Connection,
     t: &TaskRecord,
@@ -320,25 +321,26 @@ pub(super) fn update_task(
         })
         .with_context(|| format!("write the {} event of task {} to the outbox", e.event, t.id))?;
     }
-    if was.was != Some(t.status) {
-        conn.prepare_cached(
-            "INSERT INTO task_history (task_id, at, status, message) VALUES (?1, ?2, ?3, ?4)",
-        )
-        .and_then(|mut s| {
-            s.execute(params![
-                t.id,
-                sql_int(t.updated_at),
-                t.status.as_str(),
-                t.status_message
-            ])
-        })
-        .with_context(|| format!("record the status change of task {}", t.id))?;
-    }
     let outcome = outcome_json(t)?;
+    // Appended as text to the array the row holds (it is only ever written here): SQLite's JSON
+    // functions would parse and render the whole array at every change.
+    let transition = (was.was != Some(t.status))
+        .then(|| {
+            serde_json::to_string(&crate::model::Transition {
+                at: t.updated_at,
+                status: t.status,
+                message: t.status_message.clone(),
+            })
+        })
+        .transpose()
+        .with_context(|| format!("serialize the status change of task {}", t.id))?;
     conn.prepare_cached(
         "UPDATE tasks SET status=?2, status_message=?3, progress=?4, progress_total=?5, updated_at=?6, \
          outcome=?7, attempt=?8, lease_owner=?9, lease_until=?10, finished_at=?11, \
-         progress_message=?12, ttl_ms=?13, expires_at=?14, checkpoint=?15 WHERE id=?1",
+         progress_message=?12, ttl_ms=?13, expires_at=?14, checkpoint=?15, \
+         history = CASE WHEN ?16 IS NULL THEN history \
+         WHEN history IS NULL OR history = '[]' THEN '[' || ?16 || ']' \
+         ELSE substr(history, 1, length(history) - 1) || ',' || ?16 || ']' END WHERE id=?1",
     )
     .and_then(|mut stmt| {
         stmt.execute(params![
@@ -357,6 +359,7 @@ pub(super) fn update_task(
             opt_i64(t.ttl_ms),
             opt_i64(t.expires_at()),
             t.checkpoint.as_ref().map(ToString::to_string),
+            transition,
         ])
     })
     .with_context(|| format!("update task {}", t.id))?;

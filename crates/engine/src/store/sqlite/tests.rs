@@ -142,6 +142,67 @@ async fn a_database_made_before_schema_versions_is_upgraded_and_keeps_its_tasks(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_history_kept_in_rows_moves_into_its_task_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v9.db");
+    let (a, b) = (
+        super::super::testkit::record("a", "alice", 1_000),
+        super::super::testkit::record("b", "alice", 1_000),
+    );
+    {
+        // A database at schema version 9, when each status change was a row of `task_history`.
+        let conn = Connection::open(&path).unwrap();
+        for m in schema::MIGRATIONS.iter().filter(|m| m.version <= 9) {
+            conn.execute_batch(m.sql).unwrap();
+        }
+        conn.execute_batch("PRAGMA user_version = 9").unwrap();
+        insert_as_v1(&conn, &a);
+        insert_as_v1(&conn, &b);
+        // Two changes in one millisecond keep the order they were written in.
+        for (task, at, status, message) in [
+            ("a", 2_000, "input_required", Some("which one?")),
+            ("b", 2_500, "completed", None),
+            ("a", 3_000, "working", None),
+            ("a", 3_000, "completed", Some("done")),
+        ] {
+            conn.execute(
+                "INSERT INTO task_history (task_id, at, status, message) VALUES (?1, ?2, ?3, ?4)",
+                params![task, at, status, message],
+            )
+            .unwrap();
+        }
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    let t = |at, status, message: Option<&str>| Transition {
+        at,
+        status,
+        message: message.map(str::to_string),
+    };
+    assert_eq!(
+        store.history("a").await.unwrap(),
+        [
+            t(2_000, TaskStatus::InputRequired, Some("which one?")),
+            t(3_000, TaskStatus::Working, None),
+            t(3_000, TaskStatus::Completed, Some("done")),
+        ]
+    );
+    assert_eq!(
+        store.history("b").await.unwrap(),
+        [t(2_500, TaskStatus::Completed, None)]
+    );
+    let conn = Connection::open(&path).unwrap();
+    assert_eq!(schema::version(&conn).unwrap(), schema::latest());
+    let tables: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE name LIKE 'task_history%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(tables, 0, "the table and its index are gone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opening_drops_the_input_requests_earlier_builds_left_behind() {
     for start in [0, 1] {
         let dir = tempfile::tempdir().unwrap();
