@@ -123,8 +123,8 @@ fn transaction(
         records.rolled_back();
         for complete in done {
             complete(Err(StoreError::message(
-                "another write in the same transaction failed halfway, so the transaction was \
-                 rolled back; this write was not made",
+                "the transaction holding this write was rolled back after another write in it \
+                 failed halfway; this write was not made",
             )));
         }
         return;
