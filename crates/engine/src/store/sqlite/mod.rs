@@ -118,7 +118,7 @@ impl SqliteStore {
     where
         T: Send + 'static,
         E: From<StoreError> + Send + 'static,
-        F: FnOnce(&mut Tx<'_>) -> Result<T, E> + Send + 'static,
+        F: FnOnce(&mut Tx<'_, '_>) -> Result<T, E> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel::<Result<T, E>>();
         let job: Job = Box::new(move |conn| {

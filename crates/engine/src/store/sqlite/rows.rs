@@ -2,7 +2,7 @@
 //! one task or input request.
 
 use rusqlite::types::Type;
-use rusqlite::{params, Connection, OptionalExtension, Params, Row};
+use rusqlite::{params, Connection, OptionalExtension, Params, Row, Statement};
 
 use serde_json::Value;
 use std::sync::Arc;
@@ -247,53 +247,64 @@ fn outcome_json(t: &TaskRecord) -> Result<Option<String>, StoreError> {
         .with_context(|| format!("serialize the outcome of task {}", t.id))
 }
 
-/// Stores a new task.
-pub(super) fn insert_task(conn: &Connection, t: &TaskRecord) -> Result<(), StoreError> {
-    let outcome = outcome_json(t)?;
-    conn.prepare_cached(&format!(
+/// The statement [`insert_task`] runs.
+pub(super) fn insert_task_sql() -> String {
+    format!(
         "INSERT INTO tasks ({TASK_COLUMNS}, expires_at) VALUES \
          (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27)"
-    ))
-    .and_then(|mut stmt| {
-        stmt.execute(params![
-            t.id,
-            t.owner,
-            t.session,
-            t.era,
-            t.tool,
-            t.arguments.to_string(),
-            t.request_meta.to_string(),
-            t.status.as_str(),
-            t.status_message,
-            t.progress,
-            t.progress_total,
-            sql_int(t.created_at),
-            sql_int(t.updated_at),
-            opt_i64(t.ttl_ms),
-            opt_i64(t.poll_interval_ms),
-            outcome,
-            t.idempotency_key,
-            t.fingerprint,
-            i64::from(t.attempt),
-            t.lease_owner,
-            opt_i64(t.lease_until),
-            opt_i64(t.finished_at),
-            t.progress_message,
-            opt_i64(t.retain_after_finish_ms),
-            t.checkpoint.as_ref().map(ToString::to_string),
-            crate::webhook::encode_targets(&t.webhooks),
-            opt_i64(t.expires_at()),
-        ])
-    })
+    )
+}
+
+/// Stores a new task, through `stmt` (prepared from [`insert_task_sql`]).
+pub(super) fn insert_task(stmt: &mut Statement<'_>, t: &TaskRecord) -> Result<(), StoreError> {
+    let outcome = outcome_json(t)?;
+    stmt.execute(params![
+        t.id,
+        t.owner,
+        t.session,
+        t.era,
+        t.tool,
+        t.arguments.to_string(),
+        t.request_meta.to_string(),
+        t.status.as_str(),
+        t.status_message,
+        t.progress,
+        t.progress_total,
+        sql_int(t.created_at),
+        sql_int(t.updated_at),
+        opt_i64(t.ttl_ms),
+        opt_i64(t.poll_interval_ms),
+        outcome,
+        t.idempotency_key,
+        t.fingerprint,
+        i64::from(t.attempt),
+        t.lease_owner,
+        opt_i64(t.lease_until),
+        opt_i64(t.finished_at),
+        t.progress_message,
+        opt_i64(t.retain_after_finish_ms),
+        t.checkpoint.as_ref().map(ToString::to_string),
+        crate::webhook::encode_targets(&t.webhooks),
+        opt_i64(t.expires_at()),
+    ])
     .with_context(|| format!("insert task {}", t.id))?;
     Ok(())
 }
+
+/// The statement [`update_task`] runs.
+pub(super) const UPDATE_TASK: &str = "UPDATE tasks SET status=?2, status_message=?3, progress=?4, progress_total=?5, updated_at=?6, \
+         outcome=?7, attempt=?8, lease_owner=?9, lease_until=?10, finished_at=?11, \
+         progress_message=?12, ttl_ms=?13, expires_at=?14, checkpoint=?15, \
+         history = CASE WHEN ?16 IS NULL THEN history \
+         WHEN history IS NULL OR history = '[]' THEN '[' || ?16 || ']' \
+         ELSE substr(history, 1, length(history) - 1) || ',' || ?16 || ']' END WHERE id=?1";
 
 /// Writes back the fields a [`TaskChange`](crate::store::TaskChange) can touch; a status other than
 /// `was` (see [`write_base`](crate::store::write_base)) is also appended to the task's history (the
 /// row's `history` column, a JSON array of [`Transition`](crate::model::Transition)s).
 pub(super) fn update_task(
     conn: &Connection,
+    stmt: &mut Statement<'_>,
     t: &TaskRecord,
     was: crate::webhook::WriteBase,
 ) -> Result<(), StoreError> {
@@ -334,34 +345,24 @@ pub(super) fn update_task(
         })
         .transpose()
         .with_context(|| format!("serialize the status change of task {}", t.id))?;
-    conn.prepare_cached(
-        "UPDATE tasks SET status=?2, status_message=?3, progress=?4, progress_total=?5, updated_at=?6, \
-         outcome=?7, attempt=?8, lease_owner=?9, lease_until=?10, finished_at=?11, \
-         progress_message=?12, ttl_ms=?13, expires_at=?14, checkpoint=?15, \
-         history = CASE WHEN ?16 IS NULL THEN history \
-         WHEN history IS NULL OR history = '[]' THEN '[' || ?16 || ']' \
-         ELSE substr(history, 1, length(history) - 1) || ',' || ?16 || ']' END WHERE id=?1",
-    )
-    .and_then(|mut stmt| {
-        stmt.execute(params![
-            t.id,
-            t.status.as_str(),
-            t.status_message,
-            t.progress,
-            t.progress_total,
-            sql_int(t.updated_at),
-            outcome,
-            i64::from(t.attempt),
-            t.lease_owner,
-            opt_i64(t.lease_until),
-            opt_i64(t.finished_at),
-            t.progress_message,
-            opt_i64(t.ttl_ms),
-            opt_i64(t.expires_at()),
-            t.checkpoint.as_ref().map(ToString::to_string),
-            transition,
-        ])
-    })
+    stmt.execute(params![
+        t.id,
+        t.status.as_str(),
+        t.status_message,
+        t.progress,
+        t.progress_total,
+        sql_int(t.updated_at),
+        outcome,
+        i64::from(t.attempt),
+        t.lease_owner,
+        opt_i64(t.lease_until),
+        opt_i64(t.finished_at),
+        t.progress_message,
+        opt_i64(t.ttl_ms),
+        opt_i64(t.expires_at()),
+        t.checkpoint.as_ref().map(ToString::to_string),
+        transition,
+    ])
     .with_context(|| format!("update task {}", t.id))?;
     Ok(())
 }

@@ -15,7 +15,7 @@ use rusqlite::Connection;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
-use super::cache::{Group, RecordCache, Tx};
+use super::cache::{Group, Hot, RecordCache, Tx};
 use super::unfinished::Counts;
 use crate::store::StoreError;
 
@@ -24,7 +24,7 @@ pub(super) type Completion = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 /// A write: runs against the writer's connection inside the group's transaction and says whether
 /// it succeeded and how to answer its caller once the transaction ends. It sees and reports the
 /// task records of its group through the [`Tx`].
-pub(super) type Job = Box<dyn FnOnce(&mut Tx<'_>) -> (bool, Completion) + Send>;
+pub(super) type Job = Box<dyn FnOnce(&mut Tx<'_, '_>) -> (bool, Completion) + Send>;
 
 /// Most jobs one transaction takes; bounds the latency a job can add to the others in its group.
 const MAX_GROUP: usize = 512;
@@ -60,6 +60,7 @@ fn control(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 fn writer_loop(conn: &Connection, cache: &RecordCache, mut rx: mpsc::Receiver<Job>) {
     // Only this thread writes, so only it keeps the counts (see `unfinished.rs`).
     let mut counts = Counts::default();
+    let mut hot = Hot::new(conn);
     while let Some(first) = rx.blocking_recv() {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
@@ -70,7 +71,7 @@ fn writer_loop(conn: &Connection, cache: &RecordCache, mut rx: mpsc::Receiver<Jo
         }
         let mut jobs = group.into_iter().peekable();
         while jobs.peek().is_some() {
-            transaction(conn, cache, &mut counts, &mut jobs);
+            transaction(conn, &mut hot, cache, &mut counts, &mut jobs);
         }
     }
 }
@@ -79,6 +80,7 @@ fn writer_loop(conn: &Connection, cache: &RecordCache, mut rx: mpsc::Receiver<Jo
 /// and answers each job that ran.
 fn transaction(
     conn: &Connection,
+    hot: &mut Hot<'_>,
     cache: &RecordCache,
     counts: &mut Counts,
     jobs: &mut impl Iterator<Item = Job>,
@@ -100,7 +102,7 @@ fn transaction(
     let mut records = Group::new(cache, counts);
     for job in jobs.by_ref() {
         let before = conn.total_changes();
-        let (ok, complete) = job(&mut records.tx(conn));
+        let (ok, complete) = job(&mut records.tx(hot));
         if ok {
             records.job_succeeded();
             done.push(complete);
@@ -157,8 +159,9 @@ fn job_without_db(job: Job) -> (bool, Completion) {
         Ok(scratch) => {
             let cache = RecordCache::default();
             let mut counts = Counts::default();
+            let mut hot = Hot::new(&scratch);
             let mut group = Group::new(&cache, &mut counts);
-            let mut tx = group.tx(&scratch);
+            let mut tx = group.tx(&mut hot);
             job(&mut tx)
         }
         Err(_) => (false, Box::new(|_| {})),
@@ -177,7 +180,7 @@ mod tests {
     /// fails, else how the transaction ended.
     fn job(f: impl FnOnce(&Connection) -> rusqlite::Result<()> + Send + 'static) -> (Job, Heard) {
         let (tx, rx) = std_mpsc::channel();
-        let job: Job = Box::new(move |t: &mut Tx<'_>| {
+        let job: Job = Box::new(move |t: &mut Tx<'_, '_>| {
             let result = f(t.conn).map_err(|e| e.to_string());
             let ok = result.is_ok();
             let complete: Completion = Box::new(move |commit| {
