@@ -228,8 +228,8 @@ impl<'a, 'c> Tx<'a, 'c> {
 
     /// Inserts task `t`'s row.
     pub(super) fn insert_task(&mut self, t: &TaskRecord) -> Result<(), StoreError> {
-        let sql = rows::insert_task_sql();
-        rows::insert_task(prepared(self.hot.conn, &mut self.hot.insert_task, &sql)?, t)?;
+        let stmt = prepared(self.hot.conn, &mut self.hot.insert_task, rows::INSERT_TASK)?;
+        rows::insert_task(stmt, t)?;
         self.counts
             .changed(&t.owner, t.session.as_deref(), None, t.status);
         Ok(())

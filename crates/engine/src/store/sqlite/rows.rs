@@ -248,14 +248,14 @@ fn outcome_json(t: &TaskRecord) -> Result<Option<String>, StoreError> {
 }
 
 /// The statement [`insert_task`] runs.
-pub(super) fn insert_task_sql() -> String {
-    format!(
-        "INSERT INTO tasks ({TASK_COLUMNS}, expires_at) VALUES \
-         (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27)"
-    )
-}
+pub(super) const INSERT_TASK: &str = concat!(
+    "INSERT INTO tasks (",
+    task_columns!("arguments"),
+    ", expires_at) VALUES \
+     (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27)"
+);
 
-/// Stores a new task, through `stmt` (prepared from [`insert_task_sql`]).
+/// Stores a new task, through `stmt` (prepared from [`INSERT_TASK`]).
 pub(super) fn insert_task(stmt: &mut Statement<'_>, t: &TaskRecord) -> Result<(), StoreError> {
     let outcome = outcome_json(t)?;
     stmt.execute(params![
