@@ -17,15 +17,19 @@
 //! A job that changes task rows without saying which records it leaves (a purge) empties both.
 
 use rusqlite::{Connection, Statement};
-use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use serde_json::Value;
 
+/// A map keyed by task id. Ids are the server's own (random), so a fast seeded hash is safe; SipHash
+/// was a tenth of the writer's work per task.
+pub(super) type IdMap<V> = std::collections::HashMap<String, V, foldhash::fast::RandomState>;
+
+use super::changelog::{ChangeLog, Pending};
 use super::rows::{self, select_task_shared, SharedArguments};
 use super::unfinished::Counts;
 use super::Context;
-use crate::model::{ActiveLimit, Outcome, TaskRecord, TaskStatus};
+use crate::model::{ActiveLimit, Outcome, TaskRecord, TaskStatus, Transition};
 use crate::store::StoreError;
 
 /// Records per generation: the cache holds between one and two generations, so at most twice this
@@ -47,10 +51,13 @@ pub(super) struct RecordCache(Mutex<Generations>);
 /// stays for at least [`GENERATION`] later writes.
 #[derive(Default)]
 struct Generations {
-    current: HashMap<String, TaskRecord>,
+    /// The records of pending tasks (see `changelog.rs`): their rows are behind, so they stay
+    /// until their flush, whatever the generations hold.
+    pinned: IdMap<TaskRecord>,
+    current: IdMap<TaskRecord>,
     /// What `current` weighs, estimated.
     current_bytes: usize,
-    previous: HashMap<String, TaskRecord>,
+    previous: IdMap<TaskRecord>,
 }
 
 impl RecordCache {
@@ -61,7 +68,50 @@ impl RecordCache {
     /// The committed record of task `id`, when it was written lately.
     pub(super) fn get(&self, id: &str) -> Option<TaskRecord> {
         let g = self.lock();
-        g.current.get(id).or_else(|| g.previous.get(id)).cloned()
+        g.pinned
+            .get(id)
+            .or_else(|| g.current.get(id))
+            .or_else(|| g.previous.get(id))
+            .cloned()
+    }
+
+    /// How many tasks are pending: when none is, the rows are current.
+    pub(super) fn pinned_len(&self) -> usize {
+        self.lock().pinned.len()
+    }
+
+    /// The records of those of `ids` that are pending.
+    pub(super) fn pinned_of(&self, ids: &[String]) -> Vec<TaskRecord> {
+        let g = self.lock();
+        if g.pinned.is_empty() {
+            return Vec::new();
+        }
+        ids.iter()
+            .filter_map(|id| g.pinned.get(id).cloned())
+            .collect()
+    }
+
+    /// Takes the records of a group's logged writes: pending until their flush.
+    fn pin(&self, records: impl Iterator<Item = TaskRecord>) {
+        let mut g = self.lock();
+        for rec in records {
+            g.current.remove(&rec.id);
+            g.previous.remove(&rec.id);
+            g.pinned.insert(rec.id.clone(), rec);
+        }
+    }
+
+    /// The pending tasks' rows were committed: their records become ordinary recent ones, but for
+    /// those the same transaction went on to change without a record (`forgot`, or all of them).
+    fn unpin_all(&self, forgot_all: bool, forgot: &[String]) {
+        let mut pinned = std::mem::take(&mut self.lock().pinned);
+        if forgot_all {
+            return;
+        }
+        for id in forgot {
+            pinned.remove(id);
+        }
+        self.publish(pinned.into_iter());
     }
 
     /// Takes a committed group's records.
@@ -88,12 +138,14 @@ impl RecordCache {
         }
     }
 
+    /// Drops a committed record. A pinned one stays: its row is behind, so it is the only copy.
     fn remove(&self, id: &str) {
         let mut g = self.lock();
         g.current.remove(id);
         g.previous.remove(id);
     }
 
+    /// Drops every committed record but the pinned ones (see [`RecordCache::remove`]).
     fn clear(&self) {
         let mut g = self.lock();
         g.current.clear();
@@ -105,7 +157,7 @@ impl RecordCache {
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         let g = self.lock();
-        g.current.len() + g.previous.len()
+        g.pinned.len() + g.current.len() + g.previous.len()
     }
 }
 
@@ -195,55 +247,173 @@ fn prepared<'s, 'c>(
     }
 }
 
+/// A task this group transaction wrote to the change log rather than to its row: whether it is
+/// new since the last flush, and the status changes it made (its record is the group's latest).
+#[derive(Debug, Default)]
+struct Logged {
+    new: bool,
+    transitions: Vec<Transition>,
+}
+
 /// What one job sees of the group transaction it runs in: the writer's connection, the task
-/// records the group has written so far, and the counts of unfinished tasks.
+/// records the group has written so far, the change log and the counts of unfinished tasks.
 ///
-/// Every write of a task row goes through [`Tx::insert_task`] or [`Tx::update_task`], so that the
-/// counts follow the rows.
+/// Every write of a task goes through [`Tx::insert_task`] or [`Tx::update_task`], so that the
+/// counts follow the tasks. Such a write goes to the change log (see `changelog.rs`) unless the job
+/// reads or writes rows itself ([`Tx::conn`]), the task has webhooks (their outbox entries are
+/// rows written with it), its record is too heavy to keep in memory, or the log cannot take
+/// writes.
 pub(super) struct Tx<'a, 'c> {
-    /// The writer's connection, inside the group's transaction.
-    pub conn: &'a Connection,
     hot: &'a mut Hot<'c>,
-    writes: &'a mut HashMap<String, TaskRecord>,
+    group: &'a mut GroupState,
+    log: &'a mut ChangeLog,
     cache: &'a RecordCache,
     counts: &'a mut Counts,
+    /// The job reads or writes rows: its task writes go to rows too, so that they commit with
+    /// whatever else it writes.
+    rows: bool,
+    /// The job's logged writes, taken into the group by [`Tx::wrote`].
+    staged: Vec<(String, Logged)>,
+    /// The job took some logged write into the group.
+    logged: bool,
 }
 
 impl<'a, 'c> Tx<'a, 'c> {
-    /// The task as this transaction sees it: written earlier in the group, else committed lately,
-    /// else its row.
+    /// The writer's connection inside the group's transaction, for a job that reads or writes task
+    /// rows: the transaction is begun if need be, and every pending task is written as its row in
+    /// it first (a flush), so the rows are current.
+    pub(super) fn conn(&mut self) -> Result<&'c Connection, StoreError> {
+        let conn = self.hot.conn;
+        if !self.rows {
+            self.begin()?;
+            self.flush()?;
+            self.rows = true;
+        }
+        Ok(conn)
+    }
+
+    /// The writer's connection inside the group's transaction, for a job that touches no task row
+    /// (sessions, webhook deliveries): no flush.
+    pub(super) fn other_tables(&mut self) -> Result<&'c Connection, StoreError> {
+        self.begin()?;
+        Ok(self.hot.conn)
+    }
+
+    fn begin(&mut self) -> Result<(), StoreError> {
+        if !self.group.began {
+            self.hot
+                .conn
+                .prepare_cached("BEGIN IMMEDIATE")
+                .and_then(|mut s| s.execute([]))
+                .context("begin a write transaction")?;
+            self.group.began = true;
+        }
+        Ok(())
+    }
+
+    /// Writes every pending task, and every task this group logged so far, as its row.
+    fn flush(&mut self) -> Result<(), StoreError> {
+        if self.log.pending.is_empty() && self.group.logged.is_empty() {
+            return Ok(());
+        }
+        let conn = self.hot.conn;
+        let insert = prepared(conn, &mut self.hot.insert_task, rows::INSERT_TASK)?;
+        let update = prepared(conn, &mut self.hot.update_task, rows::UPDATE_TASK)?;
+        if !self.log.pending.is_empty() {
+            self.log.write_rows(conn, insert, update)?;
+            self.group.flushed = true;
+        }
+        for (id, logged) in std::mem::take(&mut self.group.logged) {
+            let Some(record) = self.group.writes.get(&id) else {
+                continue;
+            };
+            let history = (!logged.transitions.is_empty())
+                .then(|| rows::transitions_text(&logged.transitions))
+                .transpose()?;
+            if logged.new {
+                rows::insert_task(insert, record, history.as_deref())?;
+            } else {
+                rows::update_row(update, record, history.as_deref())?;
+            }
+        }
+        // What the flush changed is not the job's own writing (see `writer::transaction`).
+        self.group.changes_base = Some(conn.total_changes());
+        Ok(())
+    }
+
+    /// Whether a write of `t` goes to the change log (see the type's note).
+    fn logs(&self, t: &TaskRecord) -> bool {
+        // A record too heavy to keep in memory goes to its row: pinned, it would be held whole
+        // until its flush, and written twice.
+        !self.rows && t.webhooks.is_empty() && self.log.usable() && weight(t).is_some()
+    }
+
+    /// Tests: whether the writer is to behave as if the process died (no flush of its own).
+    pub(super) fn crashed(&self) -> bool {
+        self.log.crashed()
+    }
+
+    /// Whether the job took a logged write into the group (its caller then waits on the log).
+    pub(super) fn logged(&self) -> bool {
+        self.logged
+    }
+
+    /// The task as this transaction sees it: written earlier in the group, else committed lately
+    /// (pending tasks included), else its row (current: a task whose row is behind is pinned).
     pub(super) fn task(
         &self,
         id: &str,
         shared: &SharedArguments,
     ) -> Result<Option<TaskRecord>, StoreError> {
-        if let Some(rec) = self.writes.get(id) {
+        if let Some(rec) = self.group.writes.get(id) {
             return Ok(Some(rec.clone()));
         }
         if let Some(rec) = self.cache.get(id) {
             return Ok(Some(rec));
         }
-        select_task_shared(self.conn, id, shared)
+        select_task_shared(self.hot.conn, id, shared)
     }
 
-    /// Inserts task `t`'s row.
+    /// Stores new task `t`.
     pub(super) fn insert_task(&mut self, t: &TaskRecord) -> Result<(), StoreError> {
-        let stmt = prepared(self.hot.conn, &mut self.hot.insert_task, rows::INSERT_TASK)?;
-        rows::insert_task(stmt, t)?;
+        if self.logs(t) {
+            self.staged.push((
+                t.id.clone(),
+                Logged {
+                    new: true,
+                    transitions: Vec::new(),
+                },
+            ));
+        } else {
+            self.conn()?;
+            let stmt = prepared(self.hot.conn, &mut self.hot.insert_task, rows::INSERT_TASK)?;
+            rows::insert_task(stmt, t, None)?;
+        }
         self.counts
             .changed(&t.owner, t.session.as_deref(), None, t.status);
         Ok(())
     }
 
-    /// Writes back task `t`'s row, whose status was `before` (see [`rows::update_task`] for `was`).
+    /// Writes back task `t`, whose status was `before` (see [`rows::update_task`] for `was`).
     pub(super) fn update_task(
         &mut self,
         before: TaskStatus,
         t: &TaskRecord,
         was: crate::webhook::WriteBase,
     ) -> Result<(), StoreError> {
-        let stmt = prepared(self.hot.conn, &mut self.hot.update_task, rows::UPDATE_TASK)?;
-        rows::update_task(self.conn, stmt, t, was)?;
+        if self.logs(t) {
+            self.staged.push((
+                t.id.clone(),
+                Logged {
+                    new: false,
+                    transitions: rows::transition_of(t, was).into_iter().collect(),
+                },
+            ));
+        } else {
+            let conn = self.conn()?;
+            let stmt = prepared(conn, &mut self.hot.update_task, rows::UPDATE_TASK)?;
+            rows::update_task(conn, stmt, t, was)?;
+        }
         self.counts
             .changed(&t.owner, t.session.as_deref(), Some(before), t.status);
         Ok(())
@@ -251,43 +421,105 @@ impl<'a, 'c> Tx<'a, 'c> {
 
     /// The unfinished tasks `limit` counts, up to its `max`, as this transaction sees them.
     pub(super) fn unfinished(&mut self, limit: &ActiveLimit) -> Result<usize, StoreError> {
-        self.counts
-            .of(self.conn, &limit.owner, &limit.among, limit.max)
+        if !self.counts.knows(&limit.owner) {
+            // Read from rows the first time, so the rows must hold every task.
+            self.conn()?;
+        }
+        // Debug builds check the kept counts against the rows, when the rows are current.
+        let current =
+            self.log.pending.is_empty() && self.group.logged.is_empty() && self.staged.is_empty();
+        self.counts.of(
+            self.hot.conn,
+            &limit.owner,
+            &limit.among,
+            limit.max,
+            current,
+        )
     }
 
-    /// Says the job wrote `rec` as the task's row. Call it once the job's statements have all
+    /// Says the job wrote `rec` as the task's record. Call it once the job's statements have all
     /// succeeded: a job that fails afterwards is undone, and its record with it (see
     /// [`Group::job_failed`]).
     pub(super) fn wrote(&mut self, rec: &TaskRecord) {
-        self.writes.insert(rec.id.clone(), rec.clone());
+        let mut i = 0;
+        while i < self.staged.len() {
+            if self.staged[i].0 == rec.id {
+                let (id, l) = self.staged.swap_remove(i);
+                let into = self.group.logged.entry(id).or_default();
+                into.new |= l.new;
+                into.transitions.extend(l.transitions);
+                self.logged = true;
+            } else {
+                i += 1;
+            }
+        }
+        self.group.writes.insert(rec.id.clone(), rec.clone());
     }
 
     /// Says the job changed task `id`'s row in a way it has no record of (a lease renewal): the
     /// next reader takes the row.
     pub(super) fn forget(&mut self, id: &str) {
-        self.writes.remove(id);
+        if !self.group.logged.contains_key(id) {
+            self.group.writes.remove(id);
+        }
+        self.group.forgot.push(id.to_string());
         self.cache.remove(id);
     }
 
     /// Says the job changed task rows it does not name (a purge): every reader takes rows.
     pub(super) fn forget_all(&mut self) {
-        self.writes.clear();
+        let logged = &self.group.logged;
+        self.group.writes.retain(|id, _| logged.contains_key(id));
+        self.group.forgot_all = true;
         self.cache.clear();
     }
 }
 
-/// One group transaction's view: the records its jobs wrote, published when it commits, and the
-/// writer's counts of unfinished tasks.
+/// A group transaction's own state, apart from what it borrows.
+#[derive(Default)]
+pub(super) struct GroupState {
+    /// The records its jobs wrote, logged or not.
+    writes: IdMap<TaskRecord>,
+    /// Which of them go to the change log, and how.
+    logged: IdMap<Logged>,
+    /// Its SQLite transaction is open.
+    pub(super) began: bool,
+    /// It wrote the pending tasks as rows (see [`Tx::conn`]).
+    flushed: bool,
+    /// The connection's change count after the current job's flush, if it flushed.
+    pub(super) changes_base: Option<u64>,
+    /// Tasks whose rows it changed without a record ([`Tx::forget`]); all of them, after
+    /// [`Tx::forget_all`]. Their records from before must not be published when it commits.
+    forgot: Vec<String>,
+    forgot_all: bool,
+}
+
+/// One group transaction: its state, the records published when it commits, the change log and
+/// the writer's counts of unfinished tasks.
 pub(super) struct Group<'a> {
-    writes: HashMap<String, TaskRecord>,
+    pub(super) state: GroupState,
+    log: &'a mut ChangeLog,
     cache: &'a RecordCache,
     counts: &'a mut Counts,
 }
 
+/// How a group's logged writes ended.
+pub(super) enum Logging {
+    /// It logged nothing, or its frames are synced.
+    Done,
+    /// Its append failed: the jobs that logged are not written.
+    Failed(StoreError),
+}
+
 impl<'a> Group<'a> {
-    pub(super) fn new(cache: &'a RecordCache, counts: &'a mut Counts) -> Group<'a> {
+    pub(super) fn new(
+        cache: &'a RecordCache,
+        counts: &'a mut Counts,
+        log: &'a mut ChangeLog,
+    ) -> Group<'a> {
         Group {
-            writes: HashMap::new(),
+            state: GroupState::default(),
+            log,
             cache,
             counts,
         }
@@ -299,11 +531,14 @@ impl<'a> Group<'a> {
         'a: 'b,
     {
         Tx {
-            conn: hot.conn,
             hot,
-            writes: &mut self.writes,
+            group: &mut self.state,
+            log: &mut *self.log,
             cache: self.cache,
             counts: &mut *self.counts,
+            rows: false,
+            staged: Vec::new(),
+            logged: false,
         }
     }
 
@@ -319,9 +554,56 @@ impl<'a> Group<'a> {
         self.counts.job_failed();
     }
 
-    /// The group committed: its records become the committed ones.
-    pub(super) fn committed(self) {
-        self.cache.publish(self.writes.into_iter());
+    /// The group's SQLite transaction committed (or it had none): the flushed tasks are no longer
+    /// pending, its logged writes are appended to the log and synced, and its records become the
+    /// committed ones. Says how the logging ended; the records of a failed append are dropped.
+    pub(super) fn committed(self) -> Logging {
+        let Group {
+            mut state,
+            log,
+            cache,
+            counts,
+        } = self;
+        if state.flushed {
+            log.flushed();
+            cache.unpin_all(state.forgot_all, &state.forgot);
+            if let Err(e) = log.empty() {
+                // Its frames are all written as rows: appending after them is harmless.
+                tracing::warn!(error = %e, "could not empty the change log");
+            }
+        }
+        let mut outcome = Logging::Done;
+        if !state.logged.is_empty() {
+            let mut pending = Vec::with_capacity(state.logged.len());
+            for (id, logged) in std::mem::take(&mut state.logged) {
+                if let Some(record) = state.writes.remove(&id) {
+                    pending.push(Pending {
+                        record,
+                        new: logged.new,
+                        transitions: logged.transitions,
+                    });
+                }
+            }
+            let frames: Vec<_> = pending
+                .iter()
+                .map(|p| (&p.record, p.new, p.transitions.as_slice()))
+                .collect();
+            match log.append(&frames) {
+                Ok(()) => {
+                    cache.pin(pending.iter().map(|p| p.record.clone()));
+                    for p in pending {
+                        log.add(p);
+                    }
+                }
+                Err(e) => {
+                    // The kept counts took these writes in; read them from rows again.
+                    counts.forget();
+                    outcome = Logging::Failed(e);
+                }
+            }
+        }
+        cache.publish(state.writes.into_iter());
+        outcome
     }
 
     /// The transaction was rolled back (its commit failed, or a job failed after it had written):

@@ -7,7 +7,9 @@
 //! single-row statements are in `rows.rs`.
 
 mod cache;
+mod changelog;
 mod deliveries;
+mod frame;
 mod lock;
 mod rows;
 mod schema;
@@ -49,6 +51,9 @@ pub struct SqliteStore {
     cache: Arc<RecordCache>,
     /// The writer thread, joined when the store is dropped.
     writer: Option<std::thread::JoinHandle<()>>,
+    /// Tests: makes the writer behave as if the process died (see `ChangeLog::crash`).
+    #[cfg(test)]
+    crash: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Drop for SqliteStore {
@@ -95,8 +100,14 @@ impl SqliteStore {
             )
             .with_context(|| format!("configure {}", path.display()))?;
         schema::migrate(&mut writer, &path)?;
+        // What a previous run logged and did not write as rows is written now, before anything
+        // reads rows.
+        let log = changelog::ChangeLog::open(&path, &mut writer)?;
+        #[cfg(test)]
+        let crash = log.crash.clone();
         let cache = Arc::new(RecordCache::default());
-        let (jobs, writer) = writer::spawn(writer, cache.clone(), lock)?;
+        let (jobs, writer) = writer::spawn(writer, log, cache.clone(), lock)?;
+        writer::flush_now_and_then(&jobs, cache.clone());
         Ok(SqliteStore {
             path,
             jobs,
@@ -104,6 +115,8 @@ impl SqliteStore {
             shared: Arc::default(),
             cache,
             writer: Some(writer),
+            #[cfg(test)]
+            crash,
         })
     }
 
@@ -141,6 +154,16 @@ impl SqliteStore {
                 "the SQLite writer thread dropped a write",
             ))
         })?
+    }
+
+    /// Makes the rows current before a read of them: writes every pending task as its row (see
+    /// `changelog.rs`). Nothing to do, and no trip to the writer, when no task is pending; a write
+    /// whose caller was answered was pinned before the answer, so it is seen here.
+    async fn flushed(&self) -> Result<(), StoreError> {
+        if self.cache.pinned_len() == 0 {
+            return Ok(());
+        }
+        self.write(|tx| tx.conn().map(|_| ())).await
     }
 
     /// Runs `f` on a read connection on the blocking pool.
@@ -182,8 +205,8 @@ impl TaskStore for SqliteStore {
         let shared = self.shared.clone();
         let created = self
             .write(move |tx| {
-                let conn = tx.conn;
                 if let Some(key) = &task.idempotency_key {
+                    let conn = tx.conn()?;
                     let existing: Option<TaskRecord> = conn
                         .prepare_cached(&format!(
                         "SELECT {TASK_COLUMNS} FROM tasks WHERE owner = ?1 AND idempotency_key = ?2"
@@ -222,6 +245,7 @@ impl TaskStore for SqliteStore {
     }
 
     async fn find_by_key(&self, owner: &str, key: &str) -> Result<Option<TaskRecord>, StoreError> {
+        self.flushed().await?;
         let (owner, key) = (owner.to_string(), key.to_string());
         self.read(move |conn| {
             conn.prepare_cached(&format!(
@@ -271,17 +295,26 @@ impl TaskStore for SqliteStore {
         // One statement for the lot: the ids go in as one JSON array.
         let list = serde_json::to_string(ids).context("encode task ids")?;
         let n = ids.len();
-        self.read(move |conn| {
-            select_tasks(
-                conn,
-                &format!(
-                    "SELECT {TASK_COLUMNS} FROM tasks WHERE id IN (SELECT value FROM json_each(?1))"
-                ),
-                [&list],
-                || format!("read {n} tasks"),
-            )
-        })
-        .await
+        // The rows of pending tasks are behind (or missing): their records are taken instead.
+        // Taken before the rows are read: a task not pending now has a current row later.
+        let pinned = self.cache.pinned_of(ids);
+        let mut tasks = self
+            .read(move |conn| {
+                select_tasks(
+                    conn,
+                    &format!(
+                        "SELECT {TASK_COLUMNS} FROM tasks WHERE id IN (SELECT value FROM json_each(?1))"
+                    ),
+                    [&list],
+                    || format!("read {n} tasks"),
+                )
+            })
+            .await?;
+        if !pinned.is_empty() {
+            tasks.retain(|t| !pinned.iter().any(|p| p.id == t.id));
+            tasks.extend(pinned);
+        }
+        Ok(tasks)
     }
 
     async fn update(
@@ -313,6 +346,7 @@ impl TaskStore for SqliteStore {
     }
 
     async fn list(&self, q: &ListQuery) -> Result<Result<TaskPage, InvalidCursor>, StoreError> {
+        self.flushed().await?;
         let q = q.clone();
         self.read(move |conn| {
             let (after_at, after_id) = match &q.cursor {
@@ -346,7 +380,7 @@ impl TaskStore for SqliteStore {
     async fn add_input(&self, input: InputRecord, now: u64) -> Result<TaskRecord, UpdateError> {
         let shared = self.shared.clone();
         self.write(move |tx| {
-            let conn = tx.conn;
+            let conn = tx.conn()?;
             let mut rec = tx
                 .task(&input.task_id, &shared)?
                 .ok_or(UpdateError::NotFound)?;
@@ -378,7 +412,7 @@ impl TaskStore for SqliteStore {
         let key = key.to_string();
         let shared = self.shared.clone();
         self.write(move |tx| {
-            let conn = tx.conn;
+            let conn = tx.conn()?;
             let input = select_input(conn, &key)?.ok_or(AnswerError::Unknown)?;
             if input.response.is_some() {
                 return Err(AnswerError::AlreadyAnswered);
@@ -433,7 +467,7 @@ impl TaskStore for SqliteStore {
         let shared = self.shared.clone();
         let output = step.output.to_string();
         self.write(move |tx| {
-            let conn = tx.conn;
+            let conn = tx.conn()?;
             // The writer thread is the only writer, so the check and the insert are one step.
             let rec = tx
                 .task(&step.task_id, &shared)?
@@ -482,6 +516,7 @@ impl TaskStore for SqliteStore {
     }
 
     async fn history(&self, task_id: &str) -> Result<Vec<Transition>, StoreError> {
+        self.flushed().await?;
         let id = task_id.to_string();
         self.read(move |conn| {
             let mut stmt = conn
@@ -516,6 +551,7 @@ impl TaskStore for SqliteStore {
     }
 
     async fn search(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
+        self.flushed().await?;
         let f = filter.clone();
         self.read(move |conn| {
             let sql = format!(
@@ -542,6 +578,7 @@ impl TaskStore for SqliteStore {
     }
 
     async fn count_finished(&self, created_after: u64) -> Result<FinishedCounts, StoreError> {
+        self.flushed().await?;
         self.read(move |conn| {
             // Task ids begin with their creation time (`ids::task_id`), so the primary key finds the
             // range; only those rows are read.
@@ -575,6 +612,7 @@ impl TaskStore for SqliteStore {
     }
 
     async fn count_active(&self) -> Result<ActiveCounts, StoreError> {
+        self.flushed().await?;
         self.read(|conn| {
             let mut stmt = conn
                 .prepare_cached(
@@ -601,6 +639,7 @@ impl TaskStore for SqliteStore {
     }
 
     async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError> {
+        self.flushed().await?;
         self.read(move |conn| {
             let sql = format!(
                 "SELECT {TASK_COLUMNS} FROM tasks WHERE status = 'input_required' \
@@ -622,7 +661,7 @@ impl TaskStore for SqliteStore {
         let node = node.to_string();
         let ids = ids.to_vec();
         self.write(move |tx| {
-            let conn = tx.conn;
+            let conn = tx.conn()?;
             let mut stmt = conn
                 .prepare_cached(
                     "UPDATE tasks SET lease_until = ?1 WHERE id = ?2 AND lease_owner = ?3 \
@@ -656,7 +695,7 @@ impl TaskStore for SqliteStore {
         let node = node.to_string();
         let shared = self.shared.clone();
         self.write(move |tx| {
-            let conn = tx.conn;
+            let conn = tx.conn()?;
             let sql = format!(
                 "SELECT {TASK_COLUMNS} FROM tasks WHERE status IN ('working', 'input_required') \
                  AND (?1 OR lease_until IS NULL OR lease_until < ?2)"
@@ -681,7 +720,7 @@ impl TaskStore for SqliteStore {
 
     async fn purge(&self, p: PurgePolicy) -> Result<Purged, StoreError> {
         self.write(move |tx| {
-                let conn = tx.conn;
+                let conn = tx.conn()?;
             let now = sql_int(p.now);
             let (grace_edge, cond) = match p.finished_before {
                 // An operator's purge: everything finished before the cutoff.
@@ -747,7 +786,8 @@ impl TaskStore for SqliteStore {
 
     async fn put_session(&self, s: &SessionRecord) -> Result<(), StoreError> {
         let s = s.clone();
-        self.write(move |tx| insert_session(tx.conn, &s)).await
+        self.write(move |tx| insert_session(tx.other_tables()?, &s))
+            .await
     }
 
     async fn create_session(
@@ -757,7 +797,7 @@ impl TaskStore for SqliteStore {
     ) -> Result<(), StoreError> {
         let (s, limit) = (s.clone(), limit.clone());
         self.write(move |tx| {
-            let conn = tx.conn;
+            let conn = tx.other_tables()?;
             // The writer thread runs one job at a time: the counts and the insert are one step.
             let of_prefix = match &limit.per_prefix {
                 Some((prefix, max)) => {
@@ -787,7 +827,7 @@ impl TaskStore for SqliteStore {
     async fn touch_session(&self, id: &str, now: u64) -> Result<bool, StoreError> {
         let id = id.to_string();
         self.write(move |tx| {
-            let conn = tx.conn;
+            let conn = tx.other_tables()?;
             let n = conn
                 .execute(
                     "UPDATE sessions SET last_seen = MAX(last_seen, ?2) WHERE id = ?1 \
@@ -803,7 +843,7 @@ impl TaskStore for SqliteStore {
     async fn delete_session(&self, id: &str) -> Result<bool, StoreError> {
         let id = id.to_string();
         self.write(move |tx| {
-            let conn = tx.conn;
+            let conn = tx.other_tables()?;
             let n = conn
                 .execute("DELETE FROM sessions WHERE id = ?1", [&id])
                 .with_context(|| format!("delete session {id}"))?;
@@ -831,7 +871,7 @@ impl TaskStore for SqliteStore {
         {
             return Ok(Vec::new());
         }
-        self.write(move |tx| deliveries::claim(tx.conn, &node, now, lease_until, limit))
+        self.write(move |tx| deliveries::claim(tx.other_tables()?, &node, now, lease_until, limit))
             .await
     }
 
@@ -843,7 +883,7 @@ impl TaskStore for SqliteStore {
         next: DeliveryNext,
     ) -> Result<bool, StoreError> {
         let (id, node) = (id.to_string(), node.to_string());
-        self.write(move |tx| deliveries::finish(tx.conn, &id, &node, &attempt, next))
+        self.write(move |tx| deliveries::finish(tx.other_tables()?, &id, &node, &attempt, next))
             .await
     }
 
@@ -859,22 +899,23 @@ impl TaskStore for SqliteStore {
 
     async fn redeliver(&self, id: &str, now: u64) -> Result<bool, StoreError> {
         let id = id.to_string();
-        self.write(move |tx| deliveries::redeliver(tx.conn, &id, now))
+        self.write(move |tx| deliveries::redeliver(tx.other_tables()?, &id, now))
             .await
     }
 
     async fn purge_deliveries(&self, before: u64) -> Result<usize, StoreError> {
-        self.write(move |tx| deliveries::purge(tx.conn, before))
+        self.write(move |tx| deliveries::purge(tx.other_tables()?, before))
             .await
     }
 
     async fn release_deliveries(&self, node: &str) -> Result<usize, StoreError> {
         let node = node.to_string();
-        self.write(move |tx| deliveries::release(tx.conn, &node))
+        self.write(move |tx| deliveries::release(tx.other_tables()?, &node))
             .await
     }
 
     async fn count_registrations(&self, owner: &str, max: u64) -> Result<u64, StoreError> {
+        self.flushed().await?;
         let owner = owner.to_string();
         self.read(move |conn| deliveries::count_registrations(conn, &owner, max))
             .await

@@ -251,12 +251,20 @@ fn outcome_json(t: &TaskRecord) -> Result<Option<String>, StoreError> {
 pub(super) const INSERT_TASK: &str = concat!(
     "INSERT INTO tasks (",
     task_columns!("arguments"),
-    ", expires_at) VALUES \
-     (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27)"
+    ", expires_at, history) VALUES \
+     (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27,\
+     CASE WHEN ?28 IS NULL THEN NULL ELSE '[' || ?28 || ']' END)"
 );
 
-/// Stores a new task, through `stmt` (prepared from [`INSERT_TASK`]).
-pub(super) fn insert_task(stmt: &mut Statement<'_>, t: &TaskRecord) -> Result<(), StoreError> {
+/// Stores a new task, through `stmt` (prepared from [`INSERT_TASK`]). `history` is the status
+/// changes it went through after its creation, each a JSON [`Transition`](crate::model::Transition),
+/// joined by commas (see [`transitions_text`]): a task written first from the change log may have
+/// finished already.
+pub(super) fn insert_task(
+    stmt: &mut Statement<'_>,
+    t: &TaskRecord,
+    history: Option<&str>,
+) -> Result<(), StoreError> {
     let outcome = outcome_json(t)?;
     stmt.execute(params![
         t.id,
@@ -286,6 +294,7 @@ pub(super) fn insert_task(stmt: &mut Statement<'_>, t: &TaskRecord) -> Result<()
         t.checkpoint.as_ref().map(ToString::to_string),
         crate::webhook::encode_targets(&t.webhooks),
         opt_i64(t.expires_at()),
+        history,
     ])
     .with_context(|| format!("insert task {}", t.id))?;
     Ok(())
@@ -332,38 +341,75 @@ pub(super) fn update_task(
         })
         .with_context(|| format!("write the {} event of task {} to the outbox", e.event, t.id))?;
     }
-    let outcome = outcome_json(t)?;
     // Appended as text to the array the row holds (it is only ever written here): SQLite's JSON
     // functions would parse and render the whole array at every change.
-    let transition = (was.was != Some(t.status))
-        .then(|| {
-            serde_json::to_string(&crate::model::Transition {
-                at: t.updated_at,
-                status: t.status,
-                message: t.status_message.clone(),
-            })
-        })
-        .transpose()
-        .with_context(|| format!("serialize the status change of task {}", t.id))?;
-    stmt.execute(params![
-        t.id,
-        t.status.as_str(),
-        t.status_message,
-        t.progress,
-        t.progress_total,
-        sql_int(t.updated_at),
-        outcome,
-        i64::from(t.attempt),
-        t.lease_owner,
-        opt_i64(t.lease_until),
-        opt_i64(t.finished_at),
-        t.progress_message,
-        opt_i64(t.ttl_ms),
-        opt_i64(t.expires_at()),
-        t.checkpoint.as_ref().map(ToString::to_string),
-        transition,
-    ])
-    .with_context(|| format!("update task {}", t.id))?;
+    let transition = transition_of(t, was)
+        .map(|tr| transitions_text(std::slice::from_ref(&tr)))
+        .transpose()?;
+    update_row(stmt, t, transition.as_deref())
+}
+
+/// The status change a write of `t` on top of `was` makes, if it changes the status.
+pub(super) fn transition_of(
+    t: &TaskRecord,
+    was: crate::webhook::WriteBase,
+) -> Option<crate::model::Transition> {
+    (was.was != Some(t.status)).then(|| crate::model::Transition {
+        at: t.updated_at,
+        status: t.status,
+        message: t.status_message.clone(),
+    })
+}
+
+/// `transitions` as the text [`insert_task`] and [`update_row`] add to a row's history: each one
+/// JSON, joined by commas.
+pub(super) fn transitions_text(
+    transitions: &[crate::model::Transition],
+) -> Result<String, StoreError> {
+    let mut text = String::new();
+    for tr in transitions {
+        if !text.is_empty() {
+            text.push(',');
+        }
+        text.push_str(&serde_json::to_string(tr).context("serialize a status change")?);
+    }
+    Ok(text)
+}
+
+/// Writes back the fields of task `t` a change can touch, through `stmt` (prepared from
+/// [`UPDATE_TASK`]), and appends `history` (see [`transitions_text`]) to its history.
+pub(super) fn update_row(
+    stmt: &mut Statement<'_>,
+    t: &TaskRecord,
+    history: Option<&str>,
+) -> Result<(), StoreError> {
+    let outcome = outcome_json(t)?;
+    let n = stmt
+        .execute(params![
+            t.id,
+            t.status.as_str(),
+            t.status_message,
+            t.progress,
+            t.progress_total,
+            sql_int(t.updated_at),
+            outcome,
+            i64::from(t.attempt),
+            t.lease_owner,
+            opt_i64(t.lease_until),
+            opt_i64(t.finished_at),
+            t.progress_message,
+            opt_i64(t.ttl_ms),
+            opt_i64(t.expires_at()),
+            t.checkpoint.as_ref().map(ToString::to_string),
+            history,
+        ])
+        .with_context(|| format!("update task {}", t.id))?;
+    if n != 1 {
+        return Err(StoreError::message(format!(
+            "update task {}: its row is missing",
+            t.id
+        )));
+    }
     Ok(())
 }
 

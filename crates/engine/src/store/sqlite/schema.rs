@@ -156,6 +156,13 @@ CREATE TABLE IF NOT EXISTS sessions (
               WHERE id IN (SELECT task_id FROM task_history); \
               DROP TABLE task_history;",
     },
+    Migration {
+        version: 11,
+        what: "record how far the change log is written as rows",
+        // See `changelog.rs`: a replay skips the frames at or below this number.
+        sql: "CREATE TABLE change_log (flushed_seq INTEGER NOT NULL); \
+              INSERT INTO change_log (flushed_seq) VALUES (0);",
+    },
 ];
 
 /// The version a database is at once every migration is applied.

@@ -343,7 +343,11 @@ async fn a_task_written_lately_is_read_from_memory_and_a_heavy_one_from_its_row(
 async fn the_records_kept_in_memory_are_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("bounded.db")).unwrap();
-    let n = 2 * cache::GENERATION + 100;
+    // Enough that the first ones are out of both generations even though the last ones are still
+    // pending (pinned, not yet in a generation) and the first ones entered late, at their flush.
+    let n = 2 * cache::GENERATION
+        + 2 * (super::changelog::FLUSH_TASKS + super::writer::MAX_GROUP)
+        + 100;
     let writes: Vec<_> = (0..n)
         .map(|i| {
             store.create(
@@ -355,8 +359,10 @@ async fn the_records_kept_in_memory_are_bounded() {
     for w in futures::future::join_all(writes).await {
         w.unwrap();
     }
+    // The generations, and the pending tasks: at most a flush's worth and one group more.
     assert!(
-        store.cache.len() <= 2 * cache::GENERATION,
+        store.cache.len()
+            <= 2 * cache::GENERATION + super::changelog::FLUSH_TASKS + super::writer::MAX_GROUP,
         "{}",
         store.cache.len()
     );
@@ -451,4 +457,86 @@ async fn the_unfinished_limit_holds_within_a_group_and_across_a_restart() {
         })
     ));
     store.create(more("reopened2"), limit(11)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_before_the_logged_writes_are_rows_loses_none_of_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crash.db");
+    let store = SqliteStore::open(&path).unwrap();
+    // From here the writer writes no rows by itself: no flush when idle, none when it closes.
+    store.crash.store(true, std::sync::atomic::Ordering::SeqCst);
+    let record = super::super::testkit::record;
+    let finish = |n: u64| TaskChange {
+        status: Some(TaskStatus::Completed),
+        outcome: Some(crate::model::Outcome::Result {
+            value: serde_json::json!({ "n": n }),
+            is_error: false,
+        }),
+        ..Default::default()
+    };
+    for id in ["a", "b"] {
+        store.create(record(id, "o", 1), None).await.unwrap();
+    }
+    // A read of rows writes the pending ones: "a" and "b" have rows from here.
+    assert_eq!(store.count_active().await.unwrap().working, 2);
+    let a = store
+        .update("a", &TaskStatus::ACTIVE, finish(1), 10)
+        .await
+        .unwrap();
+    let c = match store.create(record("c", "o", 2), None).await.unwrap() {
+        Created::New(t) => t,
+        Created::Existing(_) => unreachable!("a new id"),
+    };
+    let wait = TaskChange {
+        status: Some(TaskStatus::InputRequired),
+        ..Default::default()
+    };
+    store
+        .update("c", &TaskStatus::ACTIVE, wait, 11)
+        .await
+        .unwrap();
+    let c_done = store
+        .update("c", &TaskStatus::ACTIVE, finish(3), 12)
+        .await
+        .unwrap();
+    drop(store);
+
+    // What the process left: "c" has no row and "a" an old one; the log holds both.
+    let raw = Connection::open(&path).unwrap();
+    let rows: Vec<(String, String)> = raw
+        .prepare("SELECT id, status FROM tasks ORDER BY id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        rows,
+        [
+            ("a".to_string(), "working".to_string()),
+            ("b".to_string(), "working".to_string())
+        ]
+    );
+    drop(raw);
+    assert!(std::fs::metadata(changelog::path_of(&path)).unwrap().len() > 0);
+
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.get("a").await.unwrap(), Lookup::Found(a));
+    assert_eq!(store.get("c").await.unwrap(), Lookup::Found(c_done));
+    assert_eq!(c.status, TaskStatus::Working);
+    let history: Vec<TaskStatus> = store
+        .history("c")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.status)
+        .collect();
+    assert_eq!(history, [TaskStatus::InputRequired, TaskStatus::Completed]);
+    assert_eq!(store.count_active().await.unwrap().working, 1, "only b");
+    assert_eq!(
+        std::fs::metadata(changelog::path_of(&path)).unwrap().len(),
+        0,
+        "written as rows at open, then emptied"
+    );
 }

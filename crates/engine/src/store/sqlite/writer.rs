@@ -3,6 +3,10 @@
 //! Whatever queued up while the previous transaction was being made durable goes into the next one.
 //! A job's caller is answered only after the commit that holds its write.
 //!
+//! A group's task writes go to the change log, not to rows (`changelog.rs`): a group whose jobs only
+//! create and update tasks is one append and one sync. Its SQLite transaction is begun only by a job
+//! that needs rows.
+//!
 //! Jobs run without a savepoint each. A savepoint made SQLite copy every page a job touched into
 //! its sub-journal, about a sixth of the writer's work per task, to undo jobs that almost never
 //! need undoing: a job checks before it writes, and a statement that fails undoes itself. So a job
@@ -15,7 +19,8 @@ use rusqlite::Connection;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
-use super::cache::{Group, Hot, RecordCache, Tx};
+use super::cache::{Group, Hot, Logging, RecordCache, Tx};
+use super::changelog::{self, ChangeLog};
 use super::unfinished::Counts;
 use crate::store::StoreError;
 
@@ -27,15 +32,17 @@ pub(super) type Completion = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 pub(super) type Job = Box<dyn FnOnce(&mut Tx<'_, '_>) -> (bool, Completion) + Send>;
 
 /// Most jobs one transaction takes; bounds the latency a job can add to the others in its group.
-const MAX_GROUP: usize = 512;
+pub(super) const MAX_GROUP: usize = 512;
 /// Writes that may wait for the writer before senders have to wait too.
 const QUEUE: usize = 8192;
 
 /// Starts the writer thread on `conn` and returns the queue to send it jobs and the thread. The
-/// thread publishes what it commits to `cache`, and ends when every sender is dropped; it holds
-/// `lock` (the file's claim by this process) until its connection is closed.
+/// thread publishes what it commits to `cache`, and ends when every sender is dropped, after
+/// writing every pending task as its row; it holds `lock` (the file's claim by this process) until
+/// its connection is closed.
 pub(super) fn spawn(
     conn: Connection,
+    log: ChangeLog,
     cache: Arc<RecordCache>,
     lock: std::fs::File,
 ) -> Result<(mpsc::Sender<Job>, std::thread::JoinHandle<()>), StoreError> {
@@ -43,7 +50,8 @@ pub(super) fn spawn(
     let thread = std::thread::Builder::new()
         .name("mcp-tasks-sqlite-writer".into())
         .spawn(move || {
-            writer_loop(&conn, &cache, rx);
+            let mut log = log;
+            writer_loop(&conn, &mut log, &cache, rx);
             drop(conn);
             drop(lock);
         })
@@ -57,11 +65,18 @@ fn control(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
-fn writer_loop(conn: &Connection, cache: &RecordCache, mut rx: mpsc::Receiver<Job>) {
+fn writer_loop(
+    conn: &Connection,
+    log: &mut ChangeLog,
+    cache: &RecordCache,
+    mut rx: mpsc::Receiver<Job>,
+) {
     // Only this thread writes, so only it keeps the counts (see `unfinished.rs`).
     let mut counts = Counts::default();
     let mut hot = Hot::new(conn);
-    while let Some(first) = rx.blocking_recv() {
+    loop {
+        let first = rx.blocking_recv();
+        let Some(first) = first else { break };
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
             match rx.try_recv() {
@@ -71,47 +86,112 @@ fn writer_loop(conn: &Connection, cache: &RecordCache, mut rx: mpsc::Receiver<Jo
         }
         let mut jobs = group.into_iter().peekable();
         while jobs.peek().is_some() {
-            transaction(conn, &mut hot, cache, &mut counts, &mut jobs);
+            transaction(conn, &mut hot, log, cache, &mut counts, &mut jobs);
         }
+        if log.pending.len() >= changelog::FLUSH_TASKS || log.len() >= changelog::FLUSH_BYTES {
+            flush(conn, &mut hot, log, cache, &mut counts);
+        }
+    }
+    // Closing: the rows hold everything, so the file is whole without its log.
+    if !log.crashed() {
+        flush(conn, &mut hot, log, cache, &mut counts);
+    }
+}
+
+/// Sends the writer a flush every [`changelog::IDLE_FLUSH`] while tasks are pending, so that rows
+/// read by other processes lag little however few writes come; ends with the store. A task on the
+/// caller's runtime rather than a timed wait in the writer: that wait cost a timer and a wake-up
+/// per group.
+pub(super) fn flush_now_and_then(jobs: &mpsc::Sender<Job>, cache: Arc<RecordCache>) {
+    let jobs = jobs.downgrade();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(changelog::IDLE_FLUSH).await;
+            let Some(jobs) = jobs.upgrade() else { return };
+            if cache.pinned_len() == 0 {
+                continue;
+            }
+            let job: Job = Box::new(|t: &mut Tx<'_, '_>| {
+                if t.crashed() {
+                    return (true, Box::new(|_| {}) as Completion);
+                }
+                let ok = match t.conn() {
+                    Ok(_) => true,
+                    Err(e) => {
+                        tracing::error!(error = %crate::store::error_chain(&e), "writing the change log as rows failed");
+                        false
+                    }
+                };
+                (ok, Box::new(|_| {}) as Completion)
+            });
+            if jobs.send(job).await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// Writes every pending task as its row, in a transaction of its own.
+fn flush(
+    conn: &Connection,
+    hot: &mut Hot<'_>,
+    log: &mut ChangeLog,
+    cache: &RecordCache,
+    counts: &mut Counts,
+) {
+    if log.pending.is_empty() {
+        return;
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let job: Job = Box::new(move |t: &mut Tx<'_, '_>| {
+        let result = t.conn().map(|_| ());
+        let ok = result.is_ok();
+        let complete: Completion = Box::new(move |commit| {
+            let _ = tx.send(result.and(commit));
+        });
+        (ok, complete)
+    });
+    transaction(conn, hot, log, cache, counts, &mut std::iter::once(job));
+    if let Ok(Err(e)) = rx.try_recv() {
+        // The tasks stay pending (and logged); the next flush tries again.
+        tracing::error!(error = %crate::store::error_chain(&e), "writing the change log as rows failed");
     }
 }
 
 /// Runs jobs from `jobs` in one transaction, until they run out or one fails after it has written,
-/// and answers each job that ran.
+/// and answers each job that ran. The SQLite transaction is begun by the first job that needs one
+/// (see [`Tx::conn`]); a group whose jobs only log commits with one append to the change log.
 fn transaction(
     conn: &Connection,
     hot: &mut Hot<'_>,
+    log: &mut ChangeLog,
     cache: &RecordCache,
     counts: &mut Counts,
     jobs: &mut impl Iterator<Item = Job>,
 ) {
-    if let Err(e) = control(conn, "BEGIN IMMEDIATE") {
-        // Every job of the group is told the same cause, so it is shared rather than copied.
-        let cause = Arc::new(e);
-        for job in jobs {
-            // The job never ran; answer it with the error without touching the database.
-            let (_, complete) = job_without_db(job);
-            complete(Err(StoreError::backend(
-                "begin a write transaction",
-                cause.clone(),
-            )));
-        }
-        return;
-    }
-    let mut done: Vec<Completion> = Vec::new();
-    let mut records = Group::new(cache, counts);
+    // Each job's completion, and whether it logged a write.
+    let mut done: Vec<(Completion, bool)> = Vec::new();
+    let mut records = Group::new(cache, counts, log);
     for job in jobs.by_ref() {
         let before = conn.total_changes();
-        let (ok, complete) = job(&mut records.tx(hot));
+        records.state.changes_base = None;
+        let (ok, complete, logged) = {
+            let mut tx = records.tx(hot);
+            let (ok, complete) = job(&mut tx);
+            (ok, complete, tx.logged())
+        };
         if ok {
             records.job_succeeded();
-            done.push(complete);
+            done.push((complete, logged));
             continue;
         }
         records.job_failed();
-        if conn.total_changes() == before && !conn.is_autocommit() {
-            // It changed no row (a statement that fails undoes itself): the others' writes stand.
-            done.push(complete);
+        // A flush the job asked for (`Tx::conn`) is not its own writing.
+        let base = records.state.changes_base.unwrap_or(before);
+        if conn.total_changes() == base && records.state.began != conn.is_autocommit() {
+            // It changed no row (a statement that fails undoes itself) and logged nothing (its
+            // staged writes went with it): the others' writes stand.
+            done.push((complete, false));
             continue;
         }
         // It failed halfway through its writes (or SQLite ended the transaction itself): only
@@ -123,7 +203,7 @@ fn transaction(
             }
         }
         records.rolled_back();
-        for complete in done {
+        for (complete, _) in done {
             complete(Err(StoreError::message(
                 "the transaction holding this write was rolled back after another write in it \
                  failed halfway; this write was not made",
@@ -131,40 +211,38 @@ fn transaction(
         }
         return;
     }
-    let commit = control(conn, "COMMIT").map_err(Arc::new);
-    if commit.is_err() {
-        // Leave no transaction open for the next group; if this fails too there was none.
-        let _ = control(conn, "ROLLBACK");
-        records.rolled_back();
-    } else {
-        // Before any caller hears of its write, so each reads what it wrote.
-        records.committed();
-    }
-    for complete in done {
-        complete(match &commit {
-            Ok(()) => Ok(()),
-            Err(cause) => Err(StoreError::backend(
-                "commit a write transaction",
-                cause.clone(),
-            )),
-        });
-    }
-}
-
-/// Extracts a job's completion without running it against the database. Jobs are closures, so the only
-/// way to get their completion is to run them; an in-memory connection with no tables makes every
-/// statement fail, which is what an unrun job should report anyway.
-fn job_without_db(job: Job) -> (bool, Completion) {
-    match Connection::open_in_memory() {
-        Ok(scratch) => {
-            let cache = RecordCache::default();
-            let mut counts = Counts::default();
-            let mut hot = Hot::new(&scratch);
-            let mut group = Group::new(&cache, &mut counts);
-            let mut tx = group.tx(&mut hot);
-            job(&mut tx)
+    if records.state.began {
+        if let Err(e) = control(conn, "COMMIT") {
+            // Leave no transaction open for the next group; if this fails too there was none.
+            let _ = control(conn, "ROLLBACK");
+            records.rolled_back();
+            let cause = Arc::new(e);
+            for (complete, _) in done {
+                complete(Err(StoreError::backend(
+                    "commit a write transaction",
+                    cause.clone(),
+                )));
+            }
+            return;
         }
-        Err(_) => (false, Box::new(|_| {})),
+    }
+    // Before any caller hears of its write, so each reads what it wrote.
+    match records.committed() {
+        Logging::Done => {
+            for (complete, _) in done {
+                complete(Ok(()));
+            }
+        }
+        Logging::Failed(e) => {
+            let cause = Arc::new(e);
+            for (complete, logged) in done {
+                complete(if logged {
+                    Err(StoreError::backend("log a write", cause.clone()))
+                } else {
+                    Ok(())
+                });
+            }
+        }
     }
 }
 
@@ -181,7 +259,10 @@ mod tests {
     fn job(f: impl FnOnce(&Connection) -> rusqlite::Result<()> + Send + 'static) -> (Job, Heard) {
         let (tx, rx) = std_mpsc::channel();
         let job: Job = Box::new(move |t: &mut Tx<'_, '_>| {
-            let result = f(t.conn).map_err(|e| e.to_string());
+            let result = t
+                .conn()
+                .map_err(|e| e.to_string())
+                .and_then(|c| f(c).map_err(|e| e.to_string()));
             let ok = result.is_ok();
             let complete: Completion = Box::new(move |commit| {
                 let _ = tx.send(match commit {
@@ -204,11 +285,16 @@ mod tests {
     fn run_in_one_group(jobs: Vec<(Job, Heard)>) -> (Vec<Result<(), String>>, Vec<String>) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.sqlite");
-        let conn = Connection::open(&path).unwrap();
-        conn.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t (k TEXT PRIMARY KEY);")
-            .unwrap();
+        let mut conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL; CREATE TABLE t (k TEXT PRIMARY KEY); \
+             CREATE TABLE change_log (flushed_seq INTEGER NOT NULL); \
+             INSERT INTO change_log VALUES (0);",
+        )
+        .unwrap();
+        let log = ChangeLog::open(&path, &mut conn).unwrap();
         let lock = std::fs::File::create(dir.path().join("w.lock")).unwrap();
-        let (queue, thread) = spawn(conn, Arc::new(RecordCache::default()), lock).unwrap();
+        let (queue, thread) = spawn(conn, log, Arc::new(RecordCache::default()), lock).unwrap();
         let (started_tx, started) = std_mpsc::channel();
         let (release, released) = std_mpsc::channel::<()>();
         let (gate, gate_heard) = job(move |_| {

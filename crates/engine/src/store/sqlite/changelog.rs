@@ -1,0 +1,440 @@
+//! The change log: task writes made durable by one append and one sync, written as rows later.
+//!
+//! A durable create used to be an insert into `tasks` and its indexes, and its finish an update of
+//! three indexed columns, each committed through the WAL: about ten page frames and their
+//! checksums per task, most of the writer's work (issue 30). Instead the writer appends each
+//! group's task writes to a file beside the database (`<file>-changes`), one frame per task, and
+//! syncs it once; that is the commit the callers wait for. The rows follow in a later transaction
+//! (a *flush*), one statement per task whatever it went through meanwhile: a task created and
+//! finished between two flushes costs one insert of its final state.
+//!
+//! Until its flush a logged task is *pending*: its record is pinned in the record cache (readers
+//! by id find it there) and the writer holds it here. Whatever reads task rows first flushes (the
+//! writer's own jobs through [`Tx::conn`](super::cache::Tx::conn), readers through
+//! `SqliteStore::flushed`), so no reader of rows sees them behind the log.
+//!
+//! The flush's transaction also records the log's highest sequence number it covers
+//! (`change_log.flushed_seq`), and only then is the file emptied. Opening the store replays the
+//! frames above that number, in order, so a crash between the log's sync and the flush, or between
+//! the flush's commit and the emptying, loses nothing and applies nothing twice. A frame is its
+//! length, a CRC-32 of its content, and the content (`frame.rs`): a torn last frame (a crash in the
+//! middle of an append nobody was answered for) ends the replay there.
+
+use rusqlite::{params, Connection, Statement};
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::cache::IdMap;
+use super::frame::{self, Entry, FrameError};
+use super::rows;
+use super::Context;
+use crate::model::{TaskRecord, Transition};
+use crate::store::StoreError;
+
+/// Pending tasks past which the writer flushes after answering a group: bounds what a flush takes
+/// (its time holds up the next group), what the cache pins and what a restart replays.
+pub(super) const FLUSH_TASKS: usize = 256;
+/// Log bytes past which the writer flushes, whatever the count: large results.
+pub(super) const FLUSH_BYTES: u64 = 16 << 20;
+/// How long a pending task may wait for its row at most (give or take a flush), so that rows read
+/// by other processes (an operator's `sqlite3`) lag little.
+pub(super) const IDLE_FLUSH: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Bytes of a frame's header: the content's length and its CRC-32, little-endian.
+const HEADER: usize = 8;
+/// Largest frame content a replay accepts: more is taken for a torn length.
+const MAX_FRAME: u32 = 1 << 30;
+
+/// The log file of the database at `db`.
+pub(super) fn path_of(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-changes");
+    PathBuf::from(name)
+}
+
+/// A task whose row is behind: its latest record, whether it has a row at all, and the status
+/// changes its row's history lacks.
+#[derive(Clone, Debug)]
+pub(super) struct Pending {
+    pub record: TaskRecord,
+    pub new: bool,
+    pub transitions: Vec<Transition>,
+}
+
+impl Pending {
+    /// Adds `later` (the same task's writes in a later group) on top of this.
+    pub(super) fn then(&mut self, later: Pending) {
+        self.record = later.record;
+        self.new |= later.new;
+        self.transitions.extend(later.transitions);
+    }
+}
+
+/// The open log file and what it holds that the rows do not.
+pub(super) struct ChangeLog {
+    file: File,
+    path: PathBuf,
+    /// Bytes in the file.
+    len: u64,
+    /// The sequence number of the last frame appended.
+    seq: u64,
+    /// The pending tasks, by id.
+    pub(super) pending: IdMap<Pending>,
+    /// Set when an append failed: the file may end in a partial frame, so nothing more is appended
+    /// to it until it is emptied (every write goes to rows meanwhile).
+    broken: bool,
+    /// Tests: the writer neither flushes when idle nor when it closes, as if the process died.
+    #[cfg(test)]
+    pub(super) crash: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl ChangeLog {
+    /// Opens the log of `db` (connected as `conn`, whose schema is current), writes as rows what a
+    /// previous run logged and did not flush, and empties it.
+    pub(super) fn open(db: &Path, conn: &mut Connection) -> Result<ChangeLog, StoreError> {
+        let path = path_of(db);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .with_context(|| format!("open the change log {}", path.display()))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .with_context(|| format!("read the change log {}", path.display()))?;
+        let flushed = flushed_seq(conn)?;
+        let mut pending: IdMap<Pending> = IdMap::default();
+        let mut seq = flushed;
+        let (entries, whole) = frames(&bytes);
+        if whole < bytes.len() {
+            // Only the last append can be torn (none follows a failed one), and nobody was told it
+            // succeeded.
+            tracing::warn!(
+                log = %path.display(),
+                bytes = bytes.len() - whole,
+                "the change log ends in a torn frame; it was never acknowledged and is dropped"
+            );
+        }
+        for entry in entries {
+            let entry =
+                entry.with_context(|| format!("replay the change log {}", path.display()))?;
+            if entry.seq <= flushed {
+                // Written as rows by a flush whose commit the emptying of the file did not follow.
+                continue;
+            }
+            seq = seq.max(entry.seq);
+            let p = Pending {
+                record: entry.record,
+                new: entry.new,
+                transitions: entry.transitions,
+            };
+            match pending.get_mut(&p.record.id) {
+                Some(earlier) => earlier.then(p),
+                None => {
+                    pending.insert(p.record.id.clone(), p);
+                }
+            }
+        }
+        let mut log = ChangeLog {
+            file,
+            path,
+            len: bytes.len() as u64,
+            seq,
+            pending,
+            broken: false,
+            #[cfg(test)]
+            crash: Default::default(),
+        };
+        if !log.pending.is_empty() {
+            let n = log.pending.len();
+            let tx = conn.transaction().with_context(|| {
+                format!("begin replaying the change log {}", log.path.display())
+            })?;
+            {
+                let mut insert = tx
+                    .prepare(rows::INSERT_TASK)
+                    .context("prepare the replay")?;
+                let mut update = tx
+                    .prepare(rows::UPDATE_TASK)
+                    .context("prepare the replay")?;
+                log.write_rows(&tx, &mut insert, &mut update)?;
+            }
+            tx.commit().with_context(|| {
+                format!(
+                    "commit {n} tasks replayed from the change log {}",
+                    log.path.display()
+                )
+            })?;
+            tracing::info!(tasks = n, log = %log.path.display(), "replayed the change log");
+            log.flushed();
+        }
+        log.empty()?;
+        Ok(log)
+    }
+
+    /// Tests: whether the writer is to behave as if the process died.
+    #[cfg(test)]
+    pub(super) fn crashed(&self) -> bool {
+        self.crash.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Whether the writer is to behave as if the process died: never, but in tests.
+    #[cfg(not(test))]
+    pub(super) fn crashed(&self) -> bool {
+        false
+    }
+
+    /// Whether writes may go to the log now.
+    pub(super) fn usable(&self) -> bool {
+        !self.broken
+    }
+
+    /// Bytes the log holds.
+    pub(super) fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Writes every pending task as its row, through the writer's statements, inside the caller's
+    /// transaction, and records in it that the log is written up to its last frame. The tasks stay
+    /// pending until [`ChangeLog::flushed`] (the transaction may still roll back).
+    pub(super) fn write_rows(
+        &self,
+        conn: &Connection,
+        insert: &mut Statement<'_>,
+        update: &mut Statement<'_>,
+    ) -> Result<(), StoreError> {
+        for p in self.pending.values() {
+            write_row(insert, update, p)?;
+        }
+        conn.prepare_cached("UPDATE change_log SET flushed_seq = ?1")
+            .and_then(|mut s| s.execute(params![super::rows::sql_int(self.seq)]))
+            .context("record how far the change log is written as rows")?;
+        Ok(())
+    }
+
+    /// The transaction holding [`ChangeLog::write_rows`] committed: nothing is pending. Returns
+    /// the tasks that were.
+    pub(super) fn flushed(&mut self) -> IdMap<Pending> {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Empties the file once what it holds is written as rows. Not synced: if a crash undoes it,
+    /// the frames it held are at or below the recorded number and a replay skips them.
+    pub(super) fn empty(&mut self) -> Result<(), StoreError> {
+        debug_assert!(self.pending.is_empty());
+        if self.len == 0 && !self.broken {
+            return Ok(());
+        }
+        self.file
+            .set_len(0)
+            .with_context(|| format!("empty the change log {}", self.path.display()))?;
+        self.len = 0;
+        self.broken = false;
+        Ok(())
+    }
+
+    /// Appends one frame per task in `group` (each task's writes in one group, with whether it was
+    /// new and the status changes it made) and syncs the file: once this returns `Ok`, the writes
+    /// survive a crash. On `Err` nothing in `group` may be taken as written.
+    pub(super) fn append(
+        &mut self,
+        group: &[(&TaskRecord, bool, &[Transition])],
+    ) -> Result<(), StoreError> {
+        let mut buf = Vec::with_capacity(group.len() * 1024);
+        let mut seq = self.seq;
+        for (record, new, transitions) in group {
+            seq += 1;
+            let at = buf.len();
+            buf.extend_from_slice(&[0; HEADER]);
+            frame::encode(&mut buf, seq, *new, transitions, record)
+                .with_context(|| format!("encode task {} for the change log", record.id))?;
+            let content = &buf[at + HEADER..];
+            let len = u32::try_from(content.len())
+                .ok()
+                .filter(|n| *n <= MAX_FRAME)
+                .ok_or_else(|| {
+                    StoreError::message(format!("task {} is too large to log", record.id))
+                })?;
+            let crc = crc32fast::hash(content);
+            buf[at..at + 4].copy_from_slice(&len.to_le_bytes());
+            buf[at + 4..at + HEADER].copy_from_slice(&crc.to_le_bytes());
+        }
+        let written = self
+            .file
+            .write_all_at(&buf, self.len)
+            .and_then(|()| self.file.sync_data());
+        if let Err(e) = written {
+            self.broken = true;
+            return Err(StoreError::backend(
+                format!("append to the change log {}", self.path.display()),
+                e,
+            ));
+        }
+        self.len += buf.len() as u64;
+        self.seq = seq;
+        Ok(())
+    }
+
+    /// Takes in a group's writes that [`ChangeLog::append`] made durable.
+    pub(super) fn add(&mut self, p: Pending) {
+        match self.pending.get_mut(&p.record.id) {
+            Some(earlier) => earlier.then(p),
+            None => {
+                self.pending.insert(p.record.id.clone(), p);
+            }
+        }
+    }
+}
+
+/// Writes one pending task's row: its insert if it has none yet, else the update to its latest
+/// state, with the status changes its history lacks.
+fn write_row(
+    insert: &mut Statement<'_>,
+    update: &mut Statement<'_>,
+    p: &Pending,
+) -> Result<(), StoreError> {
+    let history = if p.transitions.is_empty() {
+        None
+    } else {
+        Some(rows::transitions_text(&p.transitions)?)
+    };
+    if p.new {
+        rows::insert_task(insert, &p.record, history.as_deref())
+    } else {
+        rows::update_row(update, &p.record, history.as_deref())
+    }
+}
+
+/// The log's last sequence number the rows hold.
+fn flushed_seq(conn: &Connection) -> Result<u64, StoreError> {
+    let n: i64 = conn
+        .query_row("SELECT flushed_seq FROM change_log", [], |r| r.get(0))
+        .context("read how far the change log is written as rows")?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+/// The frames in `bytes`, up to the first torn or damaged one (the end of what a crash let be
+/// written), and how many bytes they take. A frame that is whole and checks out but does not parse
+/// is an error: the file is not a log this build wrote.
+fn frames(bytes: &[u8]) -> (Vec<Result<Entry, FrameError>>, usize) {
+    let mut at = 0usize;
+    let mut out = Vec::new();
+    while let Some(header) = bytes.get(at..at + HEADER) {
+        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+        let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+        if len > MAX_FRAME {
+            break;
+        }
+        let Some(content) = bytes.get(at + HEADER..at + HEADER + len as usize) else {
+            break;
+        };
+        if crc32fast::hash(content) != crc {
+            break;
+        }
+        at += HEADER + len as usize;
+        out.push(frame::decode(content));
+    }
+    (out, at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::TaskStatus;
+
+    /// A migrated database at `dir` and its log, opened as a store would.
+    fn open(dir: &Path) -> (Connection, ChangeLog) {
+        let path = dir.join("log.db");
+        let mut conn = Connection::open(&path).unwrap();
+        super::super::schema::migrate(&mut conn, &path).unwrap();
+        let log = ChangeLog::open(&path, &mut conn).unwrap();
+        (conn, log)
+    }
+
+    fn statuses(conn: &Connection) -> Vec<(String, String)> {
+        conn.prepare("SELECT id, status FROM tasks ORDER BY id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    fn append_new(log: &mut ChangeLog, t: &TaskRecord) {
+        log.append(&[(t, true, &[])]).unwrap();
+        log.add(Pending {
+            record: t.clone(),
+            new: true,
+            transitions: Vec::new(),
+        });
+    }
+
+    #[test]
+    fn a_torn_last_frame_is_dropped_and_the_frames_before_it_are_replayed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (conn, mut log) = open(dir.path());
+        append_new(&mut log, &crate::store::testkit::record("t1", "o", 1));
+        let whole = log.len();
+        append_new(&mut log, &crate::store::testkit::record("t2", "o", 2));
+        drop((conn, log));
+        // A crash in the middle of the second append: its last bytes never reached the disk.
+        let file = path_of(&dir.path().join("log.db"));
+        let f = OpenOptions::new().write(true).open(&file).unwrap();
+        f.set_len(whole + 20).unwrap();
+        drop(f);
+        let (conn, log) = open(dir.path());
+        assert_eq!(statuses(&conn), [("t1".into(), "working".into())]);
+        assert_eq!(log.len(), 0, "emptied once replayed");
+        assert!(log.usable());
+    }
+
+    #[test]
+    fn frames_a_committed_flush_wrote_are_not_replayed_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut conn, mut log) = open(dir.path());
+        let mut t = crate::store::testkit::record("t1", "o", 1);
+        append_new(&mut log, &t);
+        t.status = TaskStatus::Completed;
+        t.updated_at = 5;
+        let finish = Transition {
+            at: 5,
+            status: TaskStatus::Completed,
+            message: None,
+        };
+        log.append(&[(&t, false, std::slice::from_ref(&finish))])
+            .unwrap();
+        log.add(Pending {
+            record: t.clone(),
+            new: false,
+            transitions: vec![finish],
+        });
+        // Flushed and committed, but the process dies before the file is emptied.
+        let tx = conn.transaction().unwrap();
+        {
+            let mut insert = tx.prepare(rows::INSERT_TASK).unwrap();
+            let mut update = tx.prepare(rows::UPDATE_TASK).unwrap();
+            log.write_rows(&tx, &mut insert, &mut update).unwrap();
+        }
+        tx.commit().unwrap();
+        assert_eq!(log.flushed().len(), 1, "coalesced into one task");
+        assert!(log.len() > 0);
+        drop((conn, log));
+        // A replay of those frames would insert t1 a second time and fail.
+        let (conn, mut log) = open(dir.path());
+        assert_eq!(statuses(&conn), [("t1".into(), "completed".into())]);
+        let history: String = conn
+            .query_row("SELECT history FROM tasks WHERE id = 't1'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(history, r#"[{"at":5,"status":"completed","message":null}]"#);
+        // Numbering goes on above the flushed frames: a later frame is not taken for one of them.
+        append_new(&mut log, &crate::store::testkit::record("t2", "o", 2));
+        drop((conn, log));
+        let (conn, _log) = open(dir.path());
+        assert_eq!(statuses(&conn).len(), 2);
+    }
+}
