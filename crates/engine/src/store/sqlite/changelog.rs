@@ -76,7 +76,7 @@ impl Pending {
 pub(super) struct ChangeLog {
     file: File,
     path: PathBuf,
-    /// Bytes in the file.
+    /// Where the next frame goes: the bytes of frames appended since the log last started over.
     len: u64,
     /// The sequence number of the last frame appended.
     seq: u64,
@@ -108,16 +108,10 @@ impl ChangeLog {
         let flushed = flushed_seq(conn)?;
         let mut pending: IdMap<Pending> = IdMap::default();
         let mut seq = flushed;
-        let (entries, whole) = frames(&bytes);
-        if whole < bytes.len() {
-            // Only the last append can be torn (none follows a failed one), and nobody was told it
-            // succeeded.
-            tracing::warn!(
-                log = %path.display(),
-                bytes = bytes.len() - whole,
-                "the change log ends in a torn frame; it was never acknowledged and is dropped"
-            );
-        }
+        // Frames end at the first torn one: the last append, if a crash cut it, which nobody
+        // was told had succeeded (none follows a failed one), or the older frames the last start
+        // over left behind, all of them written as rows already.
+        let (entries, _) = frames(&bytes);
         for entry in entries {
             let entry =
                 entry.with_context(|| format!("replay the change log {}", path.display()))?;
@@ -141,7 +135,7 @@ impl ChangeLog {
         let mut log = ChangeLog {
             file,
             path,
-            len: bytes.len() as u64,
+            len: 0,
             seq,
             pending,
             broken: false,
@@ -221,18 +215,22 @@ impl ChangeLog {
         std::mem::take(&mut self.pending)
     }
 
-    /// Empties the file once what it holds is written as rows. Not synced: if a crash undoes it,
-    /// the frames it held are at or below the recorded number and a replay skips them.
+    /// Starts the log over once what it holds is written as rows: the next frame is written at the
+    /// start of the file, over the old ones. The file is not truncated: an append that grows a file
+    /// makes its sync write the file's size too, a journal commit of the file system's own, where
+    /// an append into blocks the file already has syncs only the data. Frames left behind the
+    /// new ones are at or below the recorded number, so a replay skips them; a torn or zeroed
+    /// frame ends it.
     pub(super) fn empty(&mut self) -> Result<(), StoreError> {
         debug_assert!(self.pending.is_empty());
-        if self.len == 0 && !self.broken {
-            return Ok(());
+        if self.broken {
+            // The file may end in a partial frame: cut it, so that nothing follows it.
+            self.file
+                .set_len(0)
+                .with_context(|| format!("empty the change log {}", self.path.display()))?;
+            self.broken = false;
         }
-        self.file
-            .set_len(0)
-            .with_context(|| format!("empty the change log {}", self.path.display()))?;
         self.len = 0;
-        self.broken = false;
         Ok(())
     }
 
@@ -325,7 +323,8 @@ fn frames(bytes: &[u8]) -> (Vec<Result<Entry, FrameError>>, usize) {
     while let Some(header) = bytes.get(at..at + HEADER) {
         let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
         let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
-        if len > MAX_FRAME {
+        // A zero length is where nothing was written yet (or zeros a file system left).
+        if len == 0 || len > MAX_FRAME {
             break;
         }
         let Some(content) = bytes.get(at + HEADER..at + HEADER + len as usize) else {
