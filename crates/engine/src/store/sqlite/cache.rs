@@ -25,7 +25,7 @@ use serde_json::Value;
 /// was a tenth of the writer's work per task.
 pub(super) type IdMap<V> = std::collections::HashMap<String, V, foldhash::fast::RandomState>;
 
-use super::changelog::{ChangeLog, Pending};
+use super::changelog::{write_row, ChangeLog, Pending};
 use super::rows::{self, select_task_shared, SharedArguments};
 use super::unfinished::Counts;
 use super::Context;
@@ -327,14 +327,7 @@ impl<'a, 'c> Tx<'a, 'c> {
             let Some(record) = self.group.writes.get(&id) else {
                 continue;
             };
-            let history = (!logged.transitions.is_empty())
-                .then(|| rows::transitions_text(&logged.transitions))
-                .transpose()?;
-            if logged.new {
-                rows::insert_task(insert, record, history.as_deref())?;
-            } else {
-                rows::update_row(update, record, history.as_deref())?;
-            }
+            write_row(insert, update, record, logged.new, &logged.transitions)?;
         }
         // What the flush changed is not the job's own writing (see `writer::transaction`).
         self.group.changes_base = Some(conn.total_changes());
@@ -503,14 +496,6 @@ pub(super) struct Group<'a> {
     counts: &'a mut Counts,
 }
 
-/// How a group's logged writes ended.
-pub(super) enum Logging {
-    /// It logged nothing, or its frames are synced.
-    Done,
-    /// Its append failed: the jobs that logged are not written.
-    Failed(StoreError),
-}
-
 impl<'a> Group<'a> {
     pub(super) fn new(
         cache: &'a RecordCache,
@@ -556,8 +541,9 @@ impl<'a> Group<'a> {
 
     /// The group's SQLite transaction committed (or it had none): the flushed tasks are no longer
     /// pending, its logged writes are appended to the log and synced, and its records become the
-    /// committed ones. Says how the logging ended; the records of a failed append are dropped.
-    pub(super) fn committed(self) -> Logging {
+    /// committed ones. An `Err` is a failed append: the jobs that logged are not written, and their
+    /// records are dropped.
+    pub(super) fn committed(self) -> Result<(), StoreError> {
         let Group {
             mut state,
             log,
@@ -572,7 +558,7 @@ impl<'a> Group<'a> {
                 tracing::warn!(error = %e, "could not empty the change log");
             }
         }
-        let mut outcome = Logging::Done;
+        let mut outcome = Ok(());
         if !state.logged.is_empty() {
             let mut pending = Vec::with_capacity(state.logged.len());
             for (id, logged) in std::mem::take(&mut state.logged) {
@@ -598,7 +584,7 @@ impl<'a> Group<'a> {
                 Err(e) => {
                     // The kept counts took these writes in; read them from rows again.
                     counts.forget();
-                    outcome = Logging::Failed(e);
+                    outcome = Err(e);
                 }
             }
         }

@@ -111,7 +111,7 @@ impl ChangeLog {
         // Frames end at the first torn one: the last append, if a crash cut it, which nobody
         // was told had succeeded (none follows a failed one), or the older frames the last start
         // over left behind, all of them written as rows already.
-        let (entries, _) = frames(&bytes);
+        let entries = frames(&bytes);
         for entry in entries {
             let entry =
                 entry.with_context(|| format!("replay the change log {}", path.display()))?;
@@ -201,7 +201,7 @@ impl ChangeLog {
         update: &mut Statement<'_>,
     ) -> Result<(), StoreError> {
         for p in self.pending.values() {
-            write_row(insert, update, p)?;
+            write_row(insert, update, &p.record, p.new, &p.transitions)?;
         }
         conn.prepare_cached("UPDATE change_log SET flushed_seq = ?1")
             .and_then(|mut s| s.execute(params![super::rows::sql_int(self.seq)]))
@@ -287,22 +287,24 @@ impl ChangeLog {
     }
 }
 
-/// Writes one pending task's row: its insert if it has none yet, else the update to its latest
-/// state, with the status changes its history lacks.
-fn write_row(
+/// Writes a task whose row is behind: its insert if it has none yet (`new`), else the update to
+/// `record`, with the status changes its history lacks.
+pub(super) fn write_row(
     insert: &mut Statement<'_>,
     update: &mut Statement<'_>,
-    p: &Pending,
+    record: &TaskRecord,
+    new: bool,
+    transitions: &[Transition],
 ) -> Result<(), StoreError> {
-    let history = if p.transitions.is_empty() {
+    let history = if transitions.is_empty() {
         None
     } else {
-        Some(rows::transitions_text(&p.transitions)?)
+        Some(rows::transitions_text(transitions)?)
     };
-    if p.new {
-        rows::insert_task(insert, &p.record, history.as_deref())
+    if new {
+        rows::insert_task(insert, record, history.as_deref())
     } else {
-        rows::update_row(update, &p.record, history.as_deref())
+        rows::update_row(update, record, history.as_deref())
     }
 }
 
@@ -315,9 +317,9 @@ fn flushed_seq(conn: &Connection) -> Result<u64, StoreError> {
 }
 
 /// The frames in `bytes`, up to the first torn or damaged one (the end of what a crash let be
-/// written), and how many bytes they take. A frame that is whole and checks out but does not parse
-/// is an error: the file is not a log this build wrote.
-fn frames(bytes: &[u8]) -> (Vec<Result<Entry, FrameError>>, usize) {
+/// written). A frame that is whole and checks out but does not parse is an error: the file is not
+/// a log this build wrote.
+fn frames(bytes: &[u8]) -> Vec<Result<Entry, FrameError>> {
     let mut at = 0usize;
     let mut out = Vec::new();
     while let Some(header) = bytes.get(at..at + HEADER) {
@@ -336,7 +338,7 @@ fn frames(bytes: &[u8]) -> (Vec<Result<Entry, FrameError>>, usize) {
         at += HEADER + len as usize;
         out.push(frame::decode(content));
     }
-    (out, at)
+    out
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use rusqlite::Connection;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
-use super::cache::{Group, Hot, Logging, RecordCache, Tx};
+use super::cache::{Group, Hot, RecordCache, Tx};
 use super::changelog::{self, ChangeLog};
 use super::unfinished::Counts;
 use crate::store::StoreError;
@@ -74,9 +74,7 @@ fn writer_loop(
     // Only this thread writes, so only it keeps the counts (see `unfinished.rs`).
     let mut counts = Counts::default();
     let mut hot = Hot::new(conn);
-    loop {
-        let first = rx.blocking_recv();
-        let Some(first) = first else { break };
+    while let Some(first) = rx.blocking_recv() {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
             match rx.try_recv() {
@@ -93,9 +91,7 @@ fn writer_loop(
         }
     }
     // Closing: the rows hold everything, so the file is whole without its log.
-    if !log.crashed() {
-        flush(conn, &mut hot, log, cache, &mut counts);
-    }
+    flush(conn, &mut hot, log, cache, &mut counts);
 }
 
 /// Sends the writer a flush every [`changelog::IDLE_FLUSH`] while tasks are pending, so that rows
@@ -111,19 +107,7 @@ pub(super) fn flush_now_and_then(jobs: &mpsc::Sender<Job>, cache: Arc<RecordCach
             if cache.pinned_len() == 0 {
                 continue;
             }
-            let job: Job = Box::new(|t: &mut Tx<'_, '_>| {
-                if t.crashed() {
-                    return (true, Box::new(|_| {}) as Completion);
-                }
-                let ok = match t.conn() {
-                    Ok(_) => true,
-                    Err(e) => {
-                        tracing::error!(error = %crate::store::error_chain(&e), "writing the change log as rows failed");
-                        false
-                    }
-                };
-                (ok, Box::new(|_| {}) as Completion)
-            });
+            let job = flush_job();
             if jobs.send(job).await.is_err() {
                 return;
             }
@@ -142,20 +126,35 @@ fn flush(
     if log.pending.is_empty() {
         return;
     }
-    let (tx, rx) = std::sync::mpsc::channel();
-    let job: Job = Box::new(move |t: &mut Tx<'_, '_>| {
+    transaction(
+        conn,
+        hot,
+        log,
+        cache,
+        counts,
+        &mut std::iter::once(flush_job()),
+    );
+}
+
+/// A job that writes every pending task as its row. A failure is logged: the tasks stay pending
+/// (and in the log), and the next flush tries again. Tests' "crashed" writer writes nothing.
+fn flush_job() -> Job {
+    Box::new(|t: &mut Tx<'_, '_>| {
+        if t.crashed() {
+            return (true, Box::new(|_| {}) as Completion);
+        }
         let result = t.conn().map(|_| ());
         let ok = result.is_ok();
         let complete: Completion = Box::new(move |commit| {
-            let _ = tx.send(result.and(commit));
+            if let Err(e) = result.and(commit) {
+                tracing::error!(
+                    error = %crate::store::error_chain(&e),
+                    "writing the change log as rows failed"
+                );
+            }
         });
         (ok, complete)
-    });
-    transaction(conn, hot, log, cache, counts, &mut std::iter::once(job));
-    if let Ok(Err(e)) = rx.try_recv() {
-        // The tasks stay pending (and logged); the next flush tries again.
-        tracing::error!(error = %crate::store::error_chain(&e), "writing the change log as rows failed");
-    }
+    })
 }
 
 /// Runs jobs from `jobs` in one transaction, until they run out or one fails after it has written,
@@ -227,22 +226,12 @@ fn transaction(
         }
     }
     // Before any caller hears of its write, so each reads what it wrote.
-    match records.committed() {
-        Logging::Done => {
-            for (complete, _) in done {
-                complete(Ok(()));
-            }
-        }
-        Logging::Failed(e) => {
-            let cause = Arc::new(e);
-            for (complete, logged) in done {
-                complete(if logged {
-                    Err(StoreError::backend("log a write", cause.clone()))
-                } else {
-                    Ok(())
-                });
-            }
-        }
+    let logging = records.committed().map_err(Arc::new);
+    for (complete, logged) in done {
+        complete(match &logging {
+            Err(cause) if logged => Err(StoreError::backend("log a write", cause.clone())),
+            _ => Ok(()),
+        });
     }
 }
 
