@@ -35,7 +35,7 @@ use crate::store::StoreError;
 
 /// Pending tasks past which the writer flushes after answering a group: bounds what a flush takes
 /// (its time holds up the next group), what the cache pins and what a restart replays.
-pub(super) const FLUSH_TASKS: usize = 256;
+pub(super) const FLUSH_TASKS: usize = 64;
 /// Log bytes past which the writer flushes, whatever the count: large results.
 pub(super) const FLUSH_BYTES: u64 = 16 << 20;
 /// How long a pending task may wait for its row at most (give or take a flush), so that rows read
