@@ -758,6 +758,7 @@ impl Report<'_> {
                 "pg_background_us": m.pg_background_us,
                 "server_cpu_us": m.server_cpu_us,
                 "polls": m.polls,
+                "notifications_delivered": m.per(m.counts.notifications),
                 "failed_tasks": m.errors,
                 "by_statement": m.counts.statements.iter()
                     .map(|(k, v)| (k.clone(), json!(m.per(*v))))

@@ -105,6 +105,11 @@ struct Inner {
     /// Which tasks' events concern only those who wait on the task, once set (see
     /// [`Notifier::narrow`]). Shared with the relay, which marks such events as it sends them.
     narrowed: Arc<std::sync::OnceLock<WaitersOnly>>,
+    /// The nodes whose leases are held in this process (see [`Notifier::runs_as`]).
+    nodes: std::sync::RwLock<Vec<String>>,
+    /// Orders the changes of what is waited on here as the relay hears of them, against the
+    /// relay's list of it (see [`Relayed::Waiting`]).
+    wait_order: std::sync::Mutex<()>,
 }
 
 /// Says of a task whether its events concern only those who wait on it (see [`Notifier::narrow`]).
@@ -120,12 +125,38 @@ pub type Observer = Arc<dyn Fn(&TaskEvent) + Send + Sync>;
 #[derive(Clone, Copy, Debug)]
 pub enum Relayed<'a> {
     /// An event published here.
-    Event(&'a TaskEvent),
+    Event {
+        /// The event.
+        event: &'a TaskEvent,
+        /// Whether another process may run its task, and so wait on its events (a cancel, an
+        /// answer): the task's lease is held by a node not of this process (see
+        /// [`Notifier::runs_as`]), or the event finished a task no handler here runs.
+        run_elsewhere: bool,
+    },
     /// The reply that told the client about this task has been written here.
     Announced(&'a str),
     /// A note for the other replicas' servers (opaque to the engine): which client streams a
     /// replica holds, that it is alive.
     Note(&'a serde_json::Value),
+    /// What is waited on here changed (once narrowed: see [`Notifier::narrow`]): a task's
+    /// subscription or [`Watch`] is the first or was the last, a [`WatchEverything`] the first or
+    /// the last. Told with [`Notifier::waits_in_order`]'s lock held, so that the relay's
+    /// list of what is waited on and these changes come out in one order.
+    Waiting(WaitChange<'a>),
+}
+
+/// A change of what is waited on in this process (see [`Relayed::Waiting`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitChange<'a> {
+    /// Someone here waits on this task now (`true`), or nobody any more (`false`).
+    Task {
+        /// The task.
+        id: &'a str,
+        /// Whether it is waited on now.
+        waited: bool,
+    },
+    /// Every task is waited on here now (`true`), or no longer (`false`).
+    Everything(bool),
 }
 
 /// Takes what this process tells other processes.
@@ -153,6 +184,8 @@ impl Notifier {
                 everything: std::sync::atomic::AtomicUsize::new(0),
                 waited_on: std::sync::RwLock::new(Vec::new()),
                 narrowed: Arc::new(std::sync::OnceLock::new()),
+                nodes: std::sync::RwLock::new(Vec::new()),
+                wait_order: std::sync::Mutex::new(()),
             }),
         }
     }
@@ -186,9 +219,115 @@ impl Notifier {
             observe(&event);
         }
         if let Some(relay) = self.inner.relay.get() {
-            relay(Relayed::Event(&event));
+            let run_elsewhere = self.runs_elsewhere(event.task());
+            relay(Relayed::Event {
+                event: &event,
+                run_elsewhere,
+            });
         }
         self.publish_from_peer(event);
+    }
+
+    /// Tasks whose lease `node` holds are run by this process: their events need no other
+    /// replica for a runner of its own (see [`Relayed::Event`]). An engine says so of itself.
+    pub fn runs_as(&self, node: &str) {
+        self.inner
+            .nodes
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(node.to_string());
+    }
+
+    /// Whether a process other than this one may run `t` (see [`Relayed::Event`]).
+    fn runs_elsewhere(&self, t: &TaskRecord) -> bool {
+        match &t.lease_owner {
+            Some(owner) => !self
+                .inner
+                .nodes
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(owner),
+            // Finished: the lease is let go of with the change, so whoever ran the task is known
+            // only here, where its handler still runs as the finish is published.
+            None if t.status.is_terminal() => !self.in_waited_on_sets(&t.id),
+            // Let go of: every replica's engine may take it.
+            None => true,
+        }
+    }
+
+    /// Whether a set given to [`Notifier::also_waited_on`] holds `task`.
+    fn in_waited_on_sets(&self, task: &str) -> bool {
+        self.inner
+            .waited_on
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|w| w(task))
+    }
+
+    /// Runs `f` with what is waited on here held still: the tasks subscribed to or watched, and
+    /// whether every task is ([`WatchEverything`], or not narrowed: then every event is wanted).
+    /// The relay lists them so for the other replicas; the changes it is told of after `f` are
+    /// changes of this list.
+    pub(crate) fn waits_in_order<R>(&self, f: impl FnOnce(bool, Vec<String>) -> R) -> R {
+        let _order = self.wait_order();
+        let everything = self.inner.narrowed.get().is_none()
+            || self
+                .inner
+                .everything
+                .load(std::sync::atomic::Ordering::Acquire)
+                > 0;
+        let mut tasks: Vec<String> = self
+            .inner
+            .per_task
+            .iter()
+            .map(|e| e.key().clone())
+            .collect();
+        tasks.extend(
+            self.inner
+                .watched
+                .iter()
+                .filter(|e| !self.inner.per_task.contains_key(e.key()))
+                .map(|e| e.key().clone()),
+        );
+        f(everything, tasks)
+    }
+
+    /// The lock that orders changes of what is waited on here (see [`Relayed::Waiting`]).
+    fn wait_order(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.inner
+            .wait_order
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tells the relay, if there is one, that what is waited on here changed (with
+    /// [`Notifier::wait_order`] held).
+    fn tell_waiting(&self, change: WaitChange<'_>) {
+        if let Some(relay) = self.inner.relay.get() {
+            relay(Relayed::Waiting(change));
+        }
+    }
+
+    /// Whether `task` is waited on here by a subscription or a [`Watch`].
+    fn held(&self, task: &str) -> bool {
+        self.inner.per_task.contains_key(task) || self.inner.watched.contains_key(task)
+    }
+
+    /// Drops `task`'s topic if nobody listens to it any more, and says so to the relay.
+    fn drop_topic_if_unheard(&self, task: &str) {
+        let _order = self.wait_order();
+        let dropped = self
+            .inner
+            .per_task
+            .remove_if(task, |_, tx| tx.receiver_count() == 0)
+            .is_some();
+        if dropped && !self.held(task) {
+            self.tell_waiting(WaitChange::Task {
+                id: task,
+                waited: false,
+            });
+        }
     }
 
     /// Tells other replicas that the reply announcing `task` to its client has been written here:
@@ -241,9 +380,7 @@ impl Notifier {
         }
         if gone {
             // Nobody listens any more: drop the topic unless someone subscribed in between.
-            self.inner
-                .per_task
-                .remove_if(&id, |_, tx| tx.receiver_count() == 0);
+            self.drop_topic_if_unheard(&id);
         }
         let _ = self.inner.all.send(event);
     }
@@ -251,12 +388,17 @@ impl Notifier {
     /// Subscribes to one task's events. Subscribe *before* reading the store, so no change is missed
     /// between the read and the wait. The topic is released when the last subscription is dropped.
     pub fn subscribe_task(&self, id: &str) -> TaskSubscription {
+        let _order = self.wait_order();
+        let was_held = self.held(id);
         let rx = self
             .inner
             .per_task
             .entry(id.to_string())
             .or_insert_with(|| broadcast::channel(TOPIC_CAPACITY).0)
             .subscribe();
+        if !was_held {
+            self.tell_waiting(WaitChange::Task { id, waited: true });
+        }
         TaskSubscription {
             rx: Some(rx),
             id: id.to_string(),
@@ -295,7 +437,18 @@ impl Notifier {
     /// replica. Called once, by an embedder whose every reader of the all-tasks feed that needs
     /// such events marks what it waits on (the server does); a second rule is refused.
     pub fn narrow(&self, rule: WaitersOnly) -> Result<(), WaitersOnly> {
-        self.inner.narrowed.set(rule)
+        let _order = self.wait_order();
+        self.inner.narrowed.set(rule)?;
+        if self
+            .inner
+            .everything
+            .load(std::sync::atomic::Ordering::Acquire)
+            == 0
+        {
+            // Listed as waiting on everything until now (every event was wanted).
+            self.tell_waiting(WaitChange::Everything(false));
+        }
+        Ok(())
     }
 
     /// The rule of [`Notifier::narrow`], once set (the relay reads it as it sends).
@@ -307,7 +460,15 @@ impl Notifier {
     /// its events from the all-tasks feed (a listening stream), so that
     /// the task's events from other replicas are brought in after [`Notifier::narrow`].
     pub fn watch(&self, task: &str) -> Watch {
+        let _order = self.wait_order();
+        let was_held = self.held(task);
         *self.inner.watched.entry(task.to_string()).or_insert(0) += 1;
+        if !was_held {
+            self.tell_waiting(WaitChange::Task {
+                id: task,
+                waited: true,
+            });
+        }
         Watch {
             notifier: self.clone(),
             task: task.to_string(),
@@ -328,9 +489,14 @@ impl Notifier {
     /// Marks every task as waited on here until the returned guard is dropped (a live view of all
     /// tasks).
     pub fn watch_everything(&self) -> WatchEverything {
-        self.inner
+        let _order = self.wait_order();
+        let before = self
+            .inner
             .everything
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        if before == 0 && self.inner.narrowed.get().is_some() {
+            self.tell_waiting(WaitChange::Everything(true));
+        }
         WatchEverything {
             notifier: self.clone(),
         }
@@ -344,13 +510,7 @@ impl Notifier {
             || self.inner.everything.load(Ordering::Acquire) > 0
             || self.inner.per_task.contains_key(task)
             || self.inner.watched.contains_key(task)
-            || self
-                .inner
-                .waited_on
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .any(|w| w(task))
+            || self.in_waited_on_sets(task)
     }
 }
 
@@ -362,11 +522,19 @@ pub struct Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        let watched = &self.notifier.inner.watched;
+        let notifier = &self.notifier;
+        let _order = notifier.wait_order();
+        let watched = &notifier.inner.watched;
         if let Some(mut n) = watched.get_mut(&self.task) {
             *n = n.saturating_sub(1);
         }
-        watched.remove_if(&self.task, |_, n| *n == 0);
+        let dropped = watched.remove_if(&self.task, |_, n| *n == 0).is_some();
+        if dropped && !notifier.held(&self.task) {
+            notifier.tell_waiting(WaitChange::Task {
+                id: &self.task,
+                waited: false,
+            });
+        }
     }
 }
 
@@ -377,10 +545,15 @@ pub struct WatchEverything {
 
 impl Drop for WatchEverything {
     fn drop(&mut self) {
-        self.notifier
+        let notifier = &self.notifier;
+        let _order = notifier.wait_order();
+        let before = notifier
             .inner
             .everything
             .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        if before == 1 && notifier.inner.narrowed.get().is_some() {
+            notifier.tell_waiting(WaitChange::Everything(false));
+        }
     }
 }
 
@@ -404,9 +577,6 @@ impl TaskSubscription {
 impl Drop for TaskSubscription {
     fn drop(&mut self) {
         drop(self.rx.take());
-        self.notifier
-            .inner
-            .per_task
-            .remove_if(&self.id, |_, tx| tx.receiver_count() == 0);
+        self.notifier.drop_topic_if_unheard(&self.id);
     }
 }

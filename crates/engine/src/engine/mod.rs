@@ -252,6 +252,8 @@ impl EngineBuilder {
         // wanted from other replicas. Asked of the running map, not marked per task: a mark costs
         // each of 100,000 running tasks about 200 bytes.
         let me = Arc::downgrade(&engine);
+        // Its leases are held here: another replica need not send their events for a runner.
+        engine.notifier.runs_as(&engine.config.node_id);
         engine.notifier.also_waited_on(Arc::new(move |task| {
             me.upgrade()
                 .is_some_and(|engine| engine.running.contains_key(task))

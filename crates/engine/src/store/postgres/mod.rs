@@ -16,6 +16,7 @@ mod presence;
 pub mod relay;
 mod rows;
 mod schema;
+mod waits;
 mod writes;
 
 use async_trait::async_trait;

@@ -12,7 +12,9 @@
 //! other relay lately sends no events at all ([`super::presence`]). Once the notifier is narrowed
 //! ([`Notifier::narrow`]), an event no client stream takes is marked as for its task's waiters
 //! only, and a narrowed replica neither reads nor publishes such an event unless someone there
-//! waits on the task.
+//! waits on the task. Nor is such an event sent unless another replica may want it: relays tell
+//! each other what they wait on, and a skip is kept until no note that names it can be on its way
+//! ([`super::waits`]).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -23,10 +25,11 @@ use tokio_postgres::{AsyncMessage, NoTls};
 use tokio_util::sync::CancellationToken;
 
 use super::presence::{Presence, Timing};
+use super::waits::{WaitNote, Waits};
 use super::Context;
 use crate::context::LogLevel;
 use crate::model::TaskRecord;
-use crate::notifier::{Notifier, Relayed, TaskEvent};
+use crate::notifier::{Notifier, Relayed, TaskEvent, WaitChange};
 use crate::store::{Lookup, StoreError, TaskStore};
 
 /// How long a relay that has heard no other sends events after it starts (then it takes itself for
@@ -229,76 +232,121 @@ pub(super) async fn start_timed(
     let (listener, channel) = listen(&config).await?;
     let (out_tx, out_rx) = mpsc::unbounded_channel::<String>();
     let presence = Arc::new(Presence::new(timing));
-    // Said before anything else: the others answer, and so this relay learns it is not alone.
-    if let Some(hello) = presence_note(&me, PresenceNote::Hello) {
-        let _ = out_tx.send(hello);
-    }
+    let waits = Arc::new(Waits::new(timing.silence, timing.grace));
     let from = me.clone();
     let out = out_tx.clone();
     let heard = presence.clone();
+    let skips = waits.clone();
     let narrowing = notifier.narrowing();
-    notifier
-        .set_relay(Arc::new(move |relayed: Relayed<'_>| {
-            let (wire, skippable) = match relayed {
-                Relayed::Event(event) => {
-                    if !heard.sending() {
-                        return;
-                    }
-                    let wire = Wire {
-                        from: from.clone(),
-                        task: event.task().id.clone(),
-                        state: Some(State::of(event.task())),
-                        waiters_only: waiters_only(event, narrowing.get()),
-                        kind: Kind::of(event),
-                    };
-                    (wire, true)
-                }
-                Relayed::Announced(task) => {
-                    if !heard.sending() {
-                        return;
-                    }
-                    let wire = Wire {
-                        from: from.clone(),
-                        task: task.to_string(),
-                        state: None,
-                        waiters_only: false,
-                        kind: Kind::Announced,
-                    };
-                    (wire, true)
-                }
-                // Notes are few (heartbeats, streams opened): they always go, so that a server
-                // of an older version that only hears notes still knows this replica is there.
-                Relayed::Note(note) => {
-                    let wire = Wire {
-                        from: from.clone(),
-                        task: String::new(),
-                        state: None,
-                        waiters_only: false,
-                        kind: Kind::Note { note: note.clone() },
-                    };
-                    (wire, false)
+    let relay: crate::notifier::Relay = Arc::new(move |relayed: Relayed<'_>| match relayed {
+        Relayed::Event {
+            event,
+            run_elsewhere,
+        } => {
+            if !heard.sending() {
+                return;
+            }
+            let only = waiters_only(event, narrowing.get());
+            let send = || {
+                let wire = Wire {
+                    from: from.clone(),
+                    task: event.task().id.clone(),
+                    state: Some(State::of(event.task())),
+                    waiters_only: only,
+                    kind: Kind::of(event),
+                };
+                if let Some(payload) = encode(wire) {
+                    let _ = out.send(payload);
                 }
             };
-            let Some(payload) = encode(wire) else { return };
-            if skippable {
+            heard.send_if_heard(|| {
+                if only {
+                    // Nobody elsewhere waits on it: skipped, and kept should a wait turn up.
+                    skips.send_or_skip(&event.task().id, run_elsewhere, send);
+                } else {
+                    send();
+                }
+            });
+        }
+        Relayed::Announced(task) => {
+            if !heard.sending() {
+                return;
+            }
+            let wire = Wire {
+                from: from.clone(),
+                task: task.to_string(),
+                state: None,
+                waiters_only: false,
+                kind: Kind::Announced,
+            };
+            if let Some(payload) = encode(wire) {
                 heard.send_if_heard(|| {
                     let _ = out.send(payload);
                 });
-            } else {
+            }
+        }
+        // Notes are few (heartbeats, streams opened): they always go, so that a server of an
+        // older version that only hears notes still knows this replica is there.
+        Relayed::Note(note) => {
+            if let Some(payload) = note_payload(&from, note.clone()) {
                 let _ = out.send(payload);
             }
-        }))
-        .map_err(|_| StoreError::message("the notifier already has a relay"))?;
+        }
+        // Skipped while alone like events: the list that goes with the resume has it.
+        Relayed::Waiting(change) => {
+            let note = match change {
+                WaitChange::Task { id, waited: true } => WaitNote::Wait {
+                    tasks: vec![id.to_string()],
+                    all: None,
+                },
+                WaitChange::Task { id, waited: false } => WaitNote::Unwait {
+                    tasks: vec![id.to_string()],
+                },
+                WaitChange::Everything(all) => WaitNote::Wait {
+                    tasks: Vec::new(),
+                    all: Some(all),
+                },
+            };
+            if let Some(payload) = note_payload(&from, note.to_value()) {
+                heard.send_if_heard(|| {
+                    let _ = out.send(payload);
+                });
+            }
+        }
+    });
+    // Said before anything else: the others answer, and so this relay learns it is not alone;
+    // then what is waited on here, with the relay set under the same lock, so that every change
+    // of it after the list is told.
+    notifier.waits_in_order(|all, tasks| {
+        if let Some(hello) = presence_note(&me, PresenceNote::Hello) {
+            let _ = out_tx.send(hello);
+        }
+        for payload in list_payloads(&me, all, tasks) {
+            let _ = out_tx.send(payload);
+        }
+        notifier
+            .set_relay(relay)
+            .map_err(|_| StoreError::message("the notifier already has a relay"))
+    })?;
     let notes = SendNotes {
         heartbeat: presence_note(&me, PresenceNote::Here).unwrap_or_default(),
         every: timing.heartbeat,
         resumed: presence_note(&me, PresenceNote::Resumed).unwrap_or_default(),
+        me: me.clone(),
+        notifier: notifier.clone(),
+        store: store.clone(),
     };
     tokio::spawn(send_loop(
         config.clone(),
         channel.clone(),
         out_rx,
         notes,
+        stop.clone(),
+    ));
+    tokio::spawn(mark_loop(
+        me.clone(),
+        waits.clone(),
+        out_tx.clone(),
         stop.clone(),
     ));
     tokio::spawn(listen_loop(
@@ -308,6 +356,7 @@ pub(super) async fn start_timed(
         Hearing {
             me,
             presence,
+            waits,
             out: out_tx,
         },
         notifier,
@@ -317,12 +366,66 @@ pub(super) async fn start_timed(
     Ok(())
 }
 
+/// Sends a mark whenever one is due (see [`Waits::mark_due`]), until `stop` fires.
+async fn mark_loop(
+    me: String,
+    waits: Arc<Waits>,
+    out: mpsc::UnboundedSender<String>,
+    stop: CancellationToken,
+) {
+    let mut every = tokio::time::interval(super::waits::MARK_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        if let Some(n) = waits.mark_due() {
+            if let Some(payload) = note_payload(&me, WaitNote::Mark { n }.to_value()) {
+                let _ = out.send(payload);
+            }
+        }
+    }
+}
+
+/// The payload of `note` from the relay `me`.
+fn note_payload(me: &str, note: Value) -> Option<String> {
+    encode(Wire {
+        from: me.to_string(),
+        task: String::new(),
+        state: None,
+        waiters_only: false,
+        kind: Kind::Note { note },
+    })
+}
+
+/// The payloads listing what is waited on here (see [`WaitNote::list`]).
+fn list_payloads(me: &str, all: bool, tasks: Vec<String>) -> Vec<String> {
+    WaitNote::list(all, tasks)
+        .into_iter()
+        .filter_map(|part| note_payload(me, part.to_value()))
+        .collect()
+}
+
+/// Queues the list of what is waited on here, in order with the changes of it.
+fn send_list(me: &str, notifier: &Notifier, out: &mpsc::UnboundedSender<String>) {
+    notifier.waits_in_order(|all, tasks| {
+        for payload in list_payloads(me, all, tasks) {
+            let _ = out.send(payload);
+        }
+    });
+}
+
 /// The notes the send loop makes itself: a heartbeat when silent for `every`, and a resume after a
 /// failed send.
 struct SendNotes {
     heartbeat: String,
     every: Duration,
     resumed: String,
+    /// This relay, and what it lists (after a failed send) and reads again.
+    me: String,
+    notifier: Notifier,
+    store: Arc<dyn TaskStore>,
 }
 
 /// What one relay says to the others about itself (carried as a note without a `peer`, which the
@@ -372,37 +475,92 @@ fn presence_note(me: &str, note: PresenceNote) -> Option<String> {
 }
 
 /// What the listening side needs to keep this relay's presence: who it is, when it last heard
-/// another relay, and where its own notes go.
+/// another relay, what the others wait on, and where its own notes go.
 struct Hearing {
     me: String,
     presence: Arc<Presence>,
+    waits: Arc<Waits>,
     out: mpsc::UnboundedSender<String>,
 }
 
+/// What hearing a wire from another relay says (see [`Hearing::heard`]).
+struct Heard {
+    /// It was a note between the relays (handled here, not for the notifier).
+    relays_note: bool,
+    /// What this process waits on must be read again (the other skipped events).
+    read_again: bool,
+    /// The others must hear again what is waited on here: this relay resumed sending, or another
+    /// said hello.
+    list: bool,
+}
+
 impl Hearing {
-    /// Another relay's `wire` arrived. Returns whether it was a presence note (handled here, not
-    /// for the notifier), and whether what this process waits on must be read again.
-    fn heard(&self, wire: &Wire) -> (bool, bool) {
+    /// Another relay's `wire` arrived.
+    fn heard(&self, wire: &Wire) -> Heard {
         let note = match &wire.kind {
-            Kind::Note { note } => PresenceNote::of(note),
+            Kind::Note { note } => Some(note),
             _ => None,
         };
+        let presence = note.and_then(PresenceNote::of);
         let resumed = self.presence.heard(|| {
             if let Some(p) = presence_note(&self.me, PresenceNote::Resumed) {
                 let _ = self.out.send(p);
             }
         });
+        self.waits.heard(&wire.from);
         if resumed {
             tracing::info!(
                 "another replica is listening: task events go out to the other replicas again"
             );
-        } else if note == Some(PresenceNote::Hello) {
+        } else if presence == Some(PresenceNote::Hello) {
             // A resume answers a hello as well.
             if let Some(p) = presence_note(&self.me, PresenceNote::Here) {
                 let _ = self.out.send(p);
             }
         }
-        (note.is_some(), note == Some(PresenceNote::Resumed))
+        let mut relays_note = presence.is_some();
+        if let Some(wait) = note.and_then(WaitNote::of) {
+            relays_note = true;
+            self.told(&wire.from, &wait);
+        }
+        Heard {
+            relays_note,
+            read_again: presence == Some(PresenceNote::Resumed),
+            list: resumed || presence == Some(PresenceNote::Hello),
+        }
+    }
+
+    /// Another relay, `from`, said `note` about what it waits on, or about marks.
+    fn told(&self, from: &str, note: &WaitNote) {
+        match note {
+            WaitNote::Mark { n } => {
+                let answer = WaitNote::Marked {
+                    to: from.to_string(),
+                    n: *n,
+                };
+                if let Some(p) = note_payload(&self.me, answer.to_value()) {
+                    let _ = self.out.send(p);
+                }
+            }
+            WaitNote::Marked { to, n } => {
+                if *to == self.me {
+                    self.waits.answered(from, *n);
+                }
+            }
+            _ => self.waits.told(from, note, |task| {
+                // As it is stored now: the skipped change is committed.
+                let wire = Wire {
+                    from: self.me.clone(),
+                    task: task.to_string(),
+                    state: None,
+                    waiters_only: true,
+                    kind: Kind::Changed,
+                };
+                if let Some(p) = encode(wire) {
+                    let _ = self.out.send(p);
+                }
+            }),
+        }
     }
 }
 
@@ -513,6 +671,12 @@ async fn listen_loop(
                     Ok((l, _)) => {
                         tracing::info!(channel, "listening for other replicas again");
                         backoff = Duration::from_millis(100);
+                        // What the others said meanwhile is gone: until they list again, they
+                        // count as waiting on everything, and a hello has them list.
+                        hearing.waits.listening_again();
+                        if let Some(hello) = presence_note(&hearing.me, PresenceNote::Hello) {
+                            let _ = hearing.out.send(hello);
+                        }
                         // Whatever was sent while nobody listened is gone: read what is waited on.
                         catch_up(&notifier, &store).await;
                         l
@@ -545,10 +709,15 @@ async fn listen_loop(
                 match serde_json::from_str::<Vec<Wire>>(n.payload()) {
                     Ok(w) => {
                         for wire in w.into_iter().filter(|w| w.from != hearing.me) {
-                            let (presence, resumed) = hearing.heard(&wire);
-                            read_again |= resumed;
+                            let heard = hearing.heard(&wire);
+                            read_again |= heard.read_again;
+                            if heard.list {
+                                send_list(&hearing.me, &notifier, &hearing.out);
+                            }
                             // Nobody here waits on the task: neither read nor published here.
-                            if !presence && (!wire.waiters_only || notifier.wants(&wire.task)) {
+                            if !heard.relays_note
+                                && (!wire.waiters_only || notifier.wants(&wire.task))
+                            {
                                 wires.push(wire);
                             }
                         }
@@ -715,6 +884,8 @@ async fn send_loop(
 ) {
     let mut backoff = Duration::from_millis(100);
     let mut pending: Vec<String> = Vec::new();
+    // Whether what goes out first after connecting again is the resume of a failed send.
+    let mut resumed = false;
     'connect: loop {
         let client = match config.connect(NoTls).await {
             Ok((client, connection)) => {
@@ -764,13 +935,23 @@ async fn send_loop(
             let sends = params.iter().map(|p| client.execute(&stmt, p));
             if let Err(e) = futures::future::try_join_all(sends).await {
                 // What is lost here is in the store: once connected again, a resume has the others
-                // read again what they wait on; the newest goes out after it.
+                // read again what they wait on, and the list of what is waited on here replaces
+                // the changes of it that were lost; the newest goes out after them.
                 tracing::warn!(error = %e, lost = batch.len().saturating_sub(1), "notifying other replicas failed; reconnecting");
-                pending = [Some(notes.resumed.clone()), batch.pop()]
-                    .into_iter()
-                    .flatten()
-                    .collect();
+                let newest = batch.pop();
+                pending = vec![notes.resumed.clone()];
+                notes.notifier.waits_in_order(|all, tasks| {
+                    pending.extend(list_payloads(&notes.me, all, tasks));
+                });
+                pending.extend(newest);
+                resumed = true;
                 continue 'connect;
+            }
+            if std::mem::take(&mut resumed) {
+                // Another relay may have forgotten this one meanwhile, and with it the skips
+                // its waits would have had sent again: read again what is waited on here.
+                let (notifier, store) = (notes.notifier.clone(), notes.store.clone());
+                tokio::spawn(async move { catch_up(&notifier, &store).await });
             }
         }
     }

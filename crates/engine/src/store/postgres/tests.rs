@@ -883,3 +883,341 @@ async fn a_relay_whose_send_failed_says_it_resumed_so_the_others_read_again() {
     stop.cancel();
     drop_schema(&schema).await;
 }
+
+/// Says `note` (a JSON object) on `schema`'s channel as the relay `relay-test`.
+async fn say_note(client: &tokio_postgres::Client, schema: &str, note: serde_json::Value) {
+    let payload =
+        serde_json::json!([{"from": "relay-test", "task": "", "kind": "note", "note": note}]);
+    client
+        .execute(
+            "SELECT pg_notify($1, $2)",
+            &[&format!("mcp_tasks_{schema}"), &payload.to_string()],
+        )
+        .await
+        .unwrap();
+}
+
+/// The next payload naming `needle` within `wait`, if one arrives (others are let go).
+async fn next_naming(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    needle: &str,
+    wait: std::time::Duration,
+) -> Option<String> {
+    let until = tokio::time::Instant::now() + wait;
+    loop {
+        match tokio::time::timeout_at(until, rx.recv()).await {
+            Ok(Some(p)) if p.contains(needle) => return Some(p),
+            Ok(Some(_)) => continue,
+            _ => return None,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_goes_out_only_when_another_replica_waits_on_its_task_and_a_late_wait_gets_it_again(
+) {
+    use crate::notifier::TaskEvent;
+    let schema = fresh_schema("waits");
+    let store: Arc<dyn TaskStore> = Arc::new(
+        PostgresStore::open_in_schema(&test_url(), &schema)
+            .await
+            .unwrap(),
+    );
+    let (client, mut heard) = overhear(&schema).await;
+    let (notifier, stop) = relay_on(&schema, store).await;
+    // Every task's events are for its waiters only, and this process runs node-a's tasks.
+    let _ = notifier.narrow(Arc::new(|_: &crate::model::TaskRecord| true));
+    notifier.runs_as("node-a");
+    let wait = std::time::Duration::from_millis(800);
+    let hello = next_naming(&mut heard, r#""relay":"hello""#, wait)
+        .await
+        .expect("a hello");
+    let me: serde_json::Value = serde_json::from_str(&hello).unwrap();
+    let me = me[0]["from"].as_str().unwrap().to_string();
+    // The other relay (this test) says what it waits on: nothing.
+    say_note(
+        &client,
+        &schema,
+        serde_json::json!({"relay": "waits", "all": false, "tasks": [], "more": false}),
+    )
+    .await;
+    // Past the grace: a relay not heard yet may no longer turn up.
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    let event = |id: &str| TaskEvent::Changed(Arc::new(unexpiring(id)));
+    let mut elsewhere = unexpiring("run-elsewhere");
+    elsewhere.lease_owner = Some("node-b".into());
+    notifier.publish(TaskEvent::Changed(Arc::new(elsewhere)));
+    assert!(
+        arrives(&mut heard, r#""task":"run-elsewhere""#, wait).await,
+        "another node runs it: its runner waits on it"
+    );
+    notifier.publish(event("run-here"));
+    // A mark follows the skip (unanswered, it keeps the skip); the event does not go before it.
+    let mut before_mark = String::new();
+    let until = tokio::time::Instant::now() + wait;
+    while let Ok(Some(p)) = tokio::time::timeout_at(until, heard.recv()).await {
+        before_mark.push_str(&p);
+        if p.contains(r#""relay":"mark""#) {
+            break;
+        }
+    }
+    assert!(
+        before_mark.contains(r#""relay":"mark""#),
+        "a mark after a skip: {before_mark}"
+    );
+    assert!(
+        !before_mark.contains(r#""task":"run-here""#),
+        "skipped: {before_mark}"
+    );
+    // The other relay waits on it now: its note names a kept skip, so it goes out again.
+    say_note(
+        &client,
+        &schema,
+        serde_json::json!({"relay": "wait", "tasks": ["run-here"]}),
+    )
+    .await;
+    let again = next_naming(&mut heard, r#""task":"run-here""#, wait)
+        .await
+        .expect("sent again once a wait names it");
+    assert!(again.contains(r#""kind":"changed""#), "{again}");
+    notifier.publish(event("run-here"));
+    assert!(
+        arrives(&mut heard, r#""task":"run-here""#, wait).await,
+        "waited on: sent"
+    );
+    say_note(
+        &client,
+        &schema,
+        serde_json::json!({"relay": "unwait", "tasks": ["run-here"]}),
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    notifier.publish(event("run-here"));
+    assert!(
+        !arrives(&mut heard, r#""task":"run-here""#, wait).await,
+        "nobody waits any more: skipped"
+    );
+    // Answering the marks lets go of the skips: a wait then finds nothing to send again.
+    for n in 1..=3 {
+        say_note(
+            &client,
+            &schema,
+            serde_json::json!({"relay": "marked", "to": me, "n": n}),
+        )
+        .await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    for n in 4..=6 {
+        say_note(
+            &client,
+            &schema,
+            serde_json::json!({"relay": "marked", "to": me, "n": n}),
+        )
+        .await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    say_note(
+        &client,
+        &schema,
+        serde_json::json!({"relay": "wait", "tasks": ["run-here"]}),
+    )
+    .await;
+    assert!(
+        !arrives(&mut heard, r#""task":"run-here""#, wait).await,
+        "the skip was let go of once the marks after it were answered"
+    );
+    // A hello is answered with what is waited on here.
+    let _sub = notifier.subscribe_task("waited-here");
+    assert!(
+        arrives(&mut heard, "waited-here", wait).await,
+        "a first subscription is told"
+    );
+    say(&client, &schema, "hello").await;
+    let list = next_naming(&mut heard, r#""relay":"waits""#, wait)
+        .await
+        .expect("a hello is answered with the list");
+    assert!(list.contains("waited-here"), "{list}");
+    stop.cancel();
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_waiting_on_another_replicas_task_hears_it_finish_and_nobody_else_is_sent_it() {
+    use crate::notifier::{Notifier, TaskEvent};
+    let schema = fresh_schema("waitfin");
+    let pg = PostgresStore::open_in_schema(&test_url(), &schema)
+        .await
+        .unwrap();
+    for id in ["waited", "unwaited"] {
+        let mut t = unexpiring(id);
+        t.session = None;
+        pg.create(t, None).await.unwrap();
+    }
+    let store: Arc<dyn TaskStore> = Arc::new(pg);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (a, b) = (Notifier::new(), Notifier::new());
+    for n in [&a, &b] {
+        let _ = n.narrow(Arc::new(|t: &crate::model::TaskRecord| t.session.is_none()));
+        n.runs_as("node-a");
+        relay::start_timed(
+            &url_in_schema(&schema),
+            n.clone(),
+            store.clone(),
+            stop.clone(),
+            short_presence(),
+        )
+        .await
+        .unwrap();
+    }
+    let (_client, mut heard) = overhear(&schema).await;
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    let mut waiting = b.subscribe_task("waited");
+    // Finished on A (which runs it): B waits, so it goes out; the other task's finish does not.
+    let finish = |id: &str| {
+        let mut t = unexpiring(id);
+        t.session = None;
+        t.status = TaskStatus::Completed;
+        t.lease_owner = None;
+        t
+    };
+    // Its runner is here: A's engine would hold it in its running set.
+    a.also_waited_on(Arc::new(|_| true));
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    a.publish(TaskEvent::Changed(Arc::new(finish("unwaited"))));
+    a.publish(TaskEvent::Changed(Arc::new(finish("waited"))));
+    let seen = tokio::time::timeout(std::time::Duration::from_secs(3), waiting.recv())
+        .await
+        .expect("B hears the finish");
+    assert!(matches!(seen, Ok(TaskEvent::Changed(t)) if t.id == "waited"));
+    let mut said = String::new();
+    let until = tokio::time::Instant::now() + std::time::Duration::from_millis(500);
+    while let Ok(Some(p)) = tokio::time::timeout_at(until, heard.recv()).await {
+        said.push_str(&p);
+    }
+    assert!(
+        !said.contains(r#""task":"unwaited""#),
+        "nobody waits on it: not sent: {said}"
+    );
+    stop.cancel();
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiters_that_start_as_another_replica_finishes_their_tasks_all_wake() {
+    use crate::notifier::{Notifier, TaskEvent};
+    let schema = fresh_schema("waitrace");
+    let pg = PostgresStore::open_in_schema(&test_url(), &schema)
+        .await
+        .unwrap();
+    let ids: Vec<String> = (0..300).map(|i| format!("race-{i}")).collect();
+    for id in &ids {
+        let mut t = unexpiring(id);
+        t.session = None;
+        pg.create(t, None).await.unwrap();
+    }
+    let store: Arc<dyn TaskStore> = Arc::new(pg);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (a, b) = (Notifier::new(), Notifier::new());
+    let app = format!("relay_{schema}");
+    for (n, url) in [
+        (&a, url_in_schema(&schema)),
+        (
+            &b,
+            format!("{}&application_name={app}", url_in_schema(&schema)),
+        ),
+    ] {
+        let _ = n.narrow(Arc::new(|_: &crate::model::TaskRecord| true));
+        relay::start_timed(
+            &url,
+            n.clone(),
+            store.clone(),
+            stop.clone(),
+            short_presence(),
+        )
+        .await
+        .unwrap();
+    }
+    // A runs every task: its finishes are skipped unless B waits on them.
+    a.runs_as("node-a");
+    a.also_waited_on(Arc::new(|_| true));
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    // Each task is finished on A right after B read it unfinished: mostly before A heard that B
+    // waits on it, so the finish is skipped and must be sent again once B's note arrives.
+    let (read_tx, mut read_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let finisher = {
+        let (a, store, n) = (a.clone(), store.clone(), ids.len());
+        tokio::spawn(async move {
+            for _ in 0..n {
+                let Some(id) = read_rx.recv().await else {
+                    break;
+                };
+                let done = TaskChange {
+                    status: Some(TaskStatus::Completed),
+                    ..Default::default()
+                };
+                let rec = store
+                    .update(&id, &TaskStatus::ACTIVE, done, 2_000)
+                    .await
+                    .unwrap();
+                a.publish(TaskEvent::Changed(Arc::new(rec)));
+            }
+        })
+    };
+    // B waits on each: subscribe, then read, then wait.
+    let mut waiters = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let (b, store, id, read) = (b.clone(), store.clone(), id.clone(), read_tx.clone());
+        waiters.push(tokio::spawn(async move {
+            let mut sub = b.subscribe_task(&id);
+            if let Ok(Lookup::Found(t)) = store.get(&id).await {
+                if t.status.is_terminal() {
+                    return true;
+                }
+            }
+            let _ = read.send(id.clone());
+            let until = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+            loop {
+                match tokio::time::timeout_at(until, sub.recv()).await {
+                    Ok(Ok(e)) if e.task().status.is_terminal() => return true,
+                    Ok(Ok(_)) => continue,
+                    Ok(Err(_)) => {
+                        // Lagged: the store has it.
+                        if let Ok(Lookup::Found(t)) = store.get(&id).await {
+                            if t.status.is_terminal() {
+                                return true;
+                            }
+                        }
+                    }
+                    Err(_) => return false,
+                }
+            }
+        }));
+        if i % 5 == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        if i == ids.len() / 2 {
+            // B's sending connection is cut: the notes it held are lost, and its list after
+            // connecting again must stand for them.
+            let (client, conn) = tokio_postgres::connect(&test_url(), NoTls).await.unwrap();
+            tokio::spawn(conn);
+            client
+                .execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE application_name = $1 AND query LIKE 'SELECT pg_notify%'",
+                    &[&app],
+                )
+                .await
+                .unwrap();
+        }
+    }
+    finisher.await.unwrap();
+    let mut stuck = Vec::new();
+    for (id, w) in ids.iter().zip(waiters) {
+        if !w.await.unwrap() {
+            stuck.push(id.clone());
+        }
+    }
+    assert!(stuck.is_empty(), "never woke: {stuck:?}");
+    stop.cancel();
+    drop_schema(&schema).await;
+}
