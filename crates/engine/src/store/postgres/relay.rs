@@ -335,6 +335,7 @@ pub(super) async fn start_timed(
         me: me.clone(),
         notifier: notifier.clone(),
         store: store.clone(),
+        silence: timing.silence,
     };
     tokio::spawn(send_loop(
         config.clone(),
@@ -358,6 +359,7 @@ pub(super) async fn start_timed(
             presence,
             waits,
             out: out_tx,
+            notifier: notifier.clone(),
         },
         notifier,
         store,
@@ -407,6 +409,12 @@ fn list_payloads(me: &str, all: bool, tasks: Vec<String>) -> Vec<String> {
         .collect()
 }
 
+/// Whether `payload` is a part of a list of what a relay waits on (our own encoding: a note's
+/// fields are not escaped, text inside a string is).
+fn is_list_part(payload: &str) -> bool {
+    payload.contains(r#""relay":"waits""#)
+}
+
 /// Queues the list of what is waited on here, in order with the changes of it.
 fn send_list(me: &str, notifier: &Notifier, out: &mpsc::UnboundedSender<String>) {
     notifier.waits_in_order(|all, tasks| {
@@ -426,6 +434,8 @@ struct SendNotes {
     me: String,
     notifier: Notifier,
     store: Arc<dyn TaskStore>,
+    /// How long another relay may go unheard before it is forgotten.
+    silence: Duration,
 }
 
 /// What one relay says to the others about itself (carried as a note without a `peer`, which the
@@ -481,6 +491,7 @@ struct Hearing {
     presence: Arc<Presence>,
     waits: Arc<Waits>,
     out: mpsc::UnboundedSender<String>,
+    notifier: Notifier,
 }
 
 /// What hearing a wire from another relay says (see [`Hearing::heard`]).
@@ -489,8 +500,7 @@ struct Heard {
     relays_note: bool,
     /// What this process waits on must be read again (the other skipped events).
     read_again: bool,
-    /// The others must hear again what is waited on here: this relay resumed sending, or another
-    /// said hello.
+    /// The others must hear again what is waited on here: another relay said hello.
     list: bool,
 }
 
@@ -512,6 +522,9 @@ impl Hearing {
             tracing::info!(
                 "another replica is listening: task events go out to the other replicas again"
             );
+            // What was waited on here while alone went nowhere: the list goes before anything
+            // else this wire makes this relay say (an answer to a mark must follow it).
+            send_list(&self.me, &self.notifier, &self.out);
         } else if presence == Some(PresenceNote::Hello) {
             // A resume answers a hello as well.
             if let Some(p) = presence_note(&self.me, PresenceNote::Here) {
@@ -526,7 +539,7 @@ impl Hearing {
         Heard {
             relays_note,
             read_again: presence == Some(PresenceNote::Resumed),
-            list: resumed || presence == Some(PresenceNote::Hello),
+            list: !resumed && presence == Some(PresenceNote::Hello),
         }
     }
 
@@ -547,19 +560,22 @@ impl Hearing {
                     self.waits.answered(from, *n);
                 }
             }
-            _ => self.waits.told(from, note, |task| {
-                // As it is stored now: the skipped change is committed.
-                let wire = Wire {
-                    from: self.me.clone(),
-                    task: task.to_string(),
-                    state: None,
-                    waiters_only: true,
-                    kind: Kind::Changed,
-                };
-                if let Some(p) = encode(wire) {
-                    let _ = self.out.send(p);
-                }
-            }),
+            _ => self.waits.told(from, note, |task| self.send_again(task)),
+        }
+    }
+
+    /// Sends `task` again, as it is stored now (the skipped change is committed), to those who
+    /// wait on it.
+    fn send_again(&self, task: &str) {
+        let wire = Wire {
+            from: self.me.clone(),
+            task: task.to_string(),
+            state: None,
+            waiters_only: true,
+            kind: Kind::Changed,
+        };
+        if let Some(p) = encode(wire) {
+            let _ = self.out.send(p);
         }
     }
 }
@@ -673,7 +689,9 @@ async fn listen_loop(
                         backoff = Duration::from_millis(100);
                         // What the others said meanwhile is gone: until they list again, they
                         // count as waiting on everything, and a hello has them list.
-                        hearing.waits.listening_again();
+                        hearing
+                            .waits
+                            .listening_again(|task| hearing.send_again(task));
                         if let Some(hello) = presence_note(&hearing.me, PresenceNote::Hello) {
                             let _ = hearing.out.send(hello);
                         }
@@ -884,8 +902,10 @@ async fn send_loop(
 ) {
     let mut backoff = Duration::from_millis(100);
     let mut pending: Vec<String> = Vec::new();
-    // Whether what goes out first after connecting again is the resume of a failed send.
-    let mut resumed = false;
+    // Whether what waits here is read again after the next send (it follows a failed one).
+    let mut read_again = false;
+    // When a send last succeeded.
+    let mut last_sent: Option<std::time::Instant> = None;
     'connect: loop {
         let client = match config.connect(NoTls).await {
             Ok((client, connection)) => {
@@ -936,23 +956,29 @@ async fn send_loop(
             if let Err(e) = futures::future::try_join_all(sends).await {
                 // What is lost here is in the store: once connected again, a resume has the others
                 // read again what they wait on, and the list of what is waited on here replaces
-                // the changes of it that were lost; the newest goes out after them.
+                // the changes of it that were lost; the newest goes out after them, unless it is
+                // a part of an older list (it would undo the new one).
                 tracing::warn!(error = %e, lost = batch.len().saturating_sub(1), "notifying other replicas failed; reconnecting");
-                let newest = batch.pop();
+                let newest = batch.pop().filter(|p| !is_list_part(p));
                 pending = vec![notes.resumed.clone()];
                 notes.notifier.waits_in_order(|all, tasks| {
                     pending.extend(list_payloads(&notes.me, all, tasks));
                 });
                 pending.extend(newest);
-                resumed = true;
+                read_again = true;
                 continue 'connect;
             }
-            if std::mem::take(&mut resumed) {
-                // Another relay may have forgotten this one meanwhile, and with it the skips
-                // its waits would have had sent again: read again what is waited on here.
+            // The waits this relay told of are heard by the others only from now on. A waiter
+            // reads the store after it is told of, so one that read before a change another
+            // relay skipped while that relay had not heard this one at all (this relay's first
+            // send, or its first after a failure or a stall long enough to be forgotten) reads
+            // again.
+            let stalled = last_sent.is_none_or(|at| at.elapsed() >= notes.silence / 2);
+            if std::mem::take(&mut read_again) || stalled {
                 let (notifier, store) = (notes.notifier.clone(), notes.store.clone());
                 tokio::spawn(async move { catch_up(&notifier, &store).await });
             }
+            last_sent = Some(std::time::Instant::now());
         }
     }
 }

@@ -2,19 +2,25 @@
 //! [`super::relay`]) goes out only when another replica waits on its task.
 //!
 //! Each relay tells the others what its process waits on: the whole list when it starts, when
-//! another relay says hello, and after a silence or a failed send; and each change as it happens
-//! (a first subscription to a task, a last one dropped, a view of every task opened or closed). A
-//! relay that has not listed yet (just heard, or of an older version that never lists) counts as
-//! waiting on everything, and so does every relay for a grace after this one starts listening.
+//! another relay says hello, when it sends again after being alone and after a failed send; and
+//! each change as it happens (a first subscription to a task, a last one dropped, a view of every
+//! task opened or closed). A relay that has not listed (just heard, or of an older version that
+//! never lists) counts as waiting on everything, and so does every relay for a grace after this
+//! one starts listening or listens again.
 //!
 //! Skipping is exact. A waiter marks its task, which queues the note, before it reads the store;
 //! so when a change it did not see is skipped here, its note was queued before that change was
 //! committed, and the skip is after it. The skip is kept until every other relay has answered a
-//! mark this relay sent after it: each relay sends in the order it queued, so a note queued before
-//! the skip arrives before that answer. A note that names a kept skip has the task sent again (as
-//! it is stored then). A relay that lost notes of its own (a failed send) lists again, and a relay
-//! silent for longer than the silence is forgotten: it reads again what it waits on when it is
-//! back (see `relay`).
+//! mark this relay sent after it: each relay sends in the order it queued, and PostgreSQL delivers
+//! in commit order, so a note queued before the skip arrives before that answer; and a relay this
+//! one had not heard at all then is heard before the answers too, if its note was committed
+//! before the change. A note that names a kept skip has the task sent again (as it is stored
+//! then). What that leaves to the waiting side (`relay`): a relay reads again what it waits on
+//! after its first send, and after a send that follows a failure or a stall long enough for the
+//! others to forget it (its notes queued before were committed late); it lists again after a
+//! failed send, and its list goes before its answer to any mark; the rest of a list whose first
+//! parts were lost is dropped. A relay that listens again sends every kept skip again (a note
+//! naming it may be among what it missed) and counts the others as not listed.
 
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -47,10 +53,14 @@ pub(super) enum WaitNote {
     },
     /// The sender no longer waits on these tasks.
     Unwait { tasks: Vec<String> },
-    /// A part of everything the sender waits on; the last part (`more: false`) completes it.
+    /// A part of everything the sender waits on: the first part (`first`) starts a list, the last
+    /// (`more: false`) completes it. Parts of a list that was not started are dropped (the rest of
+    /// a list whose first parts were lost in a failed send: the list sent after it stands).
     Waits {
         all: bool,
         tasks: Vec<String>,
+        #[serde(default)]
+        first: bool,
         more: bool,
     },
     /// Every other relay answers with [`WaitNote::Marked`].
@@ -96,6 +106,7 @@ impl WaitNote {
             .map(|(i, tasks)| WaitNote::Waits {
                 all,
                 tasks,
+                first: i == 0,
                 more: i < last,
             })
             .collect()
@@ -248,8 +259,18 @@ impl Waits {
                 }
                 return;
             }
-            WaitNote::Waits { all, tasks, more } => {
-                let listing = other.listing.get_or_insert_with(Known::default);
+            WaitNote::Waits {
+                all,
+                tasks,
+                first,
+                more,
+            } => {
+                if *first {
+                    other.listing = Some(Known::default());
+                }
+                let Some(listing) = other.listing.as_mut() else {
+                    return;
+                };
                 listing.all |= *all;
                 if listing.tasks.len() + tasks.len() > MAX_WAITED {
                     listing.all = true;
@@ -297,14 +318,19 @@ impl Waits {
     }
 
     /// This relay listens again after its listening connection was lost: what the others said
-    /// meanwhile is gone, so each counts as waiting on everything until it lists again.
-    pub fn listening_again(&self) {
+    /// meanwhile is gone, so each counts as waiting on everything until it lists again, and every
+    /// kept skip is sent again (`again`, with the lock held): a wait that named it may be among
+    /// what was lost, and an answer to a mark sent before the loss would let go of it.
+    pub fn listening_again(&self, mut again: impl FnMut(&str)) {
         let mut s = self.state();
         for o in s.others.values_mut() {
             o.known = None;
             o.listing = None;
         }
         s.unsure_until = Instant::now() + self.grace;
+        for (t, _) in s.skipped.drain() {
+            again(&t);
+        }
     }
 
     /// The number of a mark to send now, if one is due: there are skips to let go of, and no
@@ -319,7 +345,8 @@ impl Waits {
         if s.others.len() != before {
             forget_answered(&mut s);
         }
-        if s.skipped.is_empty() {
+        // A relay that has not listed (an older one never does) keeps every skip: no mark then.
+        if s.skipped.is_empty() || s.others.values().any(|o| o.known.is_none()) {
             return None;
         }
         if let Some(at) = s.mark_sent {
@@ -486,10 +513,37 @@ mod tests {
         let w = waits();
         listed(&w, "b", &[]);
         assert!(!sent(&w, "t1"));
-        w.listening_again();
-        assert!(sent(&w, "t1"));
-        let again = listed(&w, "b", &["t1"]);
-        assert_eq!(again, ["t1"], "the skip before the loss is sent again");
+        let mut again = Vec::new();
+        w.listening_again(|t| again.push(t.to_string()));
+        assert_eq!(again, ["t1"], "a wait that named it may have been lost");
+        assert_eq!(w.skipped(), 0);
+        assert!(sent(&w, "t1"), "b counts as waiting on everything");
+        assert_eq!(w.mark_due(), None, "no mark while a relay has not listed");
+        assert!(listed(&w, "b", &[]).is_empty());
+        assert!(!sent(&w, "t1"), "b listed again");
+    }
+
+    #[test]
+    fn the_parts_of_a_list_that_was_not_started_are_dropped() {
+        let w = waits();
+        listed(&w, "b", &["kept"]);
+        let many: Vec<String> = (0..2_000).map(|i| format!("t-{i}")).collect();
+        let parts = WaitNote::list(false, many);
+        assert!(parts.len() > 2);
+        // The tail of a list whose first parts were lost: b's list stays as it was.
+        for p in &parts[1..] {
+            w.told("b", p, |_| {});
+        }
+        assert!(sent(&w, "kept"));
+        assert!(!sent(&w, "t-1999"));
+        // A list started again, with a stray part of an older one after its first: the new
+        // one's first part starts it over.
+        w.told("b", &parts[1], |_| {});
+        for p in &parts {
+            w.told("b", p, |_| {});
+        }
+        assert!(sent(&w, "t-0") && sent(&w, "t-1999"));
+        assert!(!sent(&w, "kept"));
     }
 
     #[test]
