@@ -416,16 +416,12 @@ impl Notifier {
         self.inner.per_task.len()
     }
 
-    /// The tasks someone in this process waits on through their topics: what to re-check after
-    /// events may have been missed. Not those merely watched ([`Notifier::watch`],
-    /// [`Notifier::also_waited_on`]): every running handler's task is, and its lease renewal finds
+    /// The tasks someone in this process waits on through their topics or a [`Watch`] (a
+    /// listening stream): what to re-check after events may have been missed. Not those of
+    /// [`Notifier::also_waited_on`]: every running handler's task is, and its lease renewal finds
     /// a task finished elsewhere anyway.
     pub fn watched_tasks(&self) -> Vec<String> {
-        self.inner
-            .per_task
-            .iter()
-            .map(|e| e.key().clone())
-            .collect()
+        self.waits_in_order(|_, tasks| tasks)
     }
 
     /// From now on, the events of the tasks `rule` picks concern only those who wait on the task
