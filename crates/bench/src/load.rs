@@ -20,6 +20,9 @@ pub enum Mode {
     /// `tools/call` of our `wait` tool: tasks that stay unfinished (for memory and restart
     /// profiles with `drive`; not one of the suite's modes).
     Hold,
+    /// [`Mode::Create`] with an idempotency key of its own on each call, as our client and
+    /// Asynchronous Tool Execution send (for `drive`; not one of the suite's modes).
+    Keyed,
 }
 
 impl Mode {
@@ -32,6 +35,7 @@ impl Mode {
             Mode::Get => "get",
             Mode::E2e => "e2e",
             Mode::Hold => "hold",
+            Mode::Keyed => "keyed",
         }
     }
 }
@@ -122,6 +126,9 @@ pub async fn run(
                         }
                         Mode::Hold => {
                             c.create_of("wait", serde_json::json!({})).await?;
+                        }
+                        Mode::Keyed => {
+                            c.create_keyed().await?;
                         }
                         Mode::Get => {
                             pick = (pick + 1) % existing.len().max(1);

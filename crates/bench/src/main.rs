@@ -113,7 +113,8 @@ enum Command {
         /// 2025 or 2026.
         #[arg(long, default_value = "2025")]
         wire: String,
-        /// create, get, e2e, or hold (tasks of the `wait` tool, left unfinished).
+        /// create, get, e2e, hold (tasks of the `wait` tool, left unfinished), or keyed (creates,
+        /// each with an idempotency key of its own).
         #[arg(long, default_value = "create")]
         mode: String,
         /// Concurrent clients.
@@ -314,9 +315,9 @@ async fn drive(
     };
     let mode = Mode::ALL
         .into_iter()
-        .chain([Mode::Hold])
+        .chain([Mode::Hold, Mode::Keyed])
         .find(|m| m.label() == mode)
-        .context("mode is create, get, e2e or hold")?;
+        .context("mode is create, get, e2e, hold or keyed")?;
     let f = load::run(
         url,
         wire,

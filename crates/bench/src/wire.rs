@@ -85,13 +85,42 @@ impl Client {
         self.create_of("noop", json!({})).await
     }
 
+    /// Starts a task of `noop` with an idempotency key of its own (our server's `_meta` key);
+    /// returns its id.
+    pub async fn create_keyed(&mut self) -> Result<String> {
+        // Unique within the run and across runs on one store: the run's start and a counter.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        static RUN: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
+        let run = RUN.get_or_init(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default()
+        });
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let key = format!("bench-{run:x}-{n}");
+        self.create_with("noop", json!({}), Some(&key)).await
+    }
+
     /// Starts a task of `tool` with `arguments`; returns its id.
     pub async fn create_of(&mut self, tool: &str, arguments: Value) -> Result<String> {
-        let params = match self.wire {
+        self.create_with(tool, arguments, None).await
+    }
+
+    async fn create_with(
+        &mut self,
+        tool: &str,
+        arguments: Value,
+        key: Option<&str>,
+    ) -> Result<String> {
+        let mut params = match self.wire {
             Wire::Stateless2026 => json!({"name": tool, "arguments": arguments}),
             // A ttl, so stores that keep tasks without one forever (the TypeScript SDK's) purge them.
             _ => json!({"name": tool, "arguments": arguments, "task": {"ttl": 300_000}}),
         };
+        if let Some(key) = key {
+            params["_meta"] = json!({ "io.github.mcp-tasks/idempotency-key": key });
+        }
         let r = self.call("tools/call", params).await?;
         let id = match self.wire {
             Wire::Stateless2026 => r.get("taskId"),
@@ -192,10 +221,11 @@ impl Client {
             .and_then(Value::as_str)
             .map(str::to_string);
         if self.wire == Wire::Stateless2026 {
-            params["_meta"] = json!({
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXT: {}}},
-            });
+            // Beside whatever `_meta` the call has (an idempotency key).
+            let mut meta = params.get("_meta").cloned().unwrap_or_else(|| json!({}));
+            meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
+            meta["io.modelcontextprotocol/clientCapabilities"] = json!({"extensions": {EXT: {}}});
+            params["_meta"] = meta;
         }
         let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         let resp = self.request(method, name.as_deref(), body).send().await?;

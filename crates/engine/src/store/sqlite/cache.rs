@@ -25,6 +25,9 @@ use serde_json::Value;
 /// was a tenth of the writer's work per task.
 pub(super) type IdMap<V> = std::collections::HashMap<String, V, foldhash::fast::RandomState>;
 
+/// Pending tasks' ids by their owner and idempotency key.
+type KeyMap = std::collections::HashMap<(String, String), String, foldhash::fast::RandomState>;
+
 use super::changelog::{write_row, ChangeLog, Pending};
 use super::rows::{self, select_task_shared, SharedArguments};
 use super::unfinished::Counts;
@@ -54,6 +57,9 @@ struct Generations {
     /// The records of pending tasks (see `changelog.rs`): their rows are behind, so they stay
     /// until their flush, whatever the generations hold.
     pinned: IdMap<TaskRecord>,
+    /// The pinned tasks that have an idempotency key, by owner and key: their rows may be missing,
+    /// so a lookup by key looks here before it reads rows.
+    pinned_keys: KeyMap,
     current: IdMap<TaskRecord>,
     /// What `current` weighs, estimated.
     current_bytes: usize,
@@ -91,12 +97,26 @@ impl RecordCache {
             .collect()
     }
 
+    /// The record of the pending task of `owner` with idempotency key `key`, if there is one.
+    pub(super) fn pinned_by_key(&self, owner: &str, key: &str) -> Option<TaskRecord> {
+        let g = self.lock();
+        if g.pinned_keys.is_empty() {
+            return None;
+        }
+        let id = g.pinned_keys.get(&(owner.to_string(), key.to_string()))?;
+        g.pinned.get(id).cloned()
+    }
+
     /// Takes the records of a group's logged writes: pending until their flush.
     fn pin(&self, records: impl Iterator<Item = TaskRecord>) {
         let mut g = self.lock();
         for rec in records {
             g.current.remove(&rec.id);
             g.previous.remove(&rec.id);
+            if let Some(key) = &rec.idempotency_key {
+                g.pinned_keys
+                    .insert((rec.owner.clone(), key.clone()), rec.id.clone());
+            }
             g.pinned.insert(rec.id.clone(), rec);
         }
     }
@@ -104,7 +124,10 @@ impl RecordCache {
     /// The pending tasks' rows were committed: their records become ordinary recent ones, but for
     /// those the same transaction went on to change without a record (`forgot`, or all of them).
     fn unpin_all(&self, forgot_all: bool, forgot: &[String]) {
-        let mut pinned = std::mem::take(&mut self.lock().pinned);
+        let mut g = self.lock();
+        g.pinned_keys.clear();
+        let mut pinned = std::mem::take(&mut g.pinned);
+        drop(g);
         if forgot_all {
             return;
         }
@@ -365,6 +388,24 @@ impl<'a, 'c> Tx<'a, 'c> {
             return Ok(Some(rec));
         }
         select_task_shared(self.hot.conn, id, shared)
+    }
+
+    /// The task of `owner` with idempotency key `key`, as this transaction sees it, without
+    /// writing the pending tasks as rows: one this group wrote, else a pending one (its row may be
+    /// missing or behind), else its row (rows are current for every task that is not pending).
+    pub(super) fn find_key(
+        &self,
+        owner: &str,
+        key: &str,
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        let ours = |t: &TaskRecord| t.owner == owner && t.idempotency_key.as_deref() == Some(key);
+        if let Some(rec) = self.group.writes.values().find(|t| ours(t)) {
+            return Ok(Some(rec.clone()));
+        }
+        if let Some(rec) = self.cache.pinned_by_key(owner, key) {
+            return Ok(Some(rec));
+        }
+        rows::select_by_key(self.hot.conn, owner, key)
     }
 
     /// Stores new task `t`.

@@ -206,17 +206,8 @@ impl TaskStore for SqliteStore {
         let created = self
             .write(move |tx| {
                 if let Some(key) = &task.idempotency_key {
-                    let conn = tx.conn()?;
-                    let existing: Option<TaskRecord> = conn
-                        .prepare_cached(&format!(
-                        "SELECT {TASK_COLUMNS} FROM tasks WHERE owner = ?1 AND idempotency_key = ?2"
-                    ))
-                        .and_then(|mut s| {
-                            s.query_row(params![task.owner, key], rows::task_from_row)
-                                .optional()
-                        })
-                        .with_context(|| format!("look up idempotency key {key:?}"))?;
-                    if let Some(existing) = existing {
+                    // Without a flush: a pending task with the key is found in memory.
+                    if let Some(existing) = tx.find_key(&task.owner, key)? {
                         if existing.fingerprint == task.fingerprint {
                             return Ok(Created::Existing(existing));
                         }
@@ -245,19 +236,14 @@ impl TaskStore for SqliteStore {
     }
 
     async fn find_by_key(&self, owner: &str, key: &str) -> Result<Option<TaskRecord>, StoreError> {
-        self.flushed().await?;
+        // A pending task's row may be missing or behind: its record is looked up by key first.
+        // Every other task's row is current, so no flush is needed for the rest.
+        if let Some(t) = self.cache.pinned_by_key(owner, key) {
+            return Ok(Some(t));
+        }
         let (owner, key) = (owner.to_string(), key.to_string());
-        self.read(move |conn| {
-            conn.prepare_cached(&format!(
-                "SELECT {TASK_COLUMNS} FROM tasks WHERE owner = ?1 AND idempotency_key = ?2"
-            ))
-            .and_then(|mut s| {
-                s.query_row(params![owner, key], rows::task_from_row)
-                    .optional()
-            })
-            .with_context(|| format!("find the task of {owner} with key {key:?}"))
-        })
-        .await
+        self.read(move |conn| rows::select_by_key(conn, &owner, &key))
+            .await
     }
 
     async fn get(&self, id: &str) -> Result<Lookup, StoreError> {

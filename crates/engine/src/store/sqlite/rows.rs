@@ -212,6 +212,19 @@ pub(super) fn select_task(conn: &Connection, id: &str) -> Result<Option<TaskReco
         .with_context(|| format!("read task {id}"))
 }
 
+/// The task of `owner` with idempotency key `key`, from its row.
+pub(super) fn select_by_key(
+    conn: &Connection,
+    owner: &str,
+    key: &str,
+) -> Result<Option<TaskRecord>, StoreError> {
+    conn.prepare_cached(&format!(
+        "SELECT {TASK_COLUMNS} FROM tasks WHERE owner = ?1 AND idempotency_key = ?2"
+    ))
+    .and_then(|mut s| s.query_row([owner, key], task_from_row).optional())
+    .with_context(|| format!("find the task of {owner} with key {key:?}"))
+}
+
 /// The tasks `sql` (which selects [`TASK_COLUMNS`]) returns; `what` names the query for errors.
 pub(super) fn select_tasks(
     conn: &Connection,

@@ -540,3 +540,82 @@ async fn a_crash_before_the_logged_writes_are_rows_loses_none_of_them() {
     let store = SqliteStore::open(&path).unwrap();
     assert!(matches!(store.get("c").await.unwrap(), Lookup::Found(_)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_with_an_idempotency_key_is_logged_and_found_by_its_key_before_and_after_a_crash()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keys.db");
+    let store = SqliteStore::open(&path).unwrap();
+    store.crash.store(true, std::sync::atomic::Ordering::SeqCst);
+    let keyed = |id: &str, key: &str, fingerprint: &str| {
+        let mut t = super::super::testkit::record(id, "o", 1);
+        t.idempotency_key = Some(key.to_string());
+        t.fingerprint = fingerprint.to_string();
+        t
+    };
+    // An unkeyed task pending first: a keyed create must not write it as a row.
+    store
+        .create(super::super::testkit::record("plain", "o", 1), None)
+        .await
+        .unwrap();
+    let first = match store
+        .create(keyed("k1", "key-1", "fp"), None)
+        .await
+        .unwrap()
+    {
+        Created::New(t) => t,
+        Created::Existing(_) => panic!("a new key"),
+    };
+    assert_eq!(
+        store.cache.pinned_len(),
+        2,
+        "both logged, neither a row yet"
+    );
+    // Found by its key while pending: by a reader, and by the writer on a second create.
+    assert_eq!(
+        store.find_by_key("o", "key-1").await.unwrap(),
+        Some(first.clone())
+    );
+    assert_eq!(store.find_by_key("other", "key-1").await.unwrap(), None);
+    assert_eq!(
+        store
+            .create(keyed("k2", "key-1", "fp"), None)
+            .await
+            .unwrap(),
+        Created::Existing(first.clone())
+    );
+    assert!(matches!(
+        store.create(keyed("k3", "key-1", "other"), None).await,
+        Err(StoreError::IdempotencyConflict { ref task_id, .. }) if task_id == "k1"
+    ));
+    assert_eq!(store.cache.pinned_len(), 2, "no lookup wrote rows");
+    // Two creates with one key in one group: the second finds the first.
+    let (a, b) = tokio::join!(
+        store.create(keyed("g1", "key-g", "fp"), None),
+        store.create(keyed("g2", "key-g", "fp"), None)
+    );
+    let ids: Vec<String> = [a.unwrap(), b.unwrap()]
+        .into_iter()
+        .map(|c| match c {
+            Created::New(t) | Created::Existing(t) => t.id,
+        })
+        .collect();
+    assert_eq!(ids[0], ids[1], "one task for one key: {ids:?}");
+    drop(store);
+
+    // The process died with the keyed tasks logged only: found by key after the replay.
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(
+        store.find_by_key("o", "key-1").await.unwrap(),
+        Some(first.clone())
+    );
+    assert_eq!(
+        store
+            .create(keyed("k4", "key-1", "fp"), None)
+            .await
+            .unwrap(),
+        Created::Existing(first)
+    );
+    assert!(store.find_by_key("o", "key-g").await.unwrap().is_some());
+}
