@@ -928,7 +928,21 @@ async fn an_event_goes_out_only_when_another_replica_waits_on_its_task_and_a_lat
             .unwrap(),
     );
     let (client, mut heard) = overhear(&schema).await;
-    let (notifier, stop) = relay_on(&schema, store).await;
+    // A long silence: the made-up relay must not be forgotten between its notes on a slow machine.
+    let notifier = crate::notifier::Notifier::new();
+    let stop = tokio_util::sync::CancellationToken::new();
+    relay::start_timed(
+        &url_in_schema(&schema),
+        notifier.clone(),
+        store,
+        stop.clone(),
+        super::presence::Timing {
+            silence: std::time::Duration::from_secs(20),
+            ..short_presence()
+        },
+    )
+    .await
+    .unwrap();
     // Every task's events are for its waiters only, and this process runs node-a's tasks.
     let _ = notifier.narrow(Arc::new(|_: &crate::model::TaskRecord| true));
     notifier.runs_as("node-a");
