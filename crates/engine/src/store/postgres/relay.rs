@@ -359,9 +359,8 @@ pub(super) async fn start_timed(
             presence,
             waits,
             out: out_tx,
-            notifier: notifier.clone(),
+            notifier,
         },
-        notifier,
         store,
         stop,
     ));
@@ -473,15 +472,7 @@ impl PresenceNote {
 
 /// The payload of `note` from the relay `me`.
 fn presence_note(me: &str, note: PresenceNote) -> Option<String> {
-    encode(Wire {
-        from: me.to_string(),
-        task: String::new(),
-        state: None,
-        waiters_only: false,
-        kind: Kind::Note {
-            note: serde_json::json!({ "relay": note.name() }),
-        },
-    })
+    note_payload(me, serde_json::json!({ "relay": note.name() }))
 }
 
 /// What the listening side needs to keep this relay's presence: who it is, when it last heard
@@ -669,10 +660,10 @@ async fn listen_loop(
     channel: String,
     first: Listening,
     hearing: Hearing,
-    notifier: Notifier,
     store: Arc<dyn TaskStore>,
     stop: CancellationToken,
 ) {
+    let notifier = hearing.notifier.clone();
     let mut current = Some(first);
     let mut backoff = Duration::from_millis(100);
     loop {

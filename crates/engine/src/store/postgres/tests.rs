@@ -599,6 +599,18 @@ async fn relay_on(
     crate::notifier::Notifier,
     tokio_util::sync::CancellationToken,
 ) {
+    relay_timed(schema, store, short_presence()).await
+}
+
+/// [`relay_on`] with the presence timing given.
+async fn relay_timed(
+    schema: &str,
+    store: Arc<dyn TaskStore>,
+    timing: super::presence::Timing,
+) -> (
+    crate::notifier::Notifier,
+    tokio_util::sync::CancellationToken,
+) {
     let notifier = crate::notifier::Notifier::new();
     let stop = tokio_util::sync::CancellationToken::new();
     relay::start_timed(
@@ -606,7 +618,7 @@ async fn relay_on(
         notifier.clone(),
         store,
         stop.clone(),
-        short_presence(),
+        timing,
     )
     .await
     .unwrap();
@@ -929,20 +941,11 @@ async fn an_event_goes_out_only_when_another_replica_waits_on_its_task_and_a_lat
     );
     let (client, mut heard) = overhear(&schema).await;
     // A long silence: the made-up relay must not be forgotten between its notes on a slow machine.
-    let notifier = crate::notifier::Notifier::new();
-    let stop = tokio_util::sync::CancellationToken::new();
-    relay::start_timed(
-        &url_in_schema(&schema),
-        notifier.clone(),
-        store,
-        stop.clone(),
-        super::presence::Timing {
-            silence: std::time::Duration::from_secs(20),
-            ..short_presence()
-        },
-    )
-    .await
-    .unwrap();
+    let long_silence = super::presence::Timing {
+        silence: std::time::Duration::from_secs(20),
+        ..short_presence()
+    };
+    let (notifier, stop) = relay_timed(&schema, store, long_silence).await;
     // Every task's events are for its waiters only, and this process runs node-a's tasks.
     let _ = notifier.narrow(Arc::new(|_: &crate::model::TaskRecord| true));
     notifier.runs_as("node-a");
