@@ -137,6 +137,32 @@ impl RecordCache {
         self.publish(pinned.into_iter());
     }
 
+    /// The rows of tasks `ids` (a flusher's batch) were committed: each record becomes an ordinary
+    /// recent one, but for the tasks logged again since (`still_pending`), whose newer record stays
+    /// pinned.
+    pub(super) fn unpin(&self, ids: Vec<String>, still_pending: impl Fn(&str) -> bool) {
+        let mut g = self.lock();
+        let mut records = Vec::with_capacity(ids.len());
+        for id in ids {
+            if still_pending(&id) {
+                continue;
+            }
+            let Some(rec) = g.pinned.remove(&id) else {
+                continue;
+            };
+            if let Some(key) = &rec.idempotency_key {
+                // Only if the key is still this task's: a later task may have taken it.
+                let k = (rec.owner.clone(), key.clone());
+                if g.pinned_keys.get(&k) == Some(&id) {
+                    g.pinned_keys.remove(&k);
+                }
+            }
+            records.push((id, rec));
+        }
+        drop(g);
+        self.publish(records.into_iter());
+    }
+
     /// Takes a committed group's records.
     fn publish(&self, records: impl Iterator<Item = (String, TaskRecord)>) {
         let mut g = self.lock();
@@ -324,6 +350,8 @@ impl<'a, 'c> Tx<'a, 'c> {
 
     fn begin(&mut self) -> Result<(), StoreError> {
         if !self.group.began {
+            // The flusher's connection is not writing from here (see `flusher.rs`).
+            self.log.settle(self.cache);
             self.hot
                 .conn
                 .prepare_cached("BEGIN IMMEDIATE")
@@ -367,6 +395,11 @@ impl<'a, 'c> Tx<'a, 'c> {
     /// Tests: whether the writer is to behave as if the process died (no flush of its own).
     pub(super) fn crashed(&self) -> bool {
         self.log.crashed()
+    }
+
+    /// Asks the writer to hand the pending tasks to the flusher after this group (an idle flush).
+    pub(super) fn flush_soon(&mut self) {
+        self.log.flush_soon = true;
     }
 
     /// Whether the job took a logged write into the group (its caller then waits on the log).
@@ -460,8 +493,10 @@ impl<'a, 'c> Tx<'a, 'c> {
             self.conn()?;
         }
         // Debug builds check the kept counts against the rows, when the rows are current.
-        let current =
-            self.log.pending.is_empty() && self.group.logged.is_empty() && self.staged.is_empty();
+        let current = self.log.pending.is_empty()
+            && !self.log.flushing()
+            && self.group.logged.is_empty()
+            && self.staged.is_empty();
         self.counts.of(
             self.hot.conn,
             &limit.owner,

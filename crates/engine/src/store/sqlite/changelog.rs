@@ -13,10 +13,13 @@
 //! writer's own jobs through [`Tx::conn`](super::cache::Tx::conn), readers through
 //! `SqliteStore::flushed`), so no reader of rows sees them behind the log.
 //!
+//! Flushes run on a thread of their own (`flusher.rs`), so the log is two files, `<file>-changes`
+//! and `<file>-changes-2`: the writer appends to one while the other's tasks are written as rows.
 //! The flush's transaction also records the log's highest sequence number it covers
-//! (`change_log.flushed_seq`), and only then is the file emptied. Opening the store replays the
-//! frames above that number, in order, so a crash between the log's sync and the flush, or between
-//! the flush's commit and the emptying, loses nothing and applies nothing twice. A frame is its
+//! (`change_log.flushed_seq`), and only then does the file start over. Opening the store replays
+//! the frames of both files above that number, in the order they were numbered, so a crash
+//! between the log's sync and the flush, or between the flush's commit and the start over, loses
+//! nothing and applies nothing twice. A frame is its
 //! length, a CRC-32 of its content, and the content (`frame.rs`): a torn last frame (a crash in the
 //! middle of an append nobody was answered for) ends the replay there.
 
@@ -26,7 +29,8 @@ use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::cache::IdMap;
+use super::cache::{IdMap, RecordCache};
+use super::flusher::{Batch, Done, Flusher};
 use super::frame::{self, Entry, FrameError};
 use super::rows;
 use super::Context;
@@ -38,6 +42,9 @@ use crate::store::StoreError;
 pub(super) const FLUSH_TASKS: usize = 64;
 /// Log bytes past which the writer flushes, whatever the count: large results.
 pub(super) const FLUSH_BYTES: u64 = 16 << 20;
+/// Pending tasks past which, while a batch is in flight, the writer waits for it before it logs
+/// more.
+pub(super) const MAX_PENDING: usize = 16 * FLUSH_TASKS;
 /// How long a pending task may wait for its row at most (give or take a flush), so that rows read
 /// by other processes (an operator's `sqlite3`) lag little.
 pub(super) const IDLE_FLUSH: std::time::Duration = std::time::Duration::from_millis(200);
@@ -47,11 +54,14 @@ const HEADER: usize = 8;
 /// Largest frame content a replay accepts: more is taken for a torn length.
 const MAX_FRAME: u32 = 1 << 30;
 
-/// The log file of the database at `db`.
-pub(super) fn path_of(db: &Path) -> PathBuf {
-    let mut name = db.as_os_str().to_owned();
-    name.push("-changes");
-    PathBuf::from(name)
+/// The two log files of the database at `db`: `<file>-changes` and `<file>-changes-2`. The writer
+/// appends to one while the flusher writes the other's tasks as rows (`flusher.rs`).
+pub(super) fn paths_of(db: &Path) -> [PathBuf; 2] {
+    ["-changes", "-changes-2"].map(|suffix| {
+        let mut name = db.as_os_str().to_owned();
+        name.push(suffix);
+        PathBuf::from(name)
+    })
 }
 
 /// A task whose row is behind: its latest record, whether it has a row at all, and the status
@@ -72,29 +82,20 @@ impl Pending {
     }
 }
 
-/// The open log file and what it holds that the rows do not.
-pub(super) struct ChangeLog {
+/// One of the two log files.
+struct LogFile {
     file: File,
     path: PathBuf,
-    /// Where the next frame goes: the bytes of frames appended since the log last started over.
+    /// Where the next frame goes: the bytes of frames appended since the file last started over.
     len: u64,
-    /// The sequence number of the last frame appended.
-    seq: u64,
-    /// The pending tasks, by id.
-    pub(super) pending: IdMap<Pending>,
     /// Set when an append failed: the file may end in a partial frame, so nothing more is appended
     /// to it until it is emptied (every write goes to rows meanwhile).
     broken: bool,
-    /// Tests: the writer neither flushes when idle nor when it closes, as if the process died.
-    #[cfg(test)]
-    pub(super) crash: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
-impl ChangeLog {
-    /// Opens the log of `db` (connected as `conn`, whose schema is current), writes as rows what a
-    /// previous run logged and did not flush, and empties it.
-    pub(super) fn open(db: &Path, conn: &mut Connection) -> Result<ChangeLog, StoreError> {
-        let path = path_of(db);
+impl LogFile {
+    /// Opens the file at `path` and reads what it holds.
+    fn open(path: PathBuf) -> Result<(LogFile, Vec<u8>), StoreError> {
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -105,20 +106,92 @@ impl ChangeLog {
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)
             .with_context(|| format!("read the change log {}", path.display()))?;
+        let f = LogFile {
+            file,
+            path,
+            len: 0,
+            broken: false,
+        };
+        Ok((f, bytes))
+    }
+
+    /// Starts the file over (see [`ChangeLog::empty`]).
+    fn empty(&mut self) -> Result<(), StoreError> {
+        if self.broken {
+            // The file may end in a partial frame: cut it, so that nothing follows it.
+            self.file
+                .set_len(0)
+                .with_context(|| format!("empty the change log {}", self.path.display()))?;
+            self.broken = false;
+        }
+        self.len = 0;
+        Ok(())
+    }
+}
+
+/// What [`ChangeLog::hand_off`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum HandOff {
+    /// The pending tasks went to the flusher.
+    Handed,
+    /// A batch is in flight: the pending tasks wait for the next hand-off.
+    Busy,
+    /// There is no flusher, or a batch failed and the writer writes what is pending itself.
+    Unable,
+}
+
+/// The open log files and what they hold that the rows do not.
+pub(super) struct ChangeLog {
+    files: [LogFile; 2],
+    /// The file appends go to.
+    current: usize,
+    /// The sequence number of the last frame appended.
+    seq: u64,
+    /// The pending tasks not handed to the flusher, by id.
+    pub(super) pending: IdMap<Pending>,
+    /// The flusher, once started (the writer writes every flush itself without one).
+    flusher: Option<Flusher>,
+    /// The file holding the frames of the batch in flight.
+    in_flight: Option<usize>,
+    /// A batch came back unwritten: no more hand-offs until the writer has written every pending
+    /// task itself (which empties both files).
+    refused: bool,
+    /// The writer was asked to hand the pending tasks over after this group (an idle flush).
+    pub(super) flush_soon: bool,
+    /// Tests: the writer neither flushes when idle nor when it closes, as if the process died.
+    #[cfg(test)]
+    pub(super) crash: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl ChangeLog {
+    /// Opens the log of `db` (connected as `conn`, whose schema is current), writes as rows what a
+    /// previous run logged and did not flush, and empties it.
+    pub(super) fn open(db: &Path, conn: &mut Connection) -> Result<ChangeLog, StoreError> {
+        let [first, second] = paths_of(db);
+        let (first, first_bytes) = LogFile::open(first)?;
+        let (second, second_bytes) = LogFile::open(second)?;
         let flushed = flushed_seq(conn)?;
         let mut pending: IdMap<Pending> = IdMap::default();
         let mut seq = flushed;
-        // Frames end at the first torn one: the last append, if a crash cut it, which nobody
-        // was told had succeeded (none follows a failed one), or the older frames the last start
-        // over left behind, all of them written as rows already.
-        let entries = frames(&bytes);
-        for entry in entries {
-            let entry =
-                entry.with_context(|| format!("replay the change log {}", path.display()))?;
-            if entry.seq <= flushed {
-                // Written as rows by a flush whose commit the emptying of the file did not follow.
-                continue;
+        // Each file's frames end at its first torn one: the last append, if a crash cut it, which
+        // nobody was told had succeeded (none follows a failed one), or the older frames the last
+        // start over left behind, all of them written as rows already. The two files' frames are
+        // replayed in the order they were numbered: a task handed to the flusher may have later
+        // frames in the other file.
+        let mut entries = Vec::new();
+        for (file, bytes) in [(&first, &first_bytes), (&second, &second_bytes)] {
+            for entry in frames(bytes) {
+                let entry = entry
+                    .with_context(|| format!("replay the change log {}", file.path.display()))?;
+                if entry.seq > flushed {
+                    entries.push(entry);
+                }
+                // Else written as rows by a flush whose commit the file's start over did not
+                // follow.
             }
+        }
+        entries.sort_by_key(|e| e.seq);
+        for entry in entries {
             seq = seq.max(entry.seq);
             let p = Pending {
                 record: entry.record,
@@ -133,19 +206,24 @@ impl ChangeLog {
             }
         }
         let mut log = ChangeLog {
-            file,
-            path,
-            len: 0,
+            files: [first, second],
+            current: 0,
             seq,
             pending,
-            broken: false,
+            flusher: None,
+            in_flight: None,
+            refused: false,
+            flush_soon: false,
             #[cfg(test)]
             crash: Default::default(),
         };
         if !log.pending.is_empty() {
             let n = log.pending.len();
             let tx = conn.transaction().with_context(|| {
-                format!("begin replaying the change log {}", log.path.display())
+                format!(
+                    "begin replaying the change log {}",
+                    log.files[0].path.display()
+                )
             })?;
             {
                 let mut insert = tx
@@ -159,14 +237,124 @@ impl ChangeLog {
             tx.commit().with_context(|| {
                 format!(
                     "commit {n} tasks replayed from the change log {}",
-                    log.path.display()
+                    log.files[0].path.display()
                 )
             })?;
-            tracing::info!(tasks = n, log = %log.path.display(), "replayed the change log");
+            tracing::info!(tasks = n, log = %log.files[0].path.display(), "replayed the change log");
             log.flushed();
         }
         log.empty()?;
         Ok(log)
+    }
+
+    /// Starts writing flushes on a thread of their own, on `conn` (see `flusher.rs`).
+    pub(super) fn start_flusher(&mut self, flusher: Flusher) {
+        self.flusher = Some(flusher);
+    }
+
+    /// Stops the flusher, closing its connection; flushes from here are the writer's.
+    pub(super) fn stop_flusher(&mut self) {
+        debug_assert!(self.in_flight.is_none());
+        self.flusher = None;
+    }
+
+    /// Whether a batch is in flight: the rows lack its tasks until [`ChangeLog::settle`].
+    pub(super) fn flushing(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
+    /// Whether the pending tasks are due to be written as rows: past the count or the bytes of a
+    /// flush, or asked for by an idle flush.
+    pub(super) fn due(&mut self) -> bool {
+        let soon = std::mem::take(&mut self.flush_soon);
+        !self.pending.is_empty()
+            && (soon || self.pending.len() >= FLUSH_TASKS || self.len() >= FLUSH_BYTES)
+    }
+
+    /// Whether so much is pending while a batch is in flight that the writer waits for it rather
+    /// than log more (what the cache pins and a restart replays stays bounded).
+    pub(super) fn overdue(&self) -> bool {
+        self.pending.len() >= MAX_PENDING || self.len() >= 2 * FLUSH_BYTES
+    }
+
+    /// Hands every pending task to the flusher, if there is one and no batch is in flight; appends
+    /// go to the other file from here.
+    pub(super) fn hand_off(&mut self) -> HandOff {
+        let Some(flusher) = &self.flusher else {
+            return HandOff::Unable;
+        };
+        if self.in_flight.is_some() {
+            return HandOff::Busy;
+        }
+        let other = 1 - self.current;
+        // The other file is empty unless a batch failed (then `refused` is set too); the pending
+        // tasks' frames are all in the current one.
+        if self.refused || self.files[self.current].broken || self.files[other].len != 0 {
+            return HandOff::Unable;
+        }
+        let batch = Batch {
+            pending: std::mem::take(&mut self.pending),
+            seq: self.seq,
+        };
+        match flusher.send(batch) {
+            Ok(()) => {
+                self.in_flight = Some(self.current);
+                self.current = other;
+                HandOff::Handed
+            }
+            Err(batch) => {
+                tracing::error!("the SQLite flusher thread has stopped; the writer flushes itself");
+                self.pending = batch.pending;
+                self.flusher = None;
+                HandOff::Unable
+            }
+        }
+    }
+
+    /// Takes in how the batch in flight ended, if it did (waiting for it if `wait`): its tasks'
+    /// rows are committed, so the file that held their frames starts over and their records are
+    /// unpinned, but for those logged again since; or it failed, and its tasks are pending again.
+    pub(super) fn reap(&mut self, cache: &RecordCache, wait: bool) {
+        let Some(file) = self.in_flight else { return };
+        let Some(done) = self.flusher.as_ref().and_then(|f| f.answer(wait)) else {
+            return;
+        };
+        self.in_flight = None;
+        match done {
+            Done::Written(ids) => {
+                // The batch's commit covers every frame of the file: none was appended after it.
+                self.files[file].len = 0;
+                let pending = &self.pending;
+                cache.unpin(ids, |id| pending.contains_key(id));
+            }
+            Done::NotWritten(batch, error) => {
+                if let Some(e) = error {
+                    tracing::error!(
+                        error = %crate::store::error_chain(&e),
+                        tasks = batch.pending.len(),
+                        "writing the change log as rows failed; the writer writes them itself"
+                    );
+                }
+                // Its tasks are older than what is pending now: theirs go under the later writes.
+                let mut older = batch.pending;
+                for (id, later) in std::mem::take(&mut self.pending) {
+                    match older.get_mut(&id) {
+                        Some(earlier) => earlier.then(later),
+                        None => {
+                            older.insert(id, later);
+                        }
+                    }
+                }
+                self.pending = older;
+                self.refused = true;
+            }
+        }
+    }
+
+    /// Waits for the batch in flight, if any, and takes in how it ended: from here the rows hold
+    /// every task but the pending ones, and the writer's connection may write.
+    pub(super) fn settle(&mut self, cache: &RecordCache) {
+        self.reap(cache, true);
     }
 
     /// Tests: whether the writer is to behave as if the process died.
@@ -183,12 +371,12 @@ impl ChangeLog {
 
     /// Whether writes may go to the log now.
     pub(super) fn usable(&self) -> bool {
-        !self.broken
+        !self.files[self.current].broken
     }
 
-    /// Bytes the log holds.
+    /// Bytes the file appends go to holds.
     pub(super) fn len(&self) -> u64 {
-        self.len
+        self.files[self.current].len
     }
 
     /// Writes every pending task as its row, through the writer's statements, inside the caller's
@@ -216,21 +404,17 @@ impl ChangeLog {
     }
 
     /// Starts the log over once what it holds is written as rows: the next frame is written at the
-    /// start of the file, over the old ones. The file is not truncated: an append that grows a file
-    /// makes its sync write the file's size too, a journal commit of the file system's own, where
-    /// an append into blocks the file already has syncs only the data. Frames left behind the
-    /// new ones are at or below the recorded number, so a replay skips them; a torn or zeroed
-    /// frame ends it.
+    /// start of the current file, over the old ones, and the other file is empty too. The files are
+    /// not truncated: an append that grows a file makes its sync write the file's size too, a
+    /// journal commit of the file system's own, where an append into blocks the file already has
+    /// syncs only the data. Frames left behind the new ones are at or below the recorded number,
+    /// so a replay skips them; a torn or zeroed frame ends it.
     pub(super) fn empty(&mut self) -> Result<(), StoreError> {
-        debug_assert!(self.pending.is_empty());
-        if self.broken {
-            // The file may end in a partial frame: cut it, so that nothing follows it.
-            self.file
-                .set_len(0)
-                .with_context(|| format!("empty the change log {}", self.path.display()))?;
-            self.broken = false;
+        debug_assert!(self.pending.is_empty() && self.in_flight.is_none());
+        for f in &mut self.files {
+            f.empty()?;
         }
-        self.len = 0;
+        self.refused = false;
         Ok(())
     }
 
@@ -260,18 +444,19 @@ impl ChangeLog {
             buf[at..at + 4].copy_from_slice(&len.to_le_bytes());
             buf[at + 4..at + HEADER].copy_from_slice(&crc.to_le_bytes());
         }
-        let written = self
+        let f = &mut self.files[self.current];
+        let written = f
             .file
-            .write_all_at(&buf, self.len)
-            .and_then(|()| self.file.sync_data());
+            .write_all_at(&buf, f.len)
+            .and_then(|()| f.file.sync_data());
         if let Err(e) = written {
-            self.broken = true;
+            f.broken = true;
             return Err(StoreError::backend(
-                format!("append to the change log {}", self.path.display()),
+                format!("append to the change log {}", f.path.display()),
                 e,
             ));
         }
-        self.len += buf.len() as u64;
+        f.len += buf.len() as u64;
         self.seq = seq;
         Ok(())
     }
@@ -382,7 +567,7 @@ mod tests {
         append_new(&mut log, &crate::store::testkit::record("t2", "o", 2));
         drop((conn, log));
         // A crash in the middle of the second append: its last bytes never reached the disk.
-        let file = path_of(&dir.path().join("log.db"));
+        let [file, _] = paths_of(&dir.path().join("log.db"));
         let f = OpenOptions::new().write(true).open(&file).unwrap();
         f.set_len(whole + 20).unwrap();
         drop(f);

@@ -9,6 +9,7 @@
 mod cache;
 mod changelog;
 mod deliveries;
+mod flusher;
 mod frame;
 mod lock;
 mod rows;
@@ -54,6 +55,9 @@ pub struct SqliteStore {
     /// Tests: makes the writer behave as if the process died (see `ChangeLog::crash`).
     #[cfg(test)]
     crash: Arc<std::sync::atomic::AtomicBool>,
+    /// Tests: hold the flusher, or make it fail (see `flusher.rs`).
+    #[cfg(test)]
+    flusher_hooks: flusher::Hooks,
 }
 
 impl Drop for SqliteStore {
@@ -102,9 +106,23 @@ impl SqliteStore {
         schema::migrate(&mut writer, &path)?;
         // What a previous run logged and did not write as rows is written now, before anything
         // reads rows.
-        let log = changelog::ChangeLog::open(&path, &mut writer)?;
+        let mut log = changelog::ChangeLog::open(&path, &mut writer)?;
         #[cfg(test)]
         let crash = log.crash.clone();
+        #[cfg(test)]
+        let flusher_hooks = flusher::Hooks {
+            crash: crash.clone(),
+            ..Default::default()
+        };
+        // The flusher's own connection (`flusher.rs`); WAL is the file's, the rest is per connection.
+        let rows = open(&path, OpenFlags::default())?;
+        rows.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")
+            .with_context(|| format!("configure {}", path.display()))?;
+        log.start_flusher(flusher::Flusher::start(
+            rows,
+            #[cfg(test)]
+            flusher_hooks.clone(),
+        )?);
         let cache = Arc::new(RecordCache::default());
         let (jobs, writer) = writer::spawn(writer, log, cache.clone(), lock)?;
         writer::flush_now_and_then(&jobs, cache.clone());
@@ -117,6 +135,8 @@ impl SqliteStore {
             writer: Some(writer),
             #[cfg(test)]
             crash,
+            #[cfg(test)]
+            flusher_hooks,
         })
     }
 

@@ -344,10 +344,10 @@ async fn the_records_kept_in_memory_are_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("bounded.db")).unwrap();
     // Enough that the first ones are out of both generations even though the last ones are still
-    // pending (pinned, not yet in a generation) and the first ones entered late, at their flush.
-    let n = 2 * cache::GENERATION
-        + 2 * (super::changelog::FLUSH_TASKS + super::writer::MAX_GROUP)
-        + 100;
+    // pending or in the flusher's batch (pinned, not yet in a generation) and the first ones
+    // entered late, once their batch was written.
+    let pinned = 2 * (super::changelog::MAX_PENDING + super::writer::MAX_GROUP);
+    let n = 2 * cache::GENERATION + 2 * pinned + 100;
     let writes: Vec<_> = (0..n)
         .map(|i| {
             store.create(
@@ -359,10 +359,10 @@ async fn the_records_kept_in_memory_are_bounded() {
     for w in futures::future::join_all(writes).await {
         w.unwrap();
     }
-    // The generations, and the pending tasks: at most a flush's worth and one group more.
+    // The generations, the pending tasks and a batch in flight: each at most the most that may be
+    // pending and one group more.
     assert!(
-        store.cache.len()
-            <= 2 * cache::GENERATION + super::changelog::FLUSH_TASKS + super::writer::MAX_GROUP,
+        store.cache.len() <= 2 * cache::GENERATION + pinned,
         "{}",
         store.cache.len()
     );
@@ -519,7 +519,11 @@ async fn a_crash_before_the_logged_writes_are_rows_loses_none_of_them() {
         ]
     );
     drop(raw);
-    assert!(std::fs::metadata(changelog::path_of(&path)).unwrap().len() > 0);
+    let logged: u64 = changelog::paths_of(&path)
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
+    assert!(logged > 0);
 
     let store = SqliteStore::open(&path).unwrap();
     assert_eq!(store.get("a").await.unwrap(), Lookup::Found(a));
@@ -618,4 +622,176 @@ async fn a_create_with_an_idempotency_key_is_logged_and_found_by_its_key_before_
         Created::Existing(first)
     );
     assert!(store.find_by_key("o", "key-g").await.unwrap().is_some());
+}
+
+/// The tasks' rows as another process sees them: id and status, by id.
+fn rows_of(path: &Path) -> Vec<(String, String)> {
+    let raw = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let rows = raw
+        .prepare("SELECT id, status FROM tasks ORDER BY id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    rows
+}
+
+/// Creates tasks `prefix{from..to}` one after another.
+async fn create_each(store: &SqliteStore, prefix: &str, from: usize, to: usize) {
+    for i in from..to {
+        let t = super::super::testkit::record(&format!("{prefix}{i:03}"), "o", i as u64 + 1);
+        store.create(t, None).await.unwrap();
+    }
+}
+
+fn completed(n: u64) -> TaskChange {
+    TaskChange {
+        status: Some(TaskStatus::Completed),
+        outcome: Some(crate::model::Outcome::Result {
+            value: serde_json::json!({ "n": n }),
+            is_error: false,
+        }),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_go_on_while_the_flusher_writes_rows_and_a_read_of_rows_waits_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("held.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let held = store.flusher_hooks.gate.hold();
+    // A flush's worth: the writer hands it over, and the flusher waits at the gate.
+    create_each(&store, "a", 0, changelog::FLUSH_TASKS).await;
+    // Neither creates nor finishes wait for that batch's rows: they are logged.
+    let more: Vec<_> = (0..100)
+        .map(|i| {
+            let t = super::super::testkit::record(&format!("b{i:03}"), "o", 1);
+            store.create(t, None)
+        })
+        .collect();
+    let more = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        futures::future::join_all(more),
+    )
+    .await
+    .expect("creates held up by a flush in flight");
+    assert!(more.into_iter().all(|c| c.is_ok()));
+    let done = store
+        .update("a000", &TaskStatus::ACTIVE, completed(0), 10)
+        .await
+        .unwrap();
+    // Read by id from the records the batch keeps pinned.
+    assert_eq!(store.get("a000").await.unwrap(), Lookup::Found(done));
+    assert!(matches!(store.get("a063").await.unwrap(), Lookup::Found(_)));
+    assert!(rows_of(&path).is_empty(), "no row yet: the flusher is held");
+    // A read of rows waits for the batch in flight, then has every task written.
+    let counted = tokio::spawn({
+        let store = std::sync::Arc::new(store);
+        let s = store.clone();
+        async move { (s.count_active().await, store) }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !counted.is_finished(),
+        "read rows behind the flusher's batch"
+    );
+    drop(held);
+    let (counts, store) = counted.await.unwrap();
+    assert_eq!(
+        counts.unwrap().working as usize,
+        changelog::FLUSH_TASKS + 100 - 1
+    );
+    let rows = rows_of(&path);
+    assert_eq!(rows.len(), changelog::FLUSH_TASKS + 100);
+    assert_eq!(rows[0], ("a000".to_string(), "completed".to_string()));
+    drop(store);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_the_flusher_fails_to_write_is_written_by_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("failing.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let fail = store.flusher_hooks.fail.clone();
+    fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    create_each(&store, "a", 0, changelog::FLUSH_TASKS).await;
+    // Wait for the failed batch to come back (the idle flush asks again every 0.2 s, and is
+    // refused while the batch is out), then have one more group take it in.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    create_each(&store, "b", 0, 1).await;
+    // The writer wrote the batch itself, and the tasks logged since with it.
+    for _ in 0..50 {
+        if rows_of(&path).len() == changelog::FLUSH_TASKS + 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(rows_of(&path).len(), changelog::FLUSH_TASKS + 1);
+    assert_eq!(store.cache.pinned_len(), 0, "nothing pinned once written");
+    // Hand-offs go on once the flusher writes again.
+    fail.store(false, std::sync::atomic::Ordering::SeqCst);
+    create_each(&store, "c", 0, changelog::FLUSH_TASKS).await;
+    for _ in 0..50 {
+        if rows_of(&path).len() == 2 * changelog::FLUSH_TASKS + 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(rows_of(&path).len(), 2 * changelog::FLUSH_TASKS + 1);
+    drop(store);
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(
+        store.count_active().await.unwrap().working as usize,
+        2 * changelog::FLUSH_TASKS + 1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_while_a_batch_is_in_flight_replays_both_log_files_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("two.db");
+    let store = SqliteStore::open(&path).unwrap();
+    // A first batch goes through the first file; the read writes the rest, and from here appends go
+    // to the second file, both files empty.
+    create_each(&store, "a", 0, changelog::FLUSH_TASKS + 6).await;
+    assert_eq!(
+        store.count_active().await.unwrap().working as usize,
+        changelog::FLUSH_TASKS + 6
+    );
+    // The second file's batch is held at the gate; what follows goes to the first file again,
+    // over its old frames: among it the finish of a task whose create is in the held batch.
+    let held = store.flusher_hooks.gate.hold();
+    create_each(&store, "b", 0, changelog::FLUSH_TASKS).await;
+    create_each(&store, "c", 0, 3).await;
+    let done = store
+        .update("b000", &TaskStatus::ACTIVE, completed(7), 10)
+        .await
+        .unwrap();
+    // The process dies: the flusher writes nothing, nor does the writer when it closes.
+    store.crash.store(true, std::sync::atomic::Ordering::SeqCst);
+    drop(held);
+    drop(store);
+    assert_eq!(rows_of(&path).len(), changelog::FLUSH_TASKS + 6);
+
+    // The first file's frames are the later ones: replayed by number, not by file.
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.get("b000").await.unwrap(), Lookup::Found(done));
+    let history: Vec<TaskStatus> = store
+        .history("b000")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.status)
+        .collect();
+    assert_eq!(history, [TaskStatus::Completed]);
+    assert_eq!(
+        store.count_active().await.unwrap().working as usize,
+        2 * changelog::FLUSH_TASKS + 6 + 3 - 1
+    );
+    drop(store);
+    let rows = rows_of(&path);
+    assert_eq!(rows.len(), 2 * changelog::FLUSH_TASKS + 6 + 3);
+    assert!(rows.contains(&("b000".to_string(), "completed".to_string())));
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::cache::{Group, Hot, RecordCache, Tx};
-use super::changelog::{self, ChangeLog};
+use super::changelog::{self, ChangeLog, HandOff};
 use super::unfinished::Counts;
 use crate::store::StoreError;
 
@@ -48,7 +48,8 @@ pub(super) fn spawn(
 ) -> Result<(mpsc::Sender<Job>, std::thread::JoinHandle<()>), StoreError> {
     let (tx, rx) = mpsc::channel::<Job>(QUEUE);
     let thread = std::thread::Builder::new()
-        .name("mcp-tasks-sqlite-writer".into())
+        // Short enough for the 15 bytes a thread name keeps on Linux (`top -H`, `/proc`).
+        .name("sqlite-writer".into())
         .spawn(move || {
             let mut log = log;
             writer_loop(&conn, &mut log, &cache, rx);
@@ -75,6 +76,8 @@ fn writer_loop(
     let mut counts = Counts::default();
     let mut hot = Hot::new(conn);
     while let Some(first) = rx.blocking_recv() {
+        // A batch the flusher finished: its file may start over, its records be unpinned.
+        log.reap(cache, false);
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
             match rx.try_recv() {
@@ -86,17 +89,31 @@ fn writer_loop(
         while jobs.peek().is_some() {
             transaction(conn, &mut hot, log, cache, &mut counts, &mut jobs);
         }
-        if log.pending.len() >= changelog::FLUSH_TASKS || log.len() >= changelog::FLUSH_BYTES {
-            flush(conn, &mut hot, log, cache, &mut counts);
+        if log.due() {
+            match log.hand_off() {
+                HandOff::Handed => {}
+                HandOff::Busy if !log.overdue() => {}
+                HandOff::Busy => {
+                    // The flusher is behind: wait for it rather than pin and log without bound.
+                    log.settle(cache);
+                    if log.hand_off() != HandOff::Handed {
+                        flush(conn, &mut hot, log, cache, &mut counts);
+                    }
+                }
+                HandOff::Unable => flush(conn, &mut hot, log, cache, &mut counts),
+            }
         }
     }
     // Closing: the rows hold everything, so the file is whole without its log.
+    log.settle(cache);
     flush(conn, &mut hot, log, cache, &mut counts);
+    // Its connection closes before the writer's, and both before the file's lock is let go.
+    log.stop_flusher();
 }
 
-/// Sends the writer a flush every [`changelog::IDLE_FLUSH`] while tasks are pending, so that rows
-/// read by other processes lag little however few writes come; ends with the store. A task on the
-/// caller's runtime rather than a timed wait in the writer: that wait cost a timer and a wake-up
+/// Asks the writer for a flush every [`changelog::IDLE_FLUSH`] while tasks are pending, so that
+/// rows read by other processes lag little however few writes come; ends with the store. A task on
+/// the caller's runtime rather than a timed wait in the writer: that wait cost a timer and a wake-up
 /// per group.
 pub(super) fn flush_now_and_then(jobs: &mpsc::Sender<Job>, cache: Arc<RecordCache>) {
     let jobs = jobs.downgrade();
@@ -107,8 +124,7 @@ pub(super) fn flush_now_and_then(jobs: &mpsc::Sender<Job>, cache: Arc<RecordCach
             if cache.pinned_len() == 0 {
                 continue;
             }
-            let job = flush_job();
-            if jobs.send(job).await.is_err() {
+            if jobs.send(idle_job()).await.is_err() {
                 return;
             }
         }
@@ -134,6 +150,17 @@ fn flush(
         counts,
         &mut std::iter::once(flush_job()),
     );
+}
+
+/// A job that asks the writer to hand the pending tasks to the flusher once its group is done
+/// (see [`ChangeLog::hand_off`]). Tests' "crashed" writer asks nothing.
+fn idle_job() -> Job {
+    Box::new(|t: &mut Tx<'_, '_>| {
+        if !t.crashed() {
+            t.flush_soon();
+        }
+        (true, Box::new(|_| {}) as Completion)
+    })
 }
 
 /// A job that writes every pending task as its row. A failure is logged: the tasks stay pending
