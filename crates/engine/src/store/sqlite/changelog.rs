@@ -151,8 +151,10 @@ pub(super) struct ChangeLog {
     pub(super) pending: IdMap<Pending>,
     /// The flusher, once started (the writer writes every flush itself without one).
     flusher: Option<Flusher>,
-    /// The file holding the frames of the batch in flight.
-    in_flight: Option<usize>,
+    /// The file holding the frames of the batch in flight, and the last sequence number it covers.
+    in_flight: Option<(usize, u64)>,
+    /// The last sequence number the rows are known to cover (what `change_log.flushed_seq` says).
+    flushed_to: u64,
     /// A batch came back unwritten: no more hand-offs until the writer has written every pending
     /// task itself (which empties both files).
     refused: bool,
@@ -170,6 +172,15 @@ impl ChangeLog {
         let [first, second] = paths_of(db);
         let (first, first_bytes) = LogFile::open(first)?;
         let (second, second_bytes) = LogFile::open(second)?;
+        // A file just made is found again after a power loss only once its folder is synced: a
+        // synced frame in a file whose name was lost would be lost with it.
+        let dir = db
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .with_context(|| format!("sync the folder {}", dir.display()))?;
         let flushed = flushed_seq(conn)?;
         let mut pending: IdMap<Pending> = IdMap::default();
         let mut seq = flushed;
@@ -212,6 +223,7 @@ impl ChangeLog {
             pending,
             flusher: None,
             in_flight: None,
+            flushed_to: flushed,
             refused: false,
             flush_soon: false,
             #[cfg(test)]
@@ -289,7 +301,11 @@ impl ChangeLog {
         let other = 1 - self.current;
         // The other file is empty unless a batch failed (then `refused` is set too); the pending
         // tasks' frames are all in the current one.
-        if self.refused || self.files[self.current].broken || self.files[other].len != 0 {
+        if self.refused
+            || self.files[self.current].broken
+            || self.files[other].broken
+            || self.files[other].len != 0
+        {
             return HandOff::Unable;
         }
         let batch = Batch {
@@ -298,7 +314,7 @@ impl ChangeLog {
         };
         match flusher.send(batch) {
             Ok(()) => {
-                self.in_flight = Some(self.current);
+                self.in_flight = Some((self.current, self.seq));
                 self.current = other;
                 HandOff::Handed
             }
@@ -315,17 +331,21 @@ impl ChangeLog {
     /// rows are committed, so the file that held their frames starts over and their records are
     /// unpinned, but for those logged again since; or it failed, and its tasks are pending again.
     pub(super) fn reap(&mut self, cache: &RecordCache, wait: bool) {
-        let Some(file) = self.in_flight else { return };
+        let Some((file, upto)) = self.in_flight else {
+            return;
+        };
         let Some(done) = self.flusher.as_ref().and_then(|f| f.answer(wait)) else {
             return;
         };
         self.in_flight = None;
-        match done {
+        let batch = match done {
             Done::Written(ids) => {
                 // The batch's commit covers every frame of the file: none was appended after it.
                 self.files[file].len = 0;
+                self.flushed_to = upto;
                 let pending = &self.pending;
                 cache.unpin(ids, |id| pending.contains_key(id));
+                return;
             }
             Done::NotWritten(batch, error) => {
                 if let Some(e) = error {
@@ -335,20 +355,76 @@ impl ChangeLog {
                         "writing the change log as rows failed; the writer writes them itself"
                     );
                 }
-                // Its tasks are older than what is pending now: theirs go under the later writes.
-                let mut older = batch.pending;
-                for (id, later) in std::mem::take(&mut self.pending) {
-                    match older.get_mut(&id) {
-                        Some(earlier) => earlier.then(later),
-                        None => {
-                            older.insert(id, later);
-                        }
+                batch.pending
+            }
+            Done::Lost => {
+                // The thread is gone and the batch with it; its frames are still in the file.
+                self.flusher = None;
+                match self.read_back(file, upto) {
+                    Ok(pending) => {
+                        tracing::error!(
+                            tasks = pending.len(),
+                            "the SQLite flusher thread stopped; the writer read its batch back \
+                             from the change log and writes every flush itself from here"
+                        );
+                        pending
+                    }
+                    Err(e) => {
+                        // Left in the file, which is never started over now (`refused`): the
+                        // next open replays them.
+                        tracing::error!(
+                            error = %crate::store::error_chain(&e),
+                            "the SQLite flusher thread stopped and its batch could not be read \
+                             back; the next start writes it from the change log"
+                        );
+                        self.refused = true;
+                        return;
                     }
                 }
-                self.pending = older;
-                self.refused = true;
+            }
+        };
+        // Its tasks are older than what is pending now: theirs go under the later writes.
+        let mut older = batch;
+        for (id, later) in std::mem::take(&mut self.pending) {
+            match older.get_mut(&id) {
+                Some(earlier) => earlier.then(later),
+                None => {
+                    older.insert(id, later);
+                }
             }
         }
+        self.pending = older;
+        self.refused = true;
+    }
+
+    /// The pending tasks of a batch read back from the frames of `file` numbered from
+    /// [`ChangeLog::flushed_to`] to `upto`.
+    fn read_back(&self, file: usize, upto: u64) -> Result<IdMap<Pending>, StoreError> {
+        let f = &self.files[file];
+        let mut bytes = vec![0u8; f.len as usize];
+        f.file
+            .read_exact_at(&mut bytes, 0)
+            .with_context(|| format!("read the change log {} back", f.path.display()))?;
+        let mut pending: IdMap<Pending> = IdMap::default();
+        for entry in frames(&bytes) {
+            let entry =
+                entry.with_context(|| format!("read the change log {} back", f.path.display()))?;
+            if entry.seq <= self.flushed_to || entry.seq > upto {
+                continue;
+            }
+            let p = Pending {
+                record: entry.record,
+                new: entry.new,
+                transitions: entry.transitions,
+            };
+            match pending.get_mut(&p.record.id) {
+                Some(earlier) => earlier.then(p),
+                None => {
+                    pending.insert(p.record.id.clone(), p);
+                }
+            }
+        }
+        Ok(pending)
     }
 
     /// Waits for the batch in flight, if any, and takes in how it ended: from here the rows hold
@@ -400,6 +476,7 @@ impl ChangeLog {
     /// The transaction holding [`ChangeLog::write_rows`] committed: nothing is pending. Returns
     /// the tasks that were.
     pub(super) fn flushed(&mut self) -> IdMap<Pending> {
+        self.flushed_to = self.seq;
         std::mem::take(&mut self.pending)
     }
 
@@ -411,9 +488,11 @@ impl ChangeLog {
     /// so a replay skips them; a torn or zeroed frame ends it.
     pub(super) fn empty(&mut self) -> Result<(), StoreError> {
         debug_assert!(self.pending.is_empty() && self.in_flight.is_none());
-        for f in &mut self.files {
-            f.empty()?;
-        }
+        // Both files, whatever one of them says: a file left broken keeps hand-offs off (see
+        // [`ChangeLog::hand_off`]) until a later flush empties it.
+        let [first, second] = &mut self.files;
+        let (a, b) = (first.empty(), second.empty());
+        a.and(b)?;
         self.refused = false;
         Ok(())
     }
@@ -622,5 +701,58 @@ mod tests {
         drop((conn, log));
         let (conn, _log) = open(dir.path());
         assert_eq!(statuses(&conn).len(), 2);
+    }
+
+    #[test]
+    fn a_replay_takes_both_files_frames_in_the_order_they_were_numbered() {
+        use super::super::flusher::{Flusher, Hooks};
+        let dir = tempfile::tempdir().unwrap();
+        let (conn, mut log) = open(dir.path());
+        let hooks = Hooks::default();
+        let rows = Connection::open(dir.path().join("log.db")).unwrap();
+        log.start_flusher(Flusher::start(rows, hooks.clone()).unwrap());
+        let cache = RecordCache::default();
+        // A first batch through the first file: from here appends go to the second.
+        append_new(&mut log, &crate::store::testkit::record("a", "o", 1));
+        assert_eq!(log.hand_off(), HandOff::Handed);
+        log.settle(&cache);
+        assert!(!log.flushing());
+        // The second file's batch is held; the finish of its task goes to the first file, over
+        // the first batch's frame.
+        let held = hooks.gate.hold();
+        let mut t = crate::store::testkit::record("b", "o", 2);
+        append_new(&mut log, &t);
+        assert_eq!(log.hand_off(), HandOff::Handed);
+        t.status = TaskStatus::Completed;
+        t.updated_at = 5;
+        let finish = Transition {
+            at: 5,
+            status: TaskStatus::Completed,
+            message: None,
+        };
+        log.append(&[(&t, false, std::slice::from_ref(&finish))])
+            .unwrap();
+        log.add(Pending {
+            record: t.clone(),
+            new: false,
+            transitions: vec![finish],
+        });
+        // The process dies: the held batch is never written.
+        hooks.crash.store(true, std::sync::atomic::Ordering::SeqCst);
+        drop(held);
+        log.settle(&cache);
+        drop((conn, log));
+        let (conn, _log) = open(dir.path());
+        assert_eq!(
+            statuses(&conn),
+            [
+                ("a".into(), "working".into()),
+                ("b".into(), "completed".into())
+            ]
+        );
+        let history: String = conn
+            .query_row("SELECT history FROM tasks WHERE id = 'b'", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(history, r#"[{"at":5,"status":"completed","message":null}]"#);
     }
 }

@@ -40,6 +40,9 @@ pub(super) enum Done {
     Written(Vec<String>),
     /// Nothing of it was written (the error, or `None` in a test's crash): the batch comes back.
     NotWritten(Batch, Option<StoreError>),
+    /// The thread stopped without an answer (a panic it did not catch): the batch is gone with
+    /// it, and its frames are read back from the log.
+    Lost,
 }
 
 /// Test hooks on the flusher: hold it before it writes, or make its next batches fail.
@@ -52,6 +55,8 @@ pub(super) struct Hooks {
     pub fail: Arc<std::sync::atomic::AtomicBool>,
     /// Set, the flusher writes nothing, as if the process died (`ChangeLog::crash`).
     pub crash: Arc<std::sync::atomic::AtomicBool>,
+    /// Set, the thread stops at its next batch without an answer, as a panic would stop it.
+    pub die: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A gate a test holds shut to keep the flusher from writing (see [`Hooks`]).
@@ -116,6 +121,9 @@ impl Flusher {
                     #[cfg(test)]
                     let done = {
                         hooks.gate.pass();
+                        if hooks.die.load(std::sync::atomic::Ordering::SeqCst) {
+                            return;
+                        }
                         if hooks.crash.load(std::sync::atomic::Ordering::SeqCst) {
                             Done::NotWritten(batch, None)
                         } else if hooks.fail.load(std::sync::atomic::Ordering::SeqCst) {
@@ -150,16 +158,26 @@ impl Flusher {
     }
 
     /// How the batch in flight ended, waiting for it if `wait`; `None` while it is in flight (and
-    /// not waited for).
+    /// not waited for). A thread that stopped without answering is [`Done::Lost`], so that the
+    /// writer never waits on a thread that is gone.
     pub(super) fn answer(&self, wait: bool) -> Option<Done> {
         let (slot, signal) = &*self.answer;
         let mut guard = lock(slot);
-        if wait {
-            while guard.is_none() {
-                guard = signal.wait(guard).unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(done) = guard.take() {
+                return Some(done);
             }
+            if self.thread.as_ref().is_none_or(|t| t.is_finished()) {
+                return Some(Done::Lost);
+            }
+            if !wait {
+                return None;
+            }
+            guard = signal
+                .wait_timeout(guard, std::time::Duration::from_millis(100))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
-        guard.take()
     }
 }
 
