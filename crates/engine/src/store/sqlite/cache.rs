@@ -17,7 +17,7 @@
 //! A job that changes task rows without saying which records it leaves (a purge) empties both.
 
 use rusqlite::{Connection, Statement};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
 
@@ -56,14 +56,14 @@ pub(super) struct RecordCache(Mutex<Generations>);
 struct Generations {
     /// The records of pending tasks (see `changelog.rs`): their rows are behind, so they stay
     /// until their flush, whatever the generations hold.
-    pinned: IdMap<TaskRecord>,
+    pinned: IdMap<Arc<TaskRecord>>,
     /// The pinned tasks that have an idempotency key, by owner and key: their rows may be missing,
     /// so a lookup by key looks here before it reads rows.
     pinned_keys: KeyMap,
-    current: IdMap<TaskRecord>,
+    current: IdMap<Arc<TaskRecord>>,
     /// What `current` weighs, estimated.
     current_bytes: usize,
-    previous: IdMap<TaskRecord>,
+    previous: IdMap<Arc<TaskRecord>>,
 }
 
 impl RecordCache {
@@ -78,7 +78,7 @@ impl RecordCache {
             .get(id)
             .or_else(|| g.current.get(id))
             .or_else(|| g.previous.get(id))
-            .cloned()
+            .map(|r| TaskRecord::clone(r))
     }
 
     /// How many tasks are pending: when none is, the rows are current.
@@ -93,7 +93,7 @@ impl RecordCache {
             return Vec::new();
         }
         ids.iter()
-            .filter_map(|id| g.pinned.get(id).cloned())
+            .filter_map(|id| g.pinned.get(id).map(|r| TaskRecord::clone(r)))
             .collect()
     }
 
@@ -104,11 +104,11 @@ impl RecordCache {
             return None;
         }
         let id = g.pinned_keys.get(&(owner.to_string(), key.to_string()))?;
-        g.pinned.get(id).cloned()
+        g.pinned.get(id).map(|r| TaskRecord::clone(r))
     }
 
     /// Takes the records of a group's logged writes: pending until their flush.
-    fn pin(&self, records: impl Iterator<Item = TaskRecord>) {
+    fn pin(&self, records: impl Iterator<Item = Arc<TaskRecord>>) {
         let mut g = self.lock();
         for rec in records {
             g.current.remove(&rec.id);
@@ -164,7 +164,7 @@ impl RecordCache {
     }
 
     /// Takes a committed group's records.
-    fn publish(&self, records: impl Iterator<Item = (String, TaskRecord)>) {
+    fn publish(&self, records: impl Iterator<Item = (String, Arc<TaskRecord>)>) {
         let mut g = self.lock();
         for (id, rec) in records {
             g.previous.remove(&id);
@@ -415,7 +415,7 @@ impl<'a, 'c> Tx<'a, 'c> {
         shared: &SharedArguments,
     ) -> Result<Option<TaskRecord>, StoreError> {
         if let Some(rec) = self.group.writes.get(id) {
-            return Ok(Some(rec.clone()));
+            return Ok(Some(TaskRecord::clone(rec)));
         }
         if let Some(rec) = self.cache.get(id) {
             return Ok(Some(rec));
@@ -433,7 +433,7 @@ impl<'a, 'c> Tx<'a, 'c> {
     ) -> Result<Option<TaskRecord>, StoreError> {
         let ours = |t: &TaskRecord| t.owner == owner && t.idempotency_key.as_deref() == Some(key);
         if let Some(rec) = self.group.writes.values().find(|t| ours(t)) {
-            return Ok(Some(rec.clone()));
+            return Ok(Some(TaskRecord::clone(rec)));
         }
         if let Some(rec) = self.cache.pinned_by_key(owner, key) {
             return Ok(Some(rec));
@@ -522,7 +522,9 @@ impl<'a, 'c> Tx<'a, 'c> {
                 i += 1;
             }
         }
-        self.group.writes.insert(rec.id.clone(), rec.clone());
+        self.group
+            .writes
+            .insert(rec.id.clone(), Arc::new(rec.clone()));
     }
 
     /// Says the job changed task `id`'s row in a way it has no record of (a lease renewal): the
@@ -548,7 +550,7 @@ impl<'a, 'c> Tx<'a, 'c> {
 #[derive(Default)]
 pub(super) struct GroupState {
     /// The records its jobs wrote, logged or not.
-    writes: IdMap<TaskRecord>,
+    writes: IdMap<Arc<TaskRecord>>,
     /// Which of them go to the change log, and how.
     logged: IdMap<Logged>,
     /// Its SQLite transaction is open.
@@ -648,10 +650,11 @@ impl<'a> Group<'a> {
             }
             let frames: Vec<_> = pending
                 .iter()
-                .map(|p| (&p.record, p.new, p.transitions.as_slice()))
+                .map(|p| (&*p.record, p.new, p.transitions.as_slice()))
                 .collect();
             match log.append(&frames) {
                 Ok(()) => {
+                    // The same records, shared: pinned for readers, pending for the flush.
                     cache.pin(pending.iter().map(|p| p.record.clone()));
                     for p in pending {
                         log.add(p);

@@ -28,6 +28,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::cache::{IdMap, RecordCache};
 use super::flusher::{Batch, Done, Flusher};
@@ -68,7 +69,7 @@ pub(super) fn paths_of(db: &Path) -> [PathBuf; 2] {
 /// changes its row's history lacks.
 #[derive(Clone, Debug)]
 pub(super) struct Pending {
-    pub record: TaskRecord,
+    pub record: Arc<TaskRecord>,
     pub new: bool,
     pub transitions: Vec<Transition>,
 }
@@ -205,7 +206,7 @@ impl ChangeLog {
         for entry in entries {
             seq = seq.max(entry.seq);
             let p = Pending {
-                record: entry.record,
+                record: Arc::new(entry.record),
                 new: entry.new,
                 transitions: entry.transitions,
             };
@@ -413,7 +414,7 @@ impl ChangeLog {
                 continue;
             }
             let p = Pending {
-                record: entry.record,
+                record: Arc::new(entry.record),
                 new: entry.new,
                 transitions: entry.transitions,
             };
@@ -631,7 +632,7 @@ mod tests {
     fn append_new(log: &mut ChangeLog, t: &TaskRecord) {
         log.append(&[(t, true, &[])]).unwrap();
         log.add(Pending {
-            record: t.clone(),
+            record: Arc::new(t.clone()),
             new: true,
             transitions: Vec::new(),
         });
@@ -672,7 +673,7 @@ mod tests {
         log.append(&[(&t, false, std::slice::from_ref(&finish))])
             .unwrap();
         log.add(Pending {
-            record: t.clone(),
+            record: Arc::new(t.clone()),
             new: false,
             transitions: vec![finish],
         });
@@ -733,7 +734,7 @@ mod tests {
         log.append(&[(&t, false, std::slice::from_ref(&finish))])
             .unwrap();
         log.add(Pending {
-            record: t.clone(),
+            record: Arc::new(t.clone()),
             new: false,
             transitions: vec![finish],
         });
