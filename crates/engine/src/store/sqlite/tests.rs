@@ -662,7 +662,8 @@ async fn writes_go_on_while_the_flusher_writes_rows_and_a_read_of_rows_waits_for
     let path = dir.path().join("held.db");
     let store = SqliteStore::open(&path).unwrap();
     let held = store.flusher_hooks.gate.hold();
-    // A flush's worth: the writer hands it over, and the flusher waits at the gate.
+    // A flush's worth: the writer hands it over (or a part of it earlier, when the idle flush asks
+    // first), and the flusher waits at the gate with it.
     create_each(&store, "a", 0, changelog::FLUSH_TASKS).await;
     // Neither creates nor finishes wait for that batch's rows: they are logged.
     let more: Vec<_> = (0..100)
