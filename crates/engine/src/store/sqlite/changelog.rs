@@ -83,6 +83,26 @@ impl Pending {
     }
 }
 
+impl From<Entry> for Pending {
+    fn from(entry: Entry) -> Pending {
+        Pending {
+            record: Arc::new(entry.record),
+            new: entry.new,
+            transitions: entry.transitions,
+        }
+    }
+}
+
+/// Takes `later` into `pending`, on top of what it holds of the same task.
+fn merge(pending: &mut IdMap<Pending>, later: Pending) {
+    match pending.get_mut(&later.record.id) {
+        Some(earlier) => earlier.then(later),
+        None => {
+            pending.insert(later.record.id.clone(), later);
+        }
+    }
+}
+
 /// One of the two log files.
 struct LogFile {
     file: File,
@@ -205,17 +225,7 @@ impl ChangeLog {
         entries.sort_by_key(|e| e.seq);
         for entry in entries {
             seq = seq.max(entry.seq);
-            let p = Pending {
-                record: Arc::new(entry.record),
-                new: entry.new,
-                transitions: entry.transitions,
-            };
-            match pending.get_mut(&p.record.id) {
-                Some(earlier) => earlier.then(p),
-                None => {
-                    pending.insert(p.record.id.clone(), p);
-                }
-            }
+            merge(&mut pending, entry.into());
         }
         let mut log = ChangeLog {
             files: [first, second],
@@ -386,13 +396,8 @@ impl ChangeLog {
         };
         // Its tasks are older than what is pending now: theirs go under the later writes.
         let mut older = batch;
-        for (id, later) in std::mem::take(&mut self.pending) {
-            match older.get_mut(&id) {
-                Some(earlier) => earlier.then(later),
-                None => {
-                    older.insert(id, later);
-                }
-            }
+        for later in std::mem::take(&mut self.pending).into_values() {
+            merge(&mut older, later);
         }
         self.pending = older;
         self.refused = true;
@@ -410,19 +415,8 @@ impl ChangeLog {
         for entry in frames(&bytes) {
             let entry =
                 entry.with_context(|| format!("read the change log {} back", f.path.display()))?;
-            if entry.seq <= self.flushed_to || entry.seq > upto {
-                continue;
-            }
-            let p = Pending {
-                record: Arc::new(entry.record),
-                new: entry.new,
-                transitions: entry.transitions,
-            };
-            match pending.get_mut(&p.record.id) {
-                Some(earlier) => earlier.then(p),
-                None => {
-                    pending.insert(p.record.id.clone(), p);
-                }
+            if entry.seq > self.flushed_to && entry.seq <= upto {
+                merge(&mut pending, entry.into());
             }
         }
         Ok(pending)
@@ -465,13 +459,7 @@ impl ChangeLog {
         insert: &mut Statement<'_>,
         update: &mut Statement<'_>,
     ) -> Result<(), StoreError> {
-        for p in self.pending.values() {
-            write_row(insert, update, &p.record, p.new, &p.transitions)?;
-        }
-        conn.prepare_cached("UPDATE change_log SET flushed_seq = ?1")
-            .and_then(|mut s| s.execute(params![super::rows::sql_int(self.seq)]))
-            .context("record how far the change log is written as rows")?;
-        Ok(())
+        write_pending(conn, insert, update, &self.pending, self.seq)
     }
 
     /// The transaction holding [`ChangeLog::write_rows`] committed: nothing is pending. Returns
@@ -543,13 +531,27 @@ impl ChangeLog {
 
     /// Takes in a group's writes that [`ChangeLog::append`] made durable.
     pub(super) fn add(&mut self, p: Pending) {
-        match self.pending.get_mut(&p.record.id) {
-            Some(earlier) => earlier.then(p),
-            None => {
-                self.pending.insert(p.record.id.clone(), p);
-            }
-        }
+        merge(&mut self.pending, p);
     }
+}
+
+/// Writes `pending` as rows through `insert` and `update`, inside the caller's transaction, and
+/// records in it that the rows cover the log up to frame `seq` (the writer's flush and the
+/// flusher's batch alike).
+pub(super) fn write_pending(
+    conn: &Connection,
+    insert: &mut Statement<'_>,
+    update: &mut Statement<'_>,
+    pending: &IdMap<Pending>,
+    seq: u64,
+) -> Result<(), StoreError> {
+    for p in pending.values() {
+        write_row(insert, update, &p.record, p.new, &p.transitions)?;
+    }
+    conn.prepare_cached("UPDATE change_log SET flushed_seq = ?1")
+        .and_then(|mut s| s.execute(params![rows::sql_int(seq)]))
+        .context("record how far the change log is written as rows")?;
+    Ok(())
 }
 
 /// Writes a task whose row is behind: its insert if it has none yet (`new`), else the update to
@@ -638,6 +640,24 @@ mod tests {
         });
     }
 
+    /// Logs `t` completed at 5, with that status change.
+    fn append_finish(log: &mut ChangeLog, t: &mut TaskRecord) {
+        t.status = TaskStatus::Completed;
+        t.updated_at = 5;
+        let finish = Transition {
+            at: 5,
+            status: TaskStatus::Completed,
+            message: None,
+        };
+        log.append(&[(t, false, std::slice::from_ref(&finish))])
+            .unwrap();
+        log.add(Pending {
+            record: Arc::new(t.clone()),
+            new: false,
+            transitions: vec![finish],
+        });
+    }
+
     #[test]
     fn a_torn_last_frame_is_dropped_and_the_frames_before_it_are_replayed() {
         let dir = tempfile::tempdir().unwrap();
@@ -663,20 +683,7 @@ mod tests {
         let (mut conn, mut log) = open(dir.path());
         let mut t = crate::store::testkit::record("t1", "o", 1);
         append_new(&mut log, &t);
-        t.status = TaskStatus::Completed;
-        t.updated_at = 5;
-        let finish = Transition {
-            at: 5,
-            status: TaskStatus::Completed,
-            message: None,
-        };
-        log.append(&[(&t, false, std::slice::from_ref(&finish))])
-            .unwrap();
-        log.add(Pending {
-            record: Arc::new(t.clone()),
-            new: false,
-            transitions: vec![finish],
-        });
+        append_finish(&mut log, &mut t);
         // Flushed and committed, but the process dies before the file is emptied.
         let tx = conn.transaction().unwrap();
         {
@@ -724,20 +731,7 @@ mod tests {
         let mut t = crate::store::testkit::record("b", "o", 2);
         append_new(&mut log, &t);
         assert_eq!(log.hand_off(), HandOff::Handed);
-        t.status = TaskStatus::Completed;
-        t.updated_at = 5;
-        let finish = Transition {
-            at: 5,
-            status: TaskStatus::Completed,
-            message: None,
-        };
-        log.append(&[(&t, false, std::slice::from_ref(&finish))])
-            .unwrap();
-        log.add(Pending {
-            record: Arc::new(t.clone()),
-            new: false,
-            transitions: vec![finish],
-        });
+        append_finish(&mut log, &mut t);
         // The process dies: the held batch is never written.
         hooks.crash.store(true, std::sync::atomic::Ordering::SeqCst);
         drop(held);

@@ -19,11 +19,11 @@
 //! A batch that fails goes back to the writer, whole: its tasks are pending again, and the writer
 //! writes them itself, with everything pending since, before it hands over another.
 
-use rusqlite::{params, Connection};
+use rusqlite::Connection;
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 
 use super::cache::IdMap;
-use super::changelog::{write_row, Pending};
+use super::changelog::{write_pending, Pending};
 use super::rows;
 use super::Context;
 use crate::store::StoreError;
@@ -228,12 +228,7 @@ fn write_rows(conn: &Connection, batch: &Batch) -> Result<(), StoreError> {
     let mut update = conn
         .prepare_cached(rows::UPDATE_TASK)
         .context("prepare the flusher's update")?;
-    for p in batch.pending.values() {
-        write_row(&mut insert, &mut update, &p.record, p.new, &p.transitions)?;
-    }
-    conn.prepare_cached("UPDATE change_log SET flushed_seq = ?1")
-        .and_then(|mut s| s.execute(params![rows::sql_int(batch.seq)]))
-        .context("record how far the change log is written as rows")?;
+    write_pending(conn, &mut insert, &mut update, &batch.pending, batch.seq)?;
     conn.prepare_cached("COMMIT")
         .and_then(|mut s| s.execute([]))
         .with_context(|| format!("commit {} tasks written as rows", batch.pending.len()))?;

@@ -529,14 +529,10 @@ async fn a_crash_before_the_logged_writes_are_rows_loses_none_of_them() {
     assert_eq!(store.get("a").await.unwrap(), Lookup::Found(a));
     assert_eq!(store.get("c").await.unwrap(), Lookup::Found(c_done));
     assert_eq!(c.status, TaskStatus::Working);
-    let history: Vec<TaskStatus> = store
-        .history("c")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.status)
-        .collect();
-    assert_eq!(history, [TaskStatus::InputRequired, TaskStatus::Completed]);
+    assert_eq!(
+        history_of(&store, "c").await,
+        [TaskStatus::InputRequired, TaskStatus::Completed]
+    );
     assert_eq!(store.count_active().await.unwrap().working, 1, "only b");
     // Written as rows at open: a third open applies none of those frames again (a second insert
     // of "c" would fail).
@@ -635,6 +631,17 @@ fn rows_of(path: &Path) -> Vec<(String, String)> {
         .collect::<Result<_, _>>()
         .unwrap();
     rows
+}
+
+/// The statuses in task `id`'s history, oldest first.
+async fn history_of(store: &SqliteStore, id: &str) -> Vec<TaskStatus> {
+    store
+        .history(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.status)
+        .collect()
 }
 
 /// Creates tasks `prefix{from..to}` one after another.
@@ -746,14 +753,7 @@ async fn a_batch_the_flusher_fails_to_write_is_written_by_the_writer() {
         ("a000".to_string(), "completed".to_string())
     );
     assert_eq!(store.get("a000").await.unwrap(), Lookup::Found(done));
-    let history: Vec<TaskStatus> = store
-        .history("a000")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.status)
-        .collect();
-    assert_eq!(history, [TaskStatus::Completed]);
+    assert_eq!(history_of(&store, "a000").await, [TaskStatus::Completed]);
     // Hand-offs go on once the flusher writes again.
     fail.store(false, std::sync::atomic::Ordering::SeqCst);
     create_each(&store, "c", 0, changelog::FLUSH_TASKS).await;
@@ -835,14 +835,7 @@ async fn a_crash_while_a_batch_is_in_flight_replays_both_log_files() {
     // Both files' frames are replayed, the finish after the create.
     let store = SqliteStore::open(&path).unwrap();
     assert_eq!(store.get("b000").await.unwrap(), Lookup::Found(done));
-    let history: Vec<TaskStatus> = store
-        .history("b000")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.status)
-        .collect();
-    assert_eq!(history, [TaskStatus::Completed]);
+    assert_eq!(history_of(&store, "b000").await, [TaskStatus::Completed]);
     assert_eq!(
         store.count_active().await.unwrap().working as usize,
         2 * changelog::FLUSH_TASKS + 6 + 3 - 1
