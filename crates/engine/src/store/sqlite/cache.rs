@@ -364,6 +364,7 @@ impl<'a, 'c> Tx<'a, 'c> {
 
     /// Writes every pending task, and every task this group logged so far, as its row.
     fn flush(&mut self) -> Result<(), StoreError> {
+        self.log.rows_can_be_current()?;
         if self.log.pending.is_empty() && self.group.logged.is_empty() {
             return Ok(());
         }

@@ -179,6 +179,9 @@ pub(super) struct ChangeLog {
     /// A batch came back unwritten: no more hand-offs until the writer has written every pending
     /// task itself (which empties both files).
     refused: bool,
+    /// A lost batch could not be read back: its frames are only in its file, so no flush is made
+    /// until a restart replays them.
+    unread: bool,
     /// The writer was asked to hand the pending tasks over after this group (an idle flush).
     pub(super) flush_soon: bool,
     /// Tests: the writer neither flushes when idle nor when it closes, as if the process died.
@@ -236,6 +239,7 @@ impl ChangeLog {
             in_flight: None,
             flushed_to: flushed,
             refused: false,
+            unread: false,
             flush_soon: false,
             #[cfg(test)]
             crash: Default::default(),
@@ -381,14 +385,15 @@ impl ChangeLog {
                         pending
                     }
                     Err(e) => {
-                        // Left in the file, which is never started over now (`refused`): the
-                        // next open replays them.
+                        // Left in the file. No flush may record a number past its frames (the
+                        // file would start over and a replay would skip them), so none is made
+                        // from here: the next open replays them.
                         tracing::error!(
                             error = %crate::store::error_chain(&e),
                             "the SQLite flusher thread stopped and its batch could not be read \
-                             back; the next start writes it from the change log"
+                             back; no task is written as a row until a restart replays the log"
                         );
-                        self.refused = true;
+                        self.unread = true;
                         return;
                     }
                 }
@@ -460,6 +465,18 @@ impl ChangeLog {
         update: &mut Statement<'_>,
     ) -> Result<(), StoreError> {
         write_pending(conn, insert, update, &self.pending, self.seq)
+    }
+
+    /// Fails once a lost batch could not be read back: until a restart replays its frames the rows
+    /// lack its tasks, and no flush may record a number past them.
+    pub(super) fn rows_can_be_current(&self) -> Result<(), StoreError> {
+        if self.unread {
+            return Err(StoreError::message(
+                "a batch of the change log could not be read back after the flusher thread \
+                 stopped; tasks are written as rows again once a restart replays the log",
+            ));
+        }
+        Ok(())
     }
 
     /// The transaction holding [`ChangeLog::write_rows`] committed: nothing is pending. Returns
