@@ -593,7 +593,7 @@ pub(super) fn write_row(
 }
 
 /// The log's last sequence number the rows hold.
-fn flushed_seq(conn: &Connection) -> Result<u64, StoreError> {
+pub(super) fn flushed_seq(conn: &Connection) -> Result<u64, StoreError> {
     let n: i64 = conn
         .query_row("SELECT flushed_seq FROM change_log", [], |r| r.get(0))
         .context("read how far the change log is written as rows")?;

@@ -23,7 +23,7 @@ use rusqlite::Connection;
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 
 use super::cache::IdMap;
-use super::changelog::{write_pending, Pending};
+use super::changelog::{flushed_seq, write_pending, Pending};
 use super::rows;
 use super::Context;
 use crate::store::StoreError;
@@ -57,6 +57,9 @@ pub(super) struct Hooks {
     pub crash: Arc<std::sync::atomic::AtomicBool>,
     /// Set, the thread stops at its next batch without an answer, as a panic would stop it.
     pub die: Arc<std::sync::atomic::AtomicBool>,
+    /// Set, each batch is committed and then reported failed, as a commit whose error came after
+    /// it landed would be.
+    pub fail_after_commit: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A gate a test holds shut to keep the flusher from writing (see [`Hooks`]).
@@ -129,6 +132,14 @@ impl Flusher {
                         } else if hooks.fail.load(std::sync::atomic::Ordering::SeqCst) {
                             let e = StoreError::message("the test made the flusher fail");
                             Done::NotWritten(batch, Some(e))
+                        } else if hooks
+                            .fail_after_commit
+                            .load(std::sync::atomic::Ordering::SeqCst)
+                        {
+                            let e = write_rows(&conn, &batch).err().unwrap_or_else(|| {
+                                StoreError::message("the test failed a commit that landed")
+                            });
+                            not_written(&conn, batch, e)
                         } else {
                             write(&conn, batch)
                         }
@@ -207,15 +218,30 @@ fn write(conn: &Connection, batch: Batch) -> Done {
             .unwrap_or_else(|_| Err(StoreError::message("the flusher panicked writing rows")));
     match written {
         Ok(()) => Done::Written(batch.pending.into_keys().collect()),
-        Err(e) => {
-            if !conn.is_autocommit() {
-                if let Err(r) = conn.execute_batch("ROLLBACK") {
-                    tracing::error!(error = %crate::store::error_chain(&r), "SQLite rollback failed");
-                }
-            }
-            Done::NotWritten(batch, Some(e))
+        Err(e) => not_written(conn, batch, e),
+    }
+}
+
+/// A batch whose write failed with `e`: rolled back, and it comes back to the writer. Unless its
+/// commit landed after all (an error after the commit record reached the file): then the rows
+/// say they cover the batch's last frame, and the batch is written. Handed back, the writer would
+/// insert its tasks again, and every flush after it would fail on rows that exist. Nothing else
+/// writes that number while a batch is out: the writer waits for it before it writes.
+fn not_written(conn: &Connection, batch: Batch, e: StoreError) -> Done {
+    if !conn.is_autocommit() {
+        if let Err(r) = conn.execute_batch("ROLLBACK") {
+            tracing::error!(error = %crate::store::error_chain(&r), "SQLite rollback failed");
         }
     }
+    if conn.is_autocommit() && flushed_seq(conn).is_ok_and(|n| n >= batch.seq) {
+        tracing::warn!(
+            error = %crate::store::error_chain(&e),
+            tasks = batch.pending.len(),
+            "writing the change log as rows reported a failure, but its commit landed"
+        );
+        return Done::Written(batch.pending.into_keys().collect());
+    }
+    Done::NotWritten(batch, Some(e))
 }
 
 fn write_rows(conn: &Connection, batch: &Batch) -> Result<(), StoreError> {

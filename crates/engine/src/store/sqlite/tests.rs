@@ -767,6 +767,40 @@ async fn a_batch_the_flusher_fails_to_write_is_written_by_the_writer() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_commit_failed_after_it_landed_is_not_written_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("landed.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let lie = store.flusher_hooks.fail_after_commit.clone();
+    lie.store(true, std::sync::atomic::Ordering::SeqCst);
+    create_each(&store, "a", 0, changelog::FLUSH_TASKS).await;
+    // Logged after the batch went out: it is pending when the batch's answer comes back.
+    let done = store
+        .update("a000", &TaskStatus::ACTIVE, completed(0), 10)
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    lie.store(false, std::sync::atomic::Ordering::SeqCst);
+    // Had the writer taken the batch back, it would insert rows that exist: every flush would
+    // fail, and with it every read of rows.
+    create_each(&store, "b", 0, 1).await;
+    written(&store, &path, changelog::FLUSH_TASKS + 1).await;
+    assert_eq!(
+        store.count_active().await.unwrap().working as usize,
+        changelog::FLUSH_TASKS
+    );
+    assert_eq!(store.get("a000").await.unwrap(), Lookup::Found(done));
+    assert_eq!(history_of(&store, "a000").await, [TaskStatus::Completed]);
+    drop(store);
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(
+        store.count_active().await.unwrap().working as usize,
+        changelog::FLUSH_TASKS
+    );
+    assert_eq!(history_of(&store, "a000").await, [TaskStatus::Completed]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flusher_thread_that_stops_without_an_answer_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gone.db");
