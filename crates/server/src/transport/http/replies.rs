@@ -97,15 +97,31 @@ impl Envelope {
         }
         if let Some(task) = self.announces {
             let body = std::mem::take(resp.body_mut());
-            let written = stream::once(async move {
-                server.task_announced(&task);
-                None
-            })
-            .filter_map(|x: Option<Result<Bytes, axum::Error>>| async move { x });
-            *resp.body_mut() = Body::from_stream(body.into_data_stream().chain(written));
+            *resp.body_mut() = then_announce(body, move || server.task_announced(&task));
         }
         resp
     }
+}
+
+/// `body`, then `announce` once the connection has written it out (see [`flushed`]).
+fn then_announce(body: Body, announce: impl FnOnce() + Send + 'static) -> Body {
+    let written = stream::once(async move {
+        flushed().await;
+        announce();
+        None
+    })
+    .filter_map(|x: Option<Result<Bytes, axum::Error>>| async move { x });
+    Body::from_stream(body.into_data_stream().chain(written))
+}
+
+/// Lets the connection write out what it took of the body before the body goes on. hyper polls a
+/// body for more as soon as it has taken a frame, and only writes its buffer to the socket once the
+/// body has nothing ready: an announcement made on that next poll could send the task's first
+/// question on the GET stream before the reply that names the task had left (seen as a rare
+/// failure of the ext-tasks interop test, the question 2 ms ahead of the reply). Pending once, the
+/// body lets hyper flush first.
+async fn flushed() {
+    tokio::task::yield_now().await;
 }
 
 pub(super) fn json_response(status: StatusCode, msg: &Message) -> Response {
@@ -151,6 +167,7 @@ pub(super) fn sse(
     // Polled once the last event has been handed on: the reply (if any) is out.
     let written = stream::once(async move {
         if let Some(task) = envelope.try_recv().ok().and_then(|e| e.announces) {
+            flushed().await;
             server.task_announced(&task);
         }
         None
@@ -165,4 +182,34 @@ pub(super) fn sse(
     Sse::new(events)
         .keep_alive(KeepAlive::new().interval(keep_alive))
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body::Body as _;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::task::{Context, Poll};
+
+    #[test]
+    fn a_reply_announces_its_task_only_after_the_poll_that_lets_it_be_written() {
+        let announced = Arc::new(AtomicBool::new(false));
+        let told = announced.clone();
+        let mut body = then_announce(Body::from("the reply"), move || {
+            told.store(true, Ordering::SeqCst)
+        });
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let mut poll = || std::pin::Pin::new(&mut body).poll_frame(&mut cx);
+        match poll() {
+            Poll::Ready(Some(Ok(frame))) => assert!(frame.is_data()),
+            _ => panic!("the reply's bytes come first"),
+        }
+        // hyper asks for more at once and writes its buffer only when the body has nothing ready:
+        // the body has nothing ready, and the task is not announced yet.
+        assert!(poll().is_pending());
+        assert!(!announced.load(Ordering::SeqCst));
+        assert!(matches!(poll(), Poll::Ready(None)));
+        assert!(announced.load(Ordering::SeqCst));
+    }
 }
