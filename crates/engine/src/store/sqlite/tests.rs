@@ -729,6 +729,20 @@ async fn written(store: &SqliteStore, path: &Path, n: usize) {
     assert_eq!(store.cache.pinned_len(), 0, "nothing pinned once written");
 }
 
+/// Creates a full batch (`a000`…, handed to the flusher), finishes `a000` while the batch is out,
+/// waits for the batch's answer (the idle flush asks every 0.2 s), and has one more group
+/// (`b000`'s create) take it in. The finished `a000`.
+async fn finish_while_a_batch_is_out(store: &SqliteStore) -> TaskRecord {
+    create_each(store, "a", 0, changelog::FLUSH_TASKS).await;
+    let done = store
+        .update("a000", &TaskStatus::ACTIVE, completed(0), 10)
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    create_each(store, "b", 0, 1).await;
+    done
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_the_flusher_fails_to_write_is_written_by_the_writer() {
     let dir = tempfile::tempdir().unwrap();
@@ -736,17 +750,9 @@ async fn a_batch_the_flusher_fails_to_write_is_written_by_the_writer() {
     let store = SqliteStore::open(&path).unwrap();
     let fail = store.flusher_hooks.fail.clone();
     fail.store(true, std::sync::atomic::Ordering::SeqCst);
-    create_each(&store, "a", 0, changelog::FLUSH_TASKS).await;
     // A task of the failed batch finishes: its create comes back from the flusher, its finish
     // goes on top, and the writer inserts it finished, with the finish in its history once.
-    let done = store
-        .update("a000", &TaskStatus::ACTIVE, completed(0), 10)
-        .await
-        .unwrap();
-    // Wait for the failed batch to come back (the idle flush asks every 0.2 s), then have one
-    // more group take it in.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    create_each(&store, "b", 0, 1).await;
+    let done = finish_while_a_batch_is_out(&store).await;
     written(&store, &path, changelog::FLUSH_TASKS + 1).await;
     assert_eq!(
         rows_of(&path)[0],
@@ -773,17 +779,11 @@ async fn a_batch_whose_commit_failed_after_it_landed_is_not_written_again() {
     let store = SqliteStore::open(&path).unwrap();
     let lie = store.flusher_hooks.fail_after_commit.clone();
     lie.store(true, std::sync::atomic::Ordering::SeqCst);
-    create_each(&store, "a", 0, changelog::FLUSH_TASKS).await;
-    // Logged after the batch went out: it is pending when the batch's answer comes back.
-    let done = store
-        .update("a000", &TaskStatus::ACTIVE, completed(0), 10)
-        .await
-        .unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // The finish is pending when the batch's answer comes back. Had the writer taken the batch
+    // back, it would insert rows that exist: every flush would fail, and with it every read of
+    // rows.
+    let done = finish_while_a_batch_is_out(&store).await;
     lie.store(false, std::sync::atomic::Ordering::SeqCst);
-    // Had the writer taken the batch back, it would insert rows that exist: every flush would
-    // fail, and with it every read of rows.
-    create_each(&store, "b", 0, 1).await;
     written(&store, &path, changelog::FLUSH_TASKS + 1).await;
     assert_eq!(
         store.count_active().await.unwrap().working as usize,
