@@ -103,25 +103,26 @@ impl Envelope {
     }
 }
 
-/// `body`, then `announce` once the connection has written it out (see [`flushed`]).
+/// `body`, then `announce` once the connection has written it out (see [`after_the_write`]).
 fn then_announce(body: Body, announce: impl FnOnce() + Send + 'static) -> Body {
     let written = stream::once(async move {
-        flushed().await;
-        announce();
+        after_the_write(announce);
         None
     })
     .filter_map(|x: Option<Result<Bytes, axum::Error>>| async move { x });
     Body::from_stream(body.into_data_stream().chain(written))
 }
 
-/// Lets the connection write out what it took of the body before the body goes on. hyper polls a
-/// body for more as soon as it has taken a frame, and only writes its buffer to the socket once the
-/// body has nothing ready: an announcement made on that next poll could send the task's first
-/// question on the GET stream before the reply that names the task had left (seen as a rare
-/// failure of the ext-tasks interop test, the question 2 ms ahead of the reply). Pending once, the
-/// body lets hyper flush first.
-async fn flushed() {
-    tokio::task::yield_now().await;
+/// Runs `announce` once the connection task that polls the body at its end has written what it
+/// took. hyper asks a body for more as soon as it has taken a frame, and writes its buffer to the
+/// socket only after: an announcement made inside that poll could send the task's first question
+/// on the GET stream before the reply that names the task had left (seen as a rare failure of the
+/// ext-tasks interop test, the question 2 ms ahead of the reply). A task spawned from the
+/// connection's task goes to its worker's next-task slot and runs when that poll is over, after
+/// the write. (Making the body wait one poll instead cost a second write per reply: the reply,
+/// then the chunked body's end.)
+fn after_the_write(announce: impl FnOnce() + Send + 'static) {
+    tokio::spawn(async move { announce() });
 }
 
 pub(super) fn json_response(status: StatusCode, msg: &Message) -> Response {
@@ -167,8 +168,7 @@ pub(super) fn sse(
     // Polled once the last event has been handed on: the reply (if any) is out.
     let written = stream::once(async move {
         if let Some(task) = envelope.try_recv().ok().and_then(|e| e.announces) {
-            flushed().await;
-            server.task_announced(&task);
+            after_the_write(move || server.task_announced(&task));
         }
         None
     })
@@ -191,8 +191,8 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::task::{Context, Poll};
 
-    #[test]
-    fn a_reply_announces_its_task_only_after_the_poll_that_lets_it_be_written() {
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_reply_announces_its_task_only_after_the_poll_that_ends_it() {
         let announced = Arc::new(AtomicBool::new(false));
         let told = announced.clone();
         let mut body = then_announce(Body::from("the reply"), move || {
@@ -205,11 +205,10 @@ mod tests {
             Poll::Ready(Some(Ok(frame))) => assert!(frame.is_data()),
             _ => panic!("the reply's bytes come first"),
         }
-        // hyper asks for more at once and writes its buffer only when the body has nothing ready:
-        // the body has nothing ready, and the task is not announced yet.
-        assert!(poll().is_pending());
-        assert!(!announced.load(Ordering::SeqCst));
         assert!(matches!(poll(), Poll::Ready(None)));
+        // hyper writes its buffer after the poll that ended the body: nothing is announced in it.
+        assert!(!announced.load(Ordering::SeqCst));
+        tokio::task::yield_now().await;
         assert!(announced.load(Ordering::SeqCst));
     }
 }
