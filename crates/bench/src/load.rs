@@ -53,6 +53,10 @@ pub struct Figures {
     pub p90: f64,
     /// 99th percentile, ms.
     pub p99: f64,
+    /// 99.9th percentile, ms: where a stall of the server that few requests meet shows.
+    pub p999: f64,
+    /// The slowest operation, ms.
+    pub max: f64,
     /// Failed operations.
     pub errors: usize,
     /// `tasks/get` requests per task in the e2e mode (1.0: the first poll already saw it finished);
@@ -181,6 +185,8 @@ pub async fn run(
         p50: percentile(&lat, 0.50),
         p90: percentile(&lat, 0.90),
         p99: percentile(&lat, 0.99),
+        p999: percentile(&lat, 0.999),
+        max: percentile(&lat, 1.0),
         errors,
         polls: if mode == Mode::E2e {
             gets as f64 / lat.len().max(1) as f64

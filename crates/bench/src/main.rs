@@ -330,13 +330,15 @@ async fn drive(
     )
     .await?;
     println!(
-        "{} {}: {} ops, {:.0} ops/s, p50 {:.2} ms, p99 {:.2} ms, {} errors{}",
+        "{} {}: {} ops, {:.0} ops/s, p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms, {} errors{}",
         wire.label(),
         mode.label(),
         f.ops,
         f.rate,
         f.p50,
         f.p99,
+        f.p999,
+        f.max,
         f.errors,
         if mode == Mode::E2e {
             format!(", {:.2} polls/task", f.polls)

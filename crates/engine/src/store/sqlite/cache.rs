@@ -29,6 +29,7 @@ pub(super) type IdMap<V> = std::collections::HashMap<String, V, foldhash::fast::
 type KeyMap = std::collections::HashMap<(String, String), String, foldhash::fast::RandomState>;
 
 use super::changelog::{write_row, ChangeLog, Pending};
+use super::reaper::Reaper;
 use super::rows::{self, select_task_shared, SharedArguments};
 use super::unfinished::Counts;
 use super::Context;
@@ -47,7 +48,11 @@ const MAX_RECORD_BYTES: usize = 64 << 10;
 
 /// Committed task records, most recently written first to stay (see the module note).
 #[derive(Default)]
-pub(super) struct RecordCache(Mutex<Generations>);
+pub(super) struct RecordCache {
+    generations: Mutex<Generations>,
+    /// Drops a generation the cache lets go of, away from the writer (see `reaper.rs`).
+    pub(super) reaper: Reaper,
+}
 
 /// Two maps instead of a least-recently-used list: a write goes into `current`; when `current` is
 /// full it becomes `previous` and the old `previous` is dropped. A lookup tries both, so a record
@@ -68,7 +73,7 @@ struct Generations {
 
 impl RecordCache {
     fn lock(&self) -> MutexGuard<'_, Generations> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.generations.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The committed record of task `id`, when it was written lately.
@@ -129,6 +134,7 @@ impl RecordCache {
         let mut pinned = std::mem::take(&mut g.pinned);
         drop(g);
         if forgot_all {
+            self.reaper.reap(pinned);
             return;
         }
         for id in forgot {
@@ -165,6 +171,7 @@ impl RecordCache {
 
     /// Takes a committed group's records.
     fn publish(&self, records: impl Iterator<Item = (String, Arc<TaskRecord>)>) {
+        let mut turned = Vec::new();
         let mut g = self.lock();
         for (id, rec) in records {
             g.previous.remove(&id);
@@ -177,13 +184,17 @@ impl RecordCache {
                 && !g.current.contains_key(&id)
             {
                 let full = std::mem::take(&mut g.current);
-                g.previous = full;
+                turned.push(std::mem::replace(&mut g.previous, full));
                 g.current_bytes = 0;
             }
             // A record replaced in `current` is counted twice until the generation turns: the
             // estimate errs on the side of turning early.
             g.current_bytes += bytes;
             g.current.insert(id, rec);
+        }
+        drop(g);
+        if !turned.is_empty() {
+            self.reaper.reap(turned);
         }
     }
 
@@ -197,9 +208,13 @@ impl RecordCache {
     /// Drops every committed record but the pinned ones (see [`RecordCache::remove`]).
     fn clear(&self) {
         let mut g = self.lock();
-        g.current.clear();
+        let both = (
+            std::mem::take(&mut g.current),
+            std::mem::take(&mut g.previous),
+        );
         g.current_bytes = 0;
-        g.previous.clear();
+        drop(g);
+        self.reaper.reap(both);
     }
 
     /// Records held (for tests).
@@ -676,5 +691,39 @@ impl<'a> Group<'a> {
     /// what its jobs counted did not happen.
     pub(super) fn rolled_back(self) {
         self.counts.forget();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::testkit::record;
+
+    #[test]
+    fn a_generation_the_cache_lets_go_of_is_dropped_by_the_reaper_not_by_the_writer() {
+        let cache = RecordCache::default();
+        let held = cache.reaper.gate.hold();
+        let first = Arc::new(record("t0", "o", 0));
+        let w = Arc::downgrade(&first);
+        let rest = (1..=2 * GENERATION).map(|i| {
+            let id = format!("t{i}");
+            let rec = Arc::new(record(&id, "o", i as u64));
+            (id, rec)
+        });
+        // Two turns: the second lets go of the generation that holds `t0`. With the reaper held,
+        // this returns only if the writer does not drop that generation itself.
+        cache.publish(std::iter::once(("t0".to_string(), first)).chain(rest));
+        assert!(cache.get("t0").is_none(), "t0's generation was let go of");
+        assert!(cache.get(&format!("t{}", 2 * GENERATION)).is_some());
+        assert_eq!(
+            w.strong_count(),
+            1,
+            "t0 was dropped by the publishing thread"
+        );
+        drop(held);
+        assert!(
+            super::super::reaper::tests::dropped(&w),
+            "the reaper never dropped t0"
+        );
     }
 }

@@ -80,7 +80,7 @@ impl Gate {
     }
 
     /// Waits while the gate is shut.
-    fn pass(&self) {
+    pub(super) fn pass(&self) {
         let (shut, signal) = &*self.0;
         let mut g = lock(shut);
         while *g {

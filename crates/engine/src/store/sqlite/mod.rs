@@ -12,6 +12,7 @@ mod deliveries;
 mod flusher;
 mod frame;
 mod lock;
+mod reaper;
 mod rows;
 mod schema;
 mod unfinished;
