@@ -10,6 +10,7 @@
 //! ```
 
 mod credentials;
+mod disk;
 mod load;
 mod pg_cost;
 mod pg_tap;
@@ -382,6 +383,13 @@ async fn suite(args: SuiteArgs) -> Result<()> {
     }
     let (peers, versions) = targets::peers(|key| wanted(&args.only, key), scratch.path())?;
     list.extend(peers);
+    // In the directory the SQLite files go to, before any server runs.
+    let dir = scratch.path().to_path_buf();
+    let commit = tokio::task::spawn_blocking(move || disk::measure(&dir, 2000)).await??;
+    eprintln!(
+        "a durable commit on this machine: p50 {:.0} µs, {:.0} µs of CPU",
+        commit.p50_us, commit.cpu_us
+    );
     let mut rows = Vec::new();
     let limit = Duration::from_secs(args.max_seconds);
     for target in &list {
@@ -429,7 +437,7 @@ async fn suite(args: SuiteArgs) -> Result<()> {
     }
     targets::drop_pg_schemas(&list).await;
     std::fs::create_dir_all(&args.out)?;
-    let mut md = report::markdown(&rows, args.clients, args.ops, &versions);
+    let mut md = report::markdown(&rows, args.clients, args.ops, &versions, &commit);
     if args.scale {
         md.push_str(
             &scale::all(
