@@ -161,7 +161,9 @@ pub struct TaskRecord {
     /// runner's) points at one value, however large.
     pub arguments: Arc<Value>,
     /// Wire metadata the server needs again later (e.g. a progress token). Opaque to the engine.
-    pub request_meta: Value,
+    /// Shared like `arguments`: it never changes after the create, and a deep copy of its nested
+    /// maps was most of what copying and dropping a record cost.
+    pub request_meta: Arc<Value>,
     /// Current status.
     pub status: TaskStatus,
     /// Human-readable note on the current state.

@@ -439,7 +439,7 @@ impl Engine {
             era: new.era,
             tool: new.tool,
             arguments: Arc::new(new.arguments),
-            request_meta: new.request_meta,
+            request_meta: Arc::new(new.request_meta),
             status: TaskStatus::Working,
             status_message: None,
             progress: None,

@@ -25,7 +25,7 @@ pub fn record(id: &str, owner: &str, created_at: u64) -> TaskRecord {
         era: "test".into(),
         tool: "echo".into(),
         arguments: std::sync::Arc::new(json!({"x": 1})),
-        request_meta: json!({"token": 7}),
+        request_meta: Arc::new(json!({"token": 7})),
         status: TaskStatus::Working,
         status_message: None,
         progress: None,

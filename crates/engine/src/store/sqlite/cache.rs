@@ -245,7 +245,7 @@ fn weight(rec: &TaskRecord) -> Option<usize> {
         left = left.checked_sub(s.len())?;
     }
     left = left.checked_sub(rec.webhooks.len() * 512)?;
-    let mut values = vec![&*rec.arguments, &rec.request_meta];
+    let mut values = vec![&*rec.arguments, &*rec.request_meta];
     values.extend(rec.checkpoint.as_ref());
     match &rec.outcome {
         Some(Outcome::Result { value, .. }) => values.push(value),

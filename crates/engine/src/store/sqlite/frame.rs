@@ -174,7 +174,7 @@ pub(super) fn encode(
     o.str(era);
     o.str(tool);
     o.json(&**arguments)?;
-    o.json(request_meta)?;
+    o.json(&**request_meta)?;
     o.u8(status_code(*status));
     o.opt_str(status_message.as_deref());
     o.opt_f64(*progress);
@@ -281,7 +281,7 @@ pub(super) fn decode(content: &[u8]) -> Result<Entry, FrameError> {
         era: i.string()?,
         tool: i.string()?,
         arguments: Arc::new(i.json::<Value>()?),
-        request_meta: i.json()?,
+        request_meta: Arc::new(i.json::<Value>()?),
         status: status_of(i.u8()?)?,
         status_message: i.opt_string()?,
         progress: i.opt_f64()?,
@@ -320,7 +320,7 @@ mod tests {
         // Every optional field set, so that one written or read wrong shows.
         r.session = Some("s".into());
         r.arguments = Arc::new(serde_json::json!({"a": [1, "é\"\n"]}));
-        r.request_meta = serde_json::json!({"m": true});
+        r.request_meta = Arc::new(serde_json::json!({"m": true}));
         r.status = TaskStatus::Failed;
         r.status_message = Some("why".into());
         r.progress = Some(0.5);
