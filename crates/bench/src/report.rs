@@ -84,7 +84,17 @@ pub fn markdown(
     let _ = writeln!(
         md,
         "- mcp-tasks: commit {}; rustc: {}; node: {}",
-        command_line("git", &["rev-parse", "--short", "HEAD"]),
+        // The harness's own checkout, wherever the suite is run from.
+        command_line(
+            "git",
+            &[
+                "-C",
+                env!("CARGO_MANIFEST_DIR"),
+                "rev-parse",
+                "--short",
+                "HEAD"
+            ]
+        ),
         command_line("rustc", &["--version"]),
         command_line("node", &["--version"])
     );
