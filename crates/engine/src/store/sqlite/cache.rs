@@ -526,6 +526,12 @@ impl<'a, 'c> Tx<'a, 'c> {
     /// succeeded: a job that fails afterwards is undone, and its record with it (see
     /// [`Group::job_failed`]).
     pub(super) fn wrote(&mut self, rec: &TaskRecord) {
+        self.wrote_shared(Arc::new(rec.clone()));
+    }
+
+    /// [`Tx::wrote`] for a record the job hands over shared, so that the writer does not copy it:
+    /// its caller takes its own copy after the group, on its own thread.
+    pub(super) fn wrote_shared(&mut self, rec: Arc<TaskRecord>) {
         let mut i = 0;
         while i < self.staged.len() {
             if self.staged[i].0 == rec.id {
@@ -538,9 +544,7 @@ impl<'a, 'c> Tx<'a, 'c> {
                 i += 1;
             }
         }
-        self.group
-            .writes
-            .insert(rec.id.clone(), Arc::new(rec.clone()));
+        self.group.writes.insert(rec.id.clone(), rec);
     }
 
     /// Says the job changed task `id`'s row in a way it has no record of (a lease renewal): the

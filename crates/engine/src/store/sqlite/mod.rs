@@ -39,6 +39,13 @@ use super::{
 use crate::model::{InputRecord, InputResponse, StepRecord, TaskRecord, TaskStatus, Transition};
 use crate::webhook::{Delivery, DeliveryAttempt, DeliveryNext, DeliveryQuery};
 
+/// What a create job made: a new task is handed back shared with the writer's group (see
+/// [`Tx::wrote_shared`]).
+enum Made {
+    New(Arc<TaskRecord>),
+    Existing(Box<TaskRecord>),
+}
+
 /// Idle read connections kept open.
 const MAX_IDLE_READERS: usize = 8;
 
@@ -230,7 +237,7 @@ impl TaskStore for SqliteStore {
                     // Without a flush: a pending task with the key is found in memory.
                     if let Some(existing) = tx.find_key(&task.owner, key)? {
                         if existing.fingerprint == task.fingerprint {
-                            return Ok(Created::Existing(existing));
+                            return Ok(Made::Existing(Box::new(existing)));
                         }
                         return Err(StoreError::IdempotencyConflict {
                             key: key.clone(),
@@ -246,14 +253,20 @@ impl TaskStore for SqliteStore {
                     }
                 }
                 tx.insert_task(&task)?;
-                tx.wrote(&task);
-                Ok(Created::New(task))
+                let task = Arc::new(task);
+                tx.wrote_shared(task.clone());
+                Ok(Made::New(task))
             })
             .await?;
-        if let Created::New(t) = &created {
-            shared.keep(t);
-        }
-        Ok(created)
+        Ok(match created {
+            Made::New(t) => {
+                // The caller's own copy, made here rather than on the writer thread.
+                let t = Arc::unwrap_or_clone(t);
+                shared.keep(&t);
+                Created::New(t)
+            }
+            Made::Existing(t) => Created::Existing(*t),
+        })
     }
 
     async fn find_by_key(&self, owner: &str, key: &str) -> Result<Option<TaskRecord>, StoreError> {
@@ -344,10 +357,13 @@ impl TaskStore for SqliteStore {
                 let (before, was) = (rec.status, write_base(&rec, &change));
                 apply_change(&mut rec, change, now);
                 tx.update_task(before, &rec, was)?;
-                tx.wrote(&rec);
+                let rec = Arc::new(rec);
+                tx.wrote_shared(rec.clone());
                 Ok(rec)
             })
             .await?;
+        // The caller's own copy, made here rather than on the writer thread.
+        let rec = Arc::unwrap_or_clone(rec);
         self.shared.keep(&rec);
         Ok(rec)
     }
