@@ -13,6 +13,8 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Instant;
 
+use crate::load::percentile;
+
 /// Bytes each commit writes: about one SQLite writer group's frames.
 pub const WRITE: usize = 512;
 /// The region the writes cycle through, written and synced before the timing: the file neither
@@ -73,15 +75,10 @@ pub fn measure(dir: &Path, commits: usize) -> Result<CommitCost> {
     drop(file);
     let _ = std::fs::remove_file(&path);
     walls.sort();
-    let at = |p: f64| {
-        walls
-            .get(((walls.len().saturating_sub(1)) as f64 * p).round() as usize)
-            .map_or(0.0, |d| d.as_secs_f64() * 1e6)
-    };
     Ok(CommitCost {
         commits,
-        p50_us: at(0.5),
-        p99_us: at(0.99),
+        p50_us: percentile(&walls, 0.5) * 1e3,
+        p99_us: percentile(&walls, 0.99) * 1e3,
         cpu_us: cpu as f64 / 1e3 / commits.max(1) as f64,
     })
 }

@@ -67,7 +67,8 @@ pub struct Figures {
     pub cpu_us: f64,
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
+/// The `p` quantile of `sorted` (ascending), in ms; 0 when it is empty.
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
