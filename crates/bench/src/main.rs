@@ -383,6 +383,8 @@ async fn suite(args: SuiteArgs) -> Result<()> {
     }
     let (peers, versions) = targets::peers(|key| wanted(&args.only, key), scratch.path())?;
     list.extend(peers);
+    // What building the peers wrote goes to disk now, not under the first target's commits.
+    scale::settle();
     // In the directory the SQLite files go to, before any server runs.
     let dir = scratch.path().to_path_buf();
     let commit = tokio::task::spawn_blocking(move || disk::measure(&dir, 2000)).await??;

@@ -211,8 +211,9 @@ async fn blocked_result(label: &str, store: &str, n: usize, out: &mut String) ->
 /// Lets the kernel write back what a scenario left dirty (hundreds of MB of database files) before
 /// the next one starts: otherwise the next scenario's commits wait behind that writeback, which is
 /// the previous scenario's cost, not its own (the blocked-result p99 on SQLite read 21-29 ms after
-/// the 100,000-task scenario, 2.5-3.3 ms on its own).
-fn settle() {
+/// the 100,000-task scenario, 2.5-3.3 ms on its own). The suite also calls it after building the
+/// peers, whose build output would otherwise be written back under the first target's commits.
+pub(crate) fn settle() {
     let _ = std::process::Command::new("sync").status();
 }
 
