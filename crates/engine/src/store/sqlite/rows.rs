@@ -144,7 +144,7 @@ pub(super) fn task_from_row(row: &Row<'_>) -> rusqlite::Result<TaskRecord> {
         era: row.get(3)?,
         tool: row.get(4)?,
         arguments: json_from_sql(5, &row.get::<_, String>(5)?)?,
-        request_meta: Arc::new(json_from_sql(6, &row.get::<_, String>(6)?)?),
+        request_meta: json_from_sql(6, &row.get::<_, String>(6)?)?,
         status: status_from_sql(7, row.get(7)?)?,
         status_message: row.get(8)?,
         progress: row.get(9)?,
