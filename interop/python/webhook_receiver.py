@@ -1,12 +1,13 @@
 """A webhook receiver for the tests: verifies every delivery with the official `standardwebhooks`
 library and prints one JSON line per delivery on stdout.
 
-    webhook_receiver.py --secret whsec_... [--port P] [--status CODE]
+    webhook_receiver.py --secret whsec_... [--port P] [--status CODE] [--retry-after VALUE]
 
 Listens on 127.0.0.1 (port 0: any free one). Its first line is {"listening": PORT}. Then, per
 request: {"at" (when it came, Unix seconds), "id", "timestamp", "verified", "error"?, "body"?,
 "answered"}. A delivery that verifies is answered --status (default 204); one that does not verify
-is answered 400. Loopback only; it runs until it is killed.
+is answered 400. With --retry-after, every answer carries `Retry-After: VALUE` (a receiver that
+asks to be left alone, or a hostile one). Loopback only; it runs until it is killed.
 """
 
 import argparse
@@ -24,6 +25,7 @@ def main():
     ap.add_argument("--secret", required=True)
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--status", type=int, default=204)
+    ap.add_argument("--retry-after")
     args = ap.parse_args()
     hook = Webhook(args.secret)
     # Requests are served on threads of their own: one line each, whole.
@@ -53,6 +55,8 @@ def main():
                 sys.stdout.write(json.dumps(line) + "\n")
                 sys.stdout.flush()
             self.send_response(status)
+            if args.retry_after is not None:
+                self.send_header("retry-after", args.retry_after)
             self.send_header("content-length", "0")
             self.end_headers()
 

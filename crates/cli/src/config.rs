@@ -514,6 +514,9 @@ pub struct TasksSection {
     /// and `/readyz` says 503 (default 25, under Kubernetes' 30 s grace). A second signal stops at
     /// once.
     pub drain_secs: Option<u64>,
+    /// Most runs a task gets (default 10, at least 1): a task interrupted or handed off this many
+    /// times fails with "given up after N attempts" instead of being resumed again.
+    pub max_attempts: Option<u32>,
 }
 
 impl ConfigFile {

@@ -369,6 +369,14 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
     if let Some(v) = t.lease_secs {
         engine.lease_ms = v.max(1) * 1000;
     }
+    if let Some(v) = t.max_attempts {
+        if v == 0 {
+            anyhow::bail!(
+                "[tasks] max_attempts must be at least 1 (a task's first run is its first attempt)"
+            );
+        }
+        engine.max_attempts = v;
+    }
     if let Some(v) = file.webhooks.progress_interval()? {
         engine.webhook_progress_interval = v;
     }

@@ -550,3 +550,112 @@ fn a_question_of_one_call_is_not_taken_for_another_calls_on_a_stdio_upstream() {
     let out = cli.run(&["task", "cancel", &waiting]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
+
+/// A deploy of the gateway (SIGTERM: drain, then hand-off) in front of an upstream that outlives
+/// it: the upstream task is left running, not cancelled (only a client's cancel is passed on), and
+/// the gateway that starts next on the same store follows it to its end. Before stop reasons, the
+/// hand-off cancelled the upstream task it then had to resume from, and the task failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_stopped_by_sigterm_leaves_the_upstream_task_running_and_completes_it_after_a_restart(
+) {
+    let upstream = ServerProcess::start(&["--demo", "--store", "memory:"]);
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", dir.path().join("gateway.db").display());
+    let cfg = config(
+        dir.path(),
+        &format!(
+            "[tasks]\ndrain_secs = 1\n\n[[upstreams]]\nname = \"up\"\nurl = \"{}\"\n",
+            upstream.url
+        ),
+    );
+    let gateway = ServerProcess::start(&["--store", &store, "--config", &cfg]);
+    let cli = Cli::new(&gateway.url);
+    let out = cli.run(&["call", "slow_compute", "seconds=8", "--detach"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let id = text(&out.stdout).trim().to_string();
+    // The upstream task runs and reports through ours.
+    assert!(
+        common::eventually(std::time::Duration::from_secs(20), || {
+            let out = cli.run(&["task", "get", &id, "--json"]);
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            v["progress"].as_f64().is_some_and(|p| p >= 1.0)
+        }),
+        "the upstream task did not report"
+    );
+    let pid = nix::unistd::Pid::from_raw(gateway.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let mut gateway = gateway;
+    let status = tokio::task::block_in_place(|| gateway.child.wait()).unwrap();
+    assert!(status.success(), "the gateway stopped with {status}");
+
+    // The upstream task was not cancelled by the hand-off: it is still working.
+    let upstream_tasks = |url: &str| {
+        let base = url.trim_end_matches("/mcp").to_string();
+        async move {
+            reqwest::get(format!("{base}/admin/api/tasks"))
+                .await
+                .unwrap()
+                .json::<serde_json::Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let listed = upstream_tasks(&upstream.url).await;
+    let tasks = listed["tasks"].as_array().expect("the upstream's tasks");
+    assert_eq!(tasks.len(), 1, "{listed}");
+    assert_eq!(tasks[0]["status"], "working", "{listed}");
+
+    // The next gateway resumes from the saved upstream task: ours completes with its result.
+    let gateway = ServerProcess::start(&["--store", &store, "--config", &cfg]);
+    let out =
+        tokio::task::block_in_place(|| cli.run(&["task", "result", &id, "--url", &gateway.url]));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).contains("slow_compute finished after 8 seconds"),
+        "{}",
+        text(&out.stdout)
+    );
+    let listed = upstream_tasks(&upstream.url).await;
+    assert_eq!(listed["tasks"][0]["status"], "completed", "{listed}");
+    assert_eq!(
+        listed["tasks"].as_array().map(Vec::len),
+        Some(1),
+        "no second upstream task: {listed}"
+    );
+}
+
+/// A gateway whose environment names a proxy reaches an upstream on this machine directly: a
+/// loopback address is never proxied (before, its `initialize` went to the proxy, and the gateway
+/// would not start: "HTTP 502").
+#[test]
+fn a_gateway_with_proxy_variables_reaches_a_loopback_upstream_directly() {
+    let upstream = ServerProcess::start(&["--demo", "--store", "memory:"]);
+    let (proxy_port, proxied) = common::counting_proxy();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        &format!("[[upstreams]]\nname = \"up\"\nurl = \"{}\"\n", upstream.url),
+    );
+    let mut cmd = serve_command(&["--store", "memory:", "--config", &cfg]);
+    common::through_proxy(&mut cmd, &format!("http://127.0.0.1:{proxy_port}"));
+    let gateway = ServerProcess::spawn(cmd);
+    let cli = Cli::new(&gateway.url);
+    let out = cli.run(&["call", "slow_compute", "seconds=0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("finished"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(
+        proxied.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the proxy was used"
+    );
+}

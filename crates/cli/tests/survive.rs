@@ -336,3 +336,81 @@ async fn the_client_follows_a_task_through_a_restart_and_shows_the_resume() {
     assert!(stdout.contains("this is attempt 2"), "{stdout}");
     drop(server);
 }
+
+/// A retry-safe tool that kills its own server (a poison task) is resumed at each start only until
+/// it has had `[tasks] max_attempts` runs; the next start fails it with "given up after N
+/// attempts" and stays up, and the operator sees it counted. Without the cap every start died.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_kills_its_server_is_given_up_after_max_attempts_and_the_server_stays_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("poison.toml");
+    std::fs::write(
+        &config,
+        r#"[tasks]
+max_attempts = 3
+
+[[tools]]
+name = "poison"
+command = ["sh", "-c", "sleep 0.5; kill -9 $PPID; sleep 5"]
+task_support = "required"
+retry_on_restart = true
+"#,
+    )
+    .unwrap();
+    let store = format!("sqlite://{}", dir.path().join("tasks.db").display());
+    let args = ["--store", &store, "--config", config.to_str().unwrap()];
+    let log = dir.path().join("server.log");
+    let mut server = start(&args, &log);
+    let mut c = Client::connect(&server.url).await;
+    let id = c.create_task("poison", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Each start runs the task again, and the task kills it; after three runs the next start
+    // gives up on it and stays up.
+    let mut starts = 1;
+    loop {
+        let died = common::eventually(Duration::from_secs(5), || {
+            matches!(server.child.try_wait(), Ok(Some(_)))
+        });
+        if !died {
+            break;
+        }
+        assert!(
+            starts < 6,
+            "the server was killed at {starts} starts in a row"
+        );
+        server = start(&args, &log);
+        starts += 1;
+    }
+    assert_eq!(starts, 4, "three runs, then a start that gives up");
+    let mut c = Client::connect(&server.url).await;
+    let t = c.get_task(&id).await;
+    assert_eq!(t["status"], "failed", "{t}");
+    let message = t["statusMessage"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("given up after 3 attempts: the last one was interrupted"),
+        "{message}"
+    );
+    assert!(message.contains("max_attempts = 3"), "{message}");
+    let base = server.url.trim_end_matches("/mcp");
+    let metrics = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("mcp_tasks_given_up_total 1"), "{metrics}");
+    // Its history shows each attempt.
+    let history = reqwest::get(format!("{base}/admin/api/tasks/{id}"))
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    let text = history.to_string();
+    assert!(
+        text.contains("attempt 2") && text.contains("attempt 3"),
+        "{text}"
+    );
+}

@@ -854,3 +854,113 @@ async fn a_stopping_server_lets_go_of_a_delivery_in_flight_so_the_next_start_sen
     assert_eq!(seen[0]["body"]["data"]["taskId"], id.as_str());
     assert_eq!(seen[0]["verified"], true);
 }
+
+/// A receiver that answers 503 with a `Retry-After` it chose (so huge that the retry time
+/// overflowed, zero, a date in the past) gets a few attempts in 10 s, the backoff's: it can slow
+/// the sender down, not make it hammer the receiver. Before the clamp, the huge value meant
+/// 1,100–2,200 attempts in 10 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_s_retry_after_cannot_make_the_server_hammer_it() {
+    let values = [
+        "18446744073709551615".to_string(),
+        "0".to_string(),
+        "Thu, 01 Jan 2015 00:00:00 GMT".to_string(),
+    ];
+    let receivers: Vec<Receiver> = values
+        .iter()
+        .map(|v| Receiver::start(SECRET, &["--status", "503", "--retry-after", v]))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "");
+    let server = ServerProcess::start(&[
+        "--demo",
+        "--store",
+        "memory:",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    let mut c = Client::connect(&server.url).await;
+    let mut ids = Vec::new();
+    for rx in &receivers {
+        let created = create(
+            &mut c,
+            "slow_compute",
+            json!({"seconds": 0}),
+            json!({"url": rx.url(), "secret": SECRET}),
+        )
+        .await;
+        ids.push(created["task"]["taskId"].as_str().unwrap().to_string());
+    }
+    for rx in &receivers {
+        rx.wait_for(1, Duration::from_secs(20));
+    }
+    let asked_at = now_ms();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    for ((rx, value), id) in receivers.iter().zip(&values).zip(&ids) {
+        let seen = rx.seen();
+        assert!(seen.iter().all(|d| d["answered"] == 503), "{seen:?}");
+        let d = deliveries(&server, id).await;
+        let next = d[0]["nextAt"].as_u64().unwrap_or(0);
+        if value.len() > 10 && value.bytes().all(|b| b.is_ascii_digit()) {
+            // Asked to wait for ages: it waits as long as the backoff's ceiling, 5 minutes (with
+            // its jitter), not forever and not not at all.
+            assert_eq!(seen.len(), 1, "Retry-After {value}: {seen:?}");
+            assert!(
+                next > asked_at + 200_000 && next <= asked_at + 361_000,
+                "Retry-After {value}: next attempt {} ms away",
+                next.saturating_sub(asked_at)
+            );
+        } else {
+            // Zero, a date in the past: the backoff's 1 s, 2 s, 4 s (+ a fifth at most), attempts
+            // at about 0, 1, 3 and 7 s.
+            assert!(
+                (3..=5).contains(&seen.len()),
+                "Retry-After {value}: {} attempts in about 10 s",
+                seen.len()
+            );
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// With proxy variables in the server's environment, a delivery still goes straight to the
+/// receiver (its address checked on the connection itself), and the proxy sees nothing. Before,
+/// every attempt went to the proxy and the address check never ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_variables_do_not_route_deliveries_through_a_proxy() {
+    let (proxy_port, proxied) = common::counting_proxy();
+    let proxy = format!("http://127.0.0.1:{proxy_port}");
+    let rx = Receiver::start(SECRET, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "");
+    let mut cmd = common::serve_command(&[
+        "--demo",
+        "--store",
+        "memory:",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    common::through_proxy(&mut cmd, &proxy);
+    let server = ServerProcess::spawn(cmd);
+    let mut c = Client::connect(&server.url).await;
+    create(
+        &mut c,
+        "slow_compute",
+        json!({"seconds": 0}),
+        json!({"url": rx.url(), "secret": SECRET}),
+    )
+    .await;
+    let seen = rx.wait_for(1, Duration::from_secs(20));
+    assert_eq!(seen[0]["verified"], true, "{seen:?}");
+    assert_eq!(
+        proxied.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the proxy was used"
+    );
+}

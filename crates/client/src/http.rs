@@ -91,14 +91,17 @@ impl HttpTransport {
             })?;
             base.insert(reqwest::header::AUTHORIZATION, v);
         }
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| ClientError::Connection {
-                context: "set up the HTTP client".into(),
-                source: Box::new(e),
-                not_sent: true,
-            })?;
+        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(10));
+        // Proxy variables (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, with NO_PROXY) are honoured, but a
+        // server on this machine is never reached through one: a proxy elsewhere cannot reach it.
+        if is_loopback(&url) {
+            builder = builder.no_proxy();
+        }
+        let http = builder.build().map_err(|e| ClientError::Connection {
+            context: "set up the HTTP client".into(),
+            source: Box::new(e),
+            not_sent: true,
+        })?;
         Ok(HttpTransport {
             http,
             url,
@@ -324,6 +327,19 @@ fn sse_exchange(resp: reqwest::Response, context: String) -> Exchange {
     Exchange { rx }
 }
 
+/// Whether `url` names this machine: a loopback address (127.0.0.0/8, ::1) or `localhost`.
+fn is_loopback(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = bare.parse::<std::net::IpAddr>() {
+        return ip.is_loopback();
+    }
+    let d = host.trim_end_matches('.').to_ascii_lowercase();
+    d == "localhost" || d.ends_with(".localhost")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,5 +351,27 @@ mod tests {
         assert_eq!(header_text("héllo"), "=?base64?aMOpbGxv?=");
         assert_eq!(header_text(" x"), "=?base64?IHg=?=");
         assert_eq!(header_text("=?base64?x?="), "=?base64?PT9iYXNlNjQ/eD89?=");
+    }
+
+    #[test]
+    fn loopback_urls_are_never_proxied() {
+        for u in [
+            "http://127.0.0.1:8080/mcp",
+            "http://127.9.9.9/mcp",
+            "http://[::1]:1/mcp",
+            "http://localhost/mcp",
+            "http://LOCALHOST./mcp",
+            "http://api.localhost/mcp",
+        ] {
+            assert!(is_loopback(&reqwest::Url::parse(u).unwrap()), "{u}");
+        }
+        for u in [
+            "https://example.com/mcp",
+            "http://10.0.0.1/mcp",
+            "http://[2001:db8::1]/mcp",
+            "http://localhost.example.com/mcp",
+        ] {
+            assert!(!is_loopback(&reqwest::Url::parse(u).unwrap()), "{u}");
+        }
     }
 }

@@ -50,6 +50,49 @@ impl LogLevel {
     }
 }
 
+/// Why a run was told to stop ([`TaskContext::stop_reason`]). Only [`StopReason::Cancelled`] means
+/// that the work itself is no longer wanted: on every other reason the task goes on (on another
+/// node, at the next start) or is already over, so work the run started elsewhere (an upstream
+/// task, a remote job) is left running for the run that takes the task over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// The task was cancelled (by its client, or by an operator): stop the work, and what it
+    /// started elsewhere.
+    Cancelled,
+    /// This node hands its running tasks to others (a deploy, a drain that ended): save what is
+    /// needed to go on ([`TaskContext::save_checkpoint`]) and return; the task resumes elsewhere.
+    HandedOff,
+    /// This node could not keep the task's lease (another node took the task over, or the store
+    /// could not be reached before the lease ran out): another run may have the task now, so this
+    /// one must stop at once and write nothing.
+    LeaseLost,
+    /// The task was finished by someone else (another node, an expiry) while this run went on.
+    FinishedElsewhere,
+    /// The engine is shutting down without handing its tasks off; they are recovered at the next
+    /// start.
+    ShuttingDown,
+}
+
+impl StopReason {
+    /// A short phrase for messages: "cancelled", "handed off", ….
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Cancelled => "cancelled",
+            StopReason::HandedOff => "handed off",
+            StopReason::LeaseLost => "lease lost",
+            StopReason::FinishedElsewhere => "finished elsewhere",
+            StopReason::ShuttingDown => "shutting down",
+        }
+    }
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Where a context's reports go: the task store for a task, or straight to the caller for a plain call.
 #[async_trait]
 pub trait ContextSink: Send + Sync {
@@ -91,10 +134,10 @@ pub trait ContextSink: Send + Sync {
     fn task_id(&self) -> Option<&str> {
         None
     }
-    /// Whether this node is handing its running tasks to others (a drain ended): a stop now is a
-    /// hand-off, not a cancel, and the task resumes elsewhere or at the next start.
-    fn handing_off(&self) -> bool {
-        false
+    /// Why the run was told to stop, once its token is cancelled; `None` means a cancel (the only
+    /// reason a plain call is stopped for).
+    fn stop_reason(&self) -> Option<StopReason> {
+        None
     }
     /// Takes the journal's next place for a step named `name`: its recorded output when an earlier
     /// run recorded it, or the place to record it at once the body ran. A sink that keeps no
@@ -266,7 +309,22 @@ impl TaskContext {
     /// that ended): save what is needed to go on ([`TaskContext::save_checkpoint`]) and return;
     /// the task resumes on another server or at the next start. `false` for a cancel.
     pub fn is_handed_off(&self) -> bool {
-        self.cancel.is_cancelled() && self.sink.handing_off()
+        self.stop_reason() == Some(StopReason::HandedOff)
+    }
+    /// Why this run was told to stop, once it was (`None` while it may go on). Pass a stop on to
+    /// work started elsewhere (an upstream task) only when this is [`StopReason::Cancelled`]: on
+    /// any other reason the task goes on, and the run that takes it over follows that work.
+    ///
+    /// What the run returns after a stop: for [`StopReason::HandedOff`] and
+    /// [`StopReason::ShuttingDown`], a successful result returned within the grace period is
+    /// written as the task's outcome (the work is done; running it again would repeat it), while
+    /// an error is taken for the stop's own doing and not written (the task resumes, or fails as
+    /// interrupted when it cannot). For the other reasons nothing the run returns is written.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        if !self.cancel.is_cancelled() {
+            return None;
+        }
+        Some(self.sink.stop_reason().unwrap_or(StopReason::Cancelled))
     }
     /// The sink this context reports to (for the step journal).
     pub(crate) fn sink(&self) -> &Arc<dyn ContextSink> {

@@ -46,7 +46,8 @@ pub mod webhook;
 
 pub use clock::{format_rfc3339, now_ms};
 pub use context::{
-    CheckpointError, ContextSink, InputError, LogLevel, StepError, StepSlot, TaskContext,
+    CheckpointError, ContextSink, InputError, LogLevel, StepError, StepSlot, StopReason,
+    TaskContext,
 };
 pub use engine::{
     Engine, EngineBuilder, EngineConfig, EngineError, InputGuard, ResumeCounts, RunStart, Submitted,

@@ -110,6 +110,16 @@ impl Outcome {
             Outcome::Error { .. } => TaskStatus::Failed,
         }
     }
+    /// Whether the work succeeded: a result that reports no tool-level error.
+    pub fn is_success(&self) -> bool {
+        matches!(
+            self,
+            Outcome::Result {
+                is_error: false,
+                ..
+            }
+        )
+    }
 }
 
 /// A change of a task's status, as its history keeps it (the first status, `working`, is the

@@ -218,3 +218,39 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> std::process::Output
     let _ = tx.send(());
     out
 }
+
+/// A loopback listener standing in for a proxy: counts the connections made to it.
+pub fn counting_proxy() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            // Answer like a proxy that cannot reach anything, and close.
+            if let Ok(mut conn) = conn {
+                use std::io::Write;
+                let _ = conn.write_all(
+                    b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+            }
+        }
+    });
+    (port, seen)
+}
+
+/// Sets every proxy variable of `cmd`'s environment to `proxy`, with no `NO_PROXY`.
+pub fn through_proxy(cmd: &mut Command, proxy: &str) {
+    for var in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ] {
+        cmd.env(var, proxy);
+    }
+    cmd.env_remove("NO_PROXY").env_remove("no_proxy");
+}

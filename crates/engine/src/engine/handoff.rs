@@ -21,6 +21,9 @@ pub struct ResumeCounts {
     pub resumed_checkpoint: u64,
     /// Tasks this node resumed by replaying their step journal.
     pub resumed_steps: u64,
+    /// Tasks this node failed instead of resuming: they had had
+    /// [`EngineConfig::max_attempts`](crate::EngineConfig::max_attempts) runs.
+    pub given_up: u64,
 }
 
 /// How a task resumes, as counted.
@@ -38,6 +41,7 @@ pub(super) struct ResumeCounters {
     retry: AtomicU64,
     checkpoint: AtomicU64,
     steps: AtomicU64,
+    pub(super) given_up: AtomicU64,
 }
 
 impl ResumeCounters {
@@ -64,8 +68,8 @@ impl Engine {
     pub async fn hand_off(&self) -> usize {
         self.handing_off.store(true, Ordering::SeqCst);
         let stops: Vec<_> = self.running.iter().map(|e| e.value().clone()).collect();
-        for stop in &stops {
-            stop.cancel();
+        for run in &stops {
+            run.stop(crate::context::StopReason::HandedOff);
         }
         // Each run lets go of its task as soon as its handler returns; wait for the last.
         let deadline = tokio::time::Instant::now() + self.config.cancel_grace + HAND_OFF_SLACK;
@@ -88,6 +92,7 @@ impl Engine {
             resumed_retry: c.retry.load(Ordering::Relaxed),
             resumed_checkpoint: c.checkpoint.load(Ordering::Relaxed),
             resumed_steps: c.steps.load(Ordering::Relaxed),
+            given_up: c.given_up.load(Ordering::Relaxed),
         }
     }
 

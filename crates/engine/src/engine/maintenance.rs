@@ -1,11 +1,13 @@
 //! Keeping the store in order: recovering tasks a previous run left unfinished, and the sweeper that
 //! purges expired tasks, reclaims expired leases and fails tasks that waited for input too long.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::handoff::ResumeKind;
 use super::Engine;
 use crate::clock::now_ms;
+use crate::context::StopReason;
 use crate::model::{TaskRecord, TaskStatus};
 use crate::notifier::TaskEvent;
 use crate::store::{error_chain, OrphanPlan, PurgePolicy, StoreError, TaskChange, UpdateError};
@@ -72,7 +74,7 @@ impl Engine {
                             for id in lost {
                                 if let Some(running) = engine.running.get(id.as_str()) {
                                     tracing::info!(task = %id, "lease lost (task finished or taken over elsewhere); stopping its handler");
-                                    running.cancel();
+                                    running.stop(StopReason::LeaseLost);
                                 }
                             }
                         }
@@ -160,7 +162,11 @@ impl Engine {
                 match event {
                     Ok(TaskEvent::Changed(t)) if t.status.is_terminal() => {
                         if let Some(running) = engine.running.get(t.id.as_str()) {
-                            running.cancel();
+                            running.stop(if t.status == TaskStatus::Cancelled {
+                                StopReason::Cancelled
+                            } else {
+                                StopReason::FinishedElsewhere
+                            });
                         }
                     }
                     // Let go of by its node (a hand-off): whoever shares the store takes it now.
@@ -250,6 +256,10 @@ impl Engine {
         }
         let now = now_ms();
         let engine = self.clone();
+        let max_attempts = self.config.max_attempts.max(1);
+        // The tasks the plan gave up on, to count them once their change is committed.
+        let given_up: Arc<std::sync::Mutex<HashSet<String>>> = Arc::default();
+        let gave_up = given_up.clone();
         // Decided inside the store's write, per orphan: fail it, or set it up to run again when its
         // tool is safe to retry. A task whose handler runs here (its renewal was late) is left alone.
         let plan: OrphanPlan = Arc::new(move |task: &TaskRecord| {
@@ -266,6 +276,29 @@ impl Engine {
             } else {
                 "an interruption"
             };
+            if (resume || retry) && task.attempt >= max_attempts {
+                // A task that keeps ending its runs (a poison task that crashes its server) is
+                // not run again: it fails, saying how its last run ended.
+                let last = if task.lease_owner.is_none() {
+                    "was handed off by a stopping server"
+                } else {
+                    "was interrupted (its server stopped or lost the task before it finished)"
+                };
+                let message = format!(
+                    "given up after {} attempts: the last one {last}; [tasks] max_attempts = {max_attempts}",
+                    task.attempt
+                );
+                gave_up
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(task.id.clone());
+                return Some(TaskChange {
+                    status: Some(TaskStatus::Failed),
+                    status_message: Some(Some(message.clone())),
+                    outcome: Some(engine.rules.failure(message)),
+                    ..Default::default()
+                });
+            }
             Some(if resume || retry {
                 TaskChange {
                     // The status stays: a question pending at the hand-off is still the one to
@@ -315,7 +348,18 @@ impl Engine {
         let n = recovered.len();
         for rec in recovered {
             if rec.status.is_terminal() {
-                tracing::info!(target: "mcp_tasks::audit", task = %rec.id, tool = %rec.tool, owner = %rec.owner, "failed interrupted task");
+                let gave_up = given_up
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .contains(&rec.id);
+                if gave_up {
+                    self.resumes
+                        .given_up
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::warn!(target: "mcp_tasks::audit", task = %rec.id, tool = %rec.tool, owner = %rec.owner, attempts = rec.attempt, "gave up on a task that kept ending its runs");
+                } else {
+                    tracing::info!(target: "mcp_tasks::audit", task = %rec.id, tool = %rec.tool, owner = %rec.owner, "failed interrupted task");
+                }
                 self.notifier.publish(TaskEvent::Changed(Arc::new(rec)));
                 continue;
             }

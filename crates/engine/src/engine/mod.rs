@@ -67,6 +67,11 @@ pub struct EngineConfig {
     /// receiver sees the latest progress within it. Only tasks with a target that asked for
     /// progress events are paced at all.
     pub webhook_progress_interval: Duration,
+    /// Most runs a task gets (default 10): a task whose run was interrupted (a crash, a lost
+    /// node) or handed off this many times is failed with "given up after N attempts" instead of
+    /// being resumed again, so a task that crashes its server (a poison task) cannot crash-loop
+    /// a node, or each replica in turn. At least 1.
+    pub max_attempts: u32,
 }
 
 impl Default for EngineConfig {
@@ -85,6 +90,7 @@ impl Default for EngineConfig {
             cancel_grace: Duration::from_secs(10),
             max_input_request_bytes: 256 * 1024,
             webhook_progress_interval: Duration::from_secs(5),
+            max_attempts: 10,
         }
     }
 }
@@ -274,7 +280,7 @@ pub struct Engine {
     /// Tasks whose handler runs in this process (never recovered as orphans by this node), with the
     /// token that stops the handler (a child of `shutdown`), and the task marked as waited on here
     /// (a cancel received by another replica must reach this stopper).
-    running: DashMap<Arc<str>, CancellationToken>,
+    running: DashMap<Arc<str>, Arc<runner::TaskSink>>,
     /// What the runs of each key hold here (see [`HeldLimit`]).
     held: Arc<DashMap<String, u64>>,
     /// Whether the stopper (the node's one subscriber that stops handlers of finished tasks) runs.

@@ -5,6 +5,7 @@
 use async_trait::async_trait;
 use futures::FutureExt;
 use serde_json::Value;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -12,7 +13,8 @@ use super::replay::Resumed;
 use super::Engine;
 use crate::clock::now_ms;
 use crate::context::{
-    CheckpointError, ContextSink, InputError, LogLevel, StepError, StepSlot, TaskContext,
+    CheckpointError, ContextSink, InputError, LogLevel, StepError, StepSlot, StopReason,
+    TaskContext,
 };
 use crate::handler::TaskHandler;
 use crate::ids::random_id;
@@ -52,17 +54,11 @@ impl Engine {
             f(rec, now_ms());
         }
         let stop = self.shutdown.child_token();
-        if self.is_handing_off() {
-            // Submitted while this node hands off (an embedder that did not stop taking calls):
-            // the run is handed off at once, so another node (or the next start) runs the task.
-            stop.cancel();
-        }
         // One copy of the id for the running map and the sink.
         let id: Arc<str> = Arc::from(rec.id.as_str());
-        self.running.insert(id.clone(), stop.clone());
         let sink = Arc::new(TaskSink {
             engine: self.clone(),
-            id,
+            id: id.clone(),
             tool: rec.tool.clone(),
             owner: rec.owner.clone(),
             shown: std::sync::Mutex::new(ProgressState::of(rec)),
@@ -74,12 +70,20 @@ impl Engine {
                 .iter()
                 .any(|t| t.wants_progress())
                 .then(Default::default),
+            stop: stop.clone(),
+            reason: AtomicU8::new(NO_REASON),
         });
+        if self.is_handing_off() {
+            // Submitted while this node hands off (an embedder that did not stop taking calls):
+            // the run is handed off at once, so another node (or the next start) runs the task.
+            sink.stop(StopReason::HandedOff);
+        }
+        self.running.insert(id, sink.clone());
         // The claim goes into the run itself: an `async` block around the run would hold the run's
         // future twice (its capture and the copy it awaits), 856 bytes a task instead of 488.
         let run = self
             .clone()
-            .run(sink.clone(), rec.arguments.clone(), handler, stop, claim);
+            .run(sink.clone(), rec.arguments.clone(), handler, claim);
         Traced::new(run, sink)
     }
 
@@ -94,10 +98,10 @@ impl Engine {
         sink: Arc<TaskSink>,
         arguments: Arc<Value>,
         handler: Arc<dyn TaskHandler>,
-        stop: CancellationToken,
         claim: Option<super::HeldClaim>,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
         async move {
+            let stop = &sink.stop;
             // What this run's key holds is given back when the run ends, however it ends.
             let _claim = &claim;
             // However the run ends, or if it is dropped (the runtime stopping), it is no longer
@@ -129,39 +133,41 @@ impl Engine {
             drop(work);
             // Boxed: what follows the handler is needed once, at the end; inline it would sit in
             // every running task's future for the whole run.
-            Box::pin(self.conclude(&sink, &stop, outcome)).await;
+            Box::pin(self.conclude(&sink, outcome)).await;
         }
     }
 
-    /// Writes what the handler returned (`None`: it was dropped after ignoring `stop`), unless
-    /// the run was told to stop; a run stopped for a hand-off releases its task.
-    async fn conclude(
-        &self,
-        sink: &TaskSink,
-        stop: &CancellationToken,
-        outcome: Option<std::thread::Result<Outcome>>,
-    ) {
+    /// Writes what the handler returned (`None`: it was dropped after ignoring its stop). A run
+    /// told to stop writes nothing when the task is over or another node may run it (a cancel, a
+    /// lost lease, a finish elsewhere); on a hand-off or a shutdown it writes a successful result
+    /// it returned within the grace (the work is done: running it again would repeat it) and
+    /// otherwise leaves the task unfinished, released at once on a hand-off.
+    async fn conclude(&self, sink: &TaskSink, outcome: Option<std::thread::Result<Outcome>>) {
+        let reason = sink.stop_reason();
         let outcome = match outcome {
             Some(Ok(outcome)) => outcome,
-            Some(Err(_)) => self.rules.failure(format!("tool `{}` panicked", sink.tool)),
-            None => {
-                if self.is_handing_off() {
+            Some(Err(_)) if reason.is_none() => {
+                self.rules.failure(format!("tool `{}` panicked", sink.tool))
+            }
+            // A handler that panicked while stopping leaves the task to its next run.
+            Some(Err(_)) | None => {
+                if reason == Some(StopReason::HandedOff) {
                     self.release(&sink.id).await;
                 }
                 return;
             }
         };
-        if stop.is_cancelled() {
-            // Whatever the handler returned after being told to stop is not the task's result:
-            // the task is already finished, another node holds it now, or the server is stopping
-            // and leaves it unfinished: handed off (released now), or for recovery on the next
-            // start.
-            if self.is_handing_off() {
-                self.release(&sink.id).await;
+        match reason {
+            None => self.finish(&sink.id, outcome).await,
+            Some(StopReason::HandedOff | StopReason::ShuttingDown) if outcome.is_success() => {
+                tracing::info!(task = %sink.id, "the handler finished while stopping; its result is the task's");
+                self.finish(&sink.id, outcome).await;
             }
-            return;
+            Some(StopReason::HandedOff) => self.release(&sink.id).await,
+            // Over, or maybe another node's now: what the handler returned is not the task's.
+            // (Shutting down: left for recovery at the next start.)
+            Some(_) => {}
         }
-        self.finish(&sink.id, outcome).await;
     }
 
     async fn finish(&self, id: &str, outcome: Outcome) {
@@ -246,6 +252,10 @@ pub(super) struct TaskSink {
     checkpoint: Option<Value>,
     /// Which run of the task this is.
     pub(super) attempt: u32,
+    /// The token that stops the handler (a child of the engine's shutdown), and why it was
+    /// cancelled ([`StopReason`] as a number; the first reason given stays).
+    pub(super) stop: CancellationToken,
+    reason: AtomicU8,
     /// What this run replays of earlier runs (the step journal, their questions), read when first
     /// needed: a first run reads nothing.
     pub(super) resumed: std::sync::Mutex<Option<Box<Resumed>>>,
@@ -326,6 +336,52 @@ impl TaskSink {
     }
 }
 
+/// [`TaskSink::reason`] before any reason was given.
+const NO_REASON: u8 = 0;
+
+fn reason_code(reason: StopReason) -> u8 {
+    match reason {
+        StopReason::Cancelled => 1,
+        StopReason::HandedOff => 2,
+        StopReason::LeaseLost => 3,
+        StopReason::FinishedElsewhere => 4,
+        StopReason::ShuttingDown => 5,
+    }
+}
+
+fn reason_of(code: u8) -> Option<StopReason> {
+    Some(match code {
+        1 => StopReason::Cancelled,
+        2 => StopReason::HandedOff,
+        3 => StopReason::LeaseLost,
+        4 => StopReason::FinishedElsewhere,
+        5 => StopReason::ShuttingDown,
+        _ => return None,
+    })
+}
+
+impl TaskSink {
+    /// Tells the handler to stop for `reason`; a run stopped already keeps its first reason.
+    pub(super) fn stop(&self, reason: StopReason) {
+        let _ = self.reason.compare_exchange(
+            NO_REASON,
+            reason_code(reason),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        self.stop.cancel();
+    }
+
+    /// Why the run was told to stop, if it was: the reason given, or a shutdown (the engine's
+    /// token, the parent of the run's, was cancelled).
+    fn stop_reason(&self) -> Option<StopReason> {
+        if !self.stop.is_cancelled() {
+            return None;
+        }
+        Some(reason_of(self.reason.load(Ordering::Acquire)).unwrap_or(StopReason::ShuttingDown))
+    }
+}
+
 impl RunLabels for TaskSink {
     fn task(&self) -> &str {
         &self.id
@@ -359,8 +415,8 @@ impl ContextSink for TaskSink {
         Some(&self.id)
     }
 
-    fn handing_off(&self) -> bool {
-        self.engine.is_handing_off()
+    fn stop_reason(&self) -> Option<StopReason> {
+        TaskSink::stop_reason(self)
     }
 
     async fn replay_step(&self, name: &str) -> Result<StepSlot, StepError> {

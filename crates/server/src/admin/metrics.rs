@@ -65,6 +65,8 @@ pub struct Metrics {
     handed_off: IntCounter,
     /// Tasks this process resumed, by how (`retry`, `checkpoint`, `steps`).
     resumed: IntCounterVec,
+    /// Tasks this process failed instead of resuming them (`max_attempts` runs).
+    given_up: IntCounter,
     upstream_up: IntGaugeVec,
     /// Webhook delivery attempts, by outcome, and their time.
     webhook_attempts: IntCounterVec,
@@ -213,6 +215,14 @@ impl Metrics {
                     &["kind"],
                 ),
             ),
+            given_up: reg(
+                &registry,
+                IntCounter::new(
+                    "mcp_tasks_given_up_total",
+                    "Interrupted or handed-off tasks this process failed instead of resuming: they had had [tasks] max_attempts runs.",
+                )
+                .expect("valid metric"),
+            ),
             sessions: reg(
                 &registry,
                 IntGauge::new(
@@ -339,6 +349,7 @@ impl Metrics {
             }
         };
         catch_up(&self.handed_off, resumes.handed_off);
+        catch_up(&self.given_up, resumes.given_up);
         for (kind, n) in [
             ("retry", resumes.resumed_retry),
             ("checkpoint", resumes.resumed_checkpoint),

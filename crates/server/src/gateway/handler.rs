@@ -6,7 +6,7 @@ use futures::future::BoxFuture;
 use mcp_tasks_client::{
     CallOptions, Called, ClientError, Event, InputHandler, TaskHandle, TaskOutcome, TaskRef,
 };
-use mcp_tasks_engine::{InputResponse, LogLevel, Outcome, TaskContext, TaskHandler};
+use mcp_tasks_engine::{InputResponse, LogLevel, Outcome, StopReason, TaskContext, TaskHandler};
 use mcp_tasks_protocol::error_codes;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -107,7 +107,7 @@ impl TaskHandler for UpstreamTool {
         // A restarting upstream is waited for, within the call's time.
         let client = tokio::select! {
             c = self.link.client(self.timeout) => c,
-            () = ctx.cancelled() => Err("cancelled before the upstream was back".to_string()),
+            () = ctx.cancelled() => Err(format!("{} before the upstream was back", stop_phrase(&ctx))),
         };
         let client = match client {
             Ok(c) => c,
@@ -128,11 +128,21 @@ impl TaskHandler for UpstreamTool {
         let call = client.call_tool(&self.tool, (*arguments).clone(), &options, &on_event);
         tokio::pin!(call);
         let mut timed_out = false;
+        // Told to stop for another reason than a cancel (a hand-off, a lost lease): the call is
+        // not cancelled but waited for (within the run's grace), so an upstream task it starts is
+        // saved for the run that takes this task over.
+        let mut stopping = false;
         let result = loop {
             tokio::select! {
                 r = &mut call => break r,
                 Some(e) = rx.recv() => forward(&ctx, e).await,
-                () = ctx.cancelled(), if !cancel.is_cancelled() => cancel.cancel(),
+                () = ctx.cancelled(), if !cancel.is_cancelled() && !stopping => {
+                    if passes_on(&ctx) {
+                        cancel.cancel();
+                    } else {
+                        stopping = true;
+                    }
+                }
                 () = &mut deadline, if !cancel.is_cancelled() => {
                     timed_out = true;
                     cancel.cancel();
@@ -153,6 +163,9 @@ impl TaskHandler for UpstreamTool {
                     if let Err(e) = ctx.save_checkpoint(saved).await {
                         tracing::warn!(task = ?ctx.task_id(), error = %e, "cannot save the upstream task with ours; a restart will not resume it");
                     }
+                }
+                if stopping {
+                    return self.left_running(&ctx, "task");
                 }
                 let stopped = cancel.is_cancelled();
                 self.follow(&ctx, &t, &mut deadline, stopped, timed_out)
@@ -179,7 +192,9 @@ impl TaskHandler for UpstreamTool {
 impl UpstreamTool {
     /// Follows upstream task `t` to its end: its progress, logs and questions become the task's,
     /// and our cancel or the deadline cancels it. `cancelled` says a cancel already happened on
-    /// the way (it is sent on), `timed_out` that it was the deadline.
+    /// the way (it is sent on), `timed_out` that it was the deadline. A stop for any other reason
+    /// (a hand-off, a lost lease, a finish elsewhere) leaves the upstream task running: the run
+    /// that takes the task over follows it from the checkpoint.
     async fn follow(
         &self,
         ctx: &TaskContext,
@@ -202,6 +217,9 @@ impl UpstreamTool {
                 r = &mut wait => break r,
                 Some(e) = rx.recv() => forward(ctx, e).await,
                 () = ctx.cancelled(), if !cancelled => {
+                    if !passes_on(ctx) {
+                        return self.left_running(ctx, "task");
+                    }
                     cancelled = true;
                     let _ = t.cancel().await;
                 }
@@ -219,6 +237,19 @@ impl UpstreamTool {
             Ok(outcome) => self.outcome(outcome, timed_out, "task"),
             Err(e) => self.failed(&e),
         }
+    }
+
+    /// What a run stopped for another reason than a cancel returns: the upstream `what` goes on.
+    /// (Not the task's outcome: the engine writes no error returned after such a stop.)
+    fn left_running(&self, ctx: &TaskContext, what: &str) -> Outcome {
+        tracing::info!(task = ?ctx.task_id(), upstream = self.link.name(), reason = %stop_phrase(ctx), "run stopped; the upstream {what} goes on");
+        upstream_error(
+            self.link.name(),
+            &format!(
+                "{}; the upstream {what} goes on for the run that takes this task over",
+                stop_phrase(ctx)
+            ),
+        )
     }
 
     /// Our outcome for a call that could not go through; a connection the upstream no longer
@@ -282,6 +313,17 @@ async fn forward(ctx: &TaskContext, e: Event) {
         },
         Event::Retrying { .. } => {}
     }
+}
+
+/// Whether our stop is passed on to the upstream: only a cancel of the task is. On a hand-off, a
+/// lost lease or a finish elsewhere the task goes on (or is done), and so does the upstream work.
+fn passes_on(ctx: &TaskContext) -> bool {
+    matches!(ctx.stop_reason(), None | Some(StopReason::Cancelled))
+}
+
+/// "cancelled", "handed off", …: why the run was told to stop.
+fn stop_phrase(ctx: &TaskContext) -> &'static str {
+    ctx.stop_reason().unwrap_or(StopReason::Cancelled).as_str()
 }
 
 fn upstream_error(upstream: &str, why: &str) -> Outcome {

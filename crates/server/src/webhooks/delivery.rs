@@ -50,6 +50,10 @@ impl Deliverer {
         observer: Option<AttemptObserver>,
     ) -> Result<Deliverer, reqwest::Error> {
         let client = reqwest::Client::builder()
+            // Never through a proxy, whatever the environment says (HTTP(S)_PROXY): a proxy would
+            // make the connection, so the address check on every connection (the resolver below)
+            // would never see the receiver's address.
+            .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(settings.timeout)
             .connect_timeout(settings.timeout)
@@ -237,8 +241,7 @@ impl Deliverer {
                     .headers()
                     .get("retry-after")
                     .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .map(Duration::from_secs);
+                    .and_then(|v| retry_after(v, std::time::SystemTime::now()));
                 let error = if status.is_success() {
                     None
                 } else {
@@ -258,8 +261,9 @@ impl Deliverer {
             Some(s) if (200..300).contains(&s) => DeliveryNext::Delivered,
             Some(410) => DeliveryNext::Gone,
             _ => {
-                let delay = backoff(d.attempts + 1).max(retry_after.unwrap_or_default());
-                let next_at = at + u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+                let delay = next_delay(d.attempts + 1, retry_after);
+                let next_at =
+                    at.saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
                 let max_age = u64::try_from(self.settings.max_age.as_millis()).unwrap_or(u64::MAX);
                 if next_at > d.entry.created_at.saturating_add(max_age) {
                     DeliveryNext::GiveUp
@@ -282,6 +286,33 @@ pub fn backoff(failed: u32) -> Duration {
     let _ = getrandom::fill(&mut r);
     let jitter = base.mul_f64(f64::from(u16::from_le_bytes(r)) / f64::from(u16::MAX) / 5.0);
     base + jitter
+}
+
+/// The delay before the next attempt after `failed` attempts failed: the backoff, or longer when
+/// the receiver asked for it (`Retry-After`), but never past [`MAX_DELAY`]: a receiver may slow
+/// us down, not make us wait forever (a huge value) nor hurry us (zero, a date in the past).
+fn next_delay(failed: u32, retry_after: Option<Duration>) -> Duration {
+    let own = backoff(failed);
+    match retry_after {
+        Some(asked) if asked > own => asked.min(MAX_DELAY.max(own)),
+        _ => own,
+    }
+}
+
+/// A `Retry-After` value: delay-seconds or an HTTP-date (RFC 9110 §10.2.3), as a delay from
+/// `now`; a date already past is no delay. `None` for anything else.
+fn retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // Digits beyond u64 are a very long delay, clamped by the caller like any other.
+        return Some(
+            value
+                .parse::<u64>()
+                .map_or(Duration::MAX, Duration::from_secs),
+        );
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or_default())
 }
 
 /// The start of the receiver's answer, for operators.
@@ -325,5 +356,53 @@ mod tests {
             let base = Duration::from_secs(base);
             assert!(d >= base && d <= base + base / 5, "{failed}: {d:?}");
         }
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_http_dates() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(retry_after("120", now), Some(Duration::from_secs(120)));
+        assert_eq!(retry_after(" 0 ", now), Some(Duration::ZERO));
+        assert_eq!(
+            retry_after("18446744073709551615", now),
+            Some(Duration::from_secs(u64::MAX))
+        );
+        assert_eq!(
+            retry_after("99999999999999999999999", now),
+            Some(Duration::MAX)
+        );
+        let later = httpdate::fmt_http_date(now + Duration::from_secs(90));
+        assert_eq!(retry_after(&later, now), Some(Duration::from_secs(90)));
+        let past = httpdate::fmt_http_date(now - Duration::from_secs(90));
+        assert_eq!(retry_after(&past, now), Some(Duration::ZERO));
+        assert_eq!(retry_after("-5", now), None);
+        assert_eq!(retry_after("soon", now), None);
+        assert_eq!(retry_after("", now), None);
+    }
+
+    /// A receiver may ask for a later retry, up to the backoff's ceiling; a huge, zero or past
+    /// `Retry-After` neither stalls the event nor hurries the next attempt.
+    #[test]
+    fn retry_after_is_clamped_into_the_backoff_bounds() {
+        for failed in [1, 3, 20] {
+            let own = FIRST_DELAY
+                .saturating_mul(1 << (failed - 1).min(16))
+                .min(MAX_DELAY);
+            for asked in [None, Some(Duration::ZERO), Some(Duration::from_millis(1))] {
+                let d = next_delay(failed, asked);
+                assert!(d >= own && d <= own + own / 5, "{failed} {asked:?}: {d:?}");
+            }
+            for huge in [Duration::from_secs(u64::MAX), Duration::MAX] {
+                let d = next_delay(failed, Some(huge));
+                assert!(
+                    d <= MAX_DELAY + MAX_DELAY / 5 && d >= own,
+                    "{failed}: {d:?}"
+                );
+            }
+        }
+        assert_eq!(
+            next_delay(1, Some(Duration::from_secs(30))),
+            Duration::from_secs(30)
+        );
     }
 }
