@@ -303,3 +303,143 @@ task_support = "required"
     );
     drop(a);
 }
+
+/// Replica A cut off from PostgreSQL (a relay that stops forwarding: no reset, no answer) while it
+/// runs a retry-safe command tool that records its node, attempt and time every 0.1 s: A stops
+/// the run before its lease runs out by its own clock (killing the program's process group), and
+/// replica B takes the task over only after that, within three lease lengths of the cut. The
+/// history checker finds no two runs of the task overlapping. Before fencing, A's program went on
+/// for 10 s after B had taken the task over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_cut_off_from_postgresql_stops_its_run_before_another_takes_it_over() {
+    let pg = common::pg::FreshSchema::new("partition").await;
+    let dir = tempfile::tempdir().unwrap();
+    let effects = dir.path().join("effects.log");
+    let config = dir.path().join("replica.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[tasks]
+lease_secs = 3
+
+[[tools]]
+name = "ticker"
+command = ["sh", "-c", "while :; do echo \"$MCP_TASKS_TASK_ID $NODE $MCP_TASKS_ATTEMPT $(date +%s%N)\" >> {log}; sleep 0.1; done"]
+task_support = "required"
+retry_on_restart = true
+"#,
+            log = effects.display()
+        ),
+    )
+    .unwrap();
+    // A reaches PostgreSQL through the relay; B directly.
+    let (named, target) = pg_address(&pg.url);
+    let relay = common::relay::Relay::start(target);
+    let through_relay = pg
+        .url
+        .replacen(&named, &format!("127.0.0.1:{}", relay.port), 1);
+    assert_ne!(through_relay, pg.url);
+    let replica = |node: &str, url: &str| {
+        let mut cmd =
+            common::serve_command(&["--store", url, "--config", config.to_str().unwrap()]);
+        cmd.env("NODE", node);
+        ServerProcess::spawn(cmd)
+    };
+    let a = replica("a", &through_relay);
+    let b = replica("b", &pg.url);
+    let mut c = Client::connect(&a.url).await;
+    let id = c.create_task("ticker", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let history = || read_effects(&effects);
+    let ran_on = |node: &str| history().iter().any(|e| e.node == node);
+    assert!(
+        common::eventually(Duration::from_secs(10), || ran_on("a")),
+        "the task ran on a"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let cut = Instant::now();
+    relay.cut();
+    assert!(
+        common::eventually(Duration::from_secs(9), || ran_on("b")),
+        "b took the task over within three lease lengths of the cut: {:?}",
+        common::history::runs(&history())
+    );
+    let took_over = cut.elapsed();
+    // Both sides go on for a while: any overlap would show now.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let h = history();
+    common::history::assert_no_overlap(&h);
+    let runs = common::history::runs(&h);
+    let runs = &runs[&id];
+    assert_eq!(
+        runs.iter().map(|r| r.node.as_str()).collect::<Vec<_>>(),
+        ["a", "b"],
+        "{runs:?}"
+    );
+    assert_eq!(runs[1].attempt, 2, "{runs:?}");
+    let gap = (runs[1].first_ns - runs[0].last_ns) as f64 / 1e9;
+    eprintln!(
+        "a's last effect {gap:.3} s before b's first; b took over {:.1} s after the cut",
+        took_over.as_secs_f64()
+    );
+    drop(a);
+    drop(b);
+    pg.drop_schema().await;
+}
+
+/// The checker itself: runs one after another pass, a run that goes on into the next fails.
+#[test]
+fn the_history_checker_finds_overlapping_runs() {
+    use common::history::{assert_no_overlap, Effect};
+    let e = |node: &str, attempt: u64, at_ns: u128| Effect {
+        task: "t".into(),
+        node: node.into(),
+        attempt,
+        at_ns,
+        step: None,
+    };
+    assert_no_overlap(&[e("a", 1, 1), e("a", 1, 5), e("b", 2, 6), e("b", 2, 9)]);
+    let overlapping = [e("a", 1, 1), e("b", 2, 4), e("a", 1, 5)];
+    let caught = std::panic::catch_unwind(|| assert_no_overlap(&overlapping));
+    assert!(caught.is_err(), "an overlap is caught");
+}
+
+/// The host and port of a PostgreSQL URL (`postgres://user@HOST:PORT/db?…`) as written, and the
+/// address they name.
+fn pg_address(url: &str) -> (String, std::net::SocketAddr) {
+    let after_scheme = url.split("://").nth(1).expect("a URL");
+    let authority = after_scheme.split(['/', '?']).next().unwrap();
+    let named = authority.rsplit('@').next().unwrap().to_string();
+    let host_port = if named.contains(':') {
+        named.clone()
+    } else {
+        format!("{named}:5432")
+    };
+    use std::net::ToSocketAddrs;
+    let addr = host_port
+        .to_socket_addrs()
+        .expect("the test database's address")
+        .next()
+        .expect("an address");
+    (named, addr)
+}
+
+/// The ticker's effects: "TASK NODE ATTEMPT NS" lines.
+fn read_effects(path: &std::path::Path) -> Vec<common::history::Effect> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            Some(common::history::Effect {
+                task: w.next()?.to_string(),
+                node: w.next()?.to_string(),
+                attempt: w.next()?.parse().ok()?,
+                at_ns: w.next()?.parse().ok()?,
+                step: None,
+            })
+        })
+        .collect()
+}

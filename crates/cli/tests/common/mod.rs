@@ -3,8 +3,10 @@
 
 pub mod audit;
 pub mod cluster;
+pub mod history;
 pub mod pg;
 pub mod receiver;
+pub mod relay;
 pub mod wrap_client;
 
 use std::io::{BufRead, BufReader};

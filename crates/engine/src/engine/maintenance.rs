@@ -13,6 +13,10 @@ use crate::notifier::TaskEvent;
 use crate::store::{error_chain, OrphanPlan, PurgePolicy, StoreError, TaskChange, UpdateError};
 use tokio::sync::broadcast::error::RecvError;
 
+/// The fence stops a run this fraction of the lease (1/5: 6 s of the default 30 s) before its
+/// known lease runs out ([`Engine::start_fence`]).
+const FENCE_MARGIN: u64 = 5;
+
 /// How many leases one write renews (a write holds the SQLite writer; keep each one short).
 const RENEW_AT_ONCE: usize = 1_000;
 
@@ -31,6 +35,7 @@ impl Engine {
         self.start_lease_renewal();
         if !self.store.is_exclusive() {
             self.start_takeover();
+            self.start_fence();
         }
         self.every(self.config.sweep_interval, "task sweep failed", |engine| {
             Box::pin(async move {
@@ -71,6 +76,17 @@ impl Engine {
                         .await
                     {
                         Ok(lost) => {
+                            // What the write set is now this node's known lease on each task
+                            // it kept (the fence stops a run before its known lease ends).
+                            for id in chunk {
+                                if let Some(running) = engine.running.get(id.as_str()) {
+                                    if !lost.contains(id) {
+                                        running
+                                            .lease_until
+                                            .store(until, std::sync::atomic::Ordering::Release);
+                                    }
+                                }
+                            }
                             for id in lost {
                                 if let Some(running) = engine.running.get(id.as_str()) {
                                     tracing::info!(task = %id, "lease lost (task finished or taken over elsewhere); stopping its handler");
@@ -81,6 +97,44 @@ impl Engine {
                         Err(e) => {
                             tracing::warn!(error = %error_chain(&e), tasks = chunk.len(), "lease renewal failed")
                         }
+                    }
+                }
+            }
+        });
+    }
+
+    /// Fencing by time, on a store shared by several nodes: a run whose lease this node could not
+    /// renew in time (the store unreachable, a renewal that hangs) is stopped, its handler dropped
+    /// at once, [`FENCE_MARGIN`] of the lease before that lease runs out by this node's clock.
+    /// Another node claims the task only once the lease ran out by its own clock, so the two runs
+    /// never overlap while the nodes' clocks agree within the margin less one check interval
+    /// (0.15 of the lease: 4.5 s with the default 30 s). Checked every 1/20 of the lease, from
+    /// what the renewals wrote (no store call: a store that hangs cannot hold the fence up).
+    fn start_fence(self: &Arc<Self>) {
+        let lease = self.config.lease_ms.max(1);
+        let margin = lease / FENCE_MARGIN;
+        let every = std::time::Duration::from_millis((lease / 20).max(1));
+        let me = Arc::downgrade(self);
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tick.tick() => {}
+                }
+                let Some(engine) = me.upgrade() else { break };
+                let now = now_ms();
+                for run in engine.running.iter() {
+                    let until = run.lease_until.load(std::sync::atomic::Ordering::Acquire);
+                    if until != 0 && now + margin >= until && !run.stop.is_cancelled() {
+                        tracing::warn!(
+                            task = %run.key(),
+                            lease_left_ms = until.saturating_sub(now),
+                            "the task's lease could not be renewed in time; its run is stopped before the lease runs out, so that no other node runs it at the same time"
+                        );
+                        run.stop(StopReason::LeaseLost);
                     }
                 }
             }

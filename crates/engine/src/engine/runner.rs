@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use futures::FutureExt;
 use serde_json::Value;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -72,6 +72,7 @@ impl Engine {
                 .then(Default::default),
             stop: stop.clone(),
             reason: AtomicU8::new(NO_REASON),
+            lease_until: AtomicU64::new(rec.lease_until.unwrap_or(0)),
         });
         if self.is_handing_off() {
             // Submitted while this node hands off (an embedder that did not stop taking calls):
@@ -118,6 +119,13 @@ impl Engine {
             let outcome = tokio::select! {
                 joined = &mut work => Some(joined),
                 _ = stop.cancelled() => {
+                    if sink.stop_reason() == Some(StopReason::LeaseLost) {
+                        // Another node may run the task now, or will once the lease runs out:
+                        // no grace, the handler is dropped at once (a command tool's process
+                        // group is killed with it), so the two runs never overlap.
+                        tracing::warn!(task = %sink.id, "lease lost; the handler is dropped at once");
+                        None
+                    } else {
                     // Told to stop: give the handler its grace period to return, then drop it.
                     // (Boxed: the timer is needed only now, not held in every running task's
                     // future.)
@@ -127,6 +135,7 @@ impl Engine {
                             tracing::warn!(task = %sink.id, "handler ignored cancellation for the grace period; dropped");
                             None
                         }
+                    }
                     }
                 }
             };
@@ -256,6 +265,9 @@ pub(super) struct TaskSink {
     /// cancelled ([`StopReason`] as a number; the first reason given stays).
     pub(super) stop: CancellationToken,
     reason: AtomicU8,
+    /// Until when this node is known to hold the task's lease (Unix ms by this node's clock; the
+    /// value its last claim or renewal wrote, 0 when unknown): the fence stops the run before it.
+    pub(super) lease_until: AtomicU64,
     /// What this run replays of earlier runs (the step journal, their questions), read when first
     /// needed: a first run reads nothing.
     pub(super) resumed: std::sync::Mutex<Option<Box<Resumed>>>,

@@ -295,6 +295,15 @@ async fn save_checkpoint(ctx: &TaskContext, tool: &str, state: Value) {
     }
 }
 
+/// Kills a command's process group (SIGKILL) when dropped.
+struct KillGroupOnDrop(Option<u32>);
+
+impl Drop for KillGroupOnDrop {
+    fn drop(&mut self) {
+        stop_group(self.0, Signal::SIGKILL);
+    }
+}
+
 fn stop_group(pid: Option<u32>, signal: Signal) {
     if let Some(pid) = pid {
         // The child leads its own process group, so this reaches everything it started.
@@ -372,6 +381,9 @@ impl TaskHandler for CommandHandler {
             }
         };
         let pid = child.id();
+        // However the run ends, the program's whole process group goes with it, also when the
+        // run is dropped (a lost lease drops it at once): nothing it started outlives the run.
+        let _group = KillGroupOnDrop(pid);
         let mut stdin = child.stdin.take();
         // Answers to `::ask` questions, written back on stdin as they arrive (questions may overlap).
         let (answer_tx, mut answers) = mpsc::channel::<String>(16);
