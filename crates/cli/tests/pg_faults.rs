@@ -443,3 +443,49 @@ fn read_effects(path: &std::path::Path) -> Vec<common::history::Effect> {
         })
         .collect()
 }
+
+/// Every PostgreSQL backend of the server terminated, twice, while the demo's `pipeline` records
+/// its steps: each store error inside the run is transient and retried, so the task completes with
+/// every step run once. Before, the first error in a step write failed the task for good ("the
+/// step journal failed: … terminating connection due to administrator command").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backends_terminated_twice_during_a_pipeline_do_not_fail_it() {
+    let pg = common::pg::FreshSchema::new("blip").await;
+    let app = format!("mcp-tasks-blip-{}", &mcp_tasks_engine::random_id()[..8]);
+    let url = format!("{}&application_name={app}", pg.url);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let mut cmd = common::serve_command(&["--demo", "--store", url.as_str()]);
+    common::audit::log_audit_to(&mut cmd, &log);
+    let a = ServerProcess::spawn(cmd);
+    let mut c = Client::connect(&a.url).await;
+    let id = c
+        .create_task("pipeline", json!({"items": 30, "seconds_per_item": 0.05}))
+        .await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Twice, for 0.3 s: every connection of the server terminated every 30 ms.
+    let mut terminated = 0;
+    for _ in 0..2 {
+        terminated += common::pg::terminate_connections(
+            vec![app.clone()],
+            Duration::from_millis(300),
+            Duration::from_millis(300),
+        )
+        .await;
+    }
+    assert!(terminated > 0, "the server's connections were terminated");
+    let t = c.wait_terminal(&id).await;
+    assert_eq!(t["status"], "completed", "{t}");
+    let runs: Vec<usize> = common::audit::pipeline_step_runs(&[&log])
+        .into_iter()
+        .filter(|((task, _), _)| *task == id)
+        .map(|(_, n)| n)
+        .collect();
+    assert_eq!(runs.len(), 30, "every step ran: {runs:?}");
+    assert!(runs.iter().all(|n| *n == 1), "each step once: {runs:?}");
+    eprintln!("{terminated} connections terminated during the pipeline");
+    drop(a);
+    pg.drop_schema().await;
+}

@@ -9,6 +9,7 @@ mod handoff;
 mod landing;
 mod maintenance;
 mod replay;
+mod retry;
 mod runner;
 
 pub use handoff::ResumeCounts;

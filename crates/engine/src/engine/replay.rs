@@ -118,7 +118,27 @@ impl TaskSink {
             at: now_ms(),
         };
         let node = &self.engine.config.node_id;
-        let recorded = self.engine.store.record_step(node, step.clone()).await;
+        let store = &self.engine.store;
+        let attempt = self
+            .retrying(&format!("recording step {seq} ({name})"), || {
+                store.record_step(node, step.clone())
+            })
+            .await;
+        let mut recorded = attempt.result;
+        if attempt.retried && matches!(recorded, Err(UpdateError::Conflict(_))) {
+            // A try that failed may have landed all the same: then the place holds this very
+            // record, and the step is recorded.
+            if let Ok(journal) = store.steps(&self.id).await {
+                if journal.iter().any(|r| {
+                    r.seq == seq
+                        && r.name == step.name
+                        && r.output == step.output
+                        && r.attempt == step.attempt
+                }) {
+                    recorded = Ok(());
+                }
+            }
+        }
         match recorded {
             Ok(()) => {
                 if let Some(r) = self.resumed().as_mut() {

@@ -190,7 +190,8 @@ impl Engine {
             // A progress note such as "scanning files" is stale once the work is done.
             Outcome::Result { .. } => Some(None),
         };
-        let change = TaskChange {
+        let mut replaced = false;
+        let mut change = TaskChange {
             status: Some(status),
             status_message: message,
             outcome: Some(outcome),
@@ -216,6 +217,24 @@ impl Engine {
                 }
                 Err(UpdateError::NotFound) => {
                     tracing::warn!(task = %id, "task gone before its outcome was stored");
+                    return;
+                }
+                Err(UpdateError::Store(e)) if e.is_permanent() && !replaced => {
+                    // The store refuses this outcome itself (bytes it cannot hold, too big): it
+                    // never will take it. The task fails saying so, in words it can store.
+                    let why = format!(
+                        "the task's outcome could not be stored: {}",
+                        error_chain(&e)
+                    );
+                    tracing::warn!(task = %id, error = %why, "the store refused the outcome; the task fails instead");
+                    change.status = Some(TaskStatus::Failed);
+                    change.status_message = Some(Some(why.clone()));
+                    change.outcome = Some(self.rules.failure(why));
+                    replaced = true;
+                    continue;
+                }
+                Err(UpdateError::Store(e)) if e.is_permanent() => {
+                    tracing::error!(task = %id, error = %error_chain(&e), "the store refused even the failure that replaced the outcome; the task is left to recovery");
                     return;
                 }
                 Err(e) => {
@@ -446,11 +465,13 @@ impl ContextSink for TaskSink {
             holder: Some(self.engine.config.node_id.clone()),
             ..Default::default()
         };
+        let store = &self.engine.store;
         match self
-            .engine
-            .store
-            .update(&self.id, &TaskStatus::ACTIVE, change, now_ms())
+            .retrying("saving the checkpoint", || {
+                store.update(&self.id, &TaskStatus::ACTIVE, change.clone(), now_ms())
+            })
             .await
+            .result
         {
             Ok(_) => Ok(()),
             Err(UpdateError::Conflict(cur)) => {
@@ -483,11 +504,13 @@ impl ContextSink for TaskSink {
             progress_event: self.progress_event_due(),
             ..Default::default()
         };
+        let store = &self.engine.store;
         match self
-            .engine
-            .store
-            .update(&self.id, &TaskStatus::ACTIVE, change, now_ms())
+            .retrying("a progress update", || {
+                store.update(&self.id, &TaskStatus::ACTIVE, change.clone(), now_ms())
+            })
             .await
+            .result
         {
             Ok(rec) => {
                 let after = ProgressState::of(&rec);
@@ -515,10 +538,13 @@ impl ContextSink for TaskSink {
             status_message: Some(Some(message)),
             ..Default::default()
         };
+        let engine = &self.engine;
         match self
-            .engine
-            .apply(&self.id, &TaskStatus::ACTIVE, change)
+            .retrying("a status update", || {
+                engine.apply(&self.id, &TaskStatus::ACTIVE, change.clone())
+            })
             .await
+            .result
         {
             Ok(_) | Err(UpdateError::Conflict(_)) | Err(UpdateError::NotFound) => {}
             Err(e) => {
@@ -590,7 +616,19 @@ impl ContextSink for TaskSink {
                 Ok(Lookup::Found(t)) => t.status,
                 _ => TaskStatus::Working,
             };
-            let rec = match engine.store.add_input(input.clone(), now_ms()).await {
+            let asked = self
+                .retrying("asking for input", || async {
+                    // A try that failed may have landed: the question is stored, not asked twice.
+                    if let Ok(Some(_)) = engine.store.get_input(&input.key).await {
+                        if let Ok(Lookup::Found(rec)) = engine.store.get(&self.id).await {
+                            return Ok(rec);
+                        }
+                    }
+                    engine.store.add_input(input.clone(), now_ms()).await
+                })
+                .await
+                .result;
+            let rec = match asked {
                 Ok(rec) => rec,
                 Err(UpdateError::Conflict(cur)) => return Err(InputError::TaskEnded(cur.status)),
                 Err(e) => return Err(store_err(&e)),

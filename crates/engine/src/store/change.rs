@@ -140,6 +140,17 @@ pub(crate) fn held_by_holder(rec: &TaskRecord, change: &TaskChange) -> bool {
         .is_none_or(|h| rec.lease_owner.as_deref() == Some(h))
 }
 
+/// A message as every store can keep it: PostgreSQL's text holds no NUL character (a tool's error
+/// text, a program's output, may have one), so each becomes U+FFFD on every store alike. (JSON
+/// values are stored as JSON text, where a NUL is an escape, and keep theirs.)
+fn storable_text(text: String) -> String {
+    if text.contains('\0') {
+        text.replace('\0', "\u{FFFD}")
+    } else {
+        text
+    }
+}
+
 pub(crate) fn apply_change(rec: &mut TaskRecord, change: TaskChange, now: u64) {
     if let Some(status) = change.status {
         rec.status = status;
@@ -154,13 +165,13 @@ pub(crate) fn apply_change(rec: &mut TaskRecord, change: TaskChange, now: u64) {
         }
     }
     if let Some(m) = change.status_message {
-        rec.status_message = m;
+        rec.status_message = m.map(storable_text);
     }
     if let Some(update) = change.progress {
         let after = ProgressState::of(rec).after(&update);
         rec.progress = after.progress;
         rec.progress_total = after.total;
-        rec.progress_message = after.message;
+        rec.progress_message = after.message.map(storable_text);
     }
     if change.status == Some(TaskStatus::Completed) {
         // A progress note is stale once the work is done (the engine clears the status message too).

@@ -73,6 +73,62 @@ impl StoreError {
     pub fn chain(&self) -> String {
         error_chain(self)
     }
+
+    /// Whether trying the same operation again cannot help: the backend refused the data itself
+    /// (bytes it cannot store, a value too big, a constraint, JSON that does not serialize), not
+    /// its connection or its load. A run fails its task at once on such an error, and retries
+    /// every other one (a lost connection, a busy or full database, an administrator's
+    /// termination) until its lease runs out. The refusals of a limit or a key are permanent too.
+    pub fn is_permanent(&self) -> bool {
+        let StoreError::Backend { source, .. } = self else {
+            return true;
+        };
+        let mut next: Option<&(dyn std::error::Error + 'static)> = match source {
+            Some(s) => Some(s.as_ref()),
+            None => None,
+        };
+        while let Some(cause) = next {
+            if let Some(verdict) = permanent_cause(cause) {
+                return verdict;
+            }
+            next = cause.source();
+        }
+        false
+    }
+}
+
+/// What one cause says of an error: permanent (`Some(true)`), transient (`Some(false)`), or
+/// nothing (look at its own cause).
+fn permanent_cause(cause: &(dyn std::error::Error + 'static)) -> Option<bool> {
+    if let Some(e) = cause.downcast_ref::<tokio_postgres::Error>() {
+        // SQLSTATE classes: 22 data exception (a NUL byte, bad UTF-8, a value out of range), 23
+        // integrity constraint, 42 syntax or access rule, 54 program limit (a row too big), 2B
+        // dependent objects. Everything else (08 connection, 40 serialization and deadlock, 53
+        // resources, 57 operator intervention, no code at all: a closed connection) may pass.
+        return Some(e.as_db_error().is_some_and(|db| {
+            matches!(
+                db.code().code().get(..2),
+                Some("22" | "23" | "42" | "54" | "2B")
+            )
+        }));
+    }
+    if let Some(e) = cause.downcast_ref::<rusqlite::Error>() {
+        use rusqlite::ErrorCode as C;
+        return Some(match e {
+            rusqlite::Error::SqliteFailure(f, _) => matches!(
+                f.code,
+                C::ConstraintViolation | C::TooBig | C::TypeMismatch | C::ApiMisuse
+            ),
+            rusqlite::Error::ToSqlConversionFailure(_)
+            | rusqlite::Error::InvalidParameterName(_)
+            | rusqlite::Error::InvalidParameterCount(_, _) => true,
+            _ => false,
+        });
+    }
+    if cause.downcast_ref::<serde_json::Error>().is_some() {
+        return Some(true);
+    }
+    None
 }
 
 /// Renders an error and its chain of causes as one line, "error: cause: cause…". A cause whose text

@@ -428,17 +428,24 @@ async fn writes_committed_together_lose_nothing_and_a_failing_one_costs_the_othe
             .await
             .unwrap();
     }
-    // Forty finishes at once: all but the first queue up behind it and commit together. One of them
-    // carries a NUL byte, which PostgreSQL refuses in text: its group is rolled back and each write
-    // made again alone.
+    // Forty writes at once: all but the first queue up behind it and commit together. One of them
+    // names a lease holder with a NUL byte, which PostgreSQL refuses in text (messages are made
+    // storable before they reach a store; a holder is the engine's own): its group is rolled back
+    // and each write made again alone.
     let finishes = ids.iter().enumerate().map(|(i, id)| {
         let store = store.clone();
         async move {
-            let message = if i == 17 { "bad\0byte" } else { "done" };
-            let change = TaskChange {
-                status: Some(TaskStatus::Completed),
-                status_message: Some(Some(message.to_string())),
-                ..Default::default()
+            let change = if i == 17 {
+                TaskChange {
+                    lease: Some((Some("bad\0holder".into()), Some(3_000))),
+                    ..Default::default()
+                }
+            } else {
+                TaskChange {
+                    status: Some(TaskStatus::Completed),
+                    status_message: Some(Some("done".to_string())),
+                    ..Default::default()
+                }
             };
             (
                 i,
