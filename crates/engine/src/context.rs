@@ -151,6 +151,11 @@ pub trait ContextSink: Send + Sync {
         let _ = (seq, name, output);
         Ok(())
     }
+    /// The step given place `seq` by [`ContextSink::replay_step`] ended: recorded, failed, or its
+    /// future dropped before it was. The next step may start.
+    fn end_step(&self, seq: u32) {
+        let _ = seq;
+    }
     /// Like [`ContextSink::request_input`], naming the question `key` where the wire shows keys
     /// (2026-07-28 rounds); sinks that make their own unique keys may ignore it.
     async fn request_input_as(
@@ -203,10 +208,22 @@ pub enum StepError {
     /// The task finished, or another node runs it now: this run must stop.
     #[error("the task is no longer this run's ({0})")]
     NotRunning(String),
-    /// The journal holds a record at this place already (steps run at once rather than one after
-    /// another, or a run that replayed nothing while an earlier one recorded): the first stays.
+    /// The journal holds a record at this place already (another run recorded it meanwhile):
+    /// the first stays.
     #[error("step {0} of this task is recorded already; steps must run one after another")]
     AlreadyRecorded(u32),
+    /// A step was started while another one's body still ran: a task's steps run one after
+    /// another (their order is what a replay follows). The step asked for did not run.
+    #[error(
+        "step `{asked}` was started while step `{running}` still runs; a task's steps must run \
+         one after another (await each before starting the next)"
+    )]
+    Concurrent {
+        /// The step whose body runs.
+        running: String,
+        /// The step that was refused.
+        asked: String,
+    },
     /// Told to stop (a cancel, a hand-off) during a durable sleep.
     #[error("stopped while sleeping")]
     Stopped,

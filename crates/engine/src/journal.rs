@@ -4,17 +4,32 @@
 //!
 //! The rules (Temporal's, Restate's and DBOS's, for one task): a step's body runs at least once (a
 //! run stopped after the body but before the record runs it again); once recorded, its output is
-//! what every later run gets; steps are matched by their place in the journal, and a place whose
-//! recorded name differs from the one asked for fails the task (the code changed under it). Code
-//! between steps runs again on every run, so it must decide the same way each time: anything that
-//! reads the world (a clock, a file, a remote service) belongs in a step.
+//! what every later run gets; steps are matched by identity, their name and occurrence (the third
+//! step named `fetch` of a run replays the third `fetch` recorded), so a step whose future was
+//! dropped (a timeout, a `select!`) shifts nothing; a run that records a new step while an earlier
+//! run's step is still unreplayed fails the task (the code changed under it); steps run one after
+//! another, and one started while another runs is refused. Code between steps runs again on every
+//! run, so it must decide the same way each time: anything that reads the world (a clock, a file, a
+//! remote service) belongs in a step.
 
 use serde::{de::DeserializeOwned, Serialize};
 use std::future::Future;
 use std::time::Duration;
 
 use crate::clock::now_ms;
-use crate::context::{StepError, StepSlot, TaskContext};
+use crate::context::{ContextSink, StepError, StepSlot, TaskContext};
+
+/// Tells the sink that the step at `seq` ended, when dropped.
+struct Ended<'a> {
+    sink: &'a dyn ContextSink,
+    seq: u32,
+}
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        self.sink.end_step(self.seq);
+    }
+}
 
 impl TaskContext {
     /// Runs `body` as the journal's next step named `name`, and stores what it returns with the
@@ -23,8 +38,18 @@ impl TaskContext {
     ///
     /// The output is stored as JSON: return a `Result` from `body` to record a failure as well (it
     /// is replayed like any output). A plain call (not a task) keeps no journal and runs every body.
-    /// Run steps one after another, not at once: their places in the journal follow the order of
-    /// the calls.
+    /// Steps are matched by name and occurrence: the `n`th step named `name` that this run
+    /// completes replays the `n`th one recorded under that name.
+    ///
+    /// Run steps one after another: a step started while another's body runs fails with
+    /// [`StepError::Concurrent`] (and runs nothing).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the returned future before it completes (a timeout, the losing branch of a
+    /// `select!`) is safe: nothing is recorded, the step's occurrence is not used up (the next step
+    /// of that name takes its place) and the next step may start. The body may have run in part,
+    /// so, as after a crash, it must be safe to run again.
     pub async fn step<T, F, Fut>(&self, name: &str, body: F) -> Result<T, StepError>
     where
         T: Serialize + DeserializeOwned,
@@ -38,6 +63,11 @@ impl TaskContext {
         match self.sink().replay_step(name).await? {
             StepSlot::Recorded(value) => serde_json::from_value(value).map_err(serde_error),
             StepSlot::Run(seq) => {
+                // Ends the step however this future ends: returned, failed or dropped.
+                let _ended = Ended {
+                    sink: self.sink().as_ref(),
+                    seq,
+                };
                 let output = body().await;
                 let value = serde_json::to_value(&output).map_err(serde_error)?;
                 self.sink().record_step(seq, name, value).await?;

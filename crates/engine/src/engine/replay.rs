@@ -15,8 +15,21 @@ use crate::store::{error_chain, TaskChange, UpdateError};
 pub(crate) struct Resumed {
     /// The recorded steps, in journal order (`None`: not read yet).
     journal: Option<Vec<StepRecord>>,
-    /// The journal's next place.
-    next: u32,
+    /// Which of them this run has replayed or recorded (by index in `journal`).
+    consumed: Vec<bool>,
+    /// Where each name's records are in `journal`, in order (made when first needed).
+    by_name: std::collections::HashMap<String, Vec<usize>>,
+    /// How many of the records in `journal` at `indexed` this run has not replayed yet.
+    unreplayed: usize,
+    /// How much of `journal` `by_name` and `unreplayed` cover.
+    indexed: usize,
+    /// The place the next new step is recorded at.
+    next_seq: u32,
+    /// How many steps of each name this run has completed (replayed or recorded): the next step
+    /// of a name is matched with the record of that name at this occurrence.
+    occurrences: std::collections::HashMap<String, u32>,
+    /// The step whose body runs now (its place and name): steps run one after another.
+    in_flight: Option<(u32, String)>,
     /// Questions earlier runs asked that this run has not taken up yet, oldest first (`None`: not
     /// read yet).
     inputs: Option<Vec<InputRecord>>,
@@ -30,12 +43,71 @@ impl Resumed {
             ..Default::default()
         })
     }
+
+    /// Whether a new step named `name` may be recorded: not while an earlier run's step is still
+    /// unreplayed, since then this code does not take the path the journal records (it changed
+    /// since the task started). Checked when a new step is recorded, not when it starts: a step
+    /// whose future was dropped (in this run or an earlier one) records nothing and so cannot be
+    /// told from one that is yet to come.
+    fn may_record(&self, name: &str) -> Result<(), StepError> {
+        if self.unreplayed == 0 {
+            return Ok(());
+        }
+        let journal = self.journal.as_deref().unwrap_or_default();
+        match journal
+            .iter()
+            .zip(&self.consumed)
+            .find(|(_, consumed)| !**consumed)
+        {
+            Some((unreplayed, _)) => Err(StepError::Mismatch {
+                seq: unreplayed.seq,
+                recorded: unreplayed.name.clone(),
+                found: name.to_string(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The journal's place for a step named `name` (see [`TaskSink::replay`]).
+    fn next(&mut self, name: &str) -> Next {
+        if let Some((_, running)) = &self.in_flight {
+            return Next::Refused(StepError::Concurrent {
+                running: running.clone(),
+                asked: name.to_string(),
+            });
+        }
+        let journal = self.journal.get_or_insert_with(Vec::new);
+        // Index what was read (once: a run's own records are indexed as it makes them).
+        for (at, r) in journal.iter().enumerate().skip(self.indexed) {
+            self.by_name.entry(r.name.clone()).or_default().push(at);
+            self.next_seq = self.next_seq.max(r.seq + 1);
+            self.unreplayed += 1;
+        }
+        self.indexed = journal.len();
+        self.consumed.resize(journal.len(), false);
+        let occurrence = self.occurrences.get(name).copied().unwrap_or(0);
+        let found = self
+            .by_name
+            .get(name)
+            .and_then(|places| places.get(occurrence as usize))
+            .copied();
+        if let Some(at) = found {
+            self.consumed[at] = true;
+            self.unreplayed -= 1;
+            *self.occurrences.entry(name.to_string()).or_default() += 1;
+            return Next::Slot(StepSlot::Recorded(journal[at].output.clone()));
+        }
+        let seq = self.next_seq;
+        self.in_flight = Some((seq, name.to_string()));
+        Next::Slot(StepSlot::Run(seq))
+    }
 }
 
 /// What the journal says about its next place, decided under the lock.
 enum Next {
     Slot(StepSlot),
-    Mismatch(StepError),
+    /// A step while another runs: refused, the task goes on.
+    Refused(StepError),
 }
 
 impl TaskSink {
@@ -75,29 +147,18 @@ impl TaskSink {
                 .map_err(|e| StepError::Store(error_chain(&e)))
         })
         .await?;
-        let next = {
-            let mut held = self.resumed();
-            let r = held.get_or_insert_with(Box::default);
-            let seq = r.next;
-            r.next += 1;
-            match r.journal.as_ref().and_then(|j| j.get(seq as usize)) {
-                Some(step) if step.name == name => {
-                    Next::Slot(StepSlot::Recorded(step.output.clone()))
-                }
-                Some(step) => Next::Mismatch(StepError::Mismatch {
-                    seq,
-                    recorded: step.name.clone(),
-                    found: name.to_string(),
-                }),
-                None => Next::Slot(StepSlot::Run(seq)),
-            }
-        };
+        let next = self.resumed().get_or_insert_with(Box::default).next(name);
         match next {
             Next::Slot(slot) => Ok(slot),
-            Next::Mismatch(e) => {
-                // The journal cannot be replayed by this code: the task fails, saying which steps.
-                self.fail(e.to_string()).await;
-                Err(e)
+            Next::Refused(e) => Err(e),
+        }
+    }
+
+    /// The step at `seq` ended (recorded, failed, or its future was dropped): the next may start.
+    pub(super) fn end_step(&self, seq: u32) {
+        if let Some(r) = self.resumed().as_mut() {
+            if r.in_flight.as_ref().is_some_and(|(s, _)| *s == seq) {
+                r.in_flight = None;
             }
         }
     }
@@ -117,6 +178,15 @@ impl TaskSink {
             attempt: self.attempt,
             at: now_ms(),
         };
+        let checked = self
+            .resumed()
+            .as_ref()
+            .map_or(Ok(()), |r| r.may_record(name));
+        if let Err(e) = checked {
+            // The journal cannot be replayed by this code: the task fails, saying which steps.
+            self.fail(e.to_string()).await;
+            return Err(e);
+        }
         let node = &self.engine.config.node_id;
         let store = &self.engine.store;
         let attempt = self
@@ -142,11 +212,16 @@ impl TaskSink {
         match recorded {
             Ok(()) => {
                 if let Some(r) = self.resumed().as_mut() {
-                    if let Some(j) = r.journal.as_mut() {
-                        if j.len() == seq as usize {
-                            j.push(step);
-                        }
-                    }
+                    *r.occurrences.entry(step.name.clone()).or_default() += 1;
+                    let j = r.journal.get_or_insert_with(Vec::new);
+                    r.next_seq = r.next_seq.max(seq + 1);
+                    r.by_name
+                        .entry(step.name.clone())
+                        .or_default()
+                        .push(j.len());
+                    j.push(step);
+                    r.indexed = j.len();
+                    r.consumed.resize(j.len(), true);
                 }
                 Ok(())
             }

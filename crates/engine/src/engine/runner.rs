@@ -458,6 +458,10 @@ impl ContextSink for TaskSink {
         self.record(seq, name, output).await
     }
 
+    fn end_step(&self, seq: u32) {
+        TaskSink::end_step(self, seq)
+    }
+
     async fn save_checkpoint(&self, state: Value) -> Result<(), CheckpointError> {
         let change = TaskChange {
             checkpoint: Some(Some(state)),
