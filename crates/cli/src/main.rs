@@ -363,6 +363,9 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
     if let Some(v) = t.cancel_grace_secs {
         engine.cancel_grace = Duration::from_secs(v);
     }
+    if let Some(v) = t.hand_off_grace_secs {
+        engine.hand_off_grace = Duration::from_secs(v);
+    }
     if let Some(v) = t.sweep_interval_secs {
         engine.sweep_interval = Duration::from_secs(v.max(1));
     }
@@ -620,7 +623,7 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
     let _ = stop_http.send(());
     let _ = serving.await;
     // Webhook deliveries this node claimed and did not send are let go for another replica.
-    server.webhooks_stopped(Duration::from_secs(5)).await;
+    server.webhooks_stopped(WEBHOOKS_STOP).await;
     engine.shutdown();
     Ok(())
 }
@@ -634,8 +637,13 @@ const CLOSE_QUIET: Duration = Duration::from_millis(300);
 const CLOSE_BOUND: Duration = Duration::from_secs(2);
 
 /// Seconds running tasks get to finish on SIGTERM / SIGINT unless `[tasks] drain_secs` says
-/// otherwise: under Kubernetes' default grace period of 30 s.
-const DEFAULT_DRAIN_SECS: u64 = 25;
+/// otherwise. With the defaults a whole stop fits in Kubernetes' default grace period of 30 s:
+/// the drain (15 s), the hand-off (`hand_off_grace`, 5 s, and 1 s for the runs to let go), the
+/// close (at most 2 s) and the webhooks' stop (at most [`WEBHOOKS_STOP`]): 26 s at most.
+const DEFAULT_DRAIN_SECS: u64 = 15;
+
+/// How long a stop waits for the webhook deliveries in flight and the release of the rest.
+const WEBHOOKS_STOP: Duration = Duration::from_secs(3);
 
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();

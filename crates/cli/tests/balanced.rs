@@ -414,8 +414,14 @@ async fn a_replica_killed_under_load_has_its_tasks_taken_over() {
     let (made, failed) = loader.await.unwrap();
     assert!(made.len() >= 20, "the load created tasks: {}", made.len());
     for e in &failed {
-        // Requests in flight on the dead replica: nginx answers 502 (the replica reset the connection).
-        assert!(e.starts_with("HTTP 502"), "{e}");
+        // Requests in flight on the dead replica: nginx answers 502 (the replica reset the
+        // connection), or the reply is cut mid-body (nginx had passed its headers on when the kill
+        // came) or before it (the connection reset): each a failed request whose task may exist,
+        // which the run log's check below covers.
+        assert!(
+            e.starts_with("HTTP 502") || e.starts_with("read: ") || e.starts_with("send: "),
+            "{e}"
+        );
     }
 
     let finished = settle(&cluster.url, &made, Duration::from_secs(30)).await;

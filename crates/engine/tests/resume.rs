@@ -469,3 +469,37 @@ async fn a_task_submitted_during_a_hand_off_is_handed_off_at_once() {
         .starts_with("handed off"));
     node.shutdown();
 }
+
+/// A node that stopped claiming (a drain began) takes no task another node let go of; a node that
+/// claims takes it.
+#[tokio::test]
+async fn a_draining_node_claims_no_hand_off() {
+    let f = Fixture::new();
+    let first = f.node(0);
+    first.start().await.unwrap();
+    let id = first
+        .submit(NewTask::new("sleeps", json!({})))
+        .await
+        .unwrap()
+        .record
+        .id;
+    soon("the run started", || async {
+        (first.running_count() == 1).then_some(())
+    })
+    .await;
+    first.hand_off().await;
+    first.shutdown();
+    assert_eq!(f.task(&id).await.lease_owner, None, "let go");
+
+    let draining = f.node(0);
+    draining.stop_claiming();
+    assert!(!draining.is_claiming());
+    assert_eq!(draining.start().await.unwrap(), 0, "claims nothing");
+    draining.sweep().await.unwrap();
+    assert_eq!(f.task(&id).await.lease_owner, None, "still free");
+    draining.shutdown();
+
+    let staying = f.node(0);
+    assert_eq!(staying.start().await.unwrap(), 1);
+    staying.shutdown();
+}

@@ -56,7 +56,7 @@ impl ResumeCounters {
 }
 
 /// Longer than this past the handlers' grace period, a hand-off stops waiting for runs to end.
-const HAND_OFF_SLACK: Duration = Duration::from_secs(2);
+const HAND_OFF_SLACK: Duration = Duration::from_secs(1);
 
 impl Engine {
     /// Hands off every task this node runs: each handler is told to stop
@@ -72,7 +72,7 @@ impl Engine {
             run.stop(crate::context::StopReason::HandedOff);
         }
         // Each run lets go of its task as soon as its handler returns; wait for the last.
-        let deadline = tokio::time::Instant::now() + self.config.cancel_grace + HAND_OFF_SLACK;
+        let deadline = tokio::time::Instant::now() + self.config.hand_off_grace + HAND_OFF_SLACK;
         while !self.running.is_empty() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -82,6 +82,18 @@ impl Engine {
     /// Whether [`Engine::hand_off`] has begun.
     pub fn is_handing_off(&self) -> bool {
         self.handing_off.load(Ordering::SeqCst)
+    }
+
+    /// From now on this node claims no task (not another node's hand-off, not an expired lease):
+    /// call it when a drain begins, so the work other nodes let go of goes to nodes that stay.
+    /// Runs already here go on. [`Engine::hand_off`] implies it.
+    pub fn stop_claiming(&self) {
+        self.not_claiming.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether this node claims tasks (neither [`Engine::stop_claiming`] nor [`Engine::hand_off`]).
+    pub fn is_claiming(&self) -> bool {
+        !self.not_claiming.load(Ordering::SeqCst) && !self.is_handing_off()
     }
 
     /// Hand-offs and resumes on this node since it started.

@@ -304,8 +304,9 @@ impl Engine {
     }
 
     async fn recover(self: &Arc<Self>, all: bool) -> Result<usize, StoreError> {
-        if self.is_handing_off() {
-            // Stopping: what this node lets go of is for the others (or the next start).
+        if !self.is_claiming() {
+            // Draining or stopping: what this node or others let go of is for the nodes that
+            // stay (or the next start).
             return Ok(0);
         }
         let now = now_ms();

@@ -58,6 +58,10 @@ pub struct EngineConfig {
     pub sweep_interval: Duration,
     /// How long a cancelled handler may take to stop before it is dropped.
     pub cancel_grace: Duration,
+    /// How long a handler told to stop for a hand-off may take to save where it is and return
+    /// (default 5 s): with the default drain (15 s), the close (2 s) and the webhooks' stop, a
+    /// stop fits in Kubernetes' default 30 s grace.
+    pub hand_off_grace: Duration,
     /// Largest input request a task may store, in bytes of its serialized params (default 256 KiB).
     /// A question is kept until its task is purged and is sent to the client, possibly more than
     /// once, so an unbounded one costs memory, storage and bandwidth; larger ones are refused with
@@ -89,6 +93,7 @@ impl Default for EngineConfig {
             session_idle_ms: 86_400_000,
             sweep_interval: Duration::from_secs(30),
             cancel_grace: Duration::from_secs(10),
+            hand_off_grace: Duration::from_secs(5),
             max_input_request_bytes: 256 * 1024,
             webhook_progress_interval: Duration::from_secs(5),
             max_attempts: 10,
@@ -251,6 +256,7 @@ impl EngineBuilder {
             on_run_start: self.on_run_start,
             last_sweep_ms: std::sync::atomic::AtomicU64::new(0),
             handing_off: std::sync::atomic::AtomicBool::new(false),
+            not_claiming: std::sync::atomic::AtomicBool::new(false),
             takeover_now: Arc::default(),
             resumes: Default::default(),
             landing: Default::default(),
@@ -299,6 +305,9 @@ pub struct Engine {
     last_sweep_ms: std::sync::atomic::AtomicU64,
     /// Set by [`Engine::hand_off`]: this node stops and claims no task any more.
     handing_off: std::sync::atomic::AtomicBool,
+    /// Set by [`Engine::stop_claiming`] (a drain began): this node claims no task any more, so
+    /// what other nodes hand off goes to nodes that stay.
+    not_claiming: std::sync::atomic::AtomicBool,
     /// Asks the take-over loop for a pass now (another node let go of a task).
     takeover_now: Arc<tokio::sync::Notify>,
     /// Hand-offs and resumes, counted.

@@ -129,7 +129,12 @@ impl Engine {
                     // Told to stop: give the handler its grace period to return, then drop it.
                     // (Boxed: the timer is needed only now, not held in every running task's
                     // future.)
-                    match Box::pin(tokio::time::timeout(self.config.cancel_grace, &mut work)).await {
+                    let grace = if sink.stop_reason() == Some(StopReason::HandedOff) {
+                        self.config.hand_off_grace
+                    } else {
+                        self.config.cancel_grace
+                    };
+                    match Box::pin(tokio::time::timeout(grace, &mut work)).await {
                         Ok(joined) => Some(joined),
                         Err(_) => {
                             tracing::warn!(task = %sink.id, "handler ignored cancellation for the grace period; dropped");

@@ -543,9 +543,12 @@ impl Server {
     /// Begins a drain (a deploy, SIGTERM): from now on no tool call is taken (HTTP 503 with
     /// `Retry-After` and -32009, so a balancer's next try goes elsewhere), `/readyz` answers 503 and
     /// HTTP/1 replies end their connections; everything else is served as before, so running tasks
-    /// can finish and their clients follow them. [`Server::close`] comes next.
+    /// can finish and their clients follow them. The engine claims no task any more
+    /// ([`Engine::stop_claiming`]). [`Server::close`] comes next.
     pub fn begin_drain(&self) {
         self.stopping.begin_drain();
+        // A draining node takes no work: what other replicas hand off goes to those that stay.
+        self.engine.stop_claiming();
     }
 
     /// Whether a drain has begun.

@@ -175,7 +175,7 @@ impl Deliverer {
         tracing::info!(
             target: "mcp_tasks::audit",
             delivery = %d.entry.id, task = %d.entry.task_id, event = %d.entry.event,
-            url = %d.entry.url, status = ?attempt.status, error = ?attempt.error, outcome,
+            url = %loggable_url(&d.entry.url), status = ?attempt.status, error = ?attempt.error, outcome,
             "webhook attempt"
         );
         if let Some(observe) = &self.observer {
@@ -254,7 +254,8 @@ impl Deliverer {
                 };
                 (Some(status.as_u16()), error, retry_after)
             }
-            Err(e) => (None, Some(error_text(&e)), None),
+            // Without the URL, which often carries a token: the attempt is shown and logged.
+            Err(e) => (None, Some(error_text(&e.without_url())), None),
         };
         let attempt = done(status, error);
         let next = match status {
@@ -315,6 +316,22 @@ fn retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
     Some(at.duration_since(now).unwrap_or_default())
 }
 
+/// A receiver's URL for a log line: without its user info, query and fragment, where tokens go
+/// (`https://hooks.example.com/in?token=…` is logged as `https://hooks.example.com/in`).
+fn loggable_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) => {
+            u.set_query(None);
+            u.set_fragment(None);
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        // Checked at registration, so this is not expected; show the part before any query.
+        Err(_) => url.split(['?', '#']).next().unwrap_or_default().to_string(),
+    }
+}
+
 /// The start of the receiver's answer, for operators.
 async fn read_some(resp: reqwest::Response) -> String {
     use futures::StreamExt;
@@ -356,6 +373,19 @@ mod tests {
             let base = Duration::from_secs(base);
             assert!(d >= base && d <= base + base / 5, "{failed}: {d:?}");
         }
+    }
+
+    #[test]
+    fn urls_are_logged_without_their_secrets() {
+        assert_eq!(
+            loggable_url("https://user:pw@hooks.example.com/in?token=abc#frag"),
+            "https://hooks.example.com/in"
+        );
+        assert_eq!(
+            loggable_url("https://hooks.example.com/in"),
+            "https://hooks.example.com/in"
+        );
+        assert_eq!(loggable_url("not a url?token=abc"), "not a url");
     }
 
     #[test]
