@@ -255,6 +255,9 @@ fn main() -> Result<()> {
                 eprintln!("error: {}", client::error_text(&e));
                 std::process::exit(1);
             }
+            // The stop is done (tasks handed off, the store closed): a read of stdin still blocked
+            // on a thread (a stdio server stopped by a signal) must not hold the exit.
+            runtime.shutdown_timeout(SERVE_EXIT);
             Ok(())
         }
         Command::Wrap(args) => {
@@ -273,6 +276,7 @@ fn main() -> Result<()> {
                 eprintln!("error: {}", client::error_text(&e));
                 std::process::exit(1);
             }
+            runtime.shutdown_timeout(SERVE_EXIT);
             Ok(())
         }
         Command::Key(KeyCommand::New { principal }) => {
@@ -492,9 +496,25 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
 
     if args.stdio {
         stdin_blocking();
-        return stdio::serve(server, tokio::io::stdin(), tokio::io::stdout())
-            .await
-            .context("stdio transport failed");
+        // The host closing stdin, or a signal, stops the server the way a deploy stops it over
+        // HTTP: a drain (the running tasks may finish; their results wait in the store for the
+        // host's next session), the hand-off of the rest, then the webhooks' stop.
+        let served = stdio::serve(server.clone(), tokio::io::stdin(), tokio::io::stdout());
+        tokio::pin!(served);
+        let ended = tokio::select! {
+            r = &mut served => r.context("stdio transport failed"),
+            () = shutdown_signal() => Ok(()),
+        };
+        let drain = Duration::from_secs(file.tasks.drain_secs.unwrap_or(DEFAULT_DRAIN_SECS));
+        let second = futures::FutureExt::fuse(shutdown_signal());
+        tokio::pin!(second);
+        let engine = server.engine().clone();
+        let stop_now = drain_and_hand_off(&server, &engine, drain, &mut second).await;
+        if !stop_now {
+            server.webhooks_stopped(WEBHOOKS_STOP).await;
+        }
+        engine.shutdown();
+        return ended;
     }
     let addr: SocketAddr = match (args.listen, &file.server.listen) {
         (Some(a), _) => a,
@@ -557,60 +577,11 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
         }
         _ = shutdown_signal() => {}
     }
-    // Drain: no new calls, /readyz 503 at once; running tasks get drain_secs to finish while
-    // their clients go on following them. A second signal stops at once.
     let drain = Duration::from_secs(file.tasks.drain_secs.unwrap_or(DEFAULT_DRAIN_SECS));
-    server.begin_drain();
-    let running = engine.running_count();
-    tracing::info!(
-        running,
-        drain_secs = drain.as_secs(),
-        "stopping: no new calls are taken; running tasks get the drain time to finish"
-    );
-    let deadline = tokio::time::Instant::now() + drain;
     // Fused: once a second signal came, waiting on it again is waiting forever, not a panic.
     let second = futures::FutureExt::fuse(shutdown_signal());
     tokio::pin!(second);
-    let mut stop_now = false;
-    while engine.running_count() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::select! {
-            () = tokio::time::sleep(Duration::from_millis(100)) => {}
-            () = &mut second => {
-                tracing::info!("a second signal: stopping now");
-                stop_now = true;
-                break;
-            }
-        }
-    }
-    match engine.running_count() {
-        _ if stop_now => {}
-        0 => {
-            tracing::info!("every running task has finished; shutting down");
-            // A moment for clients to read what just finished (a poll, a blocked tasks/result).
-            let linger = deadline
-                .saturating_duration_since(tokio::time::Instant::now())
-                .min(DRAIN_LINGER);
-            tokio::select! {
-                () = tokio::time::sleep(linger) => {}
-                () = &mut second => stop_now = true,
-            }
-        }
-        left => {
-            tracing::info!(
-                left,
-                "the drain time is over; handing off the tasks still running (they resume on another replica, or here at the next start)"
-            );
-            // Each handler is told it is handed off and gets its grace period to save where it
-            // is; a second signal stops at once (their leases then run out instead).
-            tokio::select! {
-                n = engine.hand_off() => tracing::info!(handed_off = n, "handed off"),
-                () = &mut second => {
-                    tracing::info!("a second signal: stopping now");
-                    stop_now = true;
-                }
-            }
-        }
-    }
+    let stop_now = drain_and_hand_off(&server, &engine, drain, &mut second).await;
     if !stop_now {
         // The listener closes (new connects are refused, which a balancer retries elsewhere);
         // requests on open connections are answered 503 (a balancer sends them elsewhere) until
@@ -627,6 +598,70 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
     engine.shutdown();
     Ok(())
 }
+
+/// The first part of a stop, the same over HTTP and stdio: the drain (no new calls; running tasks
+/// get `drain` to finish while their clients follow them), then the hand-off of what still runs.
+/// Whether a second signal (`second`) asked to stop at once.
+async fn drain_and_hand_off(
+    server: &Arc<mcp_tasks_server::Server>,
+    engine: &Arc<mcp_tasks_engine::Engine>,
+    drain: Duration,
+    second: &mut std::pin::Pin<&mut futures::future::Fuse<impl std::future::Future<Output = ()>>>,
+) -> bool {
+    server.begin_drain();
+    let running = engine.running_count();
+    tracing::info!(
+        running,
+        drain_secs = drain.as_secs(),
+        "stopping: no new calls are taken; running tasks get the drain time to finish"
+    );
+    let deadline = tokio::time::Instant::now() + drain;
+    let mut stop_now = false;
+    while engine.running_count() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+            () = second.as_mut() => {
+                tracing::info!("a second signal: stopping now");
+                stop_now = true;
+                break;
+            }
+        }
+    }
+    match engine.running_count() {
+        _ if stop_now => {}
+        0 => {
+            tracing::info!("every running task has finished; shutting down");
+            // A moment for clients to read what just finished (a poll, a blocked tasks/result).
+            let linger = deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .min(DRAIN_LINGER);
+            tokio::select! {
+                () = tokio::time::sleep(linger) => {}
+                () = second.as_mut() => stop_now = true,
+            }
+        }
+        left => {
+            tracing::info!(
+                left,
+                "the drain time is over; handing off the tasks still running (they resume on another replica, or here at the next start)"
+            );
+            // Each handler is told it is handed off and gets its grace period to save where it
+            // is; a second signal stops at once (their leases then run out instead).
+            tokio::select! {
+                n = engine.hand_off() => tracing::info!(handed_off = n, "handed off"),
+                () = second.as_mut() => {
+                    tracing::info!("a second signal: stopping now");
+                    stop_now = true;
+                }
+            }
+        }
+    }
+    stop_now
+}
+
+/// How long a server that has stopped waits for what is left on the runtime's threads (a blocked
+/// read of stdin) before the process exits.
+const SERVE_EXIT: Duration = Duration::from_secs(1);
 
 /// How long a drained server still answers once its last task has finished.
 const DRAIN_LINGER: Duration = Duration::from_secs(1);

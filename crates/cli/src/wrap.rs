@@ -29,9 +29,10 @@ pub struct WrapArgs {
     #[arg(long, env = "MCP_TASKS_STORE")]
     pub store: Option<String>,
     /// Seconds a call from a host that asks for no task waits for its result before it continues
-    /// as a task (0: a plain call waits for its result however long it takes).
-    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_SYNC_BUDGET_SECS)]
-    pub sync_budget: u64,
+    /// as a task (0: a plain call waits for its result however long it takes) [default: the
+    /// config's [tasks] sync_budget_secs, else 45].
+    #[arg(long, value_name = "SECS")]
+    pub sync_budget: Option<u64>,
     /// Longest run of one call, in seconds (after it, the call is cancelled upstream).
     #[arg(long, value_name = "SECS", default_value_t = 3600)]
     pub timeout: u64,
@@ -146,6 +147,41 @@ pub fn default_store_path(args: &WrapArgs) -> PathBuf {
     dir.join(format!("{}-{}.db", upstream_name(args), &hash[..10]))
 }
 
+/// The first of `path`, `NAME-2.db`, `NAME-3.db` … that no other process holds (its `.lock` file
+/// free): two hosts that start the same wrap line in the same directory (a desktop app and an
+/// editor) each get a store, where the second used to fail on the first one's lock. The same
+/// host started again finds its own store while the other still runs. (Two that start at the same
+/// moment may still pick the same file: the second then stops, saying the store is in use.)
+fn free_store_path(path: &Path) -> PathBuf {
+    const TRIES: u32 = 8;
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    for n in 1..=TRIES {
+        let candidate = if n == 1 {
+            path.to_path_buf()
+        } else {
+            path.with_file_name(format!("{stem}-{n}.db"))
+        };
+        let mut lock = candidate.as_os_str().to_owned();
+        lock.push(".lock");
+        let free = match std::fs::File::open(&lock) {
+            // No lock file yet: nobody ever served it.
+            Err(_) => true,
+            // Held while its server runs; let go of at once (the store claims it itself).
+            Ok(f) => f.try_lock().is_ok(),
+        };
+        if free {
+            if n > 1 {
+                tracing::info!(store = %candidate.display(), taken = %path.display(), "the wrap's store is in use by another process; using the next one");
+            }
+            return candidate;
+        }
+    }
+    path.to_path_buf()
+}
+
 /// Checks the arguments and builds what `serve` runs.
 pub fn plan(args: &WrapArgs, mut file: ConfigFile) -> Result<Plan> {
     match (&args.url, args.command.is_empty()) {
@@ -178,12 +214,14 @@ pub fn plan(args: &WrapArgs, mut file: ConfigFile) -> Result<Plan> {
     let spec: mcp_tasks_server::gateway::UpstreamSpec =
         serde_json::from_value(spec).context("the wrapped server's settings")?;
     file.upstreams.push(spec);
-    // A config's own [tasks] sync_budget_secs wins over the flag's default, not over the flag.
-    if args.sync_budget > 0 {
-        file.tasks.sync_budget_secs = Some(args.sync_budget);
-    } else {
-        file.tasks.sync_budget_secs = None;
-    }
+    // The flag wins; without it, the config's own [tasks] sync_budget_secs; without that, the
+    // default that suits a host.
+    file.tasks.sync_budget_secs = match (args.sync_budget, file.tasks.sync_budget_secs) {
+        (Some(0), _) => None,
+        (Some(secs), _) => Some(secs),
+        (None, Some(secs)) => Some(secs),
+        (None, None) => Some(DEFAULT_SYNC_BUDGET_SECS),
+    };
     let store = match &args.store {
         Some(s) => s.clone(),
         None => {
@@ -192,7 +230,7 @@ pub fn plan(args: &WrapArgs, mut file: ConfigFile) -> Result<Plan> {
                 std::fs::create_dir_all(dir)
                     .with_context(|| format!("cannot create {}", dir.display()))?;
             }
-            format!("sqlite://{}", path.display())
+            format!("sqlite://{}", free_store_path(&path).display())
         }
     };
     Ok(Plan { file, store })
@@ -280,6 +318,32 @@ mod tests {
         )
         .unwrap();
         assert_eq!(off.file.tasks.sync_budget_secs, None);
+        // A config's budget stands unless the flag is given.
+        let mut cfg = ConfigFile::default();
+        cfg.tasks.sync_budget_secs = Some(7);
+        let from_config = plan(&args(&["--store", "memory:", "--", "srv"]), cfg).unwrap();
+        assert_eq!(from_config.file.tasks.sync_budget_secs, Some(7));
+        let mut cfg = ConfigFile::default();
+        cfg.tasks.sync_budget_secs = Some(7);
+        let flag = plan(
+            &args(&["--store", "memory:", "--sync-budget", "9", "--", "srv"]),
+            cfg,
+        )
+        .unwrap();
+        assert_eq!(flag.file.tasks.sync_budget_secs, Some(9));
+    }
+
+    #[test]
+    fn a_store_held_by_another_process_gives_way_to_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("srv-abc.db");
+        assert_eq!(free_store_path(&db), db, "nobody holds it");
+        let held = std::fs::File::create(dir.path().join("srv-abc.db.lock")).unwrap();
+        held.lock().unwrap();
+        // Another open file description stands for another process (flock is per open file).
+        assert_eq!(free_store_path(&db), dir.path().join("srv-abc-2.db"));
+        drop(held);
+        assert_eq!(free_store_path(&db), db, "free again");
     }
 
     #[test]

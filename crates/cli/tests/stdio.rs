@@ -24,8 +24,14 @@ struct StdioClient {
 
 impl StdioClient {
     async fn spawn() -> StdioClient {
+        StdioClient::spawn_with(&["--store", "memory:"]).await
+    }
+
+    /// `serve --demo --stdio` with `args`.
+    async fn spawn_with(args: &[&str]) -> StdioClient {
         let mut child = Command::new(common::bin())
-            .args(["serve", "--demo", "--stdio", "--store", "memory:"])
+            .args(["serve", "--demo", "--stdio"])
+            .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -375,4 +381,71 @@ fn a_non_blocking_stdin_is_waited_on_not_failed() {
     let reply: Value = serde_json::from_str(&line.expect("an answer within 20 s")).unwrap();
     assert_eq!(reply["id"], 1, "{reply}");
     assert!(reply["result"]["protocolVersion"].is_string(), "{reply}");
+}
+
+/// The host closing stdin, or SIGTERM, stops a stdio server as a deploy stops `serve`: the drain,
+/// then the hand-off of what still runs (its history says so, and the next start knows it was
+/// handed off, not interrupted by a crash). Before, the process ended at once on either.
+#[tokio::test]
+async fn stdin_closing_or_sigterm_drains_and_hands_off() {
+    for by_signal in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("drain.toml");
+        std::fs::write(&cfg, "[tasks]\ndrain_secs = 1\n").unwrap();
+        let store = format!("sqlite://{}", dir.path().join("tasks.db").display());
+        let cfg = cfg.display().to_string();
+        let mut c = StdioClient::spawn_with(&["--store", &store, "--config", &cfg]).await;
+        c.request("initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}))
+            .await;
+        let created = c
+            .request(
+                "tools/call",
+                json!({"name": "slow_compute", "arguments": {"seconds": 600}, "task": {}}),
+            )
+            .await;
+        let id = created["result"]["task"]["taskId"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let started = std::time::Instant::now();
+        if by_signal {
+            let pid = nix::unistd::Pid::from_raw(c._child.id().unwrap() as i32);
+            nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        } else {
+            drop(c.stdin);
+        }
+        let status = tokio::time::timeout(Duration::from_secs(20), c._child.wait())
+            .await
+            .expect("the server stopped")
+            .unwrap();
+        let took = started.elapsed();
+        assert!(status.success(), "by signal {by_signal}: {status}");
+        // The drain (1 s), then the hand-off (the demo returns at once when told to stop).
+        assert!(
+            took >= Duration::from_millis(900) && took < Duration::from_secs(10),
+            "by signal {by_signal}: {took:?}"
+        );
+        // The next start finds the task let go of by a stopping server (the operator's view: the
+        // task belongs to the stdio session's local user).
+        let server = common::ServerProcess::start(&["--demo", "--store", &store]);
+        let base = server.url.trim_end_matches("/mcp").to_string();
+        let mut t = Value::Null;
+        for _ in 0..100 {
+            t = reqwest::get(format!("{base}/admin/api/tasks/{id}"))
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap();
+            if t.to_string().contains("\"failed\"") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let message = t.to_string();
+        assert!(
+            message.contains("handed off by a stopping server"),
+            "by signal {by_signal}: {t}"
+        );
+    }
 }
