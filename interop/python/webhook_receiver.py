@@ -2,12 +2,14 @@
 library and prints one JSON line per delivery on stdout.
 
     webhook_receiver.py --secret whsec_... [--port P] [--status CODE] [--retry-after VALUE]
+                        [--delay SECS]
 
 Listens on 127.0.0.1 (port 0: any free one). Its first line is {"listening": PORT}. Then, per
 request: {"at" (when it came, Unix seconds), "id", "timestamp", "verified", "error"?, "body"?,
 "answered"}. A delivery that verifies is answered --status (default 204); one that does not verify
 is answered 400. With --retry-after, every answer carries `Retry-After: VALUE` (a receiver that
-asks to be left alone, or a hostile one). Loopback only; it runs until it is killed.
+asks to be left alone, or a hostile one). With --delay, each answer waits that long (a slow
+receiver). Loopback only; it runs until it is killed.
 """
 
 import argparse
@@ -26,6 +28,7 @@ def main():
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--status", type=int, default=204)
     ap.add_argument("--retry-after")
+    ap.add_argument("--delay", type=float, default=0.0)
     args = ap.parse_args()
     hook = Webhook(args.secret)
     # Requests are served on threads of their own: one line each, whole.
@@ -54,6 +57,9 @@ def main():
             with out:
                 sys.stdout.write(json.dumps(line) + "\n")
                 sys.stdout.flush()
+            if args.delay:
+                # Seen (the line above is out), answered late.
+                time.sleep(args.delay)
             self.send_response(status)
             if args.retry_after is not None:
                 self.send_header("retry-after", args.retry_after)

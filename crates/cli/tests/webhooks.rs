@@ -964,3 +964,77 @@ async fn proxy_variables_do_not_route_deliveries_through_a_proxy() {
         "the proxy was used"
     );
 }
+
+/// A task created already finished (a task-augmented call whose arguments fail the tool's schema)
+/// sends its webhook's `task.failed` like any other finish. Before, a store wrote events only with
+/// a status change, and such a task had none: neither its webhook nor an operator's subscription
+/// heard of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_created_finished_sends_its_event() {
+    let rx = Receiver::start(SECRET, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "");
+    let server = ServerProcess::start(&[
+        "--demo",
+        "--store",
+        "memory:",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    let mut c = Client::connect(&server.url).await;
+    let created = create(
+        &mut c,
+        "slow_compute",
+        json!({"seconds": -5}),
+        json!({"url": rx.url(), "secret": SECRET}),
+    )
+    .await;
+    let id = created["task"]["taskId"].as_str().unwrap().to_string();
+    assert_eq!(created["task"]["status"], "failed", "{created}");
+    let seen = rx.wait_for(1, Duration::from_secs(20));
+    assert_eq!(types(&seen), ["task.failed"], "{seen:?}");
+    assert_eq!(seen[0]["body"]["data"]["taskId"], id.as_str());
+    assert_eq!(seen[0]["verified"], true);
+}
+
+/// A slow receiver holds up nobody else's events: each delivery is sent on its own. Before, a
+/// round of deliveries waited for all of them, so an event claimed after a slow send went out only
+/// when that send ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_receiver_does_not_delay_another_receivers_events() {
+    let slow = Receiver::start(SECRET, &["--delay", "8"]);
+    let fast = Receiver::start(SECRET, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "");
+    let server = ServerProcess::start(&[
+        "--demo",
+        "--store",
+        "memory:",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    let mut c = Client::connect(&server.url).await;
+    create(
+        &mut c,
+        "slow_compute",
+        json!({"seconds": 0}),
+        json!({"url": slow.url(), "secret": SECRET}),
+    )
+    .await;
+    // The slow receiver has its event and sits on it.
+    slow.wait_for(1, Duration::from_secs(10));
+    let sent = Instant::now();
+    create(
+        &mut c,
+        "slow_compute",
+        json!({"seconds": 0}),
+        json!({"url": fast.url(), "secret": SECRET}),
+    )
+    .await;
+    fast.wait_for(1, Duration::from_secs(20));
+    let took = sent.elapsed();
+    assert!(
+        took < Duration::from_secs(4),
+        "the fast receiver's event took {took:?}: it waited for the slow one"
+    );
+}

@@ -227,9 +227,12 @@ async fn a_lease_taken_over_drops_the_run_at_once_and_nothing_is_written() {
         (node.running_count() == 0).then_some(())
     })
     .await;
+    // Dropped without a grace: a handler that saw the stop in the same instant may have noted it,
+    // but nothing it returned is written.
+    let reasons = f.reasons.lock().unwrap().clone();
     assert!(
-        f.reasons.lock().unwrap().is_empty(),
-        "the handler was dropped, not left to return"
+        reasons.iter().all(|r| *r == StopReason::LeaseLost),
+        "{reasons:?}"
     );
     let t = f.task(&id).await;
     assert_eq!(t.status, TaskStatus::Working, "{t:?}");

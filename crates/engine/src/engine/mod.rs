@@ -552,8 +552,7 @@ impl Engine {
     ) -> Result<Submitted, EngineError> {
         let limit = new.active_limit.clone();
         let mut record = self.new_record(new);
-        record.status = outcome.status();
-        record.status_message = match &outcome {
+        let status_message = match &outcome {
             Outcome::Result {
                 value,
                 is_error: true,
@@ -561,6 +560,39 @@ impl Engine {
             Outcome::Error { message, .. } => Some(message.clone()),
             Outcome::Result { .. } => None,
         };
+        if !record.webhooks.is_empty() {
+            // Its webhooks (a client's, an operator's subscription) hear of the finish like any
+            // other: the task is stored working, then finished, and the finish writes their events
+            // to the outbox in the same step, as every finish does. (Created finished at once, it
+            // made no event: a store writes events with a status change.)
+            let submitted = self.store_new(record, limit).await?;
+            if !submitted.created {
+                return Ok(submitted);
+            }
+            let change = TaskChange {
+                status: Some(outcome.status()),
+                status_message: Some(status_message),
+                outcome: Some(outcome),
+                ..Default::default()
+            };
+            return match self
+                .apply(&submitted.record.id, &TaskStatus::ACTIVE, change)
+                .await
+            {
+                Ok(record) => Ok(Submitted {
+                    record,
+                    created: true,
+                }),
+                Err(UpdateError::Conflict(cur)) => Ok(Submitted {
+                    record: *cur,
+                    created: true,
+                }),
+                Err(UpdateError::NotFound) => Err(EngineError::NotFound),
+                Err(UpdateError::Store(e)) => Err(e.into()),
+            };
+        }
+        record.status = outcome.status();
+        record.status_message = status_message;
         record.outcome = Some(outcome);
         record.finished_at = Some(record.created_at);
         if let Some(keep) = record.retain_after_finish_ms {

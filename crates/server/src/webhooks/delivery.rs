@@ -19,6 +19,14 @@ use super::{address, sign, WebhookSettings};
 const LEASE: Duration = Duration::from_secs(60);
 /// Deliveries claimed at once.
 const BATCH: usize = 32;
+/// Sends in flight at once, all receivers together; each runs on its own, so a slow receiver
+/// holds up no other receiver's events.
+const MAX_IN_FLIGHT: usize = 64;
+/// Sends in flight at once to one receiver (its scheme, host and port).
+const PER_RECEIVER: usize = 4;
+/// How long a claimed delivery waits for a send slot of its receiver before it gives its turn
+/// back (well within its claim's lease).
+const RECEIVER_WAIT: Duration = Duration::from_secs(20);
 /// The first retry's delay; each next one doubles, up to [`MAX_DELAY`].
 const FIRST_DELAY: Duration = Duration::from_secs(1);
 const MAX_DELAY: Duration = Duration::from_secs(300);
@@ -39,6 +47,18 @@ pub struct Deliverer {
     client: reqwest::Client,
     wake: Arc<Notify>,
     observer: Option<AttemptObserver>,
+    /// Send slots, all receivers together ([`MAX_IN_FLIGHT`]).
+    in_flight: Arc<tokio::sync::Semaphore>,
+    /// Send slots per receiver ([`PER_RECEIVER`]), by origin.
+    receivers: dashmap::DashMap<String, Arc<tokio::sync::Semaphore>>,
+    /// The deliveries being sent now: a claim finds this node's own claims again (it renews
+    /// their lease), and they are not sent twice.
+    sending: Arc<dashmap::DashSet<String>>,
+    /// Deliveries settled lately, with the round they were settled in: a claim made before a
+    /// settle may come back after it, still showing the delivery pending.
+    settled: dashmap::DashMap<String, u64>,
+    /// Counts the rounds.
+    rounds: std::sync::atomic::AtomicU64,
 }
 
 impl Deliverer {
@@ -69,6 +89,11 @@ impl Deliverer {
             client,
             wake: Arc::new(Notify::new()),
             observer,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+            receivers: dashmap::DashMap::new(),
+            sending: Arc::default(),
+            settled: dashmap::DashMap::new(),
+            rounds: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -112,15 +137,16 @@ impl Deliverer {
         }));
         let mut last_purge = Instant::now();
         loop {
-            let round = self.round();
-            tokio::pin!(round);
             let claimed = tokio::select! {
-                r = &mut round => r,
-                () = stop.cancelled() => {
-                    let _ = tokio::time::timeout(STOP_GRACE, &mut round).await;
-                    return;
-                }
+                r = self.round() => r,
+                () = stop.cancelled() => Ok(0),
             };
+            if stop.is_cancelled() {
+                // The sends in flight get a moment to be answered and recorded.
+                let all = u32::try_from(MAX_IN_FLIGHT).unwrap_or(u32::MAX);
+                let _ = tokio::time::timeout(STOP_GRACE, self.in_flight.acquire_many(all)).await;
+                return;
+            }
             let sent = match claimed {
                 Ok(n) => n,
                 Err(e) => {
@@ -149,23 +175,84 @@ impl Deliverer {
         }
     }
 
-    /// Claims what is due and sends it; how many were claimed.
-    pub async fn round(&self) -> Result<usize, mcp_tasks_engine::store::StoreError> {
+    /// Claims what is due (as many as there are free send slots) and starts sending each on its
+    /// own; how many it started. A send that ends wakes the loop: it may have let the next
+    /// event of its task go.
+    pub async fn round(self: &Arc<Self>) -> Result<usize, mcp_tasks_engine::store::StoreError> {
+        let free = self.in_flight.available_permits().min(BATCH);
+        if free == 0 {
+            return Ok(0);
+        }
+        // What was settled before this round began is settled in what this round's claim reads.
+        let round = self
+            .rounds
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
+            + 1;
+        self.settled.retain(|_, at| *at >= round);
         let now = now_ms();
         let lease_until = now + u64::try_from(LEASE.as_millis()).unwrap_or(60_000);
+        // The claim finds the deliveries this node sends now too (it only skips other nodes'):
+        // room for them, so they do not crowd out new ones.
         let due = self
             .store
-            .claim_deliveries(&self.node, now, lease_until, BATCH)
+            .claim_deliveries(&self.node, now, lease_until, free + self.sending.len())
             .await?;
-        let n = due.len();
-        let sends = due.into_iter().map(|d| self.deliver(d));
-        futures::future::join_all(sends).await;
-        Ok(n)
+        let mut started = 0;
+        for d in due {
+            if self.settled.contains_key(&d.entry.id) || !self.sending.insert(d.entry.id.clone()) {
+                continue;
+            }
+            let Ok(slot) = self.in_flight.clone().try_acquire_owned() else {
+                self.sending.remove(&d.entry.id);
+                break;
+            };
+            started += 1;
+            let me = self.clone();
+            tokio::spawn(async move {
+                let id = d.entry.id.clone();
+                me.deliver(d).await;
+                let round = me.rounds.load(std::sync::atomic::Ordering::Acquire);
+                me.settled.insert(id.clone(), round);
+                me.sending.remove(&id);
+                drop(slot);
+                me.wake.notify_one();
+            });
+        }
+        Ok(started)
+    }
+
+    /// The send slots of the receiver at `url`.
+    fn receiver_slots(&self, url: &str) -> Arc<tokio::sync::Semaphore> {
+        let origin = reqwest::Url::parse(url)
+            .map(|u| u.origin().ascii_serialization())
+            .unwrap_or_else(|_| url.to_string());
+        self.receivers
+            .entry(origin)
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(PER_RECEIVER)))
+            .clone()
     }
 
     async fn deliver(&self, d: Delivery) {
         let started = Instant::now();
-        let (attempt, next) = self.attempt(&d).await;
+        let slots = self.receiver_slots(&d.entry.url);
+        let (attempt, next) = match tokio::time::timeout(RECEIVER_WAIT, slots.acquire_owned()).await
+        {
+            Ok(Ok(_slot)) => self.attempt(&d).await,
+            // Its receiver is busy with as many sends as it may have: this one is not sent now
+            // (recorded, and tried again in a moment), so its claim does not run out waiting.
+            _ => (
+                DeliveryAttempt {
+                    at: now_ms(),
+                    status: None,
+                    latency_ms: 0,
+                    error: Some(format!(
+                        "not sent: {PER_RECEIVER} deliveries to this receiver were in flight for {} s",
+                        RECEIVER_WAIT.as_secs()
+                    )),
+                },
+                DeliveryNext::RetryAt(now_ms() + 1_000),
+            ),
+        };
         let outcome = match next {
             DeliveryNext::Delivered => "delivered",
             DeliveryNext::RetryAt(_) => "retry",
