@@ -171,6 +171,16 @@ kill_grace_secs = 3
             );
         }
     }
+    // The history checker: no two runs of a pipeline overlap in time (each replica's audit lines
+    // are its side effects), and each step ran once.
+    let named: Vec<(String, &Path)> = logs
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (format!("replica-{i}"), *l))
+        .collect();
+    let history = common::audit::pipeline_effects(&named);
+    common::history::assert_no_overlap(&history);
+    common::history::assert_steps_once(&history, 0);
     // Each command's ledger holds each item once.
     let mut ledger_files = 0;
     for entry in std::fs::read_dir(&ledgers).unwrap() {

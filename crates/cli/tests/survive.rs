@@ -129,6 +129,11 @@ retry_on_restart = true
     assert_eq!(r.result()["structuredContent"]["attempt"], 2);
     let runs = step_runs(&log, &pipeline);
     assert_eq!(runs.len(), 8, "{runs:?}");
+    // The history checker: the two runs did not overlap, and each step ran once (kill -9: the
+    // one in flight at most once more).
+    let history = common::audit::pipeline_effects(&[("server".to_string(), log.as_path())]);
+    common::history::assert_no_overlap(&history);
+    common::history::assert_steps_once(&history, usize::from(signal == Signal::SIGKILL));
     let extra: usize = runs.values().map(|n| n - 1).sum();
     if signal == Signal::SIGTERM {
         assert_eq!(extra, 0, "each step once: {runs:?}");

@@ -39,3 +39,36 @@ pub fn pipeline_step_runs(logs: &[&Path]) -> BTreeMap<(String, u64), usize> {
     }
     runs
 }
+
+/// The pipeline's step bodies as a history (see [`super::history`]): one effect per audit line of
+/// each `(node, log)`, at the line's time, for its task, attempt and item.
+pub fn pipeline_effects(logs: &[(String, &Path)]) -> Vec<super::history::Effect> {
+    let mut effects = Vec::new();
+    for (node, log) in logs {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        for line in text.lines().filter(|l| l.contains("pipeline step ran")) {
+            let field = |name: &str| {
+                line.split_whitespace()
+                    .find_map(|w| w.strip_prefix(name))
+                    .map(|v| v.trim_matches('"').to_string())
+            };
+            let stamp = line.split_whitespace().next().unwrap_or_default();
+            let at =
+                time::OffsetDateTime::parse(stamp, &time::format_description::well_known::Rfc3339)
+                    .unwrap_or_else(|e| panic!("an audit line without its time ({e}): {line}"));
+            let (Some(task), Some(item), Some(attempt)) =
+                (field("task="), field("item="), field("attempt="))
+            else {
+                panic!("an audit line without task, item or attempt: {line}")
+            };
+            effects.push(super::history::Effect {
+                task,
+                node: node.clone(),
+                attempt: attempt.parse().unwrap(),
+                at_ns: u128::try_from(at.unix_timestamp_nanos()).unwrap(),
+                step: Some(item),
+            });
+        }
+    }
+    effects
+}
