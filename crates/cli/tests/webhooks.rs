@@ -48,6 +48,21 @@ fn on_file(dir: &Path, extra: &str) -> Vec<String> {
     .to_vec()
 }
 
+/// A demo server on memory whose config lets webhooks reach 127.0.0.1, and the directory the
+/// config is in (kept while the server runs).
+fn memory_server() -> (ServerProcess, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "");
+    let server = ServerProcess::start(&[
+        "--demo",
+        "--store",
+        "memory:",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    (server, dir)
+}
+
 fn strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }
@@ -870,15 +885,7 @@ async fn a_receiver_s_retry_after_cannot_make_the_server_hammer_it() {
         .iter()
         .map(|v| Receiver::start(SECRET, &["--status", "503", "--retry-after", v]))
         .collect();
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path(), "");
-    let server = ServerProcess::start(&[
-        "--demo",
-        "--store",
-        "memory:",
-        "--config",
-        cfg.to_str().unwrap(),
-    ]);
+    let (server, _dir) = memory_server();
     let mut c = Client::connect(&server.url).await;
     let mut ids = Vec::new();
     for rx in &receivers {
@@ -972,15 +979,7 @@ async fn proxy_variables_do_not_route_deliveries_through_a_proxy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_created_finished_sends_its_event() {
     let rx = Receiver::start(SECRET, &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path(), "");
-    let server = ServerProcess::start(&[
-        "--demo",
-        "--store",
-        "memory:",
-        "--config",
-        cfg.to_str().unwrap(),
-    ]);
+    let (server, _dir) = memory_server();
     let mut c = Client::connect(&server.url).await;
     let created = create(
         &mut c,
@@ -1004,15 +1003,7 @@ async fn a_task_created_finished_sends_its_event() {
 async fn a_slow_receiver_does_not_delay_another_receivers_events() {
     let slow = Receiver::start(SECRET, &["--delay", "8"]);
     let fast = Receiver::start(SECRET, &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path(), "");
-    let server = ServerProcess::start(&[
-        "--demo",
-        "--store",
-        "memory:",
-        "--config",
-        cfg.to_str().unwrap(),
-    ]);
+    let (server, _dir) = memory_server();
     let mut c = Client::connect(&server.url).await;
     create(
         &mut c,

@@ -24,11 +24,7 @@ pub fn pipeline_step_runs(logs: &[&Path]) -> BTreeMap<(String, u64), usize> {
     for log in logs {
         let text = std::fs::read_to_string(log).unwrap_or_default();
         for line in text.lines().filter(|l| l.contains("pipeline step ran")) {
-            let field = |name: &str| {
-                line.split_whitespace()
-                    .find_map(|w| w.strip_prefix(name))
-                    .map(|v| v.trim_matches('"').to_string())
-            };
+            let field = |name: &str| field(line, name);
             let (Some(task), Some(item)) = (field("task="), field("item=")) else {
                 panic!("an audit line without task or item: {line}")
             };
@@ -47,11 +43,7 @@ pub fn pipeline_effects(logs: &[(String, &Path)]) -> Vec<super::history::Effect>
     for (node, log) in logs {
         let text = std::fs::read_to_string(log).unwrap_or_default();
         for line in text.lines().filter(|l| l.contains("pipeline step ran")) {
-            let field = |name: &str| {
-                line.split_whitespace()
-                    .find_map(|w| w.strip_prefix(name))
-                    .map(|v| v.trim_matches('"').to_string())
-            };
+            let field = |name: &str| field(line, name);
             let stamp = line.split_whitespace().next().unwrap_or_default();
             let at =
                 time::OffsetDateTime::parse(stamp, &time::format_description::well_known::Rfc3339)
@@ -71,4 +63,11 @@ pub fn pipeline_effects(logs: &[(String, &Path)]) -> Vec<super::history::Effect>
         }
     }
     effects
+}
+
+/// The value of `name=` (as `task=`) in an audit line.
+fn field(line: &str, name: &str) -> Option<String> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(name))
+        .map(|v| v.trim_matches('"').to_string())
 }
