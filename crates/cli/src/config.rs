@@ -511,11 +511,11 @@ pub struct TasksSection {
     /// (every tool; `[[tools]]` and `[[upstreams]]` entries can set their own). Off unless set.
     pub sync_budget_secs: Option<u64>,
     /// On SIGTERM / SIGINT: seconds the running tasks get to finish while no new calls are taken
-    /// and `/readyz` says 503 (default 15: with the hand-off and the close, a stop takes at most
+    /// and `/readyz` says 503 (default 12: with the hand-off and the close, a stop takes at most
     /// 26 s, under Kubernetes' 30 s grace). A second signal stops at once.
     pub drain_secs: Option<u64>,
     /// Seconds a handler told to stop for a hand-off gets to save where it is and return
-    /// (default 5).
+    /// (default 8: more than a command tool's default kill grace, 5 s).
     pub hand_off_grace_secs: Option<u64>,
     /// Most runs a task gets (default 10, at least 1): a task interrupted or handed off this many
     /// times fails with "given up after N attempts" instead of being resumed again.

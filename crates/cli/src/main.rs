@@ -673,9 +673,9 @@ const CLOSE_BOUND: Duration = Duration::from_secs(2);
 
 /// Seconds running tasks get to finish on SIGTERM / SIGINT unless `[tasks] drain_secs` says
 /// otherwise. With the defaults a whole stop fits in Kubernetes' default grace period of 30 s:
-/// the drain (15 s), the hand-off (`hand_off_grace`, 5 s, and 1 s for the runs to let go), the
+/// the drain (12 s), the hand-off (`hand_off_grace`, 8 s, and 1 s for the runs to let go), the
 /// close (at most 2 s) and the webhooks' stop (at most [`WEBHOOKS_STOP`]): 26 s at most.
-const DEFAULT_DRAIN_SECS: u64 = 15;
+const DEFAULT_DRAIN_SECS: u64 = 12;
 
 /// How long a stop waits for the webhook deliveries in flight and the release of the rest.
 const WEBHOOKS_STOP: Duration = Duration::from_secs(3);

@@ -166,12 +166,22 @@ fn free_store_path(path: &Path) -> PathBuf {
         };
         let mut lock = candidate.as_os_str().to_owned();
         lock.push(".lock");
-        let free = match std::fs::File::open(&lock) {
+        let is_free = || match std::fs::File::open(&lock) {
             // No lock file yet: nobody ever served it.
             Err(_) => true,
             // Held while its server runs; let go of at once (the store claims it itself).
             Ok(f) => f.try_lock().is_ok(),
         };
+        let mut free = is_free();
+        if !free && n == 1 {
+            // A host that restarts the server finds the one it stopped still stopping (its
+            // drain): a moment for it to end, so the host gets its own store back.
+            let until = std::time::Instant::now() + PRIMARY_WAIT;
+            while !free && std::time::Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                free = is_free();
+            }
+        }
         if free {
             if n > 1 {
                 tracing::info!(store = %candidate.display(), taken = %path.display(), "the wrap's store is in use by another process; using the next one");
@@ -181,6 +191,9 @@ fn free_store_path(path: &Path) -> PathBuf {
     }
     path.to_path_buf()
 }
+
+/// How long a wrap waits for its own store to be let go of before it takes the next one.
+const PRIMARY_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Checks the arguments and builds what `serve` runs.
 pub fn plan(args: &WrapArgs, mut file: ConfigFile) -> Result<Plan> {

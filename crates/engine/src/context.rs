@@ -139,6 +139,10 @@ pub trait ContextSink: Send + Sync {
     fn stop_reason(&self) -> Option<StopReason> {
         None
     }
+    /// The handler saw its stop through the context (`cancelled()` resolved, `is_cancelled()`,
+    /// `stop_reason()` or `is_handed_off()` answered after it): what it returns now is taken for
+    /// its answer to the stop.
+    fn stop_seen(&self) {}
     /// Takes the journal's next place for a step named `name`: its recorded output when an earlier
     /// run recorded it, or the place to record it at once the body ran. A sink that keeps no
     /// journal (a plain call) runs every body.
@@ -333,14 +337,18 @@ impl TaskContext {
     /// any other reason the task goes on, and the run that takes it over follows that work.
     ///
     /// What the run returns after a stop: for [`StopReason::HandedOff`] and
-    /// [`StopReason::ShuttingDown`], a successful result returned within the grace period is
-    /// written as the task's outcome (the work is done; running it again would repeat it), while
-    /// an error is taken for the stop's own doing and not written (the task resumes, or fails as
-    /// interrupted when it cannot). For the other reasons nothing the run returns is written.
+    /// [`StopReason::ShuttingDown`], a successful result returned within the grace period by a
+    /// handler that did not see the stop (it finished its work meanwhile) is written as the task's
+    /// outcome: running it again would repeat it. Anything a handler returns once it saw the stop
+    /// through this context (`cancelled()` resolved, or `is_cancelled()`, `stop_reason()`,
+    /// `is_handed_off()` answered after it) is taken for its answer to the stop and not written,
+    /// nor is an error: the task resumes, or fails as interrupted when it cannot. For the other
+    /// reasons nothing the run returns is written.
     pub fn stop_reason(&self) -> Option<StopReason> {
         if !self.cancel.is_cancelled() {
             return None;
         }
+        self.sink.stop_seen();
         Some(self.sink.stop_reason().unwrap_or(StopReason::Cancelled))
     }
     /// The sink this context reports to (for the step journal).
@@ -375,7 +383,10 @@ impl TaskContext {
     ) -> Result<InputResponse, InputError> {
         tokio::select! {
             r = self.sink.request_input(method, params) => r,
-            _ = self.cancel.cancelled() => Err(InputError::Cancelled),
+            _ = self.cancel.cancelled() => {
+                self.sink.stop_seen();
+                Err(InputError::Cancelled)
+            }
         }
     }
 
@@ -389,17 +400,25 @@ impl TaskContext {
     ) -> Result<InputResponse, InputError> {
         tokio::select! {
             r = self.sink.request_input_as(key, method, params) => r,
-            _ = self.cancel.cancelled() => Err(InputError::Cancelled),
+            _ = self.cancel.cancelled() => {
+                self.sink.stop_seen();
+                Err(InputError::Cancelled)
+            }
         }
     }
 
     /// Whether cancellation was requested.
     pub fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled()
+        let stopped = self.cancel.is_cancelled();
+        if stopped {
+            self.sink.stop_seen();
+        }
+        stopped
     }
     /// Resolves when cancellation is requested: `select!` on it beside the work.
     pub async fn cancelled(&self) {
-        self.cancel.cancelled().await
+        self.cancel.cancelled().await;
+        self.sink.stop_seen();
     }
     /// The cancellation token itself, for handing to sub-tasks.
     pub fn cancellation_token(&self) -> CancellationToken {

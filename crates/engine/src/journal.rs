@@ -49,7 +49,9 @@ impl TaskContext {
     /// Dropping the returned future before it completes (a timeout, the losing branch of a
     /// `select!`) is safe: nothing is recorded, the step's occurrence is not used up (the next step
     /// of that name takes its place) and the next step may start. The body may have run in part,
-    /// so, as after a crash, it must be safe to run again.
+    /// so, as after a crash, it must be safe to run again. A later run that completes a step an
+    /// earlier run gave up on, while that run went on to record later steps, takes another path
+    /// than the journal's: recording it fails the task as a replay mismatch (its body has run).
     pub async fn step<T, F, Fut>(&self, name: &str, body: F) -> Result<T, StepError>
     where
         T: Serialize + DeserializeOwned,

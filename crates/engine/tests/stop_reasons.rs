@@ -45,6 +45,24 @@ impl TaskHandler for Notes {
     }
 }
 
+/// Works for 150 ms without looking at its context, then returns a result.
+struct Finishes {
+    started: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[async_trait]
+impl TaskHandler for Finishes {
+    async fn run(&self, _ctx: TaskContext, _args: Arc<Value>) -> Outcome {
+        self.started
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        Outcome::Result {
+            value: json!({"content": [], "finished": "its work"}),
+            is_error: false,
+        }
+    }
+}
+
 struct Fixture {
     store: Arc<dyn TaskStore>,
     started: Arc<std::sync::atomic::AtomicUsize>,
@@ -79,6 +97,13 @@ impl Fixture {
                 false,
             )
             .handler(
+                "finishes",
+                Arc::new(Finishes {
+                    started: self.started.clone(),
+                }),
+                false,
+            )
+            .handler(
                 "fails",
                 Arc::new(Notes {
                     started: self.started.clone(),
@@ -98,6 +123,7 @@ impl Fixture {
     }
 
     async fn submit(&self, node: &Arc<Engine>, tool: &str) -> String {
+        let before = self.started.load(std::sync::atomic::Ordering::SeqCst);
         let id = node
             .submit(NewTask::new(tool, json!({})))
             .await
@@ -106,10 +132,10 @@ impl Fixture {
             .id;
         // Its handler runs, not yet stopped.
         soon("the handler started", || async {
-            (self.started.load(std::sync::atomic::Ordering::SeqCst) > 0).then_some(())
+            (self.started.load(std::sync::atomic::Ordering::SeqCst) > before).then_some(())
         })
         .await;
-        assert_eq!(node.running_count(), 1);
+        assert!(node.running_count() >= 1);
         id
     }
 
@@ -160,10 +186,29 @@ async fn a_cancel_is_read_as_cancelled_and_what_the_handler_returns_is_not_writt
     node.shutdown();
 }
 
-/// The result a handler returns within the grace of a hand-off is the task's: the work is done, and
-/// running it again (or failing it as unable to resume) would throw it away.
+/// The result a handler returns within the grace of a hand-off, having finished its work without
+/// looking at the stop, is the task's: the work is done, and running it again (or failing it as
+/// unable to resume) would throw it away.
 #[tokio::test]
 async fn a_result_returned_during_the_hand_off_grace_is_written() {
+    let f = Fixture::new();
+    let node = f.node("a");
+    node.start().await.unwrap();
+    let id = f.submit(&node, "finishes").await;
+    node.hand_off().await;
+    let t = f.task(&id).await;
+    assert_eq!(t.status, TaskStatus::Completed, "{t:?}");
+    let Some(Outcome::Result { value, .. }) = &t.outcome else {
+        panic!("{t:?}")
+    };
+    assert_eq!(value["finished"], "its work");
+    node.shutdown();
+}
+
+/// A handler that saw the stop and returns a success at once (`select!` on `cancelled()`, then a
+/// result: a common shape) answered the stop: its result is not the task's, which is let go.
+#[tokio::test]
+async fn a_result_returned_by_a_handler_that_saw_the_hand_off_is_not_written() {
     let f = Fixture::new();
     let node = f.node("a");
     node.start().await.unwrap();
@@ -171,11 +216,9 @@ async fn a_result_returned_during_the_hand_off_grace_is_written() {
     node.hand_off().await;
     assert_eq!(f.stopped(&node).await, StopReason::HandedOff);
     let t = f.task(&id).await;
-    assert_eq!(t.status, TaskStatus::Completed, "{t:?}");
-    let Some(Outcome::Result { value, .. }) = &t.outcome else {
-        panic!("{t:?}")
-    };
-    assert_eq!(value["finished"], "while stopping");
+    assert_eq!(t.status, TaskStatus::Working, "{t:?}");
+    assert_eq!(t.lease_owner, None, "let go");
+    assert_eq!(t.outcome, None);
     node.shutdown();
 }
 
@@ -201,10 +244,18 @@ async fn a_shutdown_is_read_as_shutting_down_and_a_result_returned_then_is_writt
     let f = Fixture::new();
     let node = f.node("a");
     node.start().await.unwrap();
-    let id = f.submit(&node, "succeeds").await;
+    let seen = f.submit(&node, "succeeds").await;
+    let finished = f.submit(&node, "finishes").await;
     node.shutdown();
     assert_eq!(f.stopped(&node).await, StopReason::ShuttingDown);
-    assert_eq!(f.task(&id).await.status, TaskStatus::Completed);
+    soon("both runs ended", || async {
+        (node.running_count() == 0).then_some(())
+    })
+    .await;
+    // Left for the next start: it saw the stop.
+    assert_eq!(f.task(&seen).await.status, TaskStatus::Working);
+    // Its work was done within the grace.
+    assert_eq!(f.task(&finished).await.status, TaskStatus::Completed);
 }
 
 /// Another node took the task over (its lease moved): the run is dropped at once, with no grace

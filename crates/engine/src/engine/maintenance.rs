@@ -62,8 +62,11 @@ impl Engine {
             tick.tick().await;
             loop {
                 let Some(engine) = me.upgrade() else { break };
+                // Runs in their grace after a shutdown keep their leases until they end.
+                if shutdown.is_cancelled() && engine.running.is_empty() {
+                    break;
+                }
                 tokio::select! {
-                    _ = shutdown.cancelled() => break,
                     _ = tick.tick() => {}
                     _ = engine.renew_now.notified() => {}
                 }
@@ -120,21 +123,23 @@ impl Engine {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = tick.tick() => {}
-                }
+                tick.tick().await;
                 let Some(engine) = me.upgrade() else { break };
+                // Runs in their grace after a stop (a hand-off, a shutdown) are fenced too: the
+                // loop ends only once the engine is shut down and nothing runs.
+                if shutdown.is_cancelled() && engine.running.is_empty() {
+                    break;
+                }
                 let now = now_ms();
                 for run in engine.running.iter() {
                     let until = run.lease_until.load(std::sync::atomic::Ordering::Acquire);
-                    if until != 0 && now + margin >= until && !run.stop.is_cancelled() {
+                    if until != 0 && now + margin >= until && !run.kill.is_cancelled() {
                         tracing::warn!(
                             task = %run.key(),
                             lease_left_ms = until.saturating_sub(now),
-                            "the task's lease could not be renewed in time; its run is stopped before the lease runs out, so that no other node runs it at the same time"
+                            "the task's lease could not be renewed in time; its run is ended before the lease runs out, so that no other node runs it at the same time"
                         );
-                        run.stop(StopReason::LeaseLost);
+                        run.fence();
                     }
                 }
             }

@@ -59,7 +59,8 @@ pub struct EngineConfig {
     /// How long a cancelled handler may take to stop before it is dropped.
     pub cancel_grace: Duration,
     /// How long a handler told to stop for a hand-off may take to save where it is and return
-    /// (default 5 s): with the default drain (15 s), the close (2 s) and the webhooks' stop, a
+    /// (default 8 s: more than a command tool's default kill grace of 5 s, so the checkpoint it
+    /// prints on SIGTERM is read): with the default drain (12 s), the close (2 s) and the webhooks' stop, a
     /// stop fits in Kubernetes' default 30 s grace.
     pub hand_off_grace: Duration,
     /// Largest input request a task may store, in bytes of its serialized params (default 256 KiB).
@@ -93,7 +94,7 @@ impl Default for EngineConfig {
             session_idle_ms: 86_400_000,
             sweep_interval: Duration::from_secs(30),
             cancel_grace: Duration::from_secs(10),
-            hand_off_grace: Duration::from_secs(5),
+            hand_off_grace: Duration::from_secs(8),
             max_input_request_bytes: 256 * 1024,
             webhook_progress_interval: Duration::from_secs(5),
             max_attempts: 10,

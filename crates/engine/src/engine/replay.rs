@@ -97,7 +97,11 @@ impl Resumed {
             *self.occurrences.entry(name.to_string()).or_default() += 1;
             return Next::Slot(StepSlot::Recorded(journal[at].output.clone()));
         }
+        // Used up now, whether or not the step is recorded: a step whose future is dropped after
+        // its record landed (the reply lost) must not have its place taken by the next step.
+        // Places are never matched, so a gap they leave costs nothing.
         let seq = self.next_seq;
+        self.next_seq += 1;
         self.in_flight = Some((seq, name.to_string()));
         Next::Slot(StepSlot::Run(seq))
     }
@@ -190,7 +194,7 @@ impl TaskSink {
         let node = &self.engine.config.node_id;
         let store = &self.engine.store;
         let attempt = self
-            .retrying(&format!("recording step {seq} ({name})"), || {
+            .retrying(&format!("recording step {seq} ({name})"), None, || {
                 store.record_step(node, step.clone())
             })
             .await;

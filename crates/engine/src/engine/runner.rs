@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use futures::FutureExt;
 use serde_json::Value;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -73,6 +73,8 @@ impl Engine {
             stop: stop.clone(),
             reason: AtomicU8::new(NO_REASON),
             lease_until: AtomicU64::new(rec.lease_until.unwrap_or(0)),
+            stop_seen: AtomicBool::new(false),
+            kill: CancellationToken::new(),
         });
         if self.is_handing_off() {
             // Submitted while this node hands off (an embedder that did not stop taking calls):
@@ -134,7 +136,14 @@ impl Engine {
                     } else {
                         self.config.cancel_grace
                     };
-                    match Box::pin(tokio::time::timeout(grace, &mut work)).await {
+                    let within_grace = async {
+                        tokio::select! {
+                            joined = tokio::time::timeout(grace, &mut work) => joined.ok(),
+                            // The fence: the lease runs out before the grace would.
+                            () = sink.kill.cancelled() => None,
+                        }
+                    };
+                    match Box::pin(within_grace).await.ok_or(()) {
                         Ok(joined) => Some(joined),
                         Err(_) => {
                             tracing::warn!(task = %sink.id, "handler ignored cancellation for the grace period; dropped");
@@ -173,7 +182,9 @@ impl Engine {
         };
         match reason {
             None => self.finish(&sink.id, outcome).await,
-            Some(StopReason::HandedOff | StopReason::ShuttingDown) if outcome.is_success() => {
+            Some(StopReason::HandedOff | StopReason::ShuttingDown)
+                if outcome.is_success() && !sink.stop_seen.load(Ordering::Acquire) =>
+            {
                 tracing::info!(task = %sink.id, "the handler finished while stopping; its result is the task's");
                 self.finish(&sink.id, outcome).await;
             }
@@ -292,6 +303,10 @@ pub(super) struct TaskSink {
     /// Until when this node is known to hold the task's lease (Unix ms by this node's clock; the
     /// value its last claim or renewal wrote, 0 when unknown): the fence stops the run before it.
     pub(super) lease_until: AtomicU64,
+    /// Whether the handler saw its stop through the context ([`ContextSink::stop_seen`]).
+    stop_seen: AtomicBool,
+    /// Cancelled when the run must end at once, even inside its grace (the fence).
+    pub(super) kill: CancellationToken,
     /// What this run replays of earlier runs (the step journal, their questions), read when first
     /// needed: a first run reads nothing.
     pub(super) resumed: std::sync::Mutex<Option<Box<Resumed>>>,
@@ -408,9 +423,16 @@ impl TaskSink {
         self.stop.cancel();
     }
 
+    /// The fence: the lease runs out soon and could not be renewed. The run is stopped (for a
+    /// lost lease, unless it was stopped already) and ended at once, inside its grace too.
+    pub(super) fn fence(&self) {
+        self.stop(StopReason::LeaseLost);
+        self.kill.cancel();
+    }
+
     /// Why the run was told to stop, if it was: the reason given, or a shutdown (the engine's
     /// token, the parent of the run's, was cancelled).
-    fn stop_reason(&self) -> Option<StopReason> {
+    pub(super) fn stop_reason(&self) -> Option<StopReason> {
         if !self.stop.is_cancelled() {
             return None;
         }
@@ -455,6 +477,10 @@ impl ContextSink for TaskSink {
         TaskSink::stop_reason(self)
     }
 
+    fn stop_seen(&self) {
+        self.stop_seen.store(true, Ordering::Release);
+    }
+
     async fn replay_step(&self, name: &str) -> Result<StepSlot, StepError> {
         self.replay(name).await
     }
@@ -476,7 +502,7 @@ impl ContextSink for TaskSink {
         };
         let store = &self.engine.store;
         match self
-            .retrying("saving the checkpoint", || {
+            .retrying("saving the checkpoint", None, || {
                 store.update(&self.id, &TaskStatus::ACTIVE, change.clone(), now_ms())
             })
             .await
@@ -515,7 +541,7 @@ impl ContextSink for TaskSink {
         };
         let store = &self.engine.store;
         match self
-            .retrying("a progress update", || {
+            .retrying("a progress update", Some(super::retry::UNDER_LOCK), || {
                 store.update(&self.id, &TaskStatus::ACTIVE, change.clone(), now_ms())
             })
             .await
@@ -549,7 +575,7 @@ impl ContextSink for TaskSink {
         };
         let engine = &self.engine;
         match self
-            .retrying("a status update", || {
+            .retrying("a status update", None, || {
                 engine.apply(&self.id, &TaskStatus::ACTIVE, change.clone())
             })
             .await
@@ -626,15 +652,19 @@ impl ContextSink for TaskSink {
                 _ => TaskStatus::Working,
             };
             let asked = self
-                .retrying("asking for input", || async {
-                    // A try that failed may have landed: the question is stored, not asked twice.
-                    if let Ok(Some(_)) = engine.store.get_input(&input.key).await {
-                        if let Ok(Lookup::Found(rec)) = engine.store.get(&self.id).await {
-                            return Ok(rec);
+                .retrying(
+                    "asking for input",
+                    Some(super::retry::UNDER_LOCK),
+                    || async {
+                        // A try that failed may have landed: the question is stored, not asked twice.
+                        if let Ok(Some(_)) = engine.store.get_input(&input.key).await {
+                            if let Ok(Lookup::Found(rec)) = engine.store.get(&self.id).await {
+                                return Ok(rec);
+                            }
                         }
-                    }
-                    engine.store.add_input(input.clone(), now_ms()).await
-                })
+                        engine.store.add_input(input.clone(), now_ms()).await
+                    },
+                )
                 .await
                 .result;
             let rec = match asked {

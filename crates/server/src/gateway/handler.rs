@@ -99,7 +99,8 @@ impl TaskHandler for UpstreamTool {
                 Ok(client) => {
                     tracing::info!(task = ?ctx.task_id(), upstream, upstream_task = %saved.task_id, "following the upstream task again");
                     let t = TaskHandle::attach(&client, &saved.task_id).with_input(Some(input));
-                    self.follow(&ctx, &t, &mut deadline, false, false).await
+                    self.follow(&ctx, &t, &mut deadline, false, false, true)
+                        .await
                 }
                 Err(e) => self.failed(&e),
             };
@@ -158,17 +159,30 @@ impl TaskHandler for UpstreamTool {
             Ok(Called::Task(t)) => {
                 // The upstream runs it as its own task. Over HTTP the upstream outlives us: the
                 // task is saved with ours, so a gateway that restarts follows it instead of failing.
+                let mut saved = false;
                 if self.link.outlives_us() {
-                    let saved = json!({UPSTREAM_TASK: t.to_ref()});
-                    if let Err(e) = ctx.save_checkpoint(saved).await {
-                        tracing::warn!(task = ?ctx.task_id(), error = %e, "cannot save the upstream task with ours; a restart will not resume it");
+                    let state = json!({UPSTREAM_TASK: t.to_ref()});
+                    match ctx.save_checkpoint(state).await {
+                        Ok(()) => saved = true,
+                        Err(e) => {
+                            tracing::warn!(task = ?ctx.task_id(), error = %e, "cannot save the upstream task with ours; a restart will not resume it")
+                        }
                     }
                 }
                 if stopping {
-                    return self.left_running(&ctx, "task");
+                    if saved {
+                        return self.left_running(&ctx, "task");
+                    }
+                    // Nobody could follow it after us: it is cancelled rather than left to run
+                    // beside the call the next run makes.
+                    let _ = t.cancel().await;
+                    return upstream_error(
+                        self.link.name(),
+                        &format!("{}; the upstream task was cancelled: it could not be saved for the next run", stop_phrase(&ctx)),
+                    );
                 }
                 let stopped = cancel.is_cancelled();
-                self.follow(&ctx, &t, &mut deadline, stopped, timed_out)
+                self.follow(&ctx, &t, &mut deadline, stopped, timed_out, saved)
                     .await
             }
             Err(ClientError::Rpc {
@@ -192,9 +206,9 @@ impl TaskHandler for UpstreamTool {
 impl UpstreamTool {
     /// Follows upstream task `t` to its end: its progress, logs and questions become the task's,
     /// and our cancel or the deadline cancels it. `cancelled` says a cancel already happened on
-    /// the way (it is sent on), `timed_out` that it was the deadline. A stop for any other reason
-    /// (a hand-off, a lost lease, a finish elsewhere) leaves the upstream task running: the run
-    /// that takes the task over follows it from the checkpoint.
+    /// the way (it is sent on), `timed_out` that it was the deadline. A hand-off or a lost lease
+    /// leaves the upstream task running when it is `saved` with ours: the run that takes the task
+    /// over follows it from the checkpoint.
     async fn follow(
         &self,
         ctx: &TaskContext,
@@ -202,6 +216,7 @@ impl UpstreamTool {
         deadline: &mut std::pin::Pin<&mut tokio::time::Sleep>,
         mut cancelled: bool,
         mut timed_out: bool,
+        saved: bool,
     ) -> Outcome {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
         let on_event = move |e: &Event| {
@@ -217,7 +232,8 @@ impl UpstreamTool {
                 r = &mut wait => break r,
                 Some(e) = rx.recv() => forward(ctx, e).await,
                 () = ctx.cancelled(), if !cancelled => {
-                    if !passes_on(ctx) {
+                    // Left running only when the next run can follow it (it is saved with ours).
+                    if !passes_on(ctx) && saved {
                         return self.left_running(ctx, "task");
                     }
                     cancelled = true;
@@ -315,10 +331,15 @@ async fn forward(ctx: &TaskContext, e: Event) {
     }
 }
 
-/// Whether our stop is passed on to the upstream: only a cancel of the task is. On a hand-off, a
-/// lost lease or a finish elsewhere the task goes on (or is done), and so does the upstream work.
+/// Whether our stop is passed on to the upstream: a cancel of the task, or its end elsewhere (an
+/// expiry; a finish by another node's run, whose upstream task is then done already). On a
+/// hand-off or a lost lease the task goes on, and so does the upstream work, for the run that
+/// takes the task over.
 fn passes_on(ctx: &TaskContext) -> bool {
-    matches!(ctx.stop_reason(), None | Some(StopReason::Cancelled))
+    matches!(
+        ctx.stop_reason(),
+        None | Some(StopReason::Cancelled | StopReason::FinishedElsewhere)
+    )
 }
 
 /// "cancelled", "handed off", …: why the run was told to stop.

@@ -22,11 +22,11 @@ const BATCH: usize = 32;
 /// Sends in flight at once, all receivers together; each runs on its own, so a slow receiver
 /// holds up no other receiver's events.
 const MAX_IN_FLIGHT: usize = 64;
-/// Sends in flight at once to one receiver (its scheme, host and port).
+/// Sends in flight at once to one receiver (its scheme, host and port). More of its deliveries
+/// wait, claimed, for the next round.
 const PER_RECEIVER: usize = 4;
-/// How long a claimed delivery waits for a send slot of its receiver before it gives its turn
-/// back (well within its claim's lease).
-const RECEIVER_WAIT: Duration = Duration::from_secs(20);
+/// Most deliveries one claim takes (the ones in flight and held back, found again, included).
+const MAX_CLAIM: usize = 512;
 /// The first retry's delay; each next one doubles, up to [`MAX_DELAY`].
 const FIRST_DELAY: Duration = Duration::from_secs(1);
 const MAX_DELAY: Duration = Duration::from_secs(300);
@@ -59,6 +59,28 @@ pub struct Deliverer {
     settled: dashmap::DashMap<String, u64>,
     /// Counts the rounds.
     rounds: std::sync::atomic::AtomicU64,
+    /// How many the last round held back for a busy receiver (claimed again by the next).
+    held_back: std::sync::atomic::AtomicUsize,
+    /// The sends in flight, to end them when the server stops.
+    aborts: dashmap::DashMap<String, tokio::task::AbortHandle>,
+}
+
+/// A send in flight; when it ends (however it ends), its delivery is marked settled as of this
+/// round, no longer being sent, and the loop is woken.
+struct Sent<'a> {
+    deliverer: &'a Deliverer,
+    id: &'a str,
+}
+
+impl Drop for Sent<'_> {
+    fn drop(&mut self) {
+        let d = self.deliverer;
+        let round = d.rounds.load(std::sync::atomic::Ordering::Acquire);
+        d.settled.insert(self.id.to_string(), round);
+        d.sending.remove(self.id);
+        d.aborts.remove(self.id);
+        d.wake.notify_one();
+    }
 }
 
 impl Deliverer {
@@ -94,6 +116,8 @@ impl Deliverer {
             sending: Arc::default(),
             settled: dashmap::DashMap::new(),
             rounds: std::sync::atomic::AtomicU64::new(0),
+            held_back: std::sync::atomic::AtomicUsize::new(0),
+            aborts: dashmap::DashMap::new(),
         })
     }
 
@@ -142,9 +166,13 @@ impl Deliverer {
                 () = stop.cancelled() => Ok(0),
             };
             if stop.is_cancelled() {
-                // The sends in flight get a moment to be answered and recorded.
+                // The sends in flight get a moment to be answered and recorded; the rest are
+                // ended, so none goes on after its claim is let go (another node sends it).
                 let all = u32::try_from(MAX_IN_FLIGHT).unwrap_or(u32::MAX);
                 let _ = tokio::time::timeout(STOP_GRACE, self.in_flight.acquire_many(all)).await;
+                for send in self.aborts.iter() {
+                    send.value().abort();
+                }
                 return;
             }
             let sent = match claimed {
@@ -176,8 +204,9 @@ impl Deliverer {
     }
 
     /// Claims what is due (as many as there are free send slots) and starts sending each on its
-    /// own; how many it started. A send that ends wakes the loop: it may have let the next
-    /// event of its task go.
+    /// own; how many it started. A delivery whose receiver has as many sends in flight as it may
+    /// is not started: it stays claimed by this node, whose next claim finds it again. A send
+    /// that ends wakes the loop: it may have let the next event of its task go.
     pub async fn round(self: &Arc<Self>) -> Result<usize, mcp_tasks_engine::store::StoreError> {
         let free = self.in_flight.available_permits().min(BATCH);
         if free == 0 {
@@ -189,36 +218,70 @@ impl Deliverer {
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
             + 1;
         self.settled.retain(|_, at| *at >= round);
+        // Receivers with nothing in flight hold nothing worth keeping.
+        self.receivers
+            .retain(|_, slots| slots.available_permits() < PER_RECEIVER);
         let now = now_ms();
-        let lease_until = now + u64::try_from(LEASE.as_millis()).unwrap_or(60_000);
-        // The claim finds the deliveries this node sends now too (it only skips other nodes'):
-        // room for them, so they do not crowd out new ones.
+        let lease_until = now + u64::try_from(self.lease().as_millis()).unwrap_or(60_000);
+        // The claim finds this node's own claims too (it only skips other nodes'): the ones being
+        // sent and the ones held back for a busy receiver. Room for them, so they do not crowd out
+        // new ones.
+        let held_back = self.held_back.load(std::sync::atomic::Ordering::Acquire);
+        let limit = (free + self.sending.len() + held_back).min(MAX_CLAIM);
         let due = self
             .store
-            .claim_deliveries(&self.node, now, lease_until, free + self.sending.len())
+            .claim_deliveries(&self.node, now, lease_until, limit)
             .await?;
         let mut started = 0;
+        let mut held = 0;
         for d in due {
-            if self.settled.contains_key(&d.entry.id) || !self.sending.insert(d.entry.id.clone()) {
+            // Marked as being sent before asking whether it was settled: a send that settles it
+            // marks it settled before it lets go of the mark, so one of the two sees the other.
+            if !self.sending.insert(d.entry.id.clone()) {
                 continue;
             }
+            if self.settled.contains_key(&d.entry.id) {
+                self.sending.remove(&d.entry.id);
+                continue;
+            }
+            let Ok(receiver) = self.receiver_slots(&d.entry.url).try_acquire_owned() else {
+                self.sending.remove(&d.entry.id);
+                held += 1;
+                continue;
+            };
             let Ok(slot) = self.in_flight.clone().try_acquire_owned() else {
                 self.sending.remove(&d.entry.id);
                 break;
             };
             started += 1;
             let me = self.clone();
-            tokio::spawn(async move {
+            let id = d.entry.id.clone();
+            let handle = tokio::spawn(async move {
                 let id = d.entry.id.clone();
+                // However the send ends (a panic included), the delivery is no longer being sent.
+                let _sent = Sent {
+                    deliverer: &me,
+                    id: &id,
+                };
                 me.deliver(d).await;
-                let round = me.rounds.load(std::sync::atomic::Ordering::Acquire);
-                me.settled.insert(id.clone(), round);
-                me.sending.remove(&id);
-                drop(slot);
-                me.wake.notify_one();
+                drop((receiver, slot));
             });
+            // Kept to end the send if the server stops before it does; a send that ended already
+            // (it let go of its mark) needs none.
+            self.aborts.insert(id.clone(), handle.abort_handle());
+            if !self.sending.contains(&id) {
+                self.aborts.remove(&id);
+            }
         }
+        self.held_back
+            .store(held, std::sync::atomic::Ordering::Release);
         Ok(started)
+    }
+
+    /// How long a claim holds a delivery: a send may take the attempt's timeout, and the claim
+    /// must outlast it.
+    fn lease(&self) -> Duration {
+        LEASE.max(self.settings.timeout * 2 + Duration::from_secs(10))
     }
 
     /// The send slots of the receiver at `url`.
@@ -234,25 +297,7 @@ impl Deliverer {
 
     async fn deliver(&self, d: Delivery) {
         let started = Instant::now();
-        let slots = self.receiver_slots(&d.entry.url);
-        let (attempt, next) = match tokio::time::timeout(RECEIVER_WAIT, slots.acquire_owned()).await
-        {
-            Ok(Ok(_slot)) => self.attempt(&d).await,
-            // Its receiver is busy with as many sends as it may have: this one is not sent now
-            // (recorded, and tried again in a moment), so its claim does not run out waiting.
-            _ => (
-                DeliveryAttempt {
-                    at: now_ms(),
-                    status: None,
-                    latency_ms: 0,
-                    error: Some(format!(
-                        "not sent: {PER_RECEIVER} deliveries to this receiver were in flight for {} s",
-                        RECEIVER_WAIT.as_secs()
-                    )),
-                },
-                DeliveryNext::RetryAt(now_ms() + 1_000),
-            ),
-        };
+        let (attempt, next) = self.attempt(&d).await;
         let outcome = match next {
             DeliveryNext::Delivered => "delivered",
             DeliveryNext::RetryAt(_) => "retry",
