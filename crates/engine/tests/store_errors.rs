@@ -117,6 +117,9 @@ async fn an_output_with_a_nul_byte_ends_its_task_on_postgresql() {
         "the outcome is whole"
     );
     assert_eq!(done.progress, Some(1.0));
+    // The operator's counts read it (PostgreSQL's JSON types refuse its NUL escape).
+    let counts = engine.store().count_finished(0).await.unwrap();
+    assert_eq!(counts.completed_with_error, 1, "{counts:?}");
 
     // A permanent error in a step write reaches the handler at once (not retried until the lease
     // runs out), and the task fails saying what the store refused.

@@ -341,7 +341,13 @@ impl Deliverer {
         // Checked again: the operator may have changed what is allowed since it was registered.
         let checked = match address::check_url(&d.entry.url, &self.settings.allowed_hosts) {
             Ok(c) => c,
-            Err(e) => return (done(None, Some(e.to_string())), DeliveryNext::GiveUp),
+            Err(e) => {
+                // Recorded and logged: without the URL's query, where tokens go.
+                let why = e
+                    .to_string()
+                    .replace(&d.entry.url, &loggable_url(&d.entry.url));
+                return (done(None, Some(why)), DeliveryNext::GiveUp);
+            }
         };
         let key = match sign::key_of(&d.entry.secret) {
             Ok(k) => k,

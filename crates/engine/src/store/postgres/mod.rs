@@ -531,10 +531,12 @@ impl TaskStore for PostgresStore {
     async fn count_finished(&self, created_after: u64) -> Result<FinishedCounts, StoreError> {
         let client = self.client().await?;
         // Task ids begin with their creation time (`ids::task_id`), so the primary key finds the
-        // range; only those rows are read.
+        // range; only those rows are read. A result's flag is read from the end of its JSON as
+        // serialized (`{"kind":"result","value":…,"is_error":true}`), not by parsing it:
+        // PostgreSQL's JSON types refuse a `\u0000` anywhere in it, and a tool's output may hold one.
         let stmt = client
             .prepare_cached(
-                "SELECT status, COALESCE((outcome::jsonb ->> 'is_error')::boolean, false), COUNT(*) \
+                "SELECT status, COALESCE(right(outcome, 16) = '\"is_error\":true}', false), COUNT(*) \
                  FROM tasks WHERE id >= $1 AND created_at >= $2 \
                  AND status IN ('completed', 'failed', 'cancelled') GROUP BY 1, 2",
             )
