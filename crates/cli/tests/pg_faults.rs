@@ -489,3 +489,84 @@ async fn backends_terminated_twice_during_a_pipeline_do_not_fail_it() {
     drop(a);
     pg.drop_schema().await;
 }
+
+/// The fence holds inside the grace of a hand-off too: replica A, SIGTERMed, hands off a command
+/// tool that ignores SIGTERM (its grace is long), and is cut off from PostgreSQL meanwhile. A's
+/// fence ends the run (killing the program) before the lease it last wrote runs out; B takes the
+/// task over only after that. The history checker finds no overlap. Before, the fence skipped
+/// runs already told to stop, so this one went on through its whole grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fence_ends_a_run_in_its_hand_off_grace_before_the_lease_runs_out() {
+    let pg = common::pg::FreshSchema::new("fencegrace").await;
+    let dir = tempfile::tempdir().unwrap();
+    let effects = dir.path().join("effects.log");
+    let config = dir.path().join("replica.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[tasks]
+lease_secs = 3
+drain_secs = 0
+hand_off_grace_secs = 30
+
+[[tools]]
+name = "stubborn"
+command = ["sh", "-c", "trap '' TERM; while :; do echo \"$MCP_TASKS_TASK_ID $NODE $MCP_TASKS_ATTEMPT $(date +%s%N)\" >> {log}; sleep 0.1; done"]
+task_support = "required"
+retry_on_restart = true
+kill_grace_secs = 60
+"#,
+            log = effects.display()
+        ),
+    )
+    .unwrap();
+    let (named, target) = pg_address(&pg.url);
+    let relay = common::relay::Relay::start(target);
+    let through_relay = pg
+        .url
+        .replacen(&named, &format!("127.0.0.1:{}", relay.port), 1);
+    let replica = |node: &str, url: &str| {
+        let mut cmd =
+            common::serve_command(&["--store", url, "--config", config.to_str().unwrap()]);
+        cmd.env("NODE", node);
+        ServerProcess::spawn(cmd)
+    };
+    let a = replica("a", &through_relay);
+    let mut c = Client::connect(&a.url).await;
+    let id = c.create_task("stubborn", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let history = || read_effects(&effects);
+    let ran_on = |node: &str| history().iter().any(|e| e.node == node);
+    assert!(
+        common::eventually(Duration::from_secs(10), || ran_on("a")),
+        "the task ran on a"
+    );
+    // The hand-off begins (the program ignores SIGTERM: it is in its grace), then the cut.
+    let pid = nix::unistd::Pid::from_raw(a.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    relay.cut();
+    let b = replica("b", &pg.url);
+    assert!(
+        common::eventually(Duration::from_secs(12), || ran_on("b")),
+        "b took the task over: {:?}",
+        common::history::runs(&history())
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let h = history();
+    common::history::assert_no_overlap(&h);
+    let runs = common::history::runs(&h);
+    assert_eq!(
+        runs[&id]
+            .iter()
+            .map(|r| r.node.as_str())
+            .collect::<Vec<_>>(),
+        ["a", "b"],
+        "{runs:?}"
+    );
+    drop(a);
+    drop(b);
+    pg.drop_schema().await;
+}
