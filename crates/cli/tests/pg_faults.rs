@@ -312,55 +312,23 @@ task_support = "required"
 /// for 10 s after B had taken the task over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_cut_off_from_postgresql_stops_its_run_before_another_takes_it_over() {
-    let pg = common::pg::FreshSchema::new("partition").await;
-    let dir = tempfile::tempdir().unwrap();
-    let effects = dir.path().join("effects.log");
-    let config = dir.path().join("replica.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"[tasks]
-lease_secs = 3
-
-[[tools]]
-name = "ticker"
-command = ["sh", "-c", "while :; do echo \"$MCP_TASKS_TASK_ID $NODE $MCP_TASKS_ATTEMPT $(date +%s%N)\" >> {log}; sleep 0.1; done"]
-task_support = "required"
-retry_on_restart = true
-"#,
-            log = effects.display()
-        ),
-    )
-    .unwrap();
-    // A reaches PostgreSQL through the relay; B directly.
-    let (named, target) = pg_address(&pg.url);
-    let relay = common::relay::Relay::start(target);
-    let through_relay = pg
-        .url
-        .replacen(&named, &format!("127.0.0.1:{}", relay.port), 1);
-    assert_ne!(through_relay, pg.url);
-    let replica = |node: &str, url: &str| {
-        let mut cmd =
-            common::serve_command(&["--store", url, "--config", config.to_str().unwrap()]);
-        cmd.env("NODE", node);
-        ServerProcess::spawn(cmd)
-    };
-    let a = replica("a", &through_relay);
-    let b = replica("b", &pg.url);
+    let p = Partition::new("partition", "", "ticker", "", "").await;
+    let a = p.replica("a", true);
+    let b = p.replica("b", false);
     let mut c = Client::connect(&a.url).await;
     let id = c.create_task("ticker", json!({})).await["taskId"]
         .as_str()
         .unwrap()
         .to_string();
-    let history = || read_effects(&effects);
-    let ran_on = |node: &str| history().iter().any(|e| e.node == node);
+    let history = || p.history();
+    let ran_on = |node: &str| p.ran_on(node);
     assert!(
         common::eventually(Duration::from_secs(10), || ran_on("a")),
         "the task ran on a"
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
     let cut = Instant::now();
-    relay.cut();
+    p.relay.cut();
     assert!(
         common::eventually(Duration::from_secs(9), || ran_on("b")),
         "b took the task over within three lease lengths of the cut: {:?}",
@@ -386,7 +354,80 @@ retry_on_restart = true
     );
     drop(a);
     drop(b);
-    pg.drop_schema().await;
+    p.pg.drop_schema().await;
+}
+
+/// Two replicas of one PostgreSQL schema, one of which reaches it through a relay the test can
+/// cut, and a retry-safe command tool `tool` that records its task, node, attempt and time every
+/// 0.1 s in `effects` (its shell line begins with `prelude`).
+struct Partition {
+    pg: common::pg::FreshSchema,
+    _dir: tempfile::TempDir,
+    effects: std::path::PathBuf,
+    config: std::path::PathBuf,
+    relay: common::relay::Relay,
+    through_relay: String,
+}
+
+impl Partition {
+    /// `tasks` and `tool_extra` are more lines of `[tasks]` and of the tool.
+    async fn new(tag: &str, tasks: &str, tool: &str, prelude: &str, tool_extra: &str) -> Partition {
+        let pg = common::pg::FreshSchema::new(tag).await;
+        let dir = tempfile::tempdir().unwrap();
+        let effects = dir.path().join("effects.log");
+        let config = dir.path().join("replica.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"[tasks]
+lease_secs = 3
+{tasks}
+[[tools]]
+name = "{tool}"
+command = ["sh", "-c", "{prelude}while :; do echo \"$MCP_TASKS_TASK_ID $NODE $MCP_TASKS_ATTEMPT $(date +%s%N)\" >> {log}; sleep 0.1; done"]
+task_support = "required"
+retry_on_restart = true
+{tool_extra}"#,
+                log = effects.display()
+            ),
+        )
+        .unwrap();
+        let (named, target) = pg_address(&pg.url);
+        let relay = common::relay::Relay::start(target);
+        let through_relay = pg
+            .url
+            .replacen(&named, &format!("127.0.0.1:{}", relay.port), 1);
+        assert_ne!(through_relay, pg.url);
+        Partition {
+            pg,
+            _dir: dir,
+            effects,
+            config,
+            relay,
+            through_relay,
+        }
+    }
+
+    /// A replica named `node` (the tool's `$NODE`), through the relay when `cut_off_later`.
+    fn replica(&self, node: &str, cut_off_later: bool) -> ServerProcess {
+        let url = if cut_off_later {
+            &self.through_relay
+        } else {
+            &self.pg.url
+        };
+        let config = self.config.to_str().unwrap();
+        let mut cmd = common::serve_command(&["--store", url, "--config", config]);
+        cmd.env("NODE", node);
+        ServerProcess::spawn(cmd)
+    }
+
+    fn history(&self) -> Vec<common::history::Effect> {
+        read_effects(&self.effects)
+    }
+
+    fn ran_on(&self, node: &str) -> bool {
+        self.history().iter().any(|e| e.node == node)
+    }
 }
 
 /// The checker itself: runs one after another pass, a run that goes on into the next fails.
@@ -497,48 +538,22 @@ async fn backends_terminated_twice_during_a_pipeline_do_not_fail_it() {
 /// runs already told to stop, so this one went on through its whole grace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fence_ends_a_run_in_its_hand_off_grace_before_the_lease_runs_out() {
-    let pg = common::pg::FreshSchema::new("fencegrace").await;
-    let dir = tempfile::tempdir().unwrap();
-    let effects = dir.path().join("effects.log");
-    let config = dir.path().join("replica.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"[tasks]
-lease_secs = 3
-drain_secs = 0
-hand_off_grace_secs = 30
-
-[[tools]]
-name = "stubborn"
-command = ["sh", "-c", "trap '' TERM; while :; do echo \"$MCP_TASKS_TASK_ID $NODE $MCP_TASKS_ATTEMPT $(date +%s%N)\" >> {log}; sleep 0.1; done"]
-task_support = "required"
-retry_on_restart = true
-kill_grace_secs = 60
-"#,
-            log = effects.display()
-        ),
+    let p = Partition::new(
+        "fencegrace",
+        "drain_secs = 0\nhand_off_grace_secs = 30\n",
+        "stubborn",
+        "trap '' TERM; ",
+        "kill_grace_secs = 60\n",
     )
-    .unwrap();
-    let (named, target) = pg_address(&pg.url);
-    let relay = common::relay::Relay::start(target);
-    let through_relay = pg
-        .url
-        .replacen(&named, &format!("127.0.0.1:{}", relay.port), 1);
-    let replica = |node: &str, url: &str| {
-        let mut cmd =
-            common::serve_command(&["--store", url, "--config", config.to_str().unwrap()]);
-        cmd.env("NODE", node);
-        ServerProcess::spawn(cmd)
-    };
-    let a = replica("a", &through_relay);
+    .await;
+    let a = p.replica("a", true);
     let mut c = Client::connect(&a.url).await;
     let id = c.create_task("stubborn", json!({})).await["taskId"]
         .as_str()
         .unwrap()
         .to_string();
-    let history = || read_effects(&effects);
-    let ran_on = |node: &str| history().iter().any(|e| e.node == node);
+    let history = || p.history();
+    let ran_on = |node: &str| p.ran_on(node);
     assert!(
         common::eventually(Duration::from_secs(10), || ran_on("a")),
         "the task ran on a"
@@ -547,8 +562,8 @@ kill_grace_secs = 60
     let pid = nix::unistd::Pid::from_raw(a.child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    relay.cut();
-    let b = replica("b", &pg.url);
+    p.relay.cut();
+    let b = p.replica("b", false);
     assert!(
         common::eventually(Duration::from_secs(12), || ran_on("b")),
         "b took the task over: {:?}",
@@ -568,5 +583,5 @@ kill_grace_secs = 60
     );
     drop(a);
     drop(b);
-    pg.drop_schema().await;
+    p.pg.drop_schema().await;
 }

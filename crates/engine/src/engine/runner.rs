@@ -120,38 +120,9 @@ impl Engine {
             let mut work = std::panic::AssertUnwindSafe(handler.run(ctx, arguments)).catch_unwind();
             let outcome = tokio::select! {
                 joined = &mut work => Some(joined),
-                _ = stop.cancelled() => {
-                    if sink.stop_reason() == Some(StopReason::LeaseLost) {
-                        // Another node may run the task now, or will once the lease runs out:
-                        // no grace, the handler is dropped at once (a command tool's process
-                        // group is killed with it), so the two runs never overlap.
-                        tracing::warn!(task = %sink.id, "lease lost; the handler is dropped at once");
-                        None
-                    } else {
-                    // Told to stop: give the handler its grace period to return, then drop it.
-                    // (Boxed: the timer is needed only now, not held in every running task's
-                    // future.)
-                    let grace = if sink.stop_reason() == Some(StopReason::HandedOff) {
-                        self.config.hand_off_grace
-                    } else {
-                        self.config.cancel_grace
-                    };
-                    let within_grace = async {
-                        tokio::select! {
-                            joined = tokio::time::timeout(grace, &mut work) => joined.ok(),
-                            // The fence: the lease runs out before the grace would.
-                            () = sink.kill.cancelled() => None,
-                        }
-                    };
-                    match Box::pin(within_grace).await.ok_or(()) {
-                        Ok(joined) => Some(joined),
-                        Err(_) => {
-                            tracing::warn!(task = %sink.id, "handler ignored cancellation for the grace period; dropped");
-                            None
-                        }
-                    }
-                    }
-                }
+                // Boxed: what follows a stop is needed only then, not held in every running
+                // task's future.
+                _ = stop.cancelled() => Box::pin(self.after_stop(&sink, &mut work)).await,
             };
             drop(work);
             // Boxed: what follows the handler is needed once, at the end; inline it would sit in
@@ -160,11 +131,40 @@ impl Engine {
         }
     }
 
-    /// Writes what the handler returned (`None`: it was dropped after ignoring its stop). A run
-    /// told to stop writes nothing when the task is over or another node may run it (a cancel, a
-    /// lost lease, a finish elsewhere); on a hand-off or a shutdown it writes a successful result
-    /// it returned within the grace (the work is done: running it again would repeat it) and
-    /// otherwise leaves the task unfinished, released at once on a hand-off.
+    /// What the handler returns once told to stop: nothing for a lost lease (another node may run
+    /// the task now, or will once the lease runs out: the handler is dropped at once, a command
+    /// tool's process group with it, so the two runs never overlap); otherwise what it returns
+    /// within its grace (a hand-off's or a cancel's), unless the fence ends the run sooner.
+    async fn after_stop<F>(&self, sink: &TaskSink, work: &mut F) -> Option<F::Output>
+    where
+        F: std::future::Future + Unpin,
+    {
+        let grace = match sink.stop_reason() {
+            Some(StopReason::LeaseLost) => {
+                tracing::warn!(task = %sink.id, "lease lost; the handler is dropped at once");
+                return None;
+            }
+            Some(StopReason::HandedOff) => self.config.hand_off_grace,
+            _ => self.config.cancel_grace,
+        };
+        tokio::select! {
+            joined = tokio::time::timeout(grace, work) => match joined {
+                Ok(joined) => Some(joined),
+                Err(_) => {
+                    tracing::warn!(task = %sink.id, "handler ignored cancellation for the grace period; dropped");
+                    None
+                }
+            },
+            // The fence: the lease runs out before the grace would.
+            () = sink.kill.cancelled() => None,
+        }
+    }
+
+    /// Writes what the handler returned (`None`: it was dropped). A run told to stop writes
+    /// nothing when the task is over or another node may run it (a cancel, a lost lease, a finish
+    /// elsewhere); on a hand-off or a shutdown it writes a successful result returned within the
+    /// grace by a handler that did not see the stop (the work is done: running it again would
+    /// repeat it), and otherwise leaves the task unfinished, released at once on a hand-off.
     async fn conclude(&self, sink: &TaskSink, outcome: Option<std::thread::Result<Outcome>>) {
         let reason = sink.stop_reason();
         let outcome = match outcome {
