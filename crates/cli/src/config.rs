@@ -58,7 +58,17 @@ pub struct WebhooksSection {
     /// `[[webhooks.subscriptions]]`: the operator's own endpoints.
     #[serde(default)]
     pub subscriptions: Vec<SubscriptionEntry>,
+    /// Keys (`whkey_…`, from `mcp-tasks key seal`) that encrypt the secrets clients register
+    /// before they are stored: the first seals, every one listed opens (rotation). Replaced by
+    /// `MCP_TASKS_WEBHOOK_KEYS` (comma-separated) when that is set. Default: none, secrets are
+    /// stored as given.
+    #[serde(default)]
+    pub secret_keys: Vec<String>,
 }
+
+/// The environment variable that gives `[webhooks] secret_keys` (comma-separated), so the keys
+/// can stay out of the config file.
+pub const WEBHOOK_KEYS_ENV: &str = "MCP_TASKS_WEBHOOK_KEYS";
 
 /// `[[webhooks.subscriptions]]`: events of matching tasks go to one endpoint.
 #[derive(Debug, Deserialize)]
@@ -125,7 +135,19 @@ impl WebhooksSection {
                 events,
             });
         }
+        let key_texts = match std::env::var(WEBHOOK_KEYS_ENV) {
+            Ok(v) if !v.trim().is_empty() => v
+                .split(',')
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(String::from)
+                .collect(),
+            _ => self.secret_keys.clone(),
+        };
+        let secret_keys = mcp_tasks_server::webhooks::SecretKeys::parse(&key_texts)
+            .map_err(|e| anyhow::anyhow!("[webhooks] secret_keys: {e}"))?;
         let settings = WebhookSettings {
+            secret_keys,
             allowed_hosts: AllowedHosts::parse(&self.allowed_hosts).map_err(anyhow::Error::msg)?,
             max_age: hours,
             timeout: match self.timeout_secs {

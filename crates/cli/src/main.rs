@@ -125,6 +125,8 @@ enum KeyCommand {
         #[arg(long, default_value = "https://hooks.example.com/mcp-tasks")]
         url: String,
     },
+    /// Make a new key that encrypts stored webhook secrets and print the [webhooks] line for it.
+    Seal,
 }
 
 #[derive(clap::Args)]
@@ -301,6 +303,18 @@ fn main() -> Result<()> {
             println!("events = [\"task.failed\"]   # leave out for every event");
             println!("# principals = [\"alice\"]     # only these principals' tasks");
             println!("# tools = [\"deploy\"]         # only these tools' tasks");
+            Ok(())
+        }
+        Command::Key(KeyCommand::Seal) => {
+            let key = mcp_tasks_server::webhooks::seal::new_key();
+            println!("# Encrypts the webhook secrets clients register before they are stored. Keep it out of");
+            println!(
+                "# the database's backups (or give it as {}=<key>). To rotate, put a new key",
+                config::WEBHOOK_KEYS_ENV
+            );
+            println!("# first and keep this one listed until the tasks sealed with it are purged.");
+            println!("[webhooks]");
+            println!("secret_keys = [\"{key}\"]");
             Ok(())
         }
         Command::Call { .. }

@@ -1029,3 +1029,135 @@ async fn a_slow_receiver_does_not_delay_another_receivers_events() {
         "the fast receiver's event took {took:?}: it waited for the slow one"
     );
 }
+
+/// Whether any file of the SQLite store in `dir` (the database, its WAL, its change log) holds
+/// `text`.
+fn store_files_hold(dir: &Path, text: &str) -> bool {
+    std::fs::read_dir(dir).unwrap().flatten().any(|e| {
+        e.file_name().to_string_lossy().starts_with("tasks.db")
+            && std::fs::read(e.path())
+                .is_ok_and(|bytes| bytes.windows(text.len()).any(|w| w == text.as_bytes()))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_key_no_webhook_secret_is_stored_in_the_clear_and_deliveries_still_verify() {
+    // The secrets' key material, as it would show in a file.
+    let (client_key, sub_key) = (&SECRET[6..], &OTHER_SECRET[6..]);
+    let made = std::process::Command::new(common::bin())
+        .args(["key", "seal"])
+        .output()
+        .unwrap();
+    assert!(made.status.success());
+    let printed = common::text(&made.stdout);
+    let key = printed
+        .split('"')
+        .find(|s| s.starts_with("whkey_"))
+        .unwrap_or_else(|| panic!("no key in {printed}"))
+        .to_string();
+    let sub_rx = Receiver::start(OTHER_SECRET, &[]);
+    let subscription = format!(
+        "[[webhooks.subscriptions]]\nname = \"ops\"\nurl = \"{}\"\nsecret = \"{OTHER_SECRET}\"\n\
+         events = [\"task.completed\"]\n",
+        sub_rx.url()
+    );
+    // The control: without a key, the client's secret is in the store's files, once per task.
+    let plain = tempfile::tempdir().unwrap();
+    {
+        let args = on_file(plain.path(), &subscription);
+        let server = ServerProcess::start(&strs(&args));
+        let rx = Receiver::start(SECRET, &[]);
+        let mut c = Client::connect(&server.url).await;
+        create(
+            &mut c,
+            "slow_compute",
+            json!({"seconds": 0.1}),
+            json!({"url": rx.url(), "secret": SECRET}),
+        )
+        .await;
+        assert_eq!(rx.wait_for(1, Duration::from_secs(30))[0]["verified"], true);
+        sub_rx.wait_for(1, Duration::from_secs(30));
+        server.kill9();
+        assert!(store_files_hold(plain.path(), client_key));
+        assert!(
+            !store_files_hold(plain.path(), sub_key),
+            "a subscription's secret stays in the config"
+        );
+    }
+    // With the key: sealed before it is stored; the deliveries verify all the same.
+    let dir = tempfile::tempdir().unwrap();
+    let args = on_file(
+        dir.path(),
+        &format!("secret_keys = [\"{key}\"]\n{subscription}"),
+    );
+    let server = ServerProcess::start(&strs(&args));
+    let rx = Receiver::start(SECRET, &[]);
+    let mut c = Client::connect(&server.url).await;
+    create(
+        &mut c,
+        "slow_compute",
+        json!({"seconds": 0.1}),
+        json!({"url": rx.url(), "secret": SECRET}),
+    )
+    .await;
+    assert_eq!(rx.wait_for(1, Duration::from_secs(30))[0]["verified"], true);
+    // An event whose receiver is down, kept pending across a kill -9.
+    let port = common::free_port();
+    let created = create(
+        &mut c,
+        "slow_compute",
+        json!({"seconds": 0.1}),
+        json!({"url": format!("http://127.0.0.1:{port}/hooks"), "secret": SECRET}),
+    )
+    .await;
+    let id = created["task"]["taskId"].as_str().unwrap().to_string();
+    wait_deliveries(&server, &id, |d| {
+        d.first().is_some_and(|x| x["attempts"].as_u64() >= Some(1))
+    })
+    .await;
+    let subs = sub_rx.wait_for(3, Duration::from_secs(30));
+    assert!(subs.iter().all(|d| d["verified"] == true), "{subs:?}");
+    server.kill9();
+    assert!(
+        !store_files_hold(dir.path(), client_key),
+        "the client's secret is stored sealed"
+    );
+    assert!(!store_files_hold(dir.path(), sub_key));
+    // The key given by the environment instead; the pending event is opened and signed.
+    let args = on_file(dir.path(), &subscription);
+    let rx = Receiver::start_on(port, SECRET, &[]);
+    let mut cmd = common::serve_command(&strs(&args));
+    cmd.env("MCP_TASKS_WEBHOOK_KEYS", &key);
+    let server = ServerProcess::spawn(cmd);
+    let seen = rx.wait_for(1, Duration::from_secs(30));
+    assert_eq!(seen[0]["verified"], true);
+    assert_eq!(seen[0]["body"]["data"]["taskId"], id.as_str());
+    drop(server);
+    // Without the key, a sealed secret cannot sign: the attempt says which key it needs.
+    let args = on_file(dir.path(), "");
+    let server = ServerProcess::start(&strs(&args));
+    let delivery = deliveries(&server, &id).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let admin_url = base(&server);
+    let out = ClientCli::new(&server.url).run(&[
+        "admin",
+        "--url",
+        &admin_url,
+        "webhooks",
+        "redeliver",
+        &delivery,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let failed = wait_deliveries(&server, &id, |d| {
+        d.first().is_some_and(|x| x["state"] == "failed")
+    })
+    .await;
+    let why = failed[0]["lastError"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("sealed with key") && why.contains("secret_keys"),
+        "{failed:?}"
+    );
+    assert_eq!(rx.seen().len(), 1, "nothing unsigned was sent");
+}

@@ -112,7 +112,10 @@ impl fmt::Display for WebhookEvent {
 pub struct WebhookTarget {
     /// The endpoint (checked by the server when it was registered, and again on every connection).
     pub url: String,
-    /// The signing secret, `whsec_` and the base64 of the key (Standard Webhooks).
+    /// The signing secret, `whsec_` and the base64 of the key (Standard Webhooks), as the server
+    /// stores it: it may be sealed (encrypted at rest), and it is empty for an operator's
+    /// subscription, whose secret stays in the server's config. Stores keep it here only, once
+    /// per task and target, not in each event.
     pub secret: String,
     /// The events sent there; empty means [`WebhookEvent::DEFAULT`] (every status event).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -175,7 +178,8 @@ pub struct OutboxEntry {
     pub event: WebhookEvent,
     /// Where it goes.
     pub url: String,
-    /// What signs it.
+    /// What signs it: the target's secret as stored ([`WebhookTarget::secret`]), given with a
+    /// claim; empty in an operator's listing.
     pub secret: String,
     /// Who asked for it (see [`WebhookTarget::subscription`]).
     pub subscription: Option<String>,

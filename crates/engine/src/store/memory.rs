@@ -754,7 +754,12 @@ impl TaskStore for MemoryStore {
             .filter(|d| query.task_id.as_ref().is_none_or(|t| *t == d.entry.task_id))
             .filter(|d| query.state.is_none_or(|s| s == d.state))
             .take(query.limit())
-            .cloned()
+            .map(|d| {
+                // An operator's listing leaves the secret out, as the other stores do.
+                let mut d = d.clone();
+                d.entry.secret.clear();
+                d
+            })
             .collect())
     }
 

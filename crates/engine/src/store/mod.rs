@@ -454,7 +454,8 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Claims up to `limit` webhook deliveries for `node` until `lease_until`, oldest due first:
     /// pending, due by `now`, not leased by another node until after `now`, and each the oldest
     /// pending event of its task and target (so a task's events go out in order). One step: among
-    /// replicas, one claims each.
+    /// replicas, one claims each. Each comes with its target's secret, which a store keeps once,
+    /// with the task's targets, and copies into an event only when the task is purged before it.
     async fn claim_deliveries(
         &self,
         node: &str,
@@ -474,7 +475,7 @@ pub trait TaskStore: Send + Sync + 'static {
         next: DeliveryNext,
     ) -> Result<bool, StoreError>;
 
-    /// Deliveries for an operator, newest first.
+    /// Deliveries for an operator, newest first, without their secrets (`secret` is empty).
     async fn deliveries(&self, query: &DeliveryQuery) -> Result<Vec<Delivery>, StoreError>;
 
     /// The attempts made to deliver `id`, oldest first.

@@ -353,7 +353,7 @@ async fn status_changes_write_webhook_events_in_the_same_step(s: impl TaskStore)
     );
     let done = &events[1];
     assert_eq!(done.entry.url, "https://a.example/hook");
-    assert_eq!(done.entry.secret, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+    assert_eq!(done.entry.secret, "", "a listing leaves the secret out");
     assert!(done.entry.id.starts_with("msg_") && done.entry.id != events[0].entry.id);
     assert_eq!((done.attempts, done.next_at), (0, 4_000));
     let seen: EventSnapshot = serde_json::from_str(&done.entry.snapshot).unwrap();
@@ -440,6 +440,10 @@ async fn deliveries_are_claimed_once_and_in_order_per_task_and_target(s: impl Ta
             .map(|d| d.entry.id.as_str())
             .collect::<Vec<_>>(),
         [first.as_str()]
+    );
+    assert_eq!(
+        claimed[0].entry.secret, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        "a claim comes with its target's secret"
     );
     assert!(
         s.claim_deliveries("node-b", 5_000, 35_000, 10)
@@ -643,6 +647,12 @@ async fn deliveries_are_listed_redelivered_and_purged(s: impl TaskStore) {
         .await
         .unwrap();
     assert!(again.iter().any(|d| d.entry.id == w));
+    assert!(
+        again
+            .iter()
+            .all(|d| d.entry.secret == "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+        "an event outliving its task is claimed with its target's secret"
+    );
     for d in &again {
         s.finish_delivery(
             &d.entry.id,

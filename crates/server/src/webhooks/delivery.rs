@@ -349,7 +349,11 @@ impl Deliverer {
                 return (done(None, Some(why)), DeliveryNext::GiveUp);
             }
         };
-        let key = match sign::key_of(&d.entry.secret) {
+        let key = match self
+            .settings
+            .signing_secret(&d.entry)
+            .and_then(|s| sign::key_of(&s))
+        {
             Ok(k) => k,
             Err(e) => return (done(None, Some(e)), DeliveryNext::GiveUp),
         };

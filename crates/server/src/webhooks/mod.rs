@@ -7,6 +7,7 @@
 pub mod address;
 pub mod body;
 pub mod delivery;
+pub mod seal;
 pub mod sign;
 
 use mcp_tasks_engine::webhook::{WebhookEvent, WebhookTarget};
@@ -14,6 +15,7 @@ use serde_json::{json, Map, Value};
 use std::time::Duration;
 
 pub use address::AllowedHosts;
+pub use seal::SecretKeys;
 
 /// The `_meta` key of a registration on `tools/call`, and of what the create result says back.
 pub use mcp_tasks_protocol::meta::WEBHOOK as META_KEY;
@@ -72,6 +74,9 @@ pub struct WebhookSettings {
     /// each is an endpoint the server will call, so a principal cannot make it call without bound.
     /// Checked at registration, so calls at the same moment may pass it by their number.
     pub max_registrations_per_principal: u64,
+    /// The keys the secrets clients register are sealed with before they are stored (none: stored
+    /// as given). See [`seal`].
+    pub secret_keys: SecretKeys,
 }
 
 impl Default for WebhookSettings {
@@ -83,6 +88,7 @@ impl Default for WebhookSettings {
             subscriptions: Vec::new(),
             keep_settled: Duration::from_secs(7 * 24 * 3600),
             max_registrations_per_principal: 1000,
+            secret_keys: SecretKeys::default(),
         }
     }
 }
@@ -98,6 +104,31 @@ impl WebhookSettings {
                 .map_err(|e| format!("[[webhooks.subscriptions]] {:?}: {e}", s.name))?;
         }
         Ok(())
+    }
+
+    /// The secret that signs delivery `entry`: its target's, opened if sealed, or, for an
+    /// operator's subscription (whose targets keep no secret), the subscription's as configured
+    /// now, so that a changed secret applies to events still pending.
+    pub fn signing_secret(
+        &self,
+        entry: &mcp_tasks_engine::webhook::OutboxEntry,
+    ) -> Result<String, String> {
+        if !entry.secret.is_empty() {
+            return self.secret_keys.open(&entry.secret);
+        }
+        let Some(name) = &entry.subscription else {
+            return Err("the event's target has no secret".into());
+        };
+        self.subscriptions
+            .iter()
+            .find(|s| s.name == *name)
+            .map(|s| s.secret.clone())
+            .ok_or_else(|| {
+                format!(
+                    "subscription {name:?} is no longer in [[webhooks.subscriptions]]: its events \
+                     cannot be signed"
+                )
+            })
     }
 }
 
@@ -131,7 +162,9 @@ pub(crate) async fn register(
             .filter(|s| s.matches(owner, tool))
             .map(|s| WebhookTarget {
                 url: s.url.clone(),
-                secret: s.secret.clone(),
+                // Kept in the config only: the delivery signs with the subscription's secret
+                // (`WebhookSettings::signing_secret`), not a copy in every task.
+                secret: String::new(),
                 events: s.events.clone(),
                 subscription: Some(s.name.clone()),
             }),
@@ -208,7 +241,7 @@ async fn client_target(
     Ok((
         WebhookTarget {
             url: url.to_string(),
-            secret,
+            secret: settings.secret_keys.seal(&secret),
             events,
             subscription: None,
         },

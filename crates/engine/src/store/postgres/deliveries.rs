@@ -13,8 +13,17 @@ use crate::webhook::{
     WebhookEvent,
 };
 
-const DELIVERY_COLUMNS: &str = "id, task_id, target, event, url, secret, subscription, snapshot, \
-     created_at, state, attempts, next_at, delivered_at, last_status, last_error";
+/// An operator's listing: without the secret.
+const DELIVERY_COLUMNS: &str = "id, task_id, target, event, url, '' AS secret, subscription, \
+     snapshot, created_at, state, attempts, next_at, delivered_at, last_status, last_error";
+
+/// A claim (of the updated rows `w`): with the secret, which a row holds only once its task is
+/// purged (see `keep_secrets_of_purged`); until then it is read from the task's targets, where it
+/// is kept once. Read as `json`, not `jsonb`, which refuses some text a row may hold.
+const CLAIM_COLUMNS: &str = "w.id, w.task_id, w.target, w.event, w.url, \
+     COALESCE(NULLIF(w.secret, ''), (SELECT t.webhooks::json -> w.target ->> 'secret' \
+     FROM tasks t WHERE t.id = w.task_id), ''), w.subscription, w.snapshot, w.created_at, \
+     w.state, w.attempts, w.next_at, w.delivered_at, w.last_status, w.last_error";
 
 fn time(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
@@ -69,12 +78,7 @@ pub(super) async fn claim(
              AND p.task_id = o.task_id AND p.target = o.target AND p.seq < o.seq) \
              ORDER BY next_at, seq LIMIT $4 FOR UPDATE SKIP LOCKED) \
              UPDATE webhook_outbox w SET lease_owner = $2, lease_until = $3 FROM due \
-             WHERE w.seq = due.seq RETURNING {}, w.seq",
-            DELIVERY_COLUMNS
-                .split(", ")
-                .map(|c| format!("w.{c}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+             WHERE w.seq = due.seq RETURNING {CLAIM_COLUMNS}, w.seq"
         ))
         .await
         .context("prepare the webhook delivery claim")?;

@@ -721,6 +721,19 @@ impl TaskStore for PostgresStore {
                 )
                 .await
                 .context("delete the step journals of expired tasks")?;
+                // Events outlive their task: those still kept get the secret of their target,
+                // which goes with the task's row (only events outliving their task hold one).
+                tx.execute(
+                    &format!(
+                        "UPDATE webhook_outbox o SET secret = COALESCE(t.webhooks::json \
+                         -> o.target ->> 'secret', '') FROM tasks t WHERE o.task_id = t.id \
+                         AND o.secret = '' AND t.webhooks IS NOT NULL AND t.id IN \
+                         (SELECT id FROM tasks WHERE {cond})"
+                    ),
+                    &[&now, &grace_edge],
+                )
+                .await
+                .context("keep the webhook secrets of expired tasks' events")?;
                 let tasks = tx
                     .execute(&format!("DELETE FROM tasks WHERE {cond}"), &[&now, &grace_edge])
                     .await

@@ -286,12 +286,11 @@ async fn write_task(
         &version,
         &checkpoint,
     ];
-    let outbox_params: [&(dyn ToSql + Sync); 7] = [
+    let outbox_params: [&(dyn ToSql + Sync); 6] = [
         &outbox.ids,
         &outbox.targets,
         &outbox.events,
         &outbox.urls,
-        &outbox.secrets,
         &outbox.subscriptions,
         &outbox.snapshots,
     ];
@@ -348,11 +347,11 @@ fn write_sql(
             "WITH u AS ({UPDATE_TASK} RETURNING id){history_row} \
              INSERT INTO webhook_outbox (id, task_id, target, event, url, secret, subscription, \
              snapshot, created_at, next_at, state, attempts) \
-             SELECT e.id, u.id, e.target, e.event, e.url, e.secret, e.subscription, e.snapshot, $6, $6, \
+             SELECT e.id, u.id, e.target, e.event, e.url, '', e.subscription, e.snapshot, $6, $6, \
              CASE WHEN EXISTS (SELECT 1 FROM webhook_outbox g WHERE g.task_id = u.id \
              AND g.target = e.target AND g.state = 'gone') THEN 'gone' ELSE 'pending' END, 0 \
              FROM u, unnest($17::TEXT[], $18::INT[], $19::TEXT[], $20::TEXT[], \
-             $21::TEXT[], $22::TEXT[], $23::TEXT[]) AS e(id, target, event, url, secret, subscription, snapshot)"
+             $21::TEXT[], $22::TEXT[]) AS e(id, target, event, url, subscription, snapshot)"
         ))
     }
 }
@@ -364,7 +363,6 @@ struct Outbox {
     targets: Vec<i32>,
     events: Vec<&'static str>,
     urls: Vec<String>,
-    secrets: Vec<String>,
     subscriptions: Vec<Option<String>>,
     snapshots: Vec<String>,
 }
@@ -377,7 +375,6 @@ impl Outbox {
             o.targets.push(i32::try_from(e.target).unwrap_or(i32::MAX));
             o.events.push(e.event.as_str());
             o.urls.push(e.url.clone());
-            o.secrets.push(e.secret.clone());
             o.subscriptions.push(e.subscription.clone());
             o.snapshots.push(e.snapshot.clone());
         }

@@ -138,6 +138,13 @@ CREATE TABLE sessions (
               status INTEGER, latency_ms BIGINT NOT NULL, error TEXT); \
               CREATE INDEX webhook_attempts_delivery ON webhook_attempts (delivery, at);",
     },
+    Migration {
+        version: 9,
+        what: "keep a webhook secret once, with its task, not in each of its events",
+        // A row keeps its copy only where its task is gone (or holds another secret).
+        sql: "UPDATE webhook_outbox o SET secret = '' FROM tasks t WHERE t.id = o.task_id \
+              AND o.secret = t.webhooks::json -> o.target ->> 'secret';",
+    },
 ];
 
 /// The version a database is at once every migration is applied.

@@ -12,8 +12,27 @@ use crate::webhook::{
     WebhookEvent,
 };
 
-const DELIVERY_COLUMNS: &str = "id, task_id, target, event, url, secret, subscription, snapshot, \
-     created_at, state, attempts, next_at, delivered_at, last_status, last_error";
+/// The columns a [`Delivery`] is read from, with `{secret}` for what stands in the secret's place.
+macro_rules! delivery_columns {
+    ($secret:literal) => {
+        concat!(
+            "id, task_id, target, event, url, ",
+            $secret,
+            ", subscription, snapshot, created_at, state, attempts, next_at, delivered_at, \
+             last_status, last_error"
+        )
+    };
+}
+
+/// An operator's listing: without the secret.
+const DELIVERY_COLUMNS: &str = delivery_columns!("''");
+
+/// A claim: with the secret, which a row holds only once its task is purged (see `purge_task`);
+/// until then it is read from the task's targets, where it is kept once.
+const CLAIM_COLUMNS: &str = delivery_columns!(
+    "COALESCE(NULLIF(o.secret, ''), (SELECT json_extract(t.webhooks, '$[' || o.target || \
+     '].secret') FROM tasks t WHERE t.id = o.task_id), '')"
+);
 
 fn text_error(idx: usize, what: String) -> rusqlite::Error {
     rusqlite::Error::FromSqlConversionFailure(idx, Type::Text, what.into())
@@ -73,7 +92,7 @@ pub(super) fn claim(
     let now = sql_int(now);
     let found = conn
         .prepare_cached(&format!(
-            "SELECT {DELIVERY_COLUMNS} FROM webhook_outbox o WHERE state = 'pending' \
+            "SELECT {CLAIM_COLUMNS} FROM webhook_outbox o WHERE state = 'pending' \
              AND next_at <= ?1 AND (lease_owner IS NULL OR lease_owner = ?2 OR lease_until <= ?1) \
              AND NOT EXISTS (SELECT 1 FROM webhook_outbox p WHERE p.state = 'pending' \
              AND p.task_id = o.task_id AND p.target = o.target AND p.seq < o.seq) \
@@ -243,6 +262,28 @@ pub(super) fn count_registrations(
     })
     .map(|n| u64::try_from(n).unwrap_or(0))
     .with_context(|| format!("count the webhook registrations of {owner}"))
+}
+
+/// Before the tasks matching `cond` (over `?1` and `?2`) are deleted: their events that are still
+/// kept get the secret of their target, which goes with the task's row. Only events outliving their
+/// task hold one.
+pub(super) fn keep_secrets_of_purged(
+    conn: &Connection,
+    cond: &str,
+    now: i64,
+    edge: i64,
+) -> Result<usize, StoreError> {
+    conn.execute(
+        &format!(
+            "UPDATE webhook_outbox SET secret = COALESCE((SELECT json_extract(t.webhooks, \
+             '$[' || webhook_outbox.target || '].secret') FROM tasks t \
+             WHERE t.id = webhook_outbox.task_id), '') \
+             WHERE secret = '' AND task_id IN (SELECT id FROM tasks WHERE webhooks IS NOT NULL \
+             AND {cond})"
+        ),
+        params![now, edge],
+    )
+    .context("keep the webhook secrets of expired tasks' events")
 }
 
 /// Removes settled deliveries written before `before`, with their attempts.

@@ -780,6 +780,7 @@ impl TaskStore for SqliteStore {
                 params![now, grace_edge],
             )
             .context("delete the step journals of expired tasks")?;
+            deliveries::keep_secrets_of_purged(conn, cond, now, grace_edge)?;
             let tasks = conn
                 .execute(
                     &format!("DELETE FROM tasks WHERE {cond}"),

@@ -331,11 +331,12 @@ pub(super) fn update_task(
     was: crate::webhook::WriteBase,
 ) -> Result<(), StoreError> {
     for e in crate::webhook::outbox_entries(t, was) {
+        // The secret is not copied: it is kept once, with the task's targets (`deliveries.rs`).
         // After a 410 from a target, the task's later events to it are settled as gone at once.
         conn.prepare_cached(
             "INSERT INTO webhook_outbox (id, task_id, target, event, url, secret, subscription, \
              snapshot, created_at, next_at, state, attempts) \
-             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, \
+             SELECT ?1, ?2, ?3, ?4, ?5, '', ?6, ?7, ?8, ?8, \
              CASE WHEN EXISTS (SELECT 1 FROM webhook_outbox WHERE task_id = ?2 AND target = ?3 \
              AND state = 'gone') THEN 'gone' ELSE 'pending' END, 0",
         )
@@ -346,7 +347,6 @@ pub(super) fn update_task(
                 e.target,
                 e.event.as_str(),
                 e.url,
-                e.secret,
                 e.subscription,
                 e.snapshot,
                 sql_int(e.created_at),

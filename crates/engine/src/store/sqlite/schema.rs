@@ -163,6 +163,14 @@ CREATE TABLE IF NOT EXISTS sessions (
         sql: "CREATE TABLE change_log (flushed_seq INTEGER NOT NULL); \
               INSERT INTO change_log (flushed_seq) VALUES (0);",
     },
+    Migration {
+        version: 12,
+        what: "keep a webhook secret once, with its task, not in each of its events",
+        // A row keeps its copy only where its task is gone (or holds another secret).
+        sql: "UPDATE webhook_outbox SET secret = '' WHERE secret = (SELECT \
+              json_extract(t.webhooks, '$[' || webhook_outbox.target || '].secret') \
+              FROM tasks t WHERE t.id = webhook_outbox.task_id);",
+    },
 ];
 
 /// The version a database is at once every migration is applied.

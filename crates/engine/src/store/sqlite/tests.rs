@@ -914,3 +914,63 @@ async fn a_crash_while_a_batch_is_in_flight_replays_both_log_files() {
     assert_eq!(rows.len(), 2 * changelog::FLUSH_TASKS + 6 + 3);
     assert!(rows.contains(&("b000".to_string(), "completed".to_string())));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_secret_is_kept_once_with_its_task_and_not_in_its_events() {
+    use crate::webhook::WebhookTarget;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("secrets.db");
+    let secret = "whsec_c2VjcmV0LWtlcHQtb25jZS1mb3ItdGhpcy10ZXN0";
+    let mut t = super::super::testkit::record("hooked", "alice", 1_000);
+    t.webhooks = vec![WebhookTarget {
+        url: "https://a.example/hook".into(),
+        secret: secret.into(),
+        events: vec![],
+        subscription: None,
+    }];
+    let secrets_in_events = |path: &Path| -> (i64, i64) {
+        let raw = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        raw.query_row(
+            "SELECT count(*), count(*) FILTER (WHERE secret <> '') FROM webhook_outbox",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+    };
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        store.create(t, None).await.unwrap();
+        store
+            .update("hooked", &TaskStatus::ACTIVE, completed(2_000), 2_000)
+            .await
+            .unwrap();
+        assert_eq!(secrets_in_events(&path), (1, 0), "the event holds no copy");
+        let claimed = store
+            .claim_deliveries("node-a", 3_000, 30_000, 10)
+            .await
+            .unwrap();
+        assert_eq!(
+            claimed[0].entry.secret, secret,
+            "a claim reads it from the task"
+        );
+    }
+    // What builds before schema version 12 wrote: a copy in each event. Opening drops it.
+    {
+        let raw = Connection::open(&path).unwrap();
+        raw.execute("UPDATE webhook_outbox SET secret = ?1", [secret])
+            .unwrap();
+        raw.execute_batch("PRAGMA user_version = 11").unwrap();
+    }
+    assert_eq!(secrets_in_events(&path), (1, 1));
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(
+        secrets_in_events(&path),
+        (1, 0),
+        "the migration drops the copies"
+    );
+    let claimed = store
+        .claim_deliveries("node-b", 1 << 40, 1 << 41, 10)
+        .await
+        .unwrap();
+    assert_eq!(claimed[0].entry.secret, secret);
+}
