@@ -7,6 +7,12 @@
 //! random part of the cycle, and kills the server in the middle of it. After the last cycle the
 //! server is started once more and every acknowledged task is read until it is finished, or until
 //! the settle time runs out. Loopback only; every wait is bounded.
+//!
+//! Some of the tasks are the demo's `pipeline`, whose step bodies each write an audit line (task,
+//! item, attempt). From every process's lines a history checker (in Jepsen's manner) asserts that
+//! no two runs of one task overlapped (the processes ran one after another, and within one the
+//! log is in order), that a task's attempts grow from run to run, and that each interruption made
+//! at most one step run again: the step in flight at the kill.
 
 use anyhow::{bail, Context, Result};
 use serde_json::json;
@@ -54,6 +60,20 @@ struct Tally {
     kills: usize,
     plain_calls: usize,
     cancels: usize,
+    /// What the history checker found.
+    history: History,
+}
+
+/// The pipeline tasks' side effects, from the audit lines, and what was wrong with them.
+#[derive(Default)]
+struct History {
+    tasks: usize,
+    steps: usize,
+    /// Step bodies that ran again (each allowed by an interruption of its task).
+    again: usize,
+    /// Interruptions: runs of a task after its first.
+    interruptions: usize,
+    violations: Vec<String>,
 }
 
 /// Runs the soak on every store asked for; `Err` when any task was lost or stuck.
@@ -113,6 +133,26 @@ pub async fn run(args: SoakArgs) -> Result<()> {
             tally.plain_calls,
             tally.cancels,
         );
+        let h = &tally.history;
+        println!(
+            "{:<10} history: {} pipeline tasks, {} step bodies run, {} again after {} interruptions, \
+             {} violations",
+            "",
+            h.tasks,
+            h.steps,
+            h.again,
+            h.interruptions,
+            h.violations.len()
+        );
+        for v in h.violations.iter().take(5) {
+            println!("    history: {v}");
+        }
+        if !h.violations.is_empty() {
+            failed.push(format!(
+                "{store}: the history checker found {} violations",
+                h.violations.len()
+            ));
+        }
         for id in tally.lost.iter().take(5) {
             println!("    lost: {id}");
         }
@@ -176,8 +216,9 @@ async fn soak_store(args: &SoakArgs, store_url: &str, scratch: &std::path::Path)
     let counts: Arc<Mutex<(usize, usize)>> = Arc::default();
     let mut tally = Tally::default();
     let mut rng = Rng::new(0x5eed ^ args.cycles as u64);
-    for _ in 0..args.cycles {
-        let mut running = target.start()?;
+    let log_of = |cycle: usize| scratch.join(format!("cycle-{cycle}.log"));
+    for cycle in 0..args.cycles {
+        let mut running = target.start_logged(&log_of(cycle))?;
         let stop = tokio_util::sync::CancellationToken::new();
         let workers: Vec<_> = (0..args.clients)
             .map(|i| {
@@ -212,14 +253,140 @@ async fn soak_store(args: &SoakArgs, store_url: &str, scratch: &std::path::Path)
             let _ = w.await;
         }
     }
-    let running = target.start()?;
+    let running = target.start_logged(&log_of(args.cycles))?;
     let acked = acked.lock().map(|a| a.clone()).unwrap_or_default();
     let (plain, cancels) = counts.lock().map(|c| *c).unwrap_or_default();
     tally.plain_calls = plain;
     tally.cancels = cancels;
     tally.acknowledged = acked.len();
     settle(&running.url, &acked, args.settle, &mut tally).await?;
+    drop(running);
+    let logs: Vec<String> = (0..=args.cycles)
+        .map(|c| std::fs::read_to_string(log_of(c)).unwrap_or_default())
+        .collect();
+    tally.history = check_history(&logs);
     Ok(tally)
+}
+
+/// Where an audit line is: (process, line).
+type Place = (usize, usize);
+
+/// One step body's run, from its audit line: the process (cycle) and the line's place in that
+/// process's log make a total order that agrees with time.
+#[derive(Clone, Debug)]
+struct StepRan {
+    task: String,
+    item: u64,
+    attempt: u64,
+    at: Place,
+    /// The line says the step's output was recorded (the handler has it), not that its body ran.
+    recorded: bool,
+}
+
+/// The audit lines of `logs` (one per process, in the order they ran) as step runs.
+fn steps_ran(logs: &[String]) -> Vec<StepRan> {
+    let field = |line: &str, name: &str| -> Option<String> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(name))
+            .map(|v| v.trim_matches('"').to_string())
+    };
+    let mut out = Vec::new();
+    for (cycle, log) in logs.iter().enumerate() {
+        for (n, line) in log.lines().enumerate() {
+            let recorded = line.contains("pipeline step recorded");
+            if !recorded && !line.contains("pipeline step ran") {
+                continue;
+            }
+            let (Some(task), Some(item), Some(attempt)) = (
+                field(line, "task="),
+                field(line, "item=").and_then(|v| v.parse().ok()),
+                field(line, "attempt=").and_then(|v| v.parse().ok()),
+            ) else {
+                continue;
+            };
+            out.push(StepRan {
+                task,
+                item,
+                attempt,
+                at: (cycle, n),
+                recorded,
+            });
+        }
+    }
+    out
+}
+
+/// Checks the history: per task, its runs (process, attempt) do not overlap and their attempts
+/// grow; its step bodies ran again at most once per interruption.
+fn check_history(logs: &[String]) -> History {
+    let lines = steps_ran(logs);
+    let (recorded, ran): (Vec<StepRan>, Vec<StepRan>) = lines.into_iter().partition(|l| l.recorded);
+    let mut h = History {
+        steps: ran.len(),
+        ..History::default()
+    };
+    // Once a step's output is recorded, every later run replays it: its body never runs again.
+    let mut recorded_at: BTreeMap<(&str, u64), Place> = BTreeMap::new();
+    for r in &recorded {
+        let at = recorded_at.entry((&r.task, r.item)).or_insert(r.at);
+        *at = (*at).min(r.at);
+    }
+    for r in &ran {
+        if recorded_at
+            .get(&(r.task.as_str(), r.item))
+            .is_some_and(|at| *at < r.at)
+        {
+            h.violations.push(format!(
+                "task {}: item {}'s body ran again in attempt {} after its output was recorded",
+                r.task, r.item, r.attempt
+            ));
+        }
+    }
+    let mut by_task: BTreeMap<&str, Vec<&StepRan>> = BTreeMap::new();
+    for r in &ran {
+        by_task.entry(&r.task).or_default().push(r);
+    }
+    h.tasks = by_task.len();
+    for (task, effects) in by_task {
+        // Runs: (cycle, attempt) → (first, last) place.
+        let mut runs: BTreeMap<(usize, u64), (Place, Place)> = BTreeMap::new();
+        for e in &effects {
+            let span = runs.entry((e.at.0, e.attempt)).or_insert((e.at, e.at));
+            span.0 = span.0.min(e.at);
+            span.1 = span.1.max(e.at);
+        }
+        let mut spans: Vec<_> = runs.into_iter().collect();
+        spans.sort_by_key(|(_, (first, _))| *first);
+        for pair in spans.windows(2) {
+            let (((_, a_attempt), (_, a_last)), ((_, b_attempt), (b_first, _))) =
+                (pair[0], pair[1]);
+            if a_last > b_first {
+                h.violations.push(format!(
+                    "task {task}: attempt {a_attempt} went on after attempt {b_attempt} began"
+                ));
+            }
+            if b_attempt <= a_attempt {
+                h.violations.push(format!(
+                    "task {task}: a run of attempt {b_attempt} came after one of attempt {a_attempt}"
+                ));
+            }
+        }
+        let interruptions = spans.len().saturating_sub(1);
+        let mut count: BTreeMap<u64, usize> = BTreeMap::new();
+        for e in &effects {
+            *count.entry(e.item).or_default() += 1;
+        }
+        let again: usize = count.values().map(|n| n - 1).sum();
+        h.again += again;
+        h.interruptions += interruptions;
+        if again > interruptions {
+            h.violations.push(format!(
+                "task {task}: step bodies ran again {again} times after {interruptions} \
+                 interruptions (at most one each): {count:?}"
+            ));
+        }
+    }
+    h
 }
 
 /// One client's load until it is stopped: tasks of 0–3 s (some cancelled at once), reads, plain
@@ -242,10 +409,19 @@ async fn load(
             let roll = rng.below(100);
             let outcome: Result<()> = async {
                 if roll < 60 {
-                    let secs = rng.below(3000) as f64 / 1000.0;
-                    let id = client
-                        .create_of("slow_compute", json!({"seconds": secs}))
-                        .await?;
+                    // A tenth of them journaled, for the history checker (and not among
+                    // the ones cancelled at once below).
+                    let id = if (12..18).contains(&roll) {
+                        let items = 2 + rng.below(6);
+                        client
+                            .create_of("pipeline", json!({"items": items, "seconds_per_item": 0.2}))
+                            .await?
+                    } else {
+                        let secs = rng.below(3000) as f64 / 1000.0;
+                        client
+                            .create_of("slow_compute", json!({"seconds": secs}))
+                            .await?
+                    };
                     if let Ok(mut a) = acked.lock() {
                         a.push(Acked {
                             id: id.clone(),
@@ -360,5 +536,57 @@ impl Rng {
         } else {
             self.next() % n
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(task: &str, item: u64, attempt: u64) -> String {
+        format!(
+            "2026-12-02T01:00:00.000Z  INFO mcp_tasks::audit: pipeline step ran task={task} item={item} attempt={attempt}\n"
+        )
+    }
+
+    #[test]
+    fn the_checker_allows_one_step_again_per_interruption_and_nothing_more() {
+        // Run 1 did items 0 and 1 and was killed in item 2 (its body ran, not recorded); run 2
+        // did item 2 again and the rest.
+        let logs = [
+            line("t", 0, 1) + &line("t", 1, 1) + &line("t", 2, 1),
+            line("t", 2, 2) + &line("t", 3, 2),
+        ];
+        let h = check_history(&logs);
+        assert_eq!((h.tasks, h.steps, h.again, h.interruptions), (1, 5, 1, 1));
+        assert!(h.violations.is_empty(), "{:?}", h.violations);
+        // A body run again after its output was recorded: the record was lost.
+        let rec = |task: &str, item: u64, attempt: u64| {
+            line(task, item, attempt).replace("step ran", "step recorded")
+        };
+        let logs = [
+            line("t", 0, 1) + &rec("t", 0, 1) + &line("t", 1, 1),
+            line("t", 0, 2),
+        ];
+        let v = check_history(&logs).violations;
+        assert!(
+            v.iter()
+                .any(|v| v.contains("after its output was recorded")),
+            "{v:?}"
+        );
+        // Two steps again after one interruption: a journal that lost a recorded step.
+        let logs = [
+            line("t", 0, 1) + &line("t", 1, 1),
+            line("t", 0, 2) + &line("t", 1, 2),
+        ];
+        assert_eq!(check_history(&logs).violations.len(), 1);
+        // Two runs in one process, interleaved: the task ran twice at once.
+        let logs = [line("t", 0, 1) + &line("t", 0, 2) + &line("t", 1, 1)];
+        let v = check_history(&logs).violations;
+        assert!(v.iter().any(|v| v.contains("went on")), "{v:?}");
+        // A later run with an older attempt.
+        let logs = [line("t", 0, 2), line("t", 1, 1)];
+        let v = check_history(&logs).violations;
+        assert!(v.iter().any(|v| v.contains("came after")), "{v:?}");
     }
 }

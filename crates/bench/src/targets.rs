@@ -47,10 +47,19 @@ impl Target {
 
     /// Starts the target and waits at most `limit` for its URL.
     pub fn start_within(&self, limit: Duration) -> Result<Running> {
+        self.start_with(limit, None)
+    }
+
+    /// Starts the target with its audit log lines (and errors) appended to `log`, without colours.
+    pub fn start_logged(&self, log: &std::path::Path) -> Result<Running> {
+        self.start_with(Duration::from_secs(60), Some(log))
+    }
+
+    fn start_with(&self, limit: Duration, log: Option<&std::path::Path>) -> Result<Running> {
         let mut children = Vec::new();
         let mut urls = Vec::new();
         for _ in 0..self.replicas.max(1) {
-            let (child, url) = self.start_one(limit)?;
+            let (child, url) = self.start_one(limit, log)?;
             children.push(child);
             urls.push(url);
         }
@@ -60,16 +69,29 @@ impl Target {
         })
     }
 
-    fn start_one(&self, limit: Duration) -> Result<(Child, String)> {
+    fn start_one(&self, limit: Duration, log: Option<&std::path::Path>) -> Result<(Child, String)> {
         let (program, args) = self
             .command
             .split_first()
             .context("a target needs a command")?;
-        let mut child = Command::new(program)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .env("RUST_LOG", "error")
+        let mut cmd = Command::new(program);
+        cmd.args(args).stdout(Stdio::piped());
+        match log {
+            Some(path) => {
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .with_context(|| format!("open {}", path.display()))?;
+                cmd.stderr(Stdio::from(file))
+                    .env("RUST_LOG", "error,mcp_tasks::audit=info")
+                    .env("NO_COLOR", "1");
+            }
+            None => {
+                cmd.stderr(Stdio::null()).env("RUST_LOG", "error");
+            }
+        }
+        let mut child = cmd
             .spawn()
             .with_context(|| format!("cannot start {}: {:?}", self.name, self.command))?;
         let stdout = child.stdout.take().context("no stdout")?;

@@ -157,6 +157,10 @@ struct ServeArgs {
 }
 
 fn main() -> Result<()> {
+    // Started as a command tool's supervisor, this process supervises and exits here.
+    mcp_tasks_server::tools::supervisor::run_if_asked();
+    // `/proc/self/exe`, not the path: it names this binary even after an upgrade replaced it.
+    mcp_tasks_server::tools::supervisor::enable(PathBuf::from("/proc/self/exe"));
     let cli = Cli::parse();
     // Generated from the flags themselves, so they never go stale.
     match &cli.command {

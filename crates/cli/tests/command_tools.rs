@@ -35,6 +35,23 @@ echo done
 "#,
     )
     .unwrap();
+    // Three descendants that a process group does not hold together: a child in the group, one
+    // that left it by setsid while its parent lives, and a double-forked daemon (its parent gone).
+    let family = dir.join("family.sh");
+    std::fs::write(
+        &family,
+        format!(
+            r#"d={dir}/$1
+sleep 300 & echo $! > "$d.kid"
+setsid sleep 300 & echo $! > "$d.setsid"
+(setsid sleep 300 & echo $! > "$d.daemon")
+echo started
+wait
+"#,
+            dir = dir.display()
+        ),
+    )
+    .unwrap();
     std::fs::write(
         &ask,
         r#"echo before
@@ -97,7 +114,20 @@ task_support = "required"
 name = "missing_program"
 command = ["/nonexistent/program"]
 task_support = "optional"
+
+[[tools]]
+name = "family"
+command = ["sh", "{family}", "{{tag}}"]
+task_support = "required"
+kill_grace_secs = 1
+
+[[tools]]
+name = "leaves_a_daemon"
+command = ["sh", "-c", "(setsid sleep 300 & echo $! > {daemon_pid}); echo left"]
+task_support = "optional"
 "#,
+            family = family.display(),
+            daemon_pid = dir.join("daemon.pid").display(),
             pid = pidfile.display(),
             ask = ask.display(),
             long_ask = long_ask.display(),
@@ -387,4 +417,81 @@ async fn a_flood_of_progress_lines_is_coalesced_and_the_last_report_wins() {
         .map(Result::unwrap)
         .collect();
     assert!(history.len() < 100, "{history:?}");
+}
+
+/// The pids a `family` task `tag` wrote, once it wrote all three.
+fn family_pids(dir: &std::path::Path, tag: &str) -> Vec<i32> {
+    let read = || -> Option<Vec<i32>> {
+        ["kid", "setsid", "daemon"]
+            .iter()
+            .map(|k| {
+                std::fs::read_to_string(dir.join(format!("{tag}.{k}")))
+                    .ok()?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .collect()
+    };
+    assert!(
+        common::eventually(Duration::from_secs(5), || read().is_some()),
+        "the family of {tag} did not start"
+    );
+    read().unwrap()
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie is gone for this purpose: it runs nothing and waits only for its parent.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_a_command_started_outlives_a_cancel_an_exit_or_a_killed_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let server = ServerProcess::start(&["--store", "memory:", "--config", cfg.to_str().unwrap()]);
+    let mut c = Client::connect(&server.url).await;
+    // A cancel: the group gets SIGTERM then SIGKILL; the two that left it go too.
+    let id = c.create_task("family", json!({"tag": "cancelled"})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let pids = family_pids(dir.path(), "cancelled");
+    assert!(pids.iter().all(|&p| alive(p)));
+    let r = c.request("tasks/cancel", json!({"taskId": id})).await;
+    assert_eq!(r.result()["status"], "cancelled");
+    assert!(
+        common::eventually(Duration::from_secs(6), || pids.iter().all(|&p| !alive(p))),
+        "after a cancel, alive: {:?}",
+        pids.iter().filter(|&&p| alive(p)).collect::<Vec<_>>()
+    );
+    // A program that exits, leaving a daemon behind: the daemon goes with the run.
+    let done = c
+        .request(
+            "tools/call",
+            json!({"name": "leaves_a_daemon", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(done.result()["isError"], json!(null), "{done:?}");
+    let daemon: i32 = std::fs::read_to_string(dir.path().join("daemon.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        common::eventually(Duration::from_secs(5), || !alive(daemon)),
+        "the daemon {daemon} outlived its run"
+    );
+    // The server killed with SIGKILL: nobody is left to signal the group, but all three go.
+    c.create_task("family", json!({"tag": "orphaned"})).await;
+    let pids = family_pids(dir.path(), "orphaned");
+    server.kill9();
+    assert!(
+        common::eventually(Duration::from_secs(5), || pids.iter().all(|&p| !alive(p))),
+        "after the server's SIGKILL, alive: {:?}",
+        pids.iter().filter(|&&p| alive(p)).collect::<Vec<_>>()
+    );
 }

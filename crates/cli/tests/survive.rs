@@ -356,7 +356,7 @@ max_attempts = 3
 
 [[tools]]
 name = "poison"
-command = ["sh", "-c", "sleep 0.5; kill -9 $PPID; sleep 5"]
+command = ["sh", "-c", "sleep 0.5; kill -9 $MCP_TASKS_SERVER_PID; sleep 5"]
 task_support = "required"
 retry_on_restart = true
 "#,

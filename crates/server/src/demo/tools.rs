@@ -104,7 +104,12 @@ pub fn pipeline() -> Tool {
                     })
                     .await;
                 match out {
-                    Ok(v) => steps.push(v),
+                    Ok(v) => {
+                        // Its output is recorded now: no later run may run this body again.
+                        let task = ctx.task_id().unwrap_or("");
+                        tracing::info!(target: "mcp_tasks::audit", task = %task, item, attempt, "pipeline step recorded");
+                        steps.push(v)
+                    }
                     Err(e) => return text_result(format!("pipeline: {e}"), true),
                 }
                 let message = format!("item {item} done (attempt {attempt})");

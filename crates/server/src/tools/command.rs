@@ -295,13 +295,37 @@ async fn save_checkpoint(ctx: &TaskContext, tool: &str, state: Value) {
     }
 }
 
-/// Kills a command's process group (SIGKILL) when dropped.
-struct KillGroupOnDrop(Option<u32>);
+/// Kills a command's process group (SIGKILL) when dropped. Under a supervisor, the supervisor is
+/// told first (SIGUSR1), so that it also kills what left the group; the group's SIGKILL follows a
+/// moment later, whatever the supervisor did.
+struct KillGroupOnDrop {
+    pid: Option<u32>,
+    supervised: bool,
+}
 
 impl Drop for KillGroupOnDrop {
     fn drop(&mut self) {
-        stop_group(self.0, Signal::SIGKILL);
+        kill_tree(self.pid, self.supervised);
     }
+}
+
+/// SIGKILL to a command's process group; under a supervisor, SIGUSR1 to the supervisor first and
+/// the group's SIGKILL 200 ms later (on a thread: this runs in `Drop`).
+fn kill_tree(pid: Option<u32>, supervised: bool) {
+    let Some(raw) = pid else {
+        return;
+    };
+    if !supervised {
+        return stop_group(pid, Signal::SIGKILL);
+    }
+    if nix::sys::signal::kill(Pid::from_raw(raw as i32), Signal::SIGUSR1).is_err() {
+        // The supervisor is gone (it exits when the program does, after cleaning up).
+        return stop_group(pid, Signal::SIGKILL);
+    }
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        stop_group(Some(raw), Signal::SIGKILL);
+    });
 }
 
 fn stop_group(pid: Option<u32>, signal: Signal) {
@@ -353,9 +377,25 @@ impl TaskHandler for CommandHandler {
                 )
             }
         };
-        let mut cmd = Command::new(&argv[0]);
-        cmd.args(&argv[1..])
-            .stdin(Stdio::piped())
+        let supervised = super::supervisor::program();
+        let mut cmd = match supervised {
+            // The program under a supervisor, which outlives a killed server long enough to
+            // take the program's descendants with it (`supervisor.rs`).
+            Some(supervisor) => {
+                let mut c = Command::new(supervisor);
+                c.arg(super::supervisor::ARG)
+                    .arg(std::process::id().to_string())
+                    .arg("--")
+                    .args(&argv);
+                c
+            }
+            None => {
+                let mut c = Command::new(&argv[0]);
+                c.args(&argv[1..]);
+                c
+            }
+        };
+        cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
@@ -363,7 +403,9 @@ impl TaskHandler for CommandHandler {
             .envs(&spec.env)
             .env("MCP_TASKS_TOOL", &spec.name)
             .env("MCP_TASKS_TASK_ID", ctx.task_id().unwrap_or(""))
-            .env("MCP_TASKS_ATTEMPT", ctx.attempt().to_string());
+            .env("MCP_TASKS_ATTEMPT", ctx.attempt().to_string())
+            // Its parent may be the supervisor: the server says who it is.
+            .env("MCP_TASKS_SERVER_PID", std::process::id().to_string());
         if let Some(saved) = ctx.checkpoint() {
             cmd.env("MCP_TASKS_CHECKPOINT", saved.to_string());
         }
@@ -383,7 +425,10 @@ impl TaskHandler for CommandHandler {
         let pid = child.id();
         // However the run ends, the program's whole process group goes with it, also when the
         // run is dropped (a lost lease drops it at once): nothing it started outlives the run.
-        let _group = KillGroupOnDrop(pid);
+        let _group = KillGroupOnDrop {
+            pid,
+            supervised: supervised.is_some(),
+        };
         let mut stdin = child.stdin.take();
         // Answers to `::ask` questions, written back on stdin as they arrive (questions may overlap).
         let (answer_tx, mut answers) = mpsc::channel::<String>(16);
@@ -514,7 +559,7 @@ impl TaskHandler for CommandHandler {
                     kill_at = Some(tokio::time::Instant::now() + grace);
                 }
                 _ = kill_timer => {
-                    stop_group(pid, Signal::SIGKILL);
+                    kill_tree(pid, supervised.is_some());
                     kill_at = None;
                 }
             }
@@ -552,6 +597,17 @@ impl TaskHandler for CommandHandler {
         // Anything the program left running in its group goes too.
         stop_group(pid, Signal::SIGKILL);
         let code = status.as_ref().ok().and_then(|s| s.code());
+        let said = String::from_utf8_lossy(&stderr.text);
+        if let Some(why) = said
+            .strip_prefix(super::supervisor::CANNOT_START_PREFIX)
+            .filter(|_| supervised.is_some() && code == Some(super::supervisor::CANNOT_START))
+        {
+            // The supervisor could not start the program: the same result as a failed spawn.
+            return crate::tool::text_result(
+                format!("{}: cannot start {}", spec.name, why.trim_end()),
+                true,
+            );
+        }
         let (is_error, headline) = match (stopped, &status) {
             (Some(why), _) => (
                 true,
@@ -593,8 +649,8 @@ impl TaskHandler for CommandHandler {
 
 /// Makes the command's process die with the server (Linux: the parent-death signal). Without it, a
 /// server killed with SIGKILL left its tools running: on a shared store another replica then takes the
-/// task over and re-runs it while the first run goes on. The process's own children are not covered
-/// (they are in its process group, which only a live server can signal).
+/// task over and re-runs it while the first run goes on. The process's own children are covered only
+/// under a supervisor (`supervisor.rs`), which replaces this signal with one it can act on.
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)] // the one `unsafe` of the workspace (which denies it elsewhere)
 pub(crate) fn die_with_server(cmd: &mut Command) {

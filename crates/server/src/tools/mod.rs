@@ -1,3 +1,4 @@
 //! Tool implementations that come from configuration.
 
 pub mod command;
+pub mod supervisor;
