@@ -62,6 +62,12 @@ struct Tally {
     cancels: usize,
     /// What the history checker found.
     history: History,
+    /// Tasks a client saw finished whose status later differed (an outcome is written once).
+    changed: Vec<String>,
+    /// Tasks a client saw finished.
+    seen_finished: usize,
+    /// Each finished task's status at the end.
+    final_status: BTreeMap<String, String>,
 }
 
 /// The pipeline tasks' side effects, from the audit lines, and what was wrong with them.
@@ -133,16 +139,27 @@ pub async fn run(args: SoakArgs) -> Result<()> {
             tally.plain_calls,
             tally.cancels,
         );
+        if !tally.changed.is_empty() {
+            for c in tally.changed.iter().take(5) {
+                println!("    changed after it was seen finished: {c}");
+            }
+            failed.push(format!(
+                "{store}: {} tasks seen finished later showed another status",
+                tally.changed.len()
+            ));
+        }
         let h = &tally.history;
         println!(
             "{:<10} history: {} pipeline tasks, {} step bodies run, {} again after {} interruptions, \
-             {} violations",
+             {} violations; {} tasks seen finished, {} changed since",
             "",
             h.tasks,
             h.steps,
             h.again,
             h.interruptions,
-            h.violations.len()
+            h.violations.len(),
+            tally.seen_finished,
+            tally.changed.len()
         );
         for v in h.violations.iter().take(5) {
             println!("    history: {v}");
@@ -213,6 +230,7 @@ fn target(args: &SoakArgs, store_url: &str, scratch: &std::path::Path) -> Result
 async fn soak_store(args: &SoakArgs, store_url: &str, scratch: &std::path::Path) -> Result<Tally> {
     let target = target(args, store_url, scratch)?;
     let acked: Arc<Mutex<Vec<Acked>>> = Arc::default();
+    let seen: Arc<Mutex<BTreeMap<String, String>>> = Arc::default();
     let counts: Arc<Mutex<(usize, usize)>> = Arc::default();
     let mut tally = Tally::default();
     let mut rng = Rng::new(0x5eed ^ args.cycles as u64);
@@ -227,17 +245,18 @@ async fn soak_store(args: &SoakArgs, store_url: &str, scratch: &std::path::Path)
                 } else {
                     Wire::Stateless2026
                 };
-                let (url, stop, acked, counts) = (
+                let (url, stop, acked, counts, seen) = (
                     running.url.clone(),
                     stop.clone(),
                     acked.clone(),
                     counts.clone(),
+                    seen.clone(),
                 );
                 let seed = rng.next();
                 tokio::spawn(async move {
                     tokio::select! {
                         _ = stop.cancelled() => {}
-                        _ = load(&url, wire, seed, &acked, &counts) => {}
+                        _ = load(&url, wire, seed, &acked, &counts, &seen) => {}
                     }
                 })
             })
@@ -261,6 +280,17 @@ async fn soak_store(args: &SoakArgs, store_url: &str, scratch: &std::path::Path)
     tally.acknowledged = acked.len();
     settle(&running.url, &acked, args.settle, &mut tally).await?;
     drop(running);
+    let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+    tally.seen_finished = seen.len();
+    for (id, was) in &seen {
+        let now = tally
+            .final_status
+            .get(id)
+            .map_or("unfinished", String::as_str);
+        if now != was {
+            tally.changed.push(format!("{id}: seen {was}, then {now}"));
+        }
+    }
     let logs: Vec<String> = (0..=args.cycles)
         .map(|c| std::fs::read_to_string(log_of(c)).unwrap_or_default())
         .collect();
@@ -397,6 +427,7 @@ async fn load(
     seed: u64,
     acked: &Mutex<Vec<Acked>>,
     counts: &Mutex<(usize, usize)>,
+    seen: &Mutex<BTreeMap<String, String>>,
 ) {
     let mut rng = Rng::new(seed);
     let mut mine: Vec<String> = Vec::new();
@@ -437,7 +468,17 @@ async fn load(
                     mine.push(id);
                 } else if roll < 90 {
                     if let Some(id) = mine.get(rng.below(mine.len().max(1) as u64) as usize) {
-                        client.get(&id.clone()).await?;
+                        let id = id.clone();
+                        let r = client.reply("tasks/get", json!({"taskId": id})).await?;
+                        let r = &r["result"];
+                        let status = r["status"]
+                            .as_str()
+                            .or_else(|| r["task"]["status"].as_str());
+                        if let Some(s @ ("completed" | "failed" | "cancelled")) = status {
+                            if let Ok(mut seen) = seen.lock() {
+                                seen.insert(id, s.to_string());
+                            }
+                        }
                     }
                 } else {
                     let args = json!({"name": "greet", "arguments": {"name": "soak"}});
@@ -510,6 +551,7 @@ async fn settle(url: &str, acked: &[Acked], limit: Duration, tally: &mut Tally) 
     for s in status_of.values() {
         *tally.by_status.entry(s.clone()).or_default() += 1;
     }
+    tally.final_status = status_of;
     if !tally.stuck.is_empty() {
         *tally.by_status.entry("unfinished".into()).or_default() += tally.stuck.len();
     }
