@@ -974,3 +974,155 @@ async fn a_webhook_secret_is_kept_once_with_its_task_and_not_in_its_events() {
         .unwrap();
     assert_eq!(claimed[0].entry.secret, secret);
 }
+
+/// What a process does to the store in the model-based crash test below.
+#[derive(Clone, Debug)]
+enum Op {
+    /// Creates the task of this number, if it is not there.
+    Create(u8),
+    /// Takes a working task over as a new attempt (what a resume writes).
+    Resume(u8),
+    /// Sets a working task's status message (a change that keeps the status).
+    Note(u8),
+    /// Finishes a working task.
+    Finish(u8),
+    /// Reads rows (which flushes what is pending).
+    ReadRows,
+    /// Holds the flusher's next batch in flight, or lets a held one go.
+    ToggleGate,
+    /// Waits past the idle flush.
+    Idle,
+}
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    prop_oneof![
+        4 => (0u8..12).prop_map(Op::Create),
+        2 => (0u8..12).prop_map(Op::Resume),
+        2 => (0u8..12).prop_map(Op::Note),
+        3 => (0u8..12).prop_map(Op::Finish),
+        1 => Just(Op::ReadRows),
+        1 => Just(Op::ToggleGate),
+        1 => Just(Op::Idle),
+    ]
+}
+
+/// Runs `lifetimes` processes one after another on one file, each doing its ops and then closing
+/// or dying (`true`: as kill -9 would: neither the flusher nor the writer writes anything more);
+/// after each, every write a caller was answered for must be what the next process reads.
+async fn lifetimes_lose_nothing(lifetimes: Vec<(Vec<Op>, bool)>) -> Result<(), String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("life.db");
+    let mut model: std::collections::BTreeMap<String, TaskRecord> = Default::default();
+    let mut now = 1_000u64;
+    for (n, (ops, crash)) in lifetimes.into_iter().enumerate() {
+        let store = SqliteStore::open(&path).map_err(|e| format!("open {n}: {e}"))?;
+        for (id, want) in &model {
+            match store.get(id).await {
+                Ok(Lookup::Found(got)) if got == *want => {}
+                other => {
+                    return Err(format!(
+                        "process {n} reads {id} as {other:?}, but {want:?} was acknowledged"
+                    ))
+                }
+            }
+        }
+        let mut held = None;
+        for op in ops {
+            now += 10;
+            let write = |k: u8| format!("t{k}");
+            match op {
+                Op::Create(k) => {
+                    let id = write(k);
+                    if !model.contains_key(&id) {
+                        let rec = super::super::testkit::record(&id, "alice", now);
+                        store
+                            .create(rec.clone(), None)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        model.insert(id, rec);
+                    }
+                }
+                Op::Resume(k) | Op::Note(k) | Op::Finish(k) => {
+                    let id = write(k);
+                    let Some(was) = model.get(&id) else { continue };
+                    if was.status.is_terminal() {
+                        continue;
+                    }
+                    let change = match op {
+                        Op::Resume(_) => TaskChange {
+                            attempt: Some(was.attempt + 1),
+                            lease: Some((Some(format!("node-{n}")), Some(now + 30_000))),
+                            noted: true,
+                            ..Default::default()
+                        },
+                        Op::Note(_) => TaskChange {
+                            status_message: Some(Some(format!("at {now}"))),
+                            ..Default::default()
+                        },
+                        _ => completed(now),
+                    };
+                    let rec = store
+                        .update(&id, &TaskStatus::ACTIVE, change, now)
+                        .await
+                        .map_err(|e| format!("update {id}: {e:?}"))?;
+                    model.insert(id, rec);
+                }
+                Op::ReadRows => {
+                    // A read of rows waits for the batch in flight: let it go first.
+                    held = None;
+                    store.count_active().await.map_err(|e| e.to_string())?;
+                }
+                Op::ToggleGate => {
+                    held = match held.take() {
+                        Some(h) => {
+                            drop(h);
+                            None
+                        }
+                        None => Some(store.flusher_hooks.gate.hold()),
+                    };
+                }
+                Op::Idle => {
+                    tokio::time::sleep(changelog::IDLE_FLUSH + std::time::Duration::from_millis(50))
+                        .await
+                }
+            }
+        }
+        if crash {
+            store.crash.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        drop(held);
+        drop(store);
+    }
+    let store = SqliteStore::open(&path).map_err(|e| format!("open at the end: {e}"))?;
+    for (id, want) in &model {
+        match store.get(id).await {
+            Ok(Lookup::Found(got)) if got == *want => {}
+            other => return Err(format!("at the end, {id} reads {other:?}, not {want:?}")),
+        }
+    }
+    Ok(())
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..Default::default() })]
+
+    /// Processes on one file, each closing or dying after random writes, flushes and batches held
+    /// in flight: whatever a caller was answered for, the next process reads (the window of issue
+    /// 48's item 11 is looked for here).
+    #[test]
+    fn processes_that_close_or_die_in_turn_lose_no_acknowledged_write(
+        lifetimes in proptest::collection::vec(
+            (proptest::collection::vec(op(), 1..40), proptest::bool::ANY),
+            1..5,
+        )
+    ) {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let outcome = rt.block_on(lifetimes_lose_nothing(lifetimes));
+        proptest::prop_assert!(outcome.is_ok(), "{}", outcome.unwrap_err());
+    }
+}
