@@ -36,17 +36,19 @@ echo done
     )
     .unwrap();
     // Three descendants that a process group does not hold together: a child in the group, one
-    // that left it by setsid while its parent lives, and a double-forked daemon (its parent gone).
+    // that left it by setsid while its parent lives, and a double-forked daemon (its parent gone);
+    // the program ignores SIGTERM, so a stop ends it only by SIGKILL after the grace.
     let family = dir.join("family.sh");
     std::fs::write(
         &family,
         format!(
             r#"d={dir}/$1
+trap '' TERM
 sleep 300 & echo $! > "$d.kid"
 setsid sleep 300 & echo $! > "$d.setsid"
 (setsid sleep 300 & echo $! > "$d.daemon")
 echo started
-wait
+while :; do sleep 0.1; done
 "#,
             dir = dir.display()
         ),
@@ -65,6 +67,10 @@ echo "answer: $answer"
         &path,
         format!(
             r#"
+[tasks]
+drain_secs = 1
+hand_off_grace_secs = 1
+
 [[tools]]
 name = "echo_args"
 command = ["sh", "-c", "for a in \"$@\"; do echo \"[$a]\"; done", "sh", "{{first}}", "--n={{n}}", "{{rest}}"]
@@ -120,6 +126,12 @@ name = "family"
 command = ["sh", "{family}", "{{tag}}"]
 task_support = "required"
 kill_grace_secs = 1
+
+[[tools]]
+name = "family_patient"
+command = ["sh", "{family}", "{{tag}}"]
+task_support = "required"
+kill_grace_secs = 600
 
 [[tools]]
 name = "leaves_a_daemon"
@@ -454,7 +466,8 @@ async fn nothing_a_command_started_outlives_a_cancel_an_exit_or_a_killed_server(
     let cfg = config(dir.path());
     let server = ServerProcess::start(&["--store", "memory:", "--config", cfg.to_str().unwrap()]);
     let mut c = Client::connect(&server.url).await;
-    // A cancel: the group gets SIGTERM then SIGKILL; the two that left it go too.
+    // A cancel: the group gets SIGTERM, ignored, then SIGKILL after the grace; the two that left
+    // the group go too.
     let id = c.create_task("family", json!({"tag": "cancelled"})).await["taskId"]
         .as_str()
         .unwrap()
@@ -485,7 +498,30 @@ async fn nothing_a_command_started_outlives_a_cancel_an_exit_or_a_killed_server(
         common::eventually(Duration::from_secs(5), || !alive(daemon)),
         "the daemon {daemon} outlived its run"
     );
+    // A run dropped when its server stops (SIGTERM; the program's grace is longer than the
+    // server's stop): the tree goes with it.
+    c.create_task("family_patient", json!({"tag": "dropped"}))
+        .await;
+    let pids = family_pids(dir.path(), "dropped");
+    let pid = nix::unistd::Pid::from_raw(server.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let mut server = server;
+    assert!(
+        common::eventually(Duration::from_secs(40), || server
+            .child
+            .try_wait()
+            .unwrap()
+            .is_some()),
+        "the server did not stop"
+    );
+    assert!(
+        common::eventually(Duration::from_secs(5), || pids.iter().all(|&p| !alive(p))),
+        "after the server's stop, alive: {:?}",
+        pids.iter().filter(|&&p| alive(p)).collect::<Vec<_>>()
+    );
     // The server killed with SIGKILL: nobody is left to signal the group, but all three go.
+    let server = ServerProcess::start(&["--store", "memory:", "--config", cfg.to_str().unwrap()]);
+    let mut c = Client::connect(&server.url).await;
     c.create_task("family", json!({"tag": "orphaned"})).await;
     let pids = family_pids(dir.path(), "orphaned");
     server.kill9();

@@ -164,8 +164,12 @@ fn endpoint_of(spec: &UpstreamSpec) -> Result<Endpoint, GatewayError> {
                     .iter()
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect(),
-                // A stdio upstream dies with the gateway, even when the gateway is killed.
-                prepare: Some(crate::tools::command::die_with_server),
+                // A stdio upstream dies with the gateway, even when the gateway is killed, and
+                // gets none of the gateway's own secrets.
+                prepare: Some(|cmd| {
+                    cmd.env_remove("MCP_TASKS_WEBHOOK_KEYS");
+                    crate::tools::command::die_with_server(cmd);
+                }),
                 // Its last words on stderr go into the error of the calls it leaves behind.
                 keep_stderr: true,
             }))

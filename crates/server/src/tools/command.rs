@@ -295,9 +295,9 @@ async fn save_checkpoint(ctx: &TaskContext, tool: &str, state: Value) {
     }
 }
 
-/// Kills a command's process group (SIGKILL) when dropped. Under a supervisor, the supervisor is
-/// told first (SIGUSR1), so that it also kills what left the group; the group's SIGKILL follows a
-/// moment later, whatever the supervisor did.
+/// Kills a command's process group (SIGKILL) when dropped; under a supervisor, the whole tree
+/// (the group and every descendant that left it), synchronously. Disarmed once the child was
+/// waited for: its pid may then be another process's.
 struct KillGroupOnDrop {
     pid: Option<u32>,
     supervised: bool,
@@ -309,23 +309,12 @@ impl Drop for KillGroupOnDrop {
     }
 }
 
-/// SIGKILL to a command's process group; under a supervisor, SIGUSR1 to the supervisor first and
-/// the group's SIGKILL 200 ms later (on a thread: this runs in `Drop`).
+/// SIGKILL to a command's process group, or under a supervisor to its whole tree.
 fn kill_tree(pid: Option<u32>, supervised: bool) {
-    let Some(raw) = pid else {
-        return;
-    };
-    if !supervised {
-        return stop_group(pid, Signal::SIGKILL);
+    match pid {
+        Some(raw) if supervised => super::supervisor::kill_all(raw),
+        _ => stop_group(pid, Signal::SIGKILL),
     }
-    if nix::sys::signal::kill(Pid::from_raw(raw as i32), Signal::SIGUSR1).is_err() {
-        // The supervisor is gone (it exits when the program does, after cleaning up).
-        return stop_group(pid, Signal::SIGKILL);
-    }
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(200));
-        stop_group(Some(raw), Signal::SIGKILL);
-    });
 }
 
 fn stop_group(pid: Option<u32>, signal: Signal) {
@@ -405,7 +394,9 @@ impl TaskHandler for CommandHandler {
             .env("MCP_TASKS_TASK_ID", ctx.task_id().unwrap_or(""))
             .env("MCP_TASKS_ATTEMPT", ctx.attempt().to_string())
             // Its parent may be the supervisor: the server says who it is.
-            .env("MCP_TASKS_SERVER_PID", std::process::id().to_string());
+            .env("MCP_TASKS_SERVER_PID", std::process::id().to_string())
+            // The server's own secrets are not the program's.
+            .env_remove("MCP_TASKS_WEBHOOK_KEYS");
         if let Some(saved) = ctx.checkpoint() {
             cmd.env("MCP_TASKS_CHECKPOINT", saved.to_string());
         }
@@ -425,7 +416,7 @@ impl TaskHandler for CommandHandler {
         let pid = child.id();
         // However the run ends, the program's whole process group goes with it, also when the
         // run is dropped (a lost lease drops it at once): nothing it started outlives the run.
-        let _group = KillGroupOnDrop {
+        let mut group = KillGroupOnDrop {
             pid,
             supervised: supervised.is_some(),
         };
@@ -545,7 +536,14 @@ impl TaskHandler for CommandHandler {
                         }
                     }
                 }
-                status = child.wait() => break status,
+                status = child.wait() => {
+                    if supervised.is_some() {
+                        // Reaped: the supervisor killed what the program left before it exited,
+                        // and its pid is free for others now.
+                        group.pid = None;
+                    }
+                    break status;
+                }
                 _ = &mut deadline, if stopped.is_none() => {
                     stopped = Some("timed out");
                     stop_group(pid, Signal::SIGTERM);
@@ -594,8 +592,10 @@ impl TaskHandler for CommandHandler {
         }
         // The last reports count: the task's progress is where the program left it.
         reports.apply(&ctx).await;
-        // Anything the program left running in its group goes too.
-        stop_group(pid, Signal::SIGKILL);
+        // Anything the program left running in its group goes too (a supervisor did this itself).
+        if supervised.is_none() {
+            stop_group(pid, Signal::SIGKILL);
+        }
         let code = status.as_ref().ok().and_then(|s| s.code());
         let said = String::from_utf8_lossy(&stderr.text);
         if let Some(why) = said

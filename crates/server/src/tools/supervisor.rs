@@ -12,8 +12,12 @@
 //!   supervisor's stdin, stdout, stderr, environment and directory;
 //! - when the program exits: kills what it left behind (its group and every re-parented orphan)
 //!   and exits the way the program did (its code, or its signal raised again);
-//! - when the server dies, or sends SIGUSR1 (a run dropped): kills the program's group and every
-//!   descendant it can find, and exits.
+//! - when the server dies (the parent-death signal; a SIGUSR1 while the server lives, which any
+//!   process of the group could send, is ignored): kills the program's group and every descendant
+//!   it can find, and exits.
+//!
+//! While the server lives it kills a run's tree itself ([`kill_all`]: the group and every
+//! descendant of the supervisor), synchronously, so a run dropped at shutdown leaves nothing.
 //!
 //! The embedding binary opts in: its `main` calls [`run_if_asked`] first and then [`enable`]; a
 //! library user who does neither keeps the parent-death signal on the program alone.
@@ -64,6 +68,15 @@ pub fn run_if_asked() {
         eprintln!("{CANNOT_START_PREFIX}the supervisor runs on Linux only");
         std::process::exit(CANNOT_START);
     }
+}
+
+/// Kills the whole tree of a run under `supervisor` (see the module doc), from the server; a no-op
+/// off Linux.
+pub(crate) fn kill_all(supervisor: u32) {
+    #[cfg(target_os = "linux")]
+    linux::kill_all(nix::unistd::Pid::from_raw(supervisor as i32));
+    #[cfg(not(target_os = "linux"))]
+    let _ = supervisor;
 }
 
 /// How long a clean-up keeps looking for processes that are still starting up, at most.
@@ -125,6 +138,11 @@ mod linux {
         if getppid().as_raw() != server {
             return 1;
         }
+        // The group the server signals and the clean-up kills is this process's own: led by it
+        // (the server starts it so; anyone else starting it gets a group of its own too).
+        if getpgrp() != getpid() {
+            let _ = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0));
+        }
         let child = match std::process::Command::new(&argv[0])
             .args(&argv[1..])
             .spawn()
@@ -149,8 +167,10 @@ mod linux {
                         return exit_like(status);
                     }
                 }
+                // The parent-death signal; from anyone else while the server lives, nothing.
+                Signal::SIGUSR1 if getppid().as_raw() == server => {}
                 Signal::SIGUSR1 => {
-                    // The server died, or dropped the run: nothing of it may go on.
+                    // The server died: nothing of the run may go on.
                     let _ = kill(program, Signal::SIGKILL);
                     clean_up();
                     return exit_like(WaitStatus::Signaled(program, Signal::SIGKILL, false));
@@ -196,29 +216,60 @@ mod linux {
         }
     }
 
-    /// Live processes (zombies left out) in `group` or whose parent is `me`, but not `me`.
-    fn descendants(me: Pid, group: Pid) -> Vec<Pid> {
+    /// SIGKILL to every process of the tree under `supervisor` (a child of this process, not yet
+    /// waited for, so its pid cannot have been reused): its group, and every descendant by parent,
+    /// whatever group it moved to; the supervisor itself last.
+    pub(crate) fn kill_all(supervisor: Pid) {
+        let table = processes();
+        let mut tree: Vec<Pid> = Vec::new();
+        let mut frontier = vec![supervisor];
+        while let Some(parent) = frontier.pop() {
+            for (pid, ppid, _) in &table {
+                if *ppid == parent && !tree.contains(pid) {
+                    tree.push(*pid);
+                    frontier.push(*pid);
+                }
+            }
+        }
+        for (pid, _, pgrp) in &table {
+            if *pgrp == supervisor && *pid != supervisor && !tree.contains(pid) {
+                tree.push(*pid);
+            }
+        }
+        for pid in tree {
+            let _ = kill(pid, Signal::SIGKILL);
+        }
+        let _ = kill(supervisor, Signal::SIGKILL);
+        let _ = nix::sys::signal::killpg(supervisor, Signal::SIGKILL);
+    }
+
+    /// Every live process (zombies left out): its pid, parent and group.
+    fn processes() -> Vec<(Pid, Pid, Pid)> {
         let Ok(dir) = std::fs::read_dir("/proc") else {
             return Vec::new();
         };
         dir.flatten()
             .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-            .filter(|&pid| pid != me.as_raw())
-            .filter(|&pid| {
-                let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                    return false;
-                };
+            .filter_map(|pid| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
                 // After the command name (which may hold spaces and parentheses): state, ppid, pgrp.
-                let Some((_, rest)) = stat.rsplit_once(')') else {
-                    return false;
-                };
+                let (_, rest) = stat.rsplit_once(')')?;
                 let mut fields = rest.split_whitespace();
-                let state = fields.next().unwrap_or("Z");
-                let ppid = fields.next().and_then(|f| f.parse::<i32>().ok());
-                let pgrp = fields.next().and_then(|f| f.parse::<i32>().ok());
-                state != "Z" && (ppid == Some(me.as_raw()) || pgrp == Some(group.as_raw()))
+                let state = fields.next()?;
+                let ppid = fields.next()?.parse::<i32>().ok()?;
+                let pgrp = fields.next()?.parse::<i32>().ok()?;
+                (state != "Z")
+                    .then(|| (Pid::from_raw(pid), Pid::from_raw(ppid), Pid::from_raw(pgrp)))
             })
-            .map(Pid::from_raw)
+            .collect()
+    }
+
+    /// Live processes (zombies left out) in `group` or whose parent is `me`, but not `me`.
+    fn descendants(me: Pid, group: Pid) -> Vec<Pid> {
+        processes()
+            .into_iter()
+            .filter(|(pid, ppid, pgrp)| *pid != me && (*ppid == me || *pgrp == group))
+            .map(|(pid, _, _)| pid)
             .collect()
     }
 
@@ -228,6 +279,9 @@ mod linux {
         match status {
             WaitStatus::Exited(_, code) => code,
             WaitStatus::Signaled(_, signal, _) => {
+                // The program's crash is the program's: this process leaves no core of its own.
+                let _ =
+                    nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
                 let mut one = SigSet::empty();
                 one.add(signal);
                 let _ = one.thread_unblock();

@@ -1033,14 +1033,14 @@ async fn lifetimes_lose_nothing(lifetimes: Vec<(Vec<Op>, bool)>) -> Result<(), S
             let write = |k: u8| format!("t{k}");
             match op {
                 Op::Create(k) => {
-                    let id = write(k);
-                    if !model.contains_key(&id) {
-                        let rec = super::super::testkit::record(&id, "alice", now);
+                    if let std::collections::btree_map::Entry::Vacant(slot) = model.entry(write(k))
+                    {
+                        let rec = super::super::testkit::record(slot.key(), "alice", now);
                         store
                             .create(rec.clone(), None)
                             .await
                             .map_err(|e| e.to_string())?;
-                        model.insert(id, rec);
+                        slot.insert(rec);
                     }
                 }
                 Op::Resume(k) | Op::Note(k) | Op::Finish(k) => {
