@@ -313,10 +313,13 @@ fn main() -> Result<()> {
             let key = mcp_tasks_server::webhooks::seal::new_key();
             println!("# Encrypts the webhook secrets clients register before they are stored. Keep it out of");
             println!(
-                "# the database's backups (or give it as {}=<key>). To rotate, put a new key",
+                "# the database's backups (or give it as {}=<key>). To rotate: list a new key",
                 config::WEBHOOK_KEYS_ENV
             );
-            println!("# first and keep this one listed until the tasks sealed with it are purged.");
+            println!("# second on every replica, then move it first; keep this one until the tasks sealed");
+            println!(
+                "# with it are purged and their events settled and gone ([webhooks] keep_days)."
+            );
             println!("[webhooks]");
             println!("secret_keys = [\"{key}\"]");
             Ok(())

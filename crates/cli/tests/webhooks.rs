@@ -1150,14 +1150,29 @@ async fn with_a_key_no_webhook_secret_is_stored_in_the_clear_and_deliveries_stil
         &delivery,
     ]);
     assert!(out.status.success(), "{out:?}");
-    let failed = wait_deliveries(&server, &id, |d| {
-        d.first().is_some_and(|x| x["state"] == "failed")
+    let waiting = wait_deliveries(&server, &id, |d| {
+        d.first().is_some_and(|x| {
+            x["lastError"]
+                .as_str()
+                .is_some_and(|e| e.contains("sealed"))
+        })
     })
     .await;
-    let why = failed[0]["lastError"].as_str().unwrap_or_default();
+    let why = waiting[0]["lastError"].as_str().unwrap_or_default();
     assert!(
         why.contains("sealed with key") && why.contains("secret_keys"),
-        "{failed:?}"
+        "{waiting:?}"
+    );
+    assert_eq!(
+        waiting[0]["state"], "pending",
+        "a missing key is tried again: the operator may configure it"
     );
     assert_eq!(rx.seen().len(), 1, "nothing unsigned was sent");
+    // With the key back, the event goes.
+    drop(server);
+    let mut cmd = common::serve_command(&strs(&args));
+    cmd.env("MCP_TASKS_WEBHOOK_KEYS", &key);
+    let _server = ServerProcess::spawn(cmd);
+    let seen = rx.wait_for(2, Duration::from_secs(30));
+    assert_eq!(seen[1]["verified"], true);
 }

@@ -338,24 +338,29 @@ impl Deliverer {
             latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             error,
         };
+        // Where it goes and what signs it: an operator's subscription as configured now.
+        let (url, secret) = match self.settings.endpoint_of(&d.entry) {
+            Ok(e) => e,
+            Err(super::Unsigned::Gone(why)) => {
+                return (done(None, Some(why)), DeliveryNext::GiveUp)
+            }
+            // A key the operator may still configure: tried again, until max_age.
+            Err(super::Unsigned::NoKey(why)) => {
+                return (done(None, Some(why)), self.retry_or_give_up(d, at, None))
+            }
+        };
+        let key = match sign::key_of(&secret) {
+            Ok(k) => k,
+            Err(e) => return (done(None, Some(e)), DeliveryNext::GiveUp),
+        };
         // Checked again: the operator may have changed what is allowed since it was registered.
-        let checked = match address::check_url(&d.entry.url, &self.settings.allowed_hosts) {
+        let checked = match address::check_url(&url, &self.settings.allowed_hosts) {
             Ok(c) => c,
             Err(e) => {
                 // Recorded and logged: without the URL's query, where tokens go.
-                let why = e
-                    .to_string()
-                    .replace(&d.entry.url, &loggable_url(&d.entry.url));
+                let why = e.to_string().replace(&url, &loggable_url(&url));
                 return (done(None, Some(why)), DeliveryNext::GiveUp);
             }
-        };
-        let key = match self
-            .settings
-            .signing_secret(&d.entry)
-            .and_then(|s| sign::key_of(&s))
-        {
-            Ok(k) => k,
-            Err(e) => return (done(None, Some(e)), DeliveryNext::GiveUp),
         };
         let body = match super::body::render(&d.entry) {
             Ok(b) => b,
@@ -403,19 +408,26 @@ impl Deliverer {
         let next = match status {
             Some(s) if (200..300).contains(&s) => DeliveryNext::Delivered,
             Some(410) => DeliveryNext::Gone,
-            _ => {
-                let delay = next_delay(d.attempts + 1, retry_after);
-                let next_at =
-                    at.saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
-                let max_age = u64::try_from(self.settings.max_age.as_millis()).unwrap_or(u64::MAX);
-                if next_at > d.entry.created_at.saturating_add(max_age) {
-                    DeliveryNext::GiveUp
-                } else {
-                    DeliveryNext::RetryAt(next_at)
-                }
-            }
+            _ => self.retry_or_give_up(d, at, retry_after),
         };
         (attempt, next)
+    }
+
+    /// The next attempt after a failed one, or giving up once it would fall past `max_age`.
+    fn retry_or_give_up(
+        &self,
+        d: &Delivery,
+        at: u64,
+        retry_after: Option<Duration>,
+    ) -> DeliveryNext {
+        let delay = next_delay(d.attempts + 1, retry_after);
+        let next_at = at.saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
+        let max_age = u64::try_from(self.settings.max_age.as_millis()).unwrap_or(u64::MAX);
+        if next_at > d.entry.created_at.saturating_add(max_age) {
+            DeliveryNext::GiveUp
+        } else {
+            DeliveryNext::RetryAt(next_at)
+        }
     }
 }
 

@@ -106,30 +106,45 @@ impl WebhookSettings {
         Ok(())
     }
 
-    /// The secret that signs delivery `entry`: its target's, opened if sealed, or, for an
-    /// operator's subscription (whose targets keep no secret), the subscription's as configured
-    /// now, so that a changed secret applies to events still pending.
-    pub fn signing_secret(
+    /// Where delivery `entry` goes and the secret that signs it. A client's target: as stored
+    /// (the secret opened if sealed). An operator's subscription (whose targets keep no secret):
+    /// the subscription as configured now, found by name, so that a changed URL or secret applies
+    /// to events still pending, and one removed from the config sends nothing more.
+    pub fn endpoint_of(
         &self,
         entry: &mcp_tasks_engine::webhook::OutboxEntry,
-    ) -> Result<String, String> {
-        if !entry.secret.is_empty() {
-            return self.secret_keys.open(&entry.secret);
+    ) -> Result<(String, String), Unsigned> {
+        if let Some(name) = &entry.subscription {
+            return self
+                .subscriptions
+                .iter()
+                .find(|s| s.name == *name)
+                .map(|s| (s.url.clone(), s.secret.clone()))
+                .ok_or_else(|| {
+                    Unsigned::Gone(format!(
+                        "subscription {name:?} is no longer in [[webhooks.subscriptions]]: its \
+                         events are not sent"
+                    ))
+                });
         }
-        let Some(name) = &entry.subscription else {
-            return Err("the event's target has no secret".into());
-        };
-        self.subscriptions
-            .iter()
-            .find(|s| s.name == *name)
-            .map(|s| s.secret.clone())
-            .ok_or_else(|| {
-                format!(
-                    "subscription {name:?} is no longer in [[webhooks.subscriptions]]: its events \
-                     cannot be signed"
-                )
-            })
+        if entry.secret.is_empty() {
+            return Err(Unsigned::Gone("the event's target has no secret".into()));
+        }
+        let secret = self
+            .secret_keys
+            .open(&entry.secret)
+            .map_err(Unsigned::NoKey)?;
+        Ok((entry.url.clone(), secret))
     }
+}
+
+/// Why a delivery cannot be signed now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unsigned {
+    /// Never: its subscription was removed, or it has no secret.
+    Gone(String),
+    /// Not with the keys configured now (a key missing or not yet rolled out): tried again.
+    NoKey(String),
 }
 
 /// What a registration makes: the task's targets, and what the create result says back under
@@ -348,5 +363,68 @@ mod tests {
         assert!(s.check().is_ok());
         s.subscriptions[0].secret = "nope".into();
         assert!(s.check().unwrap_err().contains("\"failures\""));
+    }
+
+    #[tokio::test]
+    async fn a_delivery_is_signed_as_configured_now_and_a_missing_key_is_not_final() {
+        let mut s = local();
+        s.secret_keys = SecretKeys::parse(&[seal::new_key()]).unwrap();
+        let given = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        s.subscriptions.push(Subscription {
+            name: "ops".into(),
+            url: "http://127.0.0.1:9/now".into(),
+            secret: given.into(),
+            principals: vec![],
+            tools: vec![],
+            events: vec![],
+        });
+        let reg = json!({"url": "http://127.0.0.1:9/client", "secret": given});
+        let r = register(&s, "alice", "any", Some(&reg)).await.unwrap();
+        let (client, sub) = (&r.targets[0], &r.targets[1]);
+        assert!(
+            client.secret.starts_with("whsealed.v1."),
+            "sealed before it is stored"
+        );
+        assert_eq!(
+            sub.secret, "",
+            "a subscription's secret stays in the config"
+        );
+        let entry = |t: &WebhookTarget| mcp_tasks_engine::webhook::OutboxEntry {
+            id: "msg_1".into(),
+            task_id: "t".into(),
+            target: 0,
+            event: WebhookEvent::Completed,
+            url: t.url.clone(),
+            secret: t.secret.clone(),
+            subscription: t.subscription.clone(),
+            snapshot: "{}".into(),
+            created_at: 0,
+        };
+        assert_eq!(
+            s.endpoint_of(&entry(client)).unwrap(),
+            ("http://127.0.0.1:9/client".to_string(), given.to_string())
+        );
+        // An event written before the subscription moved, with the copy older builds kept: the
+        // subscription as it is now.
+        let mut old = entry(sub);
+        old.url = "http://127.0.0.1:9/before".into();
+        old.secret = sign::new_secret();
+        assert_eq!(
+            s.endpoint_of(&old).unwrap(),
+            ("http://127.0.0.1:9/now".to_string(), given.to_string())
+        );
+        let other_keys = WebhookSettings {
+            secret_keys: SecretKeys::parse(&[seal::new_key()]).unwrap(),
+            subscriptions: vec![],
+            ..local()
+        };
+        assert!(matches!(
+            other_keys.endpoint_of(&entry(client)),
+            Err(Unsigned::NoKey(_))
+        ));
+        assert!(matches!(
+            other_keys.endpoint_of(&old),
+            Err(Unsigned::Gone(_))
+        ));
     }
 }

@@ -135,6 +135,20 @@ impl PostgresStore {
             .context("connect to PostgreSQL")?;
         let conn_task = tokio::spawn(connection);
         schema::migrate(&mut client).await?;
+        let migrated: Option<i64> = client
+            .query_one(
+                "SELECT MIN(applied_at) FROM mcp_tasks_migrations WHERE version = $1",
+                &[&schema::SECRET_ONCE],
+            )
+            .await
+            .context("read when webhook secrets began to be kept once")?
+            .get(0);
+        if let Some(at) = migrated {
+            let until = u64::try_from(at)
+                .unwrap_or(0)
+                .saturating_add(super::rows::SECRET_COPY_WINDOW_MS);
+            super::rows::SECRET_COPIES.fetch_max(until, std::sync::atomic::Ordering::Relaxed);
+        }
         drop(client);
         let _ = conn_task.await;
         let manager = Manager::from_config(

@@ -44,6 +44,11 @@ const FINISHED_MAX: usize = 4_096;
 /// purged, by its expiry (checked on each read) or by an operator's purge, which another replica
 /// or process may run: at most this long unseen here.
 const FINISHED_FRESH: std::time::Duration = std::time::Duration::from_secs(2);
+/// Set once a purge found no copy of a webhook secret left to drop (see
+/// `rows::SECRET_COPIES`): later purges skip the search.
+static SECRET_COPIES_GONE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 /// A [`TaskStore`] on a PostgreSQL database shared by any number of replicas.
 pub struct PostgresStore {
     pool: Pool,
@@ -721,23 +726,41 @@ impl TaskStore for PostgresStore {
                 )
                 .await
                 .context("delete the step journals of expired tasks")?;
-                // Events outlive their task: those still kept get the secret of their target,
-                // which goes with the task's row (only events outliving their task hold one).
-                tx.execute(
-                    &format!(
-                        "UPDATE webhook_outbox o SET secret = COALESCE(t.webhooks::json \
-                         -> o.target ->> 'secret', '') FROM tasks t WHERE o.task_id = t.id \
-                         AND o.secret = '' AND t.webhooks IS NOT NULL AND t.id IN \
-                         (SELECT id FROM tasks WHERE {cond})"
-                    ),
-                    &[&now, &grace_edge],
-                )
-                .await
-                .context("keep the webhook secrets of expired tasks' events")?;
-                let tasks = tx
-                    .execute(&format!("DELETE FROM tasks WHERE {cond}"), &[&now, &grace_edge])
+                // Events outlive their task: those still kept take the secret of their target,
+                // which goes with the task's row; in the same statement as the delete, so a task
+                // finished meanwhile cannot go without its events' copy.
+                let tasks: i64 = tx
+                    .query_one(
+                        &format!(
+                            "WITH gone AS (DELETE FROM tasks WHERE {cond} RETURNING id, webhooks), \
+                             kept AS (UPDATE webhook_outbox o SET secret = COALESCE(g.webhooks::json \
+                             -> o.target ->> 'secret', '') FROM gone g WHERE o.task_id = g.id \
+                             AND o.secret = '' AND g.webhooks IS NOT NULL) \
+                             SELECT count(*) FROM gone"
+                        ),
+                        &[&now, &grace_edge],
+                    )
                     .await
-                    .context("delete expired tasks")?;
+                    .context("delete expired tasks")?
+                    .get(0);
+                let tasks = u64::try_from(tasks).unwrap_or(0);
+                // Past the window of the earlier builds' replicas, the copies they needed go.
+                if !rows::copies_secrets(p.now)
+                    && !SECRET_COPIES_GONE.load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    let blanked = tx
+                        .execute(
+                            "UPDATE webhook_outbox o SET secret = '' FROM tasks t \
+                             WHERE t.id = o.task_id AND o.secret <> '' \
+                             AND o.secret = t.webhooks::json -> o.target ->> 'secret'",
+                            &[],
+                        )
+                        .await
+                        .context("drop the copies of webhook secrets kept with their tasks")?;
+                    if blanked == 0 {
+                        SECRET_COPIES_GONE.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
                 let tomb_edge = pg_int(p.now.saturating_sub(p.tombstone_ms));
                 let tombstones = tx
                     .execute("DELETE FROM tombstones WHERE expired_at < $1", &[&tomb_edge])

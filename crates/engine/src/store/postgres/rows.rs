@@ -286,11 +286,12 @@ async fn write_task(
         &version,
         &checkpoint,
     ];
-    let outbox_params: [&(dyn ToSql + Sync); 6] = [
+    let outbox_params: [&(dyn ToSql + Sync); 7] = [
         &outbox.ids,
         &outbox.targets,
         &outbox.events,
         &outbox.urls,
+        &outbox.secrets,
         &outbox.subscriptions,
         &outbox.snapshots,
     ];
@@ -347,13 +348,30 @@ fn write_sql(
             "WITH u AS ({UPDATE_TASK} RETURNING id){history_row} \
              INSERT INTO webhook_outbox (id, task_id, target, event, url, secret, subscription, \
              snapshot, created_at, next_at, state, attempts) \
-             SELECT e.id, u.id, e.target, e.event, e.url, '', e.subscription, e.snapshot, $6, $6, \
+             SELECT e.id, u.id, e.target, e.event, e.url, e.secret, e.subscription, e.snapshot, $6, $6, \
              CASE WHEN EXISTS (SELECT 1 FROM webhook_outbox g WHERE g.task_id = u.id \
              AND g.target = e.target AND g.state = 'gone') THEN 'gone' ELSE 'pending' END, 0 \
              FROM u, unnest($17::TEXT[], $18::INT[], $19::TEXT[], $20::TEXT[], \
-             $21::TEXT[], $22::TEXT[]) AS e(id, target, event, url, subscription, snapshot)"
+             $21::TEXT[], $22::TEXT[], $23::TEXT[]) AS e(id, target, event, url, secret, subscription, snapshot)"
         ))
     }
+}
+
+/// Until when (Unix ms) events are written with a copy of their secret: an hour after the first
+/// replica of this build migrated the database (schema migration [`super::schema::SECRET_ONCE`]), so
+/// that replicas of earlier builds, which sign with the event's own copy, keep working through a
+/// rolling deploy. After it, a purge drops the copies that are left (`blank_secret_copies`).
+/// Process-wide: the latest window of any database this process opened (a later one is
+/// conservative).
+pub(super) static SECRET_COPIES: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
+
+/// How long after the migration events still carry a copy of their secret.
+pub(super) const SECRET_COPY_WINDOW_MS: u64 = 3_600_000;
+
+/// Whether an event written at `now` carries a copy of its secret (see [`SECRET_COPIES`]).
+pub(super) fn copies_secrets(now: u64) -> bool {
+    now < SECRET_COPIES.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Outbox entries as the arrays the task write unnests.
@@ -363,6 +381,7 @@ struct Outbox {
     targets: Vec<i32>,
     events: Vec<&'static str>,
     urls: Vec<String>,
+    secrets: Vec<String>,
     subscriptions: Vec<Option<String>>,
     snapshots: Vec<String>,
 }
@@ -370,11 +389,19 @@ struct Outbox {
 impl Outbox {
     fn of(entries: &[crate::webhook::OutboxEntry]) -> Outbox {
         let mut o = Outbox::default();
+        let copy = copies_secrets(crate::clock::now_ms());
         for e in entries {
             o.ids.push(e.id.clone());
             o.targets.push(i32::try_from(e.target).unwrap_or(i32::MAX));
             o.events.push(e.event.as_str());
             o.urls.push(e.url.clone());
+            // The secret is kept once, with the task (a claim reads it there), except in the
+            // window in which replicas of earlier builds may still sign with the event's copy.
+            o.secrets.push(if copy {
+                e.secret.clone()
+            } else {
+                String::new()
+            });
             o.subscriptions.push(e.subscription.clone());
             o.snapshots.push(e.snapshot.clone());
         }

@@ -141,11 +141,16 @@ CREATE TABLE sessions (
     Migration {
         version: 9,
         what: "keep a webhook secret once, with its task, not in each of its events",
-        // A row keeps its copy only where its task is gone (or holds another secret).
-        sql: "UPDATE webhook_outbox o SET secret = '' FROM tasks t WHERE t.id = o.task_id \
-              AND o.secret = t.webhooks::json -> o.target ->> 'secret';",
+        // Nothing changes here: replicas of earlier builds, still running in a rolling deploy,
+        // sign with an event's own copy. When this was applied starts the window in which events
+        // are still written with one (`rows::SECRET_COPIES`); the copies go after it.
+        sql: "SELECT 1;",
     },
 ];
+
+/// The migration from which events are written without a copy of their secret, once its window
+/// has passed (see `rows::SECRET_COPIES`).
+pub(super) const SECRET_ONCE: i32 = 9;
 
 /// The version a database is at once every migration is applied.
 pub(super) fn latest() -> i32 {

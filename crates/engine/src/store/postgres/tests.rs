@@ -1259,3 +1259,103 @@ async fn waiters_that_start_as_another_replica_finishes_their_tasks_all_wake() {
     stop.cancel();
     drop_schema(&schema).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_secrets_are_copied_into_events_only_while_earlier_builds_may_run() {
+    use crate::webhook::WebhookTarget;
+    use std::sync::atomic::Ordering;
+    let schema = fresh_schema("secrets");
+    let s = PostgresStore::open_in_schema(&test_url(), &schema)
+        .await
+        .unwrap();
+    let secret = "whsec_c2VjcmV0LWtlcHQtb25jZS1mb3ItdGhpcy10ZXN0";
+    let hooked = |id: &str| {
+        let mut t = super::super::testkit::record(id, "alice", 1_000);
+        t.webhooks = vec![WebhookTarget {
+            url: "https://a.example/hook".into(),
+            secret: secret.into(),
+            events: vec![],
+            subscription: None,
+        }];
+        t
+    };
+    let done = || TaskChange {
+        status: Some(TaskStatus::Completed),
+        outcome: Some(crate::model::Outcome::Result {
+            value: serde_json::json!({}),
+            is_error: false,
+        }),
+        ..Default::default()
+    };
+    let (client, conn) = tokio_postgres::connect(&test_url(), NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let copies = |task: &'static str| {
+        let client = &client;
+        let schema = schema.clone();
+        async move {
+            client
+                .query_one(
+                    &format!(
+                        "SELECT count(*) FILTER (WHERE secret <> '') FROM {schema}.webhook_outbox \
+                         WHERE task_id = $1"
+                    ),
+                    &[&task],
+                )
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+        }
+    };
+    // Just migrated: earlier builds' replicas may still run, and sign with the event's copy.
+    assert!(rows::copies_secrets(crate::clock::now_ms()));
+    s.create(hooked("early"), None).await.unwrap();
+    s.update("early", &TaskStatus::ACTIVE, done(), 2_000)
+        .await
+        .unwrap();
+    assert_eq!(copies("early").await, 1);
+    // Past the window: no copy, and a claim reads the secret from the task.
+    rows::SECRET_COPIES.store(0, Ordering::Relaxed);
+    s.create(hooked("late"), None).await.unwrap();
+    s.update("late", &TaskStatus::ACTIVE, done(), 2_000)
+        .await
+        .unwrap();
+    assert_eq!(copies("late").await, 0);
+    let claimed = s
+        .claim_deliveries("node-a", 3_000, 30_000, 10)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 2);
+    assert!(claimed.iter().all(|d| d.entry.secret == secret));
+    // A purge that removes no task drops the copies left from the window.
+    let keep_all = PurgePolicy {
+        now: 3_000,
+        finished_grace_ms: 0,
+        tombstone_ms: 1 << 40,
+        session_idle_ms: 1 << 40,
+        finished_before: None,
+    };
+    s.purge(keep_all).await.unwrap();
+    assert_eq!(
+        copies("early").await,
+        0,
+        "the copy goes once the window is over"
+    );
+    // A purge that removes the task copies its secret into the events that outlive it.
+    let purge_all = PurgePolicy {
+        now: 1 << 41,
+        finished_grace_ms: 0,
+        tombstone_ms: 0,
+        session_idle_ms: 1 << 40,
+        finished_before: None,
+    };
+    s.purge(purge_all).await.unwrap();
+    assert!(!matches!(s.get("late").await.unwrap(), Lookup::Found(_)));
+    assert_eq!(copies("late").await, 1);
+    let again = s
+        .claim_deliveries("node-b", 1 << 40, 1 << 41, 10)
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 2);
+    assert!(again.iter().all(|d| d.entry.secret == secret));
+    drop_schema(&schema).await;
+}
