@@ -41,7 +41,9 @@ static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
 /// [`run_if_asked`] (on Linux, `/proc/self/exe` names the running binary even if its file was
 /// replaced since). Without it, only the parent-death signal covers a killed server.
 pub fn enable(program: PathBuf) {
-    if cfg!(target_os = "linux") {
+    // Without it (no /proc in a sandbox, say) every command tool would fail to start: they run
+    // unsupervised instead, covered by the parent-death signal alone.
+    if cfg!(target_os = "linux") && program.exists() && Path::new("/proc/self/stat").exists() {
         let _ = PROGRAM.set(program);
     }
 }
