@@ -52,7 +52,15 @@ pub fn init(
         ))
     };
     let lines_filter = filter(mcp_tasks_engine::trace::RUN_SPAN_TARGET)?;
-    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only for a person at a terminal: a file or a pipe (`serve 2> log`) gets plain text,
+    // and `NO_COLOR` (https://no-color.org) turns them off anywhere.
+    let colour = {
+        use std::io::IsTerminal;
+        std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+    };
+    let lines = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(colour);
     let lines: Box<dyn Layer<Registry> + Send + Sync> = match format {
         LogFormat::Text => lines.boxed(),
         LogFormat::Json => lines

@@ -191,7 +191,7 @@ fn a_detached_task_is_resumed_cancelled_and_listed_from_other_processes() {
         );
         assert_eq!(
             text(&out.stdout),
-            "slow_compute finished after 1 seconds\n",
+            "slow_compute finished after 1 second\n",
             "{wire:?}"
         );
         let out = cli.run(&["task", "get", &id, "--json"]);
@@ -354,7 +354,7 @@ fn a_stdio_server_is_driven_on_both_wires() {
         );
         assert_eq!(
             text(&out.stdout),
-            "slow_compute (s) finished after 1 seconds\n"
+            "slow_compute (s) finished after 1 second\n"
         );
         let out = run(&args(
             wire,

@@ -114,3 +114,25 @@ fn at_the_connection_cap_silent_connections_make_room_for_a_fresh_request_at_onc
     }
     drop(held);
 }
+
+#[test]
+fn log_lines_to_a_pipe_carry_no_colour_codes() {
+    // As `mcp-tasks serve 2> log` would: stderr is a pipe, not a terminal, and NO_COLOR is unset.
+    let mut cmd = common::serve_command(&["--demo", "--store", "memory:"]);
+    cmd.env("RUST_LOG", "info")
+        .env_remove("NO_COLOR")
+        .stderr(std::process::Stdio::piped());
+    let mut server = ServerProcess::spawn(cmd);
+    Cli::new(&server.url).run(&["tools", "--no-2026"]);
+    server.child.kill().unwrap();
+    let mut log = String::new();
+    server
+        .child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert!(log.contains("INFO"), "some lines were logged: {log}");
+    assert!(!log.contains('\u{1b}'), "a colour code in: {log:?}");
+}

@@ -118,7 +118,7 @@ fn run(target: Target, data: &std::path::Path) {
         assert!(out.contains("counted to 3"), "{out}");
     } else {
         let out = call(target, &["slow_compute", "seconds=1"], data);
-        assert!(out.contains("finished after 1 seconds"), "{out}");
+        assert!(out.contains("finished after 1 second"), "{out}");
     }
 }
 

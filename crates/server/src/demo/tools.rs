@@ -60,7 +60,8 @@ pub fn slow_compute() -> Tool {
                 ctx.log(LogLevel::Debug, json!(format!("slow_compute: {done}/{seconds}"))).await;
             }
             let what = label.map(|l| format!(" ({l})")).unwrap_or_default();
-            text_result(format!("slow_compute{what} finished after {seconds} seconds"), false)
+            let unit = if seconds == 1.0 { "second" } else { "seconds" };
+            text_result(format!("slow_compute{what} finished after {seconds} {unit}"), false)
         }),
     )
     .description("Sleeps for `seconds`, reporting progress every second. Runs as a task or inline.")

@@ -563,7 +563,11 @@ async fn tasks_get(
     params: &Map<String, Value>,
 ) -> Result<Value, Failure> {
     let t = find(server, peer, params, "tasks/get").await?;
-    if t.status.is_terminal() {
+    // A finished task's reply carries its result; a cancelled one has none to retrieve.
+    if matches!(
+        t.status,
+        mcp_tasks_engine::TaskStatus::Completed | mcp_tasks_engine::TaskStatus::Failed
+    ) {
         tracing::info!(target: "mcp_tasks::audit", task = %t.id, principal = %peer.name(), "task result retrieved");
     }
     Ok(Value::Object(detailed(server, &t).await?))
