@@ -150,22 +150,10 @@ pub async fn run(args: SoakArgs) -> Result<()> {
             for c in tally.changed.iter().take(5) {
                 println!("    changed after it was seen finished: {c}");
             }
-            if store == "sqlite" && std::env::var_os("SOAK_STRICT").is_none() {
-                // Found by this check, not fixed yet (issue 48, item 11): on SQLite under this
-                // load, a flush fails on a row that exists ("UNIQUE constraint failed: tasks.id")
-                // and a replay after the kill puts a finished task back to working. Reported on
-                // every run, failing only with SOAK_STRICT=1 until it is fixed.
-                println!(
-                    "    KNOWN DEFECT (issue 48, item 11): {} SQLite tasks seen finished later \
-                     showed another status (SOAK_STRICT=1 fails on it)",
-                    tally.changed.len()
-                );
-            } else {
-                failed.push(format!(
-                    "{store}: {} tasks seen finished later showed another status",
-                    tally.changed.len()
-                ));
-            }
+            failed.push(format!(
+                "{store}: {} tasks seen finished later showed another status",
+                tally.changed.len()
+            ));
         }
         let h = &tally.history;
         println!(

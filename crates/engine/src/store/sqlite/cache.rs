@@ -386,7 +386,11 @@ impl<'a, 'c> Tx<'a, 'c> {
         let conn = self.hot.conn;
         let insert = prepared(conn, &mut self.hot.insert_task, rows::INSERT_TASK)?;
         let update = prepared(conn, &mut self.hot.update_task, rows::UPDATE_TASK)?;
-        if !self.log.pending.is_empty() {
+        // Once per group: a second job that needs rows must not write the pending tasks again.
+        // They stay pending until the group commits, and writing them again would put their
+        // logged state over the later writes this group made to their rows since (and insert the
+        // new ones twice).
+        if !self.log.pending.is_empty() && !self.group.flushed {
             self.log.write_rows(conn, insert, update)?;
             self.group.flushed = true;
         }
