@@ -345,7 +345,7 @@ pub(super) struct Tx<'a, 'c> {
 impl<'a, 'c> Tx<'a, 'c> {
     /// The writer's connection inside the group's transaction, for a job that reads or writes task
     /// rows: the transaction is begun if need be, and every pending task is written as its row in
-    /// it first (a flush), so the rows are current.
+    /// it first (a flush, once per group), so the rows are current.
     pub(super) fn conn(&mut self) -> Result<&'c Connection, StoreError> {
         let conn = self.hot.conn;
         if !self.rows {
@@ -377,7 +377,8 @@ impl<'a, 'c> Tx<'a, 'c> {
         Ok(())
     }
 
-    /// Writes every pending task, and every task this group logged so far, as its row.
+    /// Writes every pending task (the group's first flush only), and every task this group logged
+    /// so far, as its row.
     fn flush(&mut self) -> Result<(), StoreError> {
         self.log.rows_can_be_current()?;
         if self.log.pending.is_empty() && self.group.logged.is_empty() {
