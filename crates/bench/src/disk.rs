@@ -1,7 +1,7 @@
 //! What a durable commit costs this machine: a small write in place and `fdatasync`, again and
 //! again, timed by the clock and by the thread's CPU time.
 //!
-//! The SQLite store pays one such commit per writer group (its change log's sync) and the memory
+//! The SQLite store pays one such commit per writer group (the sync of its WAL) and the memory
 //! store none, so where one commit costs a large share of what a create costs the memory store, the
 //! durable store's rate beside the memory store's is bounded by it whatever the server does. On a
 //! virtual machine the CPU figure is the one to read: each request to the virtual disk is an exit
@@ -15,11 +15,11 @@ use std::time::Instant;
 
 use crate::load::percentile;
 
-/// Bytes each commit writes: about one SQLite writer group's frames.
+/// Bytes each commit writes: a small writer group's share of a WAL frame.
 pub const WRITE: usize = 512;
 /// The region the writes cycle through, written and synced before the timing: the file neither
-/// grows nor gets new blocks, as the change log's file does not once it has been through its first
-/// round.
+/// grows nor gets new blocks, as SQLite's WAL does not once it has been through its first round
+/// (it starts over at its head after a checkpoint).
 const REGION: u64 = 1 << 20;
 
 /// The cost of one durable commit.

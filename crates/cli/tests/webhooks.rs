@@ -1030,7 +1030,7 @@ async fn a_slow_receiver_does_not_delay_another_receivers_events() {
     );
 }
 
-/// Whether any file of the SQLite store in `dir` (the database, its WAL, its change log) holds
+/// Whether any file of the SQLite store in `dir` (the database, its WAL) holds
 /// `text`.
 fn store_files_hold(dir: &Path, text: &str) -> bool {
     std::fs::read_dir(dir).unwrap().flatten().any(|e| {

@@ -253,9 +253,15 @@ pub(crate) struct WriteBase {
     pub(crate) progress_event: bool,
 }
 
+/// Largest result a webhook body carries inline, as JSON text: a larger one is left out of the
+/// event (the receiver fetches it from the task), and so it is not kept with the event either.
+pub const MAX_INLINE_RESULT_BYTES: usize = 256 * 1024;
+
 /// What a task showed when one of its events happened: kept with the event, so every attempt sends
 /// the same body, also after the task moved on or was purged. The server renders the body from it
-/// (the engine names no wire field).
+/// (the engine names no wire field). It holds what the body sends and no more: a result past
+/// [`MAX_INLINE_RESULT_BYTES`] is left out ([`EventSnapshot::result_omitted`]), so each target's
+/// event does not keep its own copy of a large result.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EventSnapshot {
     /// The task.
@@ -282,14 +288,27 @@ pub struct EventSnapshot {
     pub created_at: u64,
     /// When it changed, Unix ms.
     pub updated_at: u64,
-    /// How it ended, for a finished task.
+    /// How it ended, for a finished task; `None` too for a result left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<Outcome>,
+    /// The task finished with a result larger than [`MAX_INLINE_RESULT_BYTES`], left out.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub result_omitted: bool,
 }
 
 impl EventSnapshot {
     /// What `rec` shows.
     pub fn of(rec: &TaskRecord) -> EventSnapshot {
+        let mut outcome = rec
+            .status
+            .is_terminal()
+            .then(|| rec.outcome.clone())
+            .flatten();
+        let result_omitted = matches!(&outcome, Some(Outcome::Result { value, .. })
+            if json_len_over(value, MAX_INLINE_RESULT_BYTES));
+        if result_omitted {
+            outcome = None;
+        }
         EventSnapshot {
             task_id: rec.id.clone(),
             tool: rec.tool.clone(),
@@ -301,13 +320,33 @@ impl EventSnapshot {
             attempt: rec.attempt,
             created_at: rec.created_at,
             updated_at: rec.updated_at,
-            outcome: rec
-                .status
-                .is_terminal()
-                .then(|| rec.outcome.clone())
-                .flatten(),
+            outcome,
+            result_omitted,
         }
     }
+}
+
+/// Whether `value` as JSON text is longer than `max` bytes, found without keeping the text.
+fn json_len_over(value: &serde_json::Value, max: usize) -> bool {
+    /// Counts what is written, and stops the writing once past the limit.
+    struct Counter {
+        n: usize,
+        max: usize,
+    }
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.n += buf.len();
+            if self.n > self.max {
+                return Err(std::io::Error::other("past the limit"));
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter { n: 0, max };
+    serde_json::to_writer(&mut counter, value).is_err()
 }
 
 /// Where a delivery stands.

@@ -266,7 +266,7 @@ async fn a_replay_that_meets_another_step_fails_the_task_naming_both() {
     second.shutdown();
 }
 
-/// Asks one question, then sleeps durably for a minute; returns the answer.
+/// Asks one question and returns the answer with the attempt that got it.
 struct Asks;
 
 #[async_trait]

@@ -180,7 +180,7 @@ impl Drop for HeldClaim {
 }
 
 #[derive(Clone)]
-struct Registered {
+struct ToolHandler {
     handler: Arc<dyn TaskHandler>,
     retry_on_restart: bool,
 }
@@ -190,7 +190,7 @@ pub struct EngineBuilder {
     store: Arc<dyn TaskStore>,
     notifier: Notifier,
     config: EngineConfig,
-    handlers: HashMap<String, Registered>,
+    handlers: HashMap<String, ToolHandler>,
     input_guard: Option<InputGuard>,
     rules: Arc<dyn OutcomeRules>,
     on_run_start: Option<RunStart>,
@@ -227,7 +227,7 @@ impl EngineBuilder {
     ) -> Self {
         self.handlers.insert(
             name.into(),
-            Registered {
+            ToolHandler {
                 handler,
                 retry_on_restart,
             },
@@ -283,7 +283,7 @@ pub struct Engine {
     config: EngineConfig,
     /// Handlers by tool name; registered at build time, and while running for tools that come and
     /// go (a gateway upstream's).
-    handlers: std::sync::RwLock<HashMap<String, Registered>>,
+    handlers: std::sync::RwLock<HashMap<String, ToolHandler>>,
     shutdown: CancellationToken,
     /// Tasks whose handler runs in this process (never recovered as orphans by this node), with the
     /// token that stops the handler (a child of `shutdown`), and the task marked as waited on here
@@ -371,7 +371,7 @@ impl Engine {
             .unwrap_or_else(|e| e.into_inner())
             .insert(
                 name.into(),
-                Registered {
+                ToolHandler {
                     handler,
                     retry_on_restart,
                 },
@@ -386,7 +386,7 @@ impl Engine {
             .remove(name);
     }
 
-    fn registered(&self, tool: &str) -> Option<Registered> {
+    fn registered(&self, tool: &str) -> Option<ToolHandler> {
         self.handlers
             .read()
             .unwrap_or_else(|e| e.into_inner())

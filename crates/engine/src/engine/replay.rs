@@ -120,9 +120,6 @@ impl TaskSink {
         self.resumed.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes the journal's next place for a step named `name` (see
-    /// [`ContextSink::replay_step`](crate::ContextSink::replay_step)). A first run has nothing to
-    /// replay and reads nothing; a later one reads the journal once.
     /// Fills the part of [`Resumed`] that `part` picks with what `read` reads, unless it is there.
     async fn read_once<T, E>(
         &self,
@@ -138,6 +135,9 @@ impl TaskSink {
         Ok(())
     }
 
+    /// Takes the journal's next place for a step named `name` (see
+    /// [`ContextSink::replay_step`](crate::ContextSink::replay_step)). A first run has nothing to
+    /// replay and reads nothing; a later one reads the journal once.
     pub(super) async fn replay(&self, name: &str) -> Result<StepSlot, StepError> {
         let store = &self.engine.store;
         let first_run = self.attempt <= 1;

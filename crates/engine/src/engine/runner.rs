@@ -109,7 +109,7 @@ impl Engine {
             let _claim = &claim;
             // However the run ends, or if it is dropped (the runtime stopping), it is no longer
             // running.
-            let _registered = Registered {
+            let _entry = RunningEntry {
                 engine: &self,
                 id: &sink.id,
             };
@@ -270,12 +270,12 @@ impl Engine {
 }
 
 /// A running task's entry in [`Engine::running`], removed when the run ends.
-struct Registered<'a> {
+struct RunningEntry<'a> {
     engine: &'a Engine,
     id: &'a str,
 }
 
-impl Drop for Registered<'_> {
+impl Drop for RunningEntry<'_> {
     fn drop(&mut self) {
         self.engine.running.remove(self.id);
     }
@@ -778,14 +778,17 @@ mod tests {
 
     /// Every running task holds its run's future for as long as it runs: 100,000 running tasks
     /// hold 100,000 of them. It was 856 bytes while an `async` block around the run held the run
-    /// twice, and 488 while the run was an `async fn` with the end of the run inline; 344 now.
+    /// twice, and 488 while the run was an `async fn` with the end of the run inline; 344 with
+    /// Rust 1.89. The bound leaves a toolchain's layout changes room (half again) and still catches
+    /// a run held twice; the figure itself is printed, for the benchmark notes.
     #[tokio::test]
-    async fn a_running_tasks_future_stays_small() {
+    async fn a_running_tasks_future_is_not_held_twice() {
         let engine = Engine::builder(Arc::new(MemoryStore::new()), EngineConfig::default()).build();
         let rec = crate::store::testkit::record("t1", "o", 1);
         let run = engine.prepare_run(&rec, Arc::new(Never), None, None);
         let size = std::mem::size_of_val(&run);
-        assert!(size <= 360, "a running task's future is {size} bytes");
+        println!("a running task's future: {size} bytes");
+        assert!(size <= 520, "a running task's future is {size} bytes");
     }
 
     /// An engine on a memory store with `handler` as tool `tool`, and a task of it submitted.

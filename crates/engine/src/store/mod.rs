@@ -522,8 +522,6 @@ pub(crate) fn decode_cursor(cursor: &str) -> Result<(u64, String), InvalidCursor
     Ok((at, id.to_string()))
 }
 
-/// Applies a change to a record in memory, following the store invariants. Shared by the stores so
-/// the rules live in one place.
 /// What recovery does with one orphaned task (see [`TaskStore::claim_orphans`]): the change to
 /// apply, or `None` to leave the task alone. Called inside the store's write, so keep it quick.
 pub type OrphanPlan = Arc<dyn Fn(&TaskRecord) -> Option<TaskChange> + Send + Sync>;

@@ -333,12 +333,12 @@ struct OpenInner {
 }
 
 /// A connection's place in [`Open`], given up when dropped.
-struct Registered {
+struct OpenEntry {
     open: Open,
     seq: u64,
 }
 
-impl Drop for Registered {
+impl Drop for OpenEntry {
     fn drop(&mut self) {
         self.open.lock().by_age.remove(&self.seq);
     }
@@ -349,12 +349,12 @@ impl Open {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn add(&self, activity: Arc<Activity>) -> Registered {
+    fn add(&self, activity: Arc<Activity>) -> OpenEntry {
         let mut inner = self.lock();
         let seq = inner.next;
         inner.next += 1;
         inner.by_age.insert(seq, activity);
-        Registered {
+        OpenEntry {
             open: self.clone(),
             seq,
         }

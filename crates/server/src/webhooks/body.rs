@@ -23,8 +23,9 @@ use mcp_tasks_engine::{format_rfc3339, Outcome};
 use serde_json::{json, Map, Value};
 
 /// Largest `result` sent inline; a larger one is left out (`resultOmitted: true`): the receiver
-/// fetches it with `tasks/result`.
-pub const MAX_RESULT_BYTES: usize = 256 * 1024;
+/// fetches it with `tasks/result`. The store keeps no more with the event than the body sends
+/// ([`EventSnapshot`] leaves such a result out).
+pub const MAX_RESULT_BYTES: usize = mcp_tasks_engine::webhook::MAX_INLINE_RESULT_BYTES;
 
 /// The body of `entry`'s event, or why its stored snapshot cannot be read.
 pub fn render(entry: &OutboxEntry) -> Result<String, serde_json::Error> {
@@ -53,8 +54,12 @@ pub fn render(entry: &OutboxEntry) -> Result<String, serde_json::Error> {
     data.insert("attempt".into(), json!(seen.attempt));
     data.insert("createdAt".into(), json!(format_rfc3339(seen.created_at)));
     data.insert("updatedAt".into(), json!(format_rfc3339(seen.updated_at)));
+    if seen.result_omitted {
+        data.insert("resultOmitted".into(), json!(true));
+    }
     match seen.outcome {
         Some(Outcome::Result { value, .. }) => {
+            // Events kept before their snapshots left large results out hold them whole.
             if value.to_string().len() <= MAX_RESULT_BYTES {
                 data.insert("result".into(), value);
             } else {
@@ -100,6 +105,7 @@ mod tests {
             created_at: 1_000,
             updated_at: 4_000,
             outcome,
+            result_omitted: false,
         };
         OutboxEntry {
             id: "msg_1".into(),
@@ -155,5 +161,36 @@ mod tests {
         let body: Value = serde_json::from_str(&render(&e).unwrap()).unwrap();
         assert_eq!(body["data"]["resultOmitted"], true);
         assert!(body["data"].get("result").is_none());
+    }
+
+    #[test]
+    fn an_event_keeps_only_the_result_its_body_sends() {
+        let mut rec = mcp_tasks_engine::store::testkit::record("t1", "o", 1);
+        rec.status = TaskStatus::Completed;
+        let small = json!({"content": [{"type": "text", "text": "done"}]});
+        let big = json!({"content": [{"type": "text", "text": "x".repeat(MAX_RESULT_BYTES)}]});
+        for (value, kept) in [(small, true), (big, false)] {
+            rec.outcome = Some(Outcome::Result {
+                value: value.clone(),
+                is_error: false,
+            });
+            let seen = EventSnapshot::of(&rec);
+            let stored = serde_json::to_string(&seen).unwrap();
+            assert_eq!(seen.result_omitted, !kept);
+            assert!(
+                stored.len() < MAX_RESULT_BYTES.min(value.to_string().len()) + 1_000,
+                "the event keeps {} bytes for a {}-byte result",
+                stored.len(),
+                value.to_string().len()
+            );
+            let mut e = entry(None, WebhookEvent::Completed);
+            e.snapshot = stored;
+            let body: Value = serde_json::from_str(&render(&e).unwrap()).unwrap();
+            assert_eq!(body["data"].get("result") == Some(&value), kept);
+            assert_eq!(
+                body["data"].get("resultOmitted") == Some(&json!(true)),
+                !kept
+            );
+        }
     }
 }

@@ -150,7 +150,7 @@ pub enum Unsigned {
 /// What a registration makes: the task's targets, and what the create result says back under
 /// [`META_KEY`] (the URL and events; the secret only when the server made it).
 #[derive(Debug, Default)]
-pub(crate) struct Registered {
+pub(crate) struct TaskWebhooks {
     pub(crate) targets: Vec<WebhookTarget>,
     pub(crate) reply: Option<Value>,
 }
@@ -163,8 +163,8 @@ pub(crate) async fn register(
     owner: &str,
     tool: &str,
     registration: Option<&Value>,
-) -> Result<Registered, String> {
-    let mut out = Registered::default();
+) -> Result<TaskWebhooks, String> {
+    let mut out = TaskWebhooks::default();
     if let Some(reg) = registration {
         let (target, reply) = client_target(settings, reg).await?;
         out.targets.push(target);

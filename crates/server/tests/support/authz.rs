@@ -59,7 +59,7 @@ impl Key {
 
 /// A client registered for the client-credentials grant.
 #[derive(Clone)]
-struct Registered {
+struct ClientCredentials {
     secret: String,
     scopes: Vec<String>,
 }
@@ -68,7 +68,7 @@ struct Registered {
 struct Tokens {
     issuer: String,
     signer: Key,
-    clients: Mutex<HashMap<String, Registered>>,
+    clients: Mutex<HashMap<String, ClientCredentials>>,
     /// (client, scope) of every token issued.
     issued: Mutex<Vec<(String, String)>>,
 }
@@ -183,7 +183,7 @@ impl AuthServer {
     pub fn register(&self, client_id: &str, secret: &str, scopes: &[&str]) {
         self.tokens.clients.lock().unwrap().insert(
             client_id.into(),
-            Registered {
+            ClientCredentials {
                 secret: secret.into(),
                 scopes: scopes.iter().map(|s| s.to_string()).collect(),
             },

@@ -25,15 +25,11 @@ use serde_json::Value;
 /// was a tenth of the writer's work per task.
 pub(super) type IdMap<V> = std::collections::HashMap<String, V, foldhash::fast::RandomState>;
 
-/// Pending tasks' ids by their owner and idempotency key.
-type KeyMap = std::collections::HashMap<(String, String), String, foldhash::fast::RandomState>;
-
-use super::changelog::{write_row, ChangeLog, Pending};
 use super::reaper::Reaper;
 use super::rows::{self, select_task_shared, SharedArguments};
 use super::unfinished::Counts;
 use super::Context;
-use crate::model::{ActiveLimit, Outcome, TaskRecord, TaskStatus, Transition};
+use crate::model::{ActiveLimit, Outcome, TaskRecord, TaskStatus};
 use crate::store::StoreError;
 
 /// Records per generation: the cache holds between one and two generations, so at most twice this
@@ -59,12 +55,6 @@ pub(super) struct RecordCache {
 /// stays for at least [`GENERATION`] later writes.
 #[derive(Default)]
 struct Generations {
-    /// The records of pending tasks (see `changelog.rs`): their rows are behind, so they stay
-    /// until their flush, whatever the generations hold.
-    pinned: IdMap<Arc<TaskRecord>>,
-    /// The pinned tasks that have an idempotency key, by owner and key: their rows may be missing,
-    /// so a lookup by key looks here before it reads rows.
-    pinned_keys: KeyMap,
     current: IdMap<Arc<TaskRecord>>,
     /// What `current` weighs, estimated.
     current_bytes: usize,
@@ -79,94 +69,10 @@ impl RecordCache {
     /// The committed record of task `id`, when it was written lately.
     pub(super) fn get(&self, id: &str) -> Option<TaskRecord> {
         let g = self.lock();
-        g.pinned
+        g.current
             .get(id)
-            .or_else(|| g.current.get(id))
             .or_else(|| g.previous.get(id))
             .map(|r| TaskRecord::clone(r))
-    }
-
-    /// How many tasks are pending: when none is, the rows are current.
-    pub(super) fn pinned_len(&self) -> usize {
-        self.lock().pinned.len()
-    }
-
-    /// The records of those of `ids` that are pending.
-    pub(super) fn pinned_of(&self, ids: &[String]) -> Vec<TaskRecord> {
-        let g = self.lock();
-        if g.pinned.is_empty() {
-            return Vec::new();
-        }
-        ids.iter()
-            .filter_map(|id| g.pinned.get(id).map(|r| TaskRecord::clone(r)))
-            .collect()
-    }
-
-    /// The record of the pending task of `owner` with idempotency key `key`, if there is one.
-    pub(super) fn pinned_by_key(&self, owner: &str, key: &str) -> Option<TaskRecord> {
-        let g = self.lock();
-        if g.pinned_keys.is_empty() {
-            return None;
-        }
-        let id = g.pinned_keys.get(&(owner.to_string(), key.to_string()))?;
-        g.pinned.get(id).map(|r| TaskRecord::clone(r))
-    }
-
-    /// Takes the records of a group's logged writes: pending until their flush.
-    fn pin(&self, records: impl Iterator<Item = Arc<TaskRecord>>) {
-        let mut g = self.lock();
-        for rec in records {
-            g.current.remove(&rec.id);
-            g.previous.remove(&rec.id);
-            if let Some(key) = &rec.idempotency_key {
-                g.pinned_keys
-                    .insert((rec.owner.clone(), key.clone()), rec.id.clone());
-            }
-            g.pinned.insert(rec.id.clone(), rec);
-        }
-    }
-
-    /// The pending tasks' rows were committed: their records become ordinary recent ones, but for
-    /// those the same transaction went on to change without a record (`forgot`, or all of them).
-    fn unpin_all(&self, forgot_all: bool, forgot: &[String]) {
-        let mut g = self.lock();
-        g.pinned_keys.clear();
-        let mut pinned = std::mem::take(&mut g.pinned);
-        drop(g);
-        if forgot_all {
-            self.reaper.reap(pinned);
-            return;
-        }
-        for id in forgot {
-            pinned.remove(id);
-        }
-        self.publish(pinned.into_iter());
-    }
-
-    /// The rows of tasks `ids` (a flusher's batch) were committed: each record becomes an ordinary
-    /// recent one, but for the tasks logged again since (`still_pending`), whose newer record stays
-    /// pinned.
-    pub(super) fn unpin(&self, ids: Vec<String>, still_pending: impl Fn(&str) -> bool) {
-        let mut g = self.lock();
-        let mut records = Vec::with_capacity(ids.len());
-        for id in ids {
-            if still_pending(&id) {
-                continue;
-            }
-            let Some(rec) = g.pinned.remove(&id) else {
-                continue;
-            };
-            if let Some(key) = &rec.idempotency_key {
-                // Only if the key is still this task's: a later task may have taken it.
-                let k = (rec.owner.clone(), key.clone());
-                if g.pinned_keys.get(&k) == Some(&id) {
-                    g.pinned_keys.remove(&k);
-                }
-            }
-            records.push((id, rec));
-        }
-        drop(g);
-        self.publish(records.into_iter());
     }
 
     /// Takes a committed group's records.
@@ -198,14 +104,14 @@ impl RecordCache {
         }
     }
 
-    /// Drops a committed record. A pinned one stays: its row is behind, so it is the only copy.
+    /// Drops a committed record.
     fn remove(&self, id: &str) {
         let mut g = self.lock();
         g.current.remove(id);
         g.previous.remove(id);
     }
 
-    /// Drops every committed record but the pinned ones (see [`RecordCache::remove`]).
+    /// Drops every committed record.
     fn clear(&self) {
         let mut g = self.lock();
         let both = (
@@ -221,7 +127,7 @@ impl RecordCache {
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         let g = self.lock();
-        g.pinned.len() + g.current.len() + g.previous.len()
+        g.current.len() + g.previous.len()
     }
 }
 
@@ -311,62 +217,25 @@ fn prepared<'s, 'c>(
     }
 }
 
-/// A task this group transaction wrote to the change log rather than to its row: whether it is
-/// new since the last flush, and the status changes it made (its record is the group's latest).
-#[derive(Debug, Default)]
-struct Logged {
-    new: bool,
-    transitions: Vec<Transition>,
-}
-
-/// What one job sees of the group transaction it runs in: the writer's connection, the task
-/// records the group has written so far, the change log and the counts of unfinished tasks.
+/// What one job sees of the group transaction it runs in: the writer's connection inside the
+/// group's SQLite transaction, the task records the group has written so far and the counts of
+/// unfinished tasks.
 ///
 /// Every write of a task goes through [`Tx::insert_task`] or [`Tx::update_task`], so that the
-/// counts follow the tasks. Such a write goes to the change log (see `changelog.rs`) unless the job
-/// reads or writes rows itself ([`Tx::conn`]), the task has webhooks (their outbox entries are
-/// rows written with it), its record is too heavy to keep in memory, or the log cannot take
-/// writes.
+/// counts follow the tasks. Each is a row in the group's transaction: when the group commits, the
+/// database file (its WAL included) holds it, before any caller hears of it.
 pub(super) struct Tx<'a, 'c> {
     hot: &'a mut Hot<'c>,
     group: &'a mut GroupState,
-    log: &'a mut ChangeLog,
     cache: &'a RecordCache,
     counts: &'a mut Counts,
-    /// The job reads or writes rows: its task writes go to rows too, so that they commit with
-    /// whatever else it writes.
-    rows: bool,
-    /// The job's logged writes, taken into the group by [`Tx::wrote`].
-    staged: Vec<(String, Logged)>,
-    /// The job took some logged write into the group.
-    logged: bool,
 }
 
 impl<'a, 'c> Tx<'a, 'c> {
-    /// The writer's connection inside the group's transaction, for a job that reads or writes task
-    /// rows: the transaction is begun if need be, and every pending task is written as its row in
-    /// it first (a flush, once per group), so the rows are current.
+    /// The writer's connection inside the group's transaction, begun by the first job that needs
+    /// it: a group whose jobs all fail before they write begins none.
     pub(super) fn conn(&mut self) -> Result<&'c Connection, StoreError> {
-        let conn = self.hot.conn;
-        if !self.rows {
-            self.begin()?;
-            self.flush()?;
-            self.rows = true;
-        }
-        Ok(conn)
-    }
-
-    /// The writer's connection inside the group's transaction, for a job that touches no task row
-    /// (sessions, webhook deliveries): no flush.
-    pub(super) fn other_tables(&mut self) -> Result<&'c Connection, StoreError> {
-        self.begin()?;
-        Ok(self.hot.conn)
-    }
-
-    fn begin(&mut self) -> Result<(), StoreError> {
         if !self.group.began {
-            // The flusher's connection is not writing from here (see `flusher.rs`).
-            self.log.settle(self.cache);
             self.hot
                 .conn
                 .prepare_cached("BEGIN IMMEDIATE")
@@ -374,62 +243,11 @@ impl<'a, 'c> Tx<'a, 'c> {
                 .context("begin a write transaction")?;
             self.group.began = true;
         }
-        Ok(())
+        Ok(self.hot.conn)
     }
 
-    /// Writes every pending task (the group's first flush only), and every task this group logged
-    /// so far, as its row.
-    fn flush(&mut self) -> Result<(), StoreError> {
-        self.log.rows_can_be_current()?;
-        if self.log.pending.is_empty() && self.group.logged.is_empty() {
-            return Ok(());
-        }
-        let conn = self.hot.conn;
-        let insert = prepared(conn, &mut self.hot.insert_task, rows::INSERT_TASK)?;
-        let update = prepared(conn, &mut self.hot.update_task, rows::UPDATE_TASK)?;
-        // Once per group: a second job that needs rows must not write the pending tasks again.
-        // They stay pending until the group commits, and writing them again would put their
-        // logged state over the later writes this group made to their rows since (and insert the
-        // new ones twice).
-        if !self.log.pending.is_empty() && !self.group.flushed {
-            self.log.write_rows(conn, insert, update)?;
-            self.group.flushed = true;
-        }
-        for (id, logged) in std::mem::take(&mut self.group.logged) {
-            let Some(record) = self.group.writes.get(&id) else {
-                continue;
-            };
-            write_row(insert, update, record, logged.new, &logged.transitions)?;
-        }
-        // What the flush changed is not the job's own writing (see `writer::transaction`).
-        self.group.changes_base = Some(conn.total_changes());
-        Ok(())
-    }
-
-    /// Whether a write of `t` goes to the change log (see the type's note).
-    fn logs(&self, t: &TaskRecord) -> bool {
-        // A record too heavy to keep in memory goes to its row: pinned, it would be held whole
-        // until its flush, and written twice.
-        !self.rows && t.webhooks.is_empty() && self.log.usable() && weight(t).is_some()
-    }
-
-    /// Tests: whether the writer is to behave as if the process died (no flush of its own).
-    pub(super) fn crashed(&self) -> bool {
-        self.log.crashed()
-    }
-
-    /// Asks the writer to hand the pending tasks to the flusher after this group (an idle flush).
-    pub(super) fn flush_soon(&mut self) {
-        self.log.flush_soon = true;
-    }
-
-    /// Whether the job took a logged write into the group (its caller then waits on the log).
-    pub(super) fn logged(&self) -> bool {
-        self.logged
-    }
-
-    /// The task as this transaction sees it: written earlier in the group, else committed lately
-    /// (pending tasks included), else its row (current: a task whose row is behind is pinned).
+    /// The task as this transaction sees it: written earlier in the group, else committed lately,
+    /// else its row.
     pub(super) fn task(
         &self,
         id: &str,
@@ -444,39 +262,25 @@ impl<'a, 'c> Tx<'a, 'c> {
         select_task_shared(self.hot.conn, id, shared)
     }
 
-    /// The task of `owner` with idempotency key `key`, as this transaction sees it, without
-    /// writing the pending tasks as rows: one this group wrote, else a pending one (its row may be
-    /// missing or behind), else its row (rows are current for every task that is not pending).
+    /// The task of `owner` with idempotency key `key`, as this transaction sees it.
     pub(super) fn find_key(
         &self,
         owner: &str,
         key: &str,
     ) -> Result<Option<TaskRecord>, StoreError> {
+        // The group's own rows are in its transaction, but its records are at hand.
         let ours = |t: &TaskRecord| t.owner == owner && t.idempotency_key.as_deref() == Some(key);
         if let Some(rec) = self.group.writes.values().find(|t| ours(t)) {
             return Ok(Some(TaskRecord::clone(rec)));
-        }
-        if let Some(rec) = self.cache.pinned_by_key(owner, key) {
-            return Ok(Some(rec));
         }
         rows::select_by_key(self.hot.conn, owner, key)
     }
 
     /// Stores new task `t`.
     pub(super) fn insert_task(&mut self, t: &TaskRecord) -> Result<(), StoreError> {
-        if self.logs(t) {
-            self.staged.push((
-                t.id.clone(),
-                Logged {
-                    new: true,
-                    transitions: Vec::new(),
-                },
-            ));
-        } else {
-            self.conn()?;
-            let stmt = prepared(self.hot.conn, &mut self.hot.insert_task, rows::INSERT_TASK)?;
-            rows::insert_task(stmt, t, None)?;
-        }
+        self.conn()?;
+        let stmt = prepared(self.hot.conn, &mut self.hot.insert_task, rows::INSERT_TASK)?;
+        rows::insert_task(stmt, t, None)?;
         self.counts
             .changed(&t.owner, t.session.as_deref(), None, t.status);
         Ok(())
@@ -489,19 +293,9 @@ impl<'a, 'c> Tx<'a, 'c> {
         t: &TaskRecord,
         was: crate::webhook::WriteBase,
     ) -> Result<(), StoreError> {
-        if self.logs(t) {
-            self.staged.push((
-                t.id.clone(),
-                Logged {
-                    new: false,
-                    transitions: rows::transition_of(t, was).into_iter().collect(),
-                },
-            ));
-        } else {
-            let conn = self.conn()?;
-            let stmt = prepared(conn, &mut self.hot.update_task, rows::UPDATE_TASK)?;
-            rows::update_task(conn, stmt, t, was)?;
-        }
+        let conn = self.conn()?;
+        let stmt = prepared(conn, &mut self.hot.update_task, rows::UPDATE_TASK)?;
+        rows::update_task(conn, stmt, t, was)?;
         self.counts
             .changed(&t.owner, t.session.as_deref(), Some(before), t.status);
         Ok(())
@@ -509,22 +303,9 @@ impl<'a, 'c> Tx<'a, 'c> {
 
     /// The unfinished tasks `limit` counts, up to its `max`, as this transaction sees them.
     pub(super) fn unfinished(&mut self, limit: &ActiveLimit) -> Result<usize, StoreError> {
-        if !self.counts.knows(&limit.owner) {
-            // Read from rows the first time, so the rows must hold every task.
-            self.conn()?;
-        }
-        // Debug builds check the kept counts against the rows, when the rows are current.
-        let current = self.log.pending.is_empty()
-            && !self.log.flushing()
-            && self.group.logged.is_empty()
-            && self.staged.is_empty();
-        self.counts.of(
-            self.hot.conn,
-            &limit.owner,
-            &limit.among,
-            limit.max,
-            current,
-        )
+        // Read from rows the first time (and by debug builds each time, to check the counts).
+        let conn = self.conn()?;
+        self.counts.of(conn, &limit.owner, &limit.among, limit.max)
     }
 
     /// Says the job wrote `rec` as the task's record. Call it once the job's statements have all
@@ -537,36 +318,19 @@ impl<'a, 'c> Tx<'a, 'c> {
     /// [`Tx::wrote`] for a record the job hands over shared, so that the writer does not copy it:
     /// its caller takes its own copy after the group, on its own thread.
     pub(super) fn wrote_shared(&mut self, rec: Arc<TaskRecord>) {
-        let mut i = 0;
-        while i < self.staged.len() {
-            if self.staged[i].0 == rec.id {
-                let (id, l) = self.staged.swap_remove(i);
-                let into = self.group.logged.entry(id).or_default();
-                into.new |= l.new;
-                into.transitions.extend(l.transitions);
-                self.logged = true;
-            } else {
-                i += 1;
-            }
-        }
         self.group.writes.insert(rec.id.clone(), rec);
     }
 
     /// Says the job changed task `id`'s row in a way it has no record of (a lease renewal): the
     /// next reader takes the row.
     pub(super) fn forget(&mut self, id: &str) {
-        if !self.group.logged.contains_key(id) {
-            self.group.writes.remove(id);
-        }
-        self.group.forgot.push(id.to_string());
+        self.group.writes.remove(id);
         self.cache.remove(id);
     }
 
     /// Says the job changed task rows it does not name (a purge): every reader takes rows.
     pub(super) fn forget_all(&mut self) {
-        let logged = &self.group.logged;
-        self.group.writes.retain(|id, _| logged.contains_key(id));
-        self.group.forgot_all = true;
+        self.group.writes.clear();
         self.cache.clear();
     }
 }
@@ -574,40 +338,24 @@ impl<'a, 'c> Tx<'a, 'c> {
 /// A group transaction's own state, apart from what it borrows.
 #[derive(Default)]
 pub(super) struct GroupState {
-    /// The records its jobs wrote, logged or not.
+    /// The records its jobs wrote, published when it commits.
     writes: IdMap<Arc<TaskRecord>>,
-    /// Which of them go to the change log, and how.
-    logged: IdMap<Logged>,
     /// Its SQLite transaction is open.
     pub(super) began: bool,
-    /// It wrote the pending tasks as rows (see [`Tx::conn`]).
-    flushed: bool,
-    /// The connection's change count after the current job's flush, if it flushed.
-    pub(super) changes_base: Option<u64>,
-    /// Tasks whose rows it changed without a record ([`Tx::forget`]); all of them, after
-    /// [`Tx::forget_all`]. Their records from before must not be published when it commits.
-    forgot: Vec<String>,
-    forgot_all: bool,
 }
 
-/// One group transaction: its state, the records published when it commits, the change log and
-/// the writer's counts of unfinished tasks.
+/// One group transaction: its state, the records published when it commits, and the writer's
+/// counts of unfinished tasks.
 pub(super) struct Group<'a> {
     pub(super) state: GroupState,
-    log: &'a mut ChangeLog,
     cache: &'a RecordCache,
     counts: &'a mut Counts,
 }
 
 impl<'a> Group<'a> {
-    pub(super) fn new(
-        cache: &'a RecordCache,
-        counts: &'a mut Counts,
-        log: &'a mut ChangeLog,
-    ) -> Group<'a> {
+    pub(super) fn new(cache: &'a RecordCache, counts: &'a mut Counts) -> Group<'a> {
         Group {
             state: GroupState::default(),
-            log,
             cache,
             counts,
         }
@@ -621,12 +369,8 @@ impl<'a> Group<'a> {
         Tx {
             hot,
             group: &mut self.state,
-            log: &mut *self.log,
             cache: self.cache,
             counts: &mut *self.counts,
-            rows: false,
-            staged: Vec::new(),
-            logged: false,
         }
     }
 
@@ -642,58 +386,10 @@ impl<'a> Group<'a> {
         self.counts.job_failed();
     }
 
-    /// The group's SQLite transaction committed (or it had none): the flushed tasks are no longer
-    /// pending, its logged writes are appended to the log and synced, and its records become the
-    /// committed ones. An `Err` is a failed append: the jobs that logged are not written, and their
-    /// records are dropped.
-    pub(super) fn committed(self) -> Result<(), StoreError> {
-        let Group {
-            mut state,
-            log,
-            cache,
-            counts,
-        } = self;
-        if state.flushed {
-            log.flushed();
-            cache.unpin_all(state.forgot_all, &state.forgot);
-            if let Err(e) = log.empty() {
-                // Its frames are all written as rows: appending after them is harmless.
-                tracing::warn!(error = %e, "could not empty the change log");
-            }
-        }
-        let mut outcome = Ok(());
-        if !state.logged.is_empty() {
-            let mut pending = Vec::with_capacity(state.logged.len());
-            for (id, logged) in std::mem::take(&mut state.logged) {
-                if let Some(record) = state.writes.remove(&id) {
-                    pending.push(Pending {
-                        record,
-                        new: logged.new,
-                        transitions: logged.transitions,
-                    });
-                }
-            }
-            let frames: Vec<_> = pending
-                .iter()
-                .map(|p| (&*p.record, p.new, p.transitions.as_slice()))
-                .collect();
-            match log.append(&frames) {
-                Ok(()) => {
-                    // The same records, shared: pinned for readers, pending for the flush.
-                    cache.pin(pending.iter().map(|p| p.record.clone()));
-                    for p in pending {
-                        log.add(p);
-                    }
-                }
-                Err(e) => {
-                    // The kept counts took these writes in; read them from rows again.
-                    counts.forget();
-                    outcome = Err(e);
-                }
-            }
-        }
-        cache.publish(state.writes.into_iter());
-        outcome
+    /// The group's SQLite transaction committed (or it had none): its records become the committed
+    /// ones.
+    pub(super) fn committed(self) {
+        self.cache.publish(self.state.writes.into_iter());
     }
 
     /// The transaction was rolled back (its commit failed, or a job failed after it had written):

@@ -1,10 +1,10 @@
-//! The change log's frame content: a task's record and its log entry, in a compact binary form.
+//! The frame content of the change log earlier builds kept (`old_log.rs`): a task's record and its
+//! log entry, in a compact binary form. This build only reads it; tests write it as those builds
+//! did.
 //!
-//! JSON through serde cost about 9k instructions per record (escaping each key and string byte by
-//! byte), a tenth of what the log saves. Here strings and numbers are copied as they are, and only
-//! the JSON values a record holds (arguments, metadata, outcome, checkpoint) are JSON text, as in
-//! their rows. The record is taken apart field by field without `..`, so a field added to
-//! [`TaskRecord`] does not compile until it is logged too.
+//! Strings and numbers are as they are, and only the JSON values a record holds (arguments,
+//! metadata, outcome, checkpoint) are JSON text, as in their rows. A field added to
+//! [`TaskRecord`] after the log was retired takes its default in a replayed record.
 
 use serde_json::Value;
 use std::sync::Arc;
@@ -38,6 +38,7 @@ pub(super) enum FrameError {
     Json(#[from] serde_json::Error),
 }
 
+#[cfg(test)]
 fn status_code(s: TaskStatus) -> u8 {
     match s {
         TaskStatus::Working => 0,
@@ -59,9 +60,11 @@ fn status_of(code: u8) -> Result<TaskStatus, FrameError> {
     })
 }
 
+#[cfg(test)]
 /// Appends to a frame.
 struct Out<'b>(&'b mut Vec<u8>);
 
+#[cfg(test)]
 impl Out<'_> {
     fn u8(&mut self, v: u8) {
         self.0.push(v);
@@ -120,6 +123,7 @@ impl Out<'_> {
     }
 }
 
+#[cfg(test)]
 /// Writes entry `seq` of `record` to `buf`. A record with webhooks is never logged (their outbox
 /// entries are rows written with it), so they are not written.
 pub(super) fn encode(

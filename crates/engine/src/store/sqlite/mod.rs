@@ -7,11 +7,10 @@
 //! single-row statements are in `rows.rs`.
 
 mod cache;
-mod changelog;
 mod deliveries;
-mod flusher;
 mod frame;
 mod lock;
+mod old_log;
 mod reaper;
 mod rows;
 mod schema;
@@ -60,12 +59,6 @@ pub struct SqliteStore {
     cache: Arc<RecordCache>,
     /// The writer thread, joined when the store is dropped.
     writer: Option<std::thread::JoinHandle<()>>,
-    /// Tests: makes the writer behave as if the process died (see `ChangeLog::crash`).
-    #[cfg(test)]
-    crash: Arc<std::sync::atomic::AtomicBool>,
-    /// Tests: hold the flusher, or make it fail (see `flusher.rs`).
-    #[cfg(test)]
-    flusher_hooks: flusher::Hooks,
 }
 
 impl Drop for SqliteStore {
@@ -112,28 +105,11 @@ impl SqliteStore {
             )
             .with_context(|| format!("configure {}", path.display()))?;
         schema::migrate(&mut writer, &path)?;
-        // What a previous run logged and did not write as rows is written now, before anything
-        // reads rows.
-        let mut log = changelog::ChangeLog::open(&path, &mut writer)?;
-        #[cfg(test)]
-        let crash = log.crash.clone();
-        #[cfg(test)]
-        let flusher_hooks = flusher::Hooks {
-            crash: crash.clone(),
-            ..Default::default()
-        };
-        // The flusher's own connection (`flusher.rs`); WAL is the file's, the rest is per connection.
-        let rows = open(&path, OpenFlags::default())?;
-        rows.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")
-            .with_context(|| format!("configure {}", path.display()))?;
-        log.start_flusher(flusher::Flusher::start(
-            rows,
-            #[cfg(test)]
-            flusher_hooks.clone(),
-        )?);
+        // What an earlier build left in its change log and not in rows is written now, before
+        // anything reads rows (`old_log.rs`).
+        old_log::replay(&path, &mut writer)?;
         let cache = Arc::new(RecordCache::default());
-        let (jobs, writer) = writer::spawn(writer, log, cache.clone(), lock)?;
-        writer::flush_now_and_then(&jobs, cache.clone());
+        let (jobs, writer) = writer::spawn(writer, cache.clone(), lock)?;
         Ok(SqliteStore {
             path,
             jobs,
@@ -141,10 +117,6 @@ impl SqliteStore {
             shared: Arc::default(),
             cache,
             writer: Some(writer),
-            #[cfg(test)]
-            crash,
-            #[cfg(test)]
-            flusher_hooks,
         })
     }
 
@@ -182,16 +154,6 @@ impl SqliteStore {
                 "the SQLite writer thread dropped a write",
             ))
         })?
-    }
-
-    /// Makes the rows current before a read of them: writes every pending task as its row (see
-    /// `changelog.rs`). Nothing to do, and no trip to the writer, when no task is pending; a write
-    /// whose caller was answered was pinned before the answer, so it is seen here.
-    async fn flushed(&self) -> Result<(), StoreError> {
-        if self.cache.pinned_len() == 0 {
-            return Ok(());
-        }
-        self.write(|tx| tx.conn().map(|_| ())).await
     }
 
     /// Runs `f` on a read connection on the blocking pool.
@@ -234,7 +196,6 @@ impl TaskStore for SqliteStore {
         let created = self
             .write(move |tx| {
                 if let Some(key) = &task.idempotency_key {
-                    // Without a flush: a pending task with the key is found in memory.
                     if let Some(existing) = tx.find_key(&task.owner, key)? {
                         if existing.fingerprint == task.fingerprint {
                             return Ok(Made::Existing(Box::new(existing)));
@@ -270,11 +231,6 @@ impl TaskStore for SqliteStore {
     }
 
     async fn find_by_key(&self, owner: &str, key: &str) -> Result<Option<TaskRecord>, StoreError> {
-        // A pending task's row may be missing or behind: its record is looked up by key first.
-        // Every other task's row is current, so no flush is needed for the rest.
-        if let Some(t) = self.cache.pinned_by_key(owner, key) {
-            return Ok(Some(t));
-        }
         let (owner, key) = (owner.to_string(), key.to_string());
         self.read(move |conn| rows::select_by_key(conn, &owner, &key))
             .await
@@ -315,10 +271,7 @@ impl TaskStore for SqliteStore {
         // One statement for the lot: the ids go in as one JSON array.
         let list = serde_json::to_string(ids).context("encode task ids")?;
         let n = ids.len();
-        // The rows of pending tasks are behind (or missing): their records are taken instead.
-        // Taken before the rows are read: a task not pending now has a current row later.
-        let pinned = self.cache.pinned_of(ids);
-        let mut tasks = self
+        self
             .read(move |conn| {
                 select_tasks(
                     conn,
@@ -329,12 +282,7 @@ impl TaskStore for SqliteStore {
                     || format!("read {n} tasks"),
                 )
             })
-            .await?;
-        if !pinned.is_empty() {
-            tasks.retain(|t| !pinned.iter().any(|p| p.id == t.id));
-            tasks.extend(pinned);
-        }
-        Ok(tasks)
+            .await
     }
 
     async fn update(
@@ -369,7 +317,6 @@ impl TaskStore for SqliteStore {
     }
 
     async fn list(&self, q: &ListQuery) -> Result<Result<TaskPage, InvalidCursor>, StoreError> {
-        self.flushed().await?;
         let q = q.clone();
         self.read(move |conn| {
             let (after_at, after_id) = match &q.cursor {
@@ -539,7 +486,6 @@ impl TaskStore for SqliteStore {
     }
 
     async fn history(&self, task_id: &str) -> Result<Vec<Transition>, StoreError> {
-        self.flushed().await?;
         let id = task_id.to_string();
         self.read(move |conn| {
             let mut stmt = conn
@@ -574,7 +520,6 @@ impl TaskStore for SqliteStore {
     }
 
     async fn search(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
-        self.flushed().await?;
         let f = filter.clone();
         self.read(move |conn| {
             let sql = format!(
@@ -601,7 +546,6 @@ impl TaskStore for SqliteStore {
     }
 
     async fn count_finished(&self, created_after: u64) -> Result<FinishedCounts, StoreError> {
-        self.flushed().await?;
         self.read(move |conn| {
             // Task ids begin with their creation time (`ids::task_id`), so the primary key finds the
             // range; only those rows are read.
@@ -635,7 +579,6 @@ impl TaskStore for SqliteStore {
     }
 
     async fn count_active(&self) -> Result<ActiveCounts, StoreError> {
-        self.flushed().await?;
         self.read(|conn| {
             let mut stmt = conn
                 .prepare_cached(
@@ -662,7 +605,6 @@ impl TaskStore for SqliteStore {
     }
 
     async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError> {
-        self.flushed().await?;
         self.read(move |conn| {
             let sql = format!(
                 "SELECT {TASK_COLUMNS} FROM tasks WHERE status = 'input_required' \
@@ -810,8 +752,7 @@ impl TaskStore for SqliteStore {
 
     async fn put_session(&self, s: &SessionRecord) -> Result<(), StoreError> {
         let s = s.clone();
-        self.write(move |tx| insert_session(tx.other_tables()?, &s))
-            .await
+        self.write(move |tx| insert_session(tx.conn()?, &s)).await
     }
 
     async fn create_session(
@@ -821,7 +762,7 @@ impl TaskStore for SqliteStore {
     ) -> Result<(), StoreError> {
         let (s, limit) = (s.clone(), limit.clone());
         self.write(move |tx| {
-            let conn = tx.other_tables()?;
+            let conn = tx.conn()?;
             // The writer thread runs one job at a time: the counts and the insert are one step.
             let of_prefix = match &limit.per_prefix {
                 Some((prefix, max)) => {
@@ -851,7 +792,7 @@ impl TaskStore for SqliteStore {
     async fn touch_session(&self, id: &str, now: u64) -> Result<bool, StoreError> {
         let id = id.to_string();
         self.write(move |tx| {
-            let conn = tx.other_tables()?;
+            let conn = tx.conn()?;
             let n = conn
                 .execute(
                     "UPDATE sessions SET last_seen = MAX(last_seen, ?2) WHERE id = ?1 \
@@ -867,7 +808,7 @@ impl TaskStore for SqliteStore {
     async fn delete_session(&self, id: &str) -> Result<bool, StoreError> {
         let id = id.to_string();
         self.write(move |tx| {
-            let conn = tx.other_tables()?;
+            let conn = tx.conn()?;
             let n = conn
                 .execute("DELETE FROM sessions WHERE id = ?1", [&id])
                 .with_context(|| format!("delete session {id}"))?;
@@ -895,7 +836,7 @@ impl TaskStore for SqliteStore {
         {
             return Ok(Vec::new());
         }
-        self.write(move |tx| deliveries::claim(tx.other_tables()?, &node, now, lease_until, limit))
+        self.write(move |tx| deliveries::claim(tx.conn()?, &node, now, lease_until, limit))
             .await
     }
 
@@ -907,7 +848,7 @@ impl TaskStore for SqliteStore {
         next: DeliveryNext,
     ) -> Result<bool, StoreError> {
         let (id, node) = (id.to_string(), node.to_string());
-        self.write(move |tx| deliveries::finish(tx.other_tables()?, &id, &node, &attempt, next))
+        self.write(move |tx| deliveries::finish(tx.conn()?, &id, &node, &attempt, next))
             .await
     }
 
@@ -923,23 +864,22 @@ impl TaskStore for SqliteStore {
 
     async fn redeliver(&self, id: &str, now: u64) -> Result<bool, StoreError> {
         let id = id.to_string();
-        self.write(move |tx| deliveries::redeliver(tx.other_tables()?, &id, now))
+        self.write(move |tx| deliveries::redeliver(tx.conn()?, &id, now))
             .await
     }
 
     async fn purge_deliveries(&self, before: u64) -> Result<usize, StoreError> {
-        self.write(move |tx| deliveries::purge(tx.other_tables()?, before))
+        self.write(move |tx| deliveries::purge(tx.conn()?, before))
             .await
     }
 
     async fn release_deliveries(&self, node: &str) -> Result<usize, StoreError> {
         let node = node.to_string();
-        self.write(move |tx| deliveries::release(tx.other_tables()?, &node))
+        self.write(move |tx| deliveries::release(tx.conn()?, &node))
             .await
     }
 
     async fn count_registrations(&self, owner: &str, max: u64) -> Result<u64, StoreError> {
-        self.flushed().await?;
         let owner = owner.to_string();
         self.read(move |conn| deliveries::count_registrations(conn, &owner, max))
             .await

@@ -21,7 +21,7 @@ pub(super) struct Reaper {
     to: OnceLock<Option<mpsc::Sender<Garbage>>>,
     /// Tests: holds the thread before each drop.
     #[cfg(test)]
-    pub(super) gate: super::flusher::Gate,
+    pub(super) gate: Gate,
 }
 
 impl Reaper {
@@ -49,6 +49,42 @@ impl Reaper {
             Some(tx) => drop(tx.send(Box::new(what))),
             None => drop(what),
         }
+    }
+}
+
+/// A gate a test holds shut to keep the reaper from dropping.
+#[cfg(test)]
+#[derive(Clone, Default)]
+pub(super) struct Gate(std::sync::Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>);
+
+/// The gate held shut until this is dropped (a failing test lets the reaper go too).
+#[cfg(test)]
+pub(super) struct Held(Gate);
+
+#[cfg(test)]
+impl Gate {
+    /// Shuts the gate: the next drop waits.
+    pub(super) fn hold(&self) -> Held {
+        *self.0 .0.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        Held(self.clone())
+    }
+
+    /// Waits while the gate is shut.
+    pub(super) fn pass(&self) {
+        let (shut, signal) = &*self.0;
+        let mut g = shut.lock().unwrap_or_else(|p| p.into_inner());
+        while *g {
+            g = signal.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+#[cfg(test)]
+impl Drop for Held {
+    fn drop(&mut self) {
+        let (shut, signal) = &*self.0 .0;
+        *shut.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        signal.notify_all();
     }
 }
 

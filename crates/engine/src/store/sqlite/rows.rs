@@ -271,8 +271,8 @@ pub(super) const INSERT_TASK: &str = concat!(
 
 /// Stores a new task, through `stmt` (prepared from [`INSERT_TASK`]). `history` is the status
 /// changes it went through after its creation, each a JSON [`Transition`](crate::model::Transition),
-/// joined by commas (see [`transitions_text`]): a task written first from the change log may have
-/// finished already.
+/// joined by commas (see [`transitions_text`]): a task written first from an earlier build's
+/// change log (`old_log.rs`) may have finished already.
 pub(super) fn insert_task(
     stmt: &mut Statement<'_>,
     t: &TaskRecord,

@@ -159,7 +159,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     Migration {
         version: 11,
         what: "record how far the change log is written as rows",
-        // See `changelog.rs`: a replay skips the frames at or below this number.
+        // Read by `old_log.rs` only: the replay of an earlier build's log skips the frames at or
+        // below this number.
         sql: "CREATE TABLE change_log (flushed_seq INTEGER NOT NULL); \
               INSERT INTO change_log (flushed_seq) VALUES (0);",
     },

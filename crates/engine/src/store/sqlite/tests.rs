@@ -343,11 +343,8 @@ async fn a_task_written_lately_is_read_from_memory_and_a_heavy_one_from_its_row(
 async fn the_records_kept_in_memory_are_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("bounded.db")).unwrap();
-    // Enough that the first ones are out of both generations even though the last ones are still
-    // pending or in the flusher's batch (pinned, not yet in a generation) and the first ones
-    // entered late, once their batch was written.
-    let pinned = 2 * (super::changelog::MAX_PENDING + super::writer::MAX_GROUP);
-    let n = 2 * cache::GENERATION + 2 * pinned + 100;
+    // Enough that the first ones are out of both generations.
+    let n = 2 * cache::GENERATION + 2 * super::writer::MAX_GROUP + 100;
     let writes: Vec<_> = (0..n)
         .map(|i| {
             store.create(
@@ -359,10 +356,9 @@ async fn the_records_kept_in_memory_are_bounded() {
     for w in futures::future::join_all(writes).await {
         w.unwrap();
     }
-    // The generations, the pending tasks and a batch in flight: each at most the most that may be
-    // pending and one group more.
+    // Two generations at most.
     assert!(
-        store.cache.len() <= 2 * cache::GENERATION + pinned,
+        store.cache.len() <= 2 * cache::GENERATION,
         "{}",
         store.cache.len()
     );
@@ -459,167 +455,6 @@ async fn the_unfinished_limit_holds_within_a_group_and_across_a_restart() {
     store.create(more("reopened2"), limit(11)).await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_before_the_logged_writes_are_rows_loses_none_of_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("crash.db");
-    let store = SqliteStore::open(&path).unwrap();
-    // From here the writer writes no rows by itself: no flush when idle, none when it closes.
-    store.crash.store(true, std::sync::atomic::Ordering::SeqCst);
-    let record = super::super::testkit::record;
-    let finish = |n: u64| TaskChange {
-        status: Some(TaskStatus::Completed),
-        outcome: Some(crate::model::Outcome::Result {
-            value: serde_json::json!({ "n": n }),
-            is_error: false,
-        }),
-        ..Default::default()
-    };
-    for id in ["a", "b"] {
-        store.create(record(id, "o", 1), None).await.unwrap();
-    }
-    // A read of rows writes the pending ones: "a" and "b" have rows from here.
-    assert_eq!(store.count_active().await.unwrap().working, 2);
-    let a = store
-        .update("a", &TaskStatus::ACTIVE, finish(1), 10)
-        .await
-        .unwrap();
-    let c = match store.create(record("c", "o", 2), None).await.unwrap() {
-        Created::New(t) => t,
-        Created::Existing(_) => unreachable!("a new id"),
-    };
-    let wait = TaskChange {
-        status: Some(TaskStatus::InputRequired),
-        ..Default::default()
-    };
-    store
-        .update("c", &TaskStatus::ACTIVE, wait, 11)
-        .await
-        .unwrap();
-    let c_done = store
-        .update("c", &TaskStatus::ACTIVE, finish(3), 12)
-        .await
-        .unwrap();
-    drop(store);
-
-    // What the process left: "c" has no row and "a" an old one; the log holds both.
-    let raw = Connection::open(&path).unwrap();
-    let rows: Vec<(String, String)> = raw
-        .prepare("SELECT id, status FROM tasks ORDER BY id")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    assert_eq!(
-        rows,
-        [
-            ("a".to_string(), "working".to_string()),
-            ("b".to_string(), "working".to_string())
-        ]
-    );
-    drop(raw);
-    let logged: u64 = changelog::paths_of(&path)
-        .iter()
-        .map(|p| std::fs::metadata(p).unwrap().len())
-        .sum();
-    assert!(logged > 0);
-
-    let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(store.get("a").await.unwrap(), Lookup::Found(a));
-    assert_eq!(store.get("c").await.unwrap(), Lookup::Found(c_done));
-    assert_eq!(c.status, TaskStatus::Working);
-    assert_eq!(
-        history_of(&store, "c").await,
-        [TaskStatus::InputRequired, TaskStatus::Completed]
-    );
-    assert_eq!(store.count_active().await.unwrap().working, 1, "only b");
-    // Written as rows at open: a third open applies none of those frames again (a second insert
-    // of "c" would fail).
-    drop(store);
-    let store = SqliteStore::open(&path).unwrap();
-    assert!(matches!(store.get("c").await.unwrap(), Lookup::Found(_)));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_create_with_an_idempotency_key_is_logged_and_found_by_its_key_before_and_after_a_crash()
-{
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("keys.db");
-    let store = SqliteStore::open(&path).unwrap();
-    store.crash.store(true, std::sync::atomic::Ordering::SeqCst);
-    let keyed = |id: &str, key: &str, fingerprint: &str| {
-        let mut t = super::super::testkit::record(id, "o", 1);
-        t.idempotency_key = Some(key.to_string());
-        t.fingerprint = fingerprint.to_string();
-        t
-    };
-    // An unkeyed task pending first: a keyed create must not write it as a row.
-    store
-        .create(super::super::testkit::record("plain", "o", 1), None)
-        .await
-        .unwrap();
-    let first = match store
-        .create(keyed("k1", "key-1", "fp"), None)
-        .await
-        .unwrap()
-    {
-        Created::New(t) => t,
-        Created::Existing(_) => panic!("a new key"),
-    };
-    assert_eq!(
-        store.cache.pinned_len(),
-        2,
-        "both logged, neither a row yet"
-    );
-    // Found by its key while pending: by a reader, and by the writer on a second create.
-    assert_eq!(
-        store.find_by_key("o", "key-1").await.unwrap(),
-        Some(first.clone())
-    );
-    assert_eq!(store.find_by_key("other", "key-1").await.unwrap(), None);
-    assert_eq!(
-        store
-            .create(keyed("k2", "key-1", "fp"), None)
-            .await
-            .unwrap(),
-        Created::Existing(first.clone())
-    );
-    assert!(matches!(
-        store.create(keyed("k3", "key-1", "other"), None).await,
-        Err(StoreError::IdempotencyConflict { ref task_id, .. }) if task_id == "k1"
-    ));
-    assert_eq!(store.cache.pinned_len(), 2, "no lookup wrote rows");
-    // Two creates with one key in one group: the second finds the first.
-    let (a, b) = tokio::join!(
-        store.create(keyed("g1", "key-g", "fp"), None),
-        store.create(keyed("g2", "key-g", "fp"), None)
-    );
-    let ids: Vec<String> = [a.unwrap(), b.unwrap()]
-        .into_iter()
-        .map(|c| match c {
-            Created::New(t) | Created::Existing(t) => t.id,
-        })
-        .collect();
-    assert_eq!(ids[0], ids[1], "one task for one key: {ids:?}");
-    drop(store);
-
-    // The process died with the keyed tasks logged only: found by key after the replay.
-    let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(
-        store.find_by_key("o", "key-1").await.unwrap(),
-        Some(first.clone())
-    );
-    assert_eq!(
-        store
-            .create(keyed("k4", "key-1", "fp"), None)
-            .await
-            .unwrap(),
-        Created::Existing(first)
-    );
-    assert!(store.find_by_key("o", "key-g").await.unwrap().is_some());
-}
-
 /// The tasks' rows as another process sees them: id and status, by id.
 fn rows_of(path: &Path) -> Vec<(String, String)> {
     let raw = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
@@ -664,255 +499,209 @@ fn completed(n: u64) -> TaskChange {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_go_on_while_the_flusher_writes_rows_and_a_read_of_rows_waits_for_it() {
+async fn every_acknowledged_write_is_a_row_another_connection_reads_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("held.db");
+    let path = dir.path().join("rows.db");
     let store = SqliteStore::open(&path).unwrap();
-    let held = store.flusher_hooks.gate.hold();
-    // A flush's worth: the writer hands it over (or a part of it earlier, when the idle flush asks
-    // first), and the flusher waits at the gate with it.
-    create_each(&store, "a", 0, changelog::FLUSH_TASKS).await;
-    // Neither creates nor finishes wait for that batch's rows: they are logged.
-    let more: Vec<_> = (0..100)
-        .map(|i| {
-            let t = super::super::testkit::record(&format!("b{i:03}"), "o", 1);
-            store.create(t, None)
+    let record = super::super::testkit::record;
+    // What another process (`sqlite3`, a backup, Litestream) reads once a caller heard "done":
+    // no write waits in memory or in a file of our own.
+    store.create(record("a", "o", 1), None).await.unwrap();
+    assert_eq!(rows_of(&path), [("a".into(), "working".into())]);
+    let wait = TaskChange {
+        status: Some(TaskStatus::InputRequired),
+        ..Default::default()
+    };
+    store
+        .update("a", &TaskStatus::ACTIVE, wait, 11)
+        .await
+        .unwrap();
+    assert_eq!(rows_of(&path), [("a".into(), "input_required".into())]);
+    store
+        .update("a", &TaskStatus::ACTIVE, completed(3), 12)
+        .await
+        .unwrap();
+    assert_eq!(rows_of(&path), [("a".into(), "completed".into())]);
+    let raw = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let (history, outcome): (String, String) = raw
+        .query_row(
+            "SELECT history, outcome FROM tasks WHERE id = 'a'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert!(
+        history.contains("input_required") && history.contains("completed"),
+        "{history}"
+    );
+    assert!(outcome.contains(r#""n":3"#), "{outcome}");
+    drop(raw);
+    assert_eq!(
+        history_of(&store, "a").await,
+        [TaskStatus::InputRequired, TaskStatus::Completed]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_files_beside_the_database_are_sqlites_own_and_the_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("only.db");
+    let store = SqliteStore::open(&path).unwrap();
+    create_each(&store, "t", 0, 200).await;
+    for i in 0..100 {
+        store
+            .update(&format!("t{i:03}"), &TaskStatus::ACTIVE, completed(i), 10)
+            .await
+            .unwrap();
+    }
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["only.db", "only.db-shm", "only.db-wal", "only.db.lock"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backup_with_sqlites_backup_api_under_create_load_holds_every_task_acknowledged_before_it_began(
+) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("live.db");
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let acknowledged = Arc::new(Mutex::new(Vec::<String>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    // Four clients creating as fast as the writer takes them, as in the report of issue 49.
+    let clients: Vec<_> = (0..4)
+        .map(|c| {
+            let (store, acknowledged, stop) = (store.clone(), acknowledged.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut i = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    let id = format!("c{c}-{i}");
+                    let t = super::super::testkit::record(&id, "o", i + 1);
+                    store.create(t, None).await.unwrap();
+                    acknowledged.lock().unwrap().push(id);
+                    i += 1;
+                }
+            })
         })
         .collect();
-    let more = tokio::time::timeout(
-        std::time::Duration::from_secs(20),
-        futures::future::join_all(more),
-    )
-    .await
-    .expect("creates held up by a flush in flight");
-    assert!(more.into_iter().all(|c| c.is_ok()));
-    let done = store
-        .update("a000", &TaskStatus::ACTIVE, completed(0), 10)
+    let mut checked = 0;
+    for round in 0..5 {
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        // Every task a client heard of before the backup begins.
+        let before: Vec<String> = acknowledged.lock().unwrap().clone();
+        let copy = dir.path().join(format!("backup-{round}.db"));
+        let src = path.clone();
+        let dst = copy.clone();
+        tokio::task::spawn_blocking(move || {
+            let from = Connection::open_with_flags(&src, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+            let mut to = Connection::open(&dst).unwrap();
+            rusqlite::backup::Backup::new(&from, &mut to)
+                .unwrap()
+                .run_to_completion(64, std::time::Duration::from_millis(1), None)
+                .unwrap();
+        })
         .await
         .unwrap();
-    // Read by id from the records the batch keeps pinned.
-    assert_eq!(store.get("a000").await.unwrap(), Lookup::Found(done));
-    assert!(matches!(store.get("a063").await.unwrap(), Lookup::Found(_)));
-    assert!(rows_of(&path).is_empty(), "no row yet: the flusher is held");
-    // A read of rows waits for the batch in flight, then has every task written.
-    let counted = tokio::spawn({
-        let store = std::sync::Arc::new(store);
-        let s = store.clone();
-        async move { (s.count_active().await, store) }
-    });
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert!(
-        !counted.is_finished(),
-        "read rows behind the flusher's batch"
-    );
-    drop(held);
-    let (counts, store) = counted.await.unwrap();
-    assert_eq!(
-        counts.unwrap().working as usize,
-        changelog::FLUSH_TASKS + 100 - 1
-    );
-    let rows = rows_of(&path);
-    assert_eq!(rows.len(), changelog::FLUSH_TASKS + 100);
-    assert_eq!(rows[0], ("a000".to_string(), "completed".to_string()));
-    drop(store);
-}
-
-/// Waits (at most 5 s) until the rows hold `n` tasks and nothing is pinned.
-async fn written(store: &SqliteStore, path: &Path, n: usize) {
-    for _ in 0..50 {
-        if rows_of(path).len() == n && store.cache.pinned_len() == 0 {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let raw = Connection::open_with_flags(&copy, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let ids: std::collections::HashSet<String> = raw
+            .prepare("SELECT id FROM tasks")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let missing: Vec<&String> = before.iter().filter(|id| !ids.contains(*id)).collect();
+        assert!(
+            missing.is_empty(),
+            "backup {round} lacks {} of the {} tasks acknowledged before it began, e.g. {:?}",
+            missing.len(),
+            before.len(),
+            &missing[..missing.len().min(5)]
+        );
+        checked += before.len();
     }
-    assert_eq!(rows_of(path).len(), n);
-    assert_eq!(store.cache.pinned_len(), 0, "nothing pinned once written");
+    stop.store(true, Ordering::SeqCst);
+    for c in clients {
+        c.await.unwrap();
+    }
+    assert!(checked > 100, "too little load to show anything: {checked}");
 }
 
-/// Creates a full batch (`a000`…, handed to the flusher), finishes `a000` while the batch is out,
-/// waits for the batch's answer (the idle flush asks every 0.2 s), and has one more group
-/// (`b000`'s create) take it in. The finished `a000`.
-async fn finish_while_a_batch_is_out(store: &SqliteStore) -> TaskRecord {
-    create_each(store, "a", 0, changelog::FLUSH_TASKS).await;
-    let done = store
-        .update("a000", &TaskStatus::ACTIVE, completed(0), 10)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_an_earlier_build_left_with_writes_in_its_change_log_gets_them_as_rows_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("upgrade.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let a = match store
+        .create(super::super::testkit::record("a", "o", 1), None)
         .await
-        .unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    create_each(store, "b", 0, 1).await;
-    done
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_the_flusher_fails_to_write_is_written_by_the_writer() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("failing.db");
-    let store = SqliteStore::open(&path).unwrap();
-    let fail = store.flusher_hooks.fail.clone();
-    fail.store(true, std::sync::atomic::Ordering::SeqCst);
-    // A task of the failed batch finishes: its create comes back from the flusher, its finish
-    // goes on top, and the writer inserts it finished, with the finish in its history once.
-    let done = finish_while_a_batch_is_out(&store).await;
-    written(&store, &path, changelog::FLUSH_TASKS + 1).await;
-    assert_eq!(
-        rows_of(&path)[0],
-        ("a000".to_string(), "completed".to_string())
-    );
-    assert_eq!(store.get("a000").await.unwrap(), Lookup::Found(done));
-    assert_eq!(history_of(&store, "a000").await, [TaskStatus::Completed]);
-    // Hand-offs go on once the flusher writes again.
-    fail.store(false, std::sync::atomic::Ordering::SeqCst);
-    create_each(&store, "c", 0, changelog::FLUSH_TASKS).await;
-    written(&store, &path, 2 * changelog::FLUSH_TASKS + 1).await;
-    drop(store);
-    let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(
-        store.count_active().await.unwrap().working as usize,
-        2 * changelog::FLUSH_TASKS
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_whose_commit_failed_after_it_landed_is_not_written_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("landed.db");
-    let store = SqliteStore::open(&path).unwrap();
-    let lie = store.flusher_hooks.fail_after_commit.clone();
-    lie.store(true, std::sync::atomic::Ordering::SeqCst);
-    // The finish is pending when the batch's answer comes back. Had the writer taken the batch
-    // back, it would insert rows that exist: every flush would fail, and with it every read of
-    // rows.
-    let done = finish_while_a_batch_is_out(&store).await;
-    lie.store(false, std::sync::atomic::Ordering::SeqCst);
-    written(&store, &path, changelog::FLUSH_TASKS + 1).await;
-    assert_eq!(
-        store.count_active().await.unwrap().working as usize,
-        changelog::FLUSH_TASKS
-    );
-    assert_eq!(store.get("a000").await.unwrap(), Lookup::Found(done));
-    assert_eq!(history_of(&store, "a000").await, [TaskStatus::Completed]);
-    drop(store);
-    let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(
-        store.count_active().await.unwrap().working as usize,
-        changelog::FLUSH_TASKS
-    );
-    assert_eq!(history_of(&store, "a000").await, [TaskStatus::Completed]);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flusher_thread_that_stops_without_an_answer_loses_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gone.db");
-    let store = SqliteStore::open(&path).unwrap();
-    store
-        .flusher_hooks
-        .die
-        .store(true, std::sync::atomic::Ordering::SeqCst);
-    create_each(&store, "a", 0, changelog::FLUSH_TASKS).await;
-    let done = store
-        .update("a000", &TaskStatus::ACTIVE, completed(0), 10)
-        .await
-        .unwrap();
-    // The count waits for the batch, finds the thread gone, and has the writer read the batch
-    // back from the log and write it.
-    let counted = tokio::time::timeout(std::time::Duration::from_secs(20), store.count_active())
-        .await
-        .expect("the writer waited on a flusher that is gone")
-        .unwrap();
-    assert_eq!(counted.working as usize, changelog::FLUSH_TASKS - 1);
-    assert_eq!(rows_of(&path).len(), changelog::FLUSH_TASKS);
-    assert_eq!(
-        rows_of(&path)[0],
-        ("a000".to_string(), "completed".to_string())
-    );
-    assert_eq!(store.get("a000").await.unwrap(), Lookup::Found(done));
-    // The writer flushes by itself from here.
-    create_each(&store, "b", 0, changelog::FLUSH_TASKS).await;
-    written(&store, &path, 2 * changelog::FLUSH_TASKS).await;
-    drop(store);
-    let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(
-        store.count_active().await.unwrap().working as usize,
-        2 * changelog::FLUSH_TASKS - 1
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_batch_that_cannot_be_read_back_is_left_for_the_replay() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("unread.db");
-    let store = SqliteStore::open(&path).unwrap();
-    let held = store.flusher_hooks.gate.hold();
-    store
-        .flusher_hooks
-        .die
-        .store(true, std::sync::atomic::Ordering::SeqCst);
-    // The first batch goes out of the first file and waits at the gate.
-    create_each(&store, "a", 0, changelog::FLUSH_TASKS).await;
-    // Its frames are gone from under the writer, then the thread stops without an answer.
-    let [first, _] = changelog::paths_of(&path);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&first)
         .unwrap()
-        .set_len(0)
-        .unwrap();
-    drop(held);
-    // A read of rows fails rather than have a flush record a number past the lost frames.
-    let counted = tokio::time::timeout(std::time::Duration::from_secs(20), store.count_active())
-        .await
-        .expect("the writer waited on a flusher that is gone");
-    let err = counted.expect_err("rows written past frames that could not be read back");
-    assert!(err.to_string().contains("read back"), "{err}");
+    {
+        Created::New(t) => t,
+        Created::Existing(_) => unreachable!("a new id"),
+    };
     drop(store);
-    let raw = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-    let flushed: i64 = raw
-        .query_row("SELECT flushed_seq FROM change_log", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(flushed, 0);
+    // What an earlier build's crash left: "a" finished and "b" created in the log only.
+    let [first, second] = old_log::paths_of(&path);
+    let mut a_done = a.clone();
+    a_done.status = TaskStatus::Completed;
+    a_done.updated_at = 9;
+    let finish = Transition {
+        at: 9,
+        status: TaskStatus::Completed,
+        message: None,
+    };
+    let b = super::super::testkit::record("b", "o", 2);
+    old_log::append_frames(
+        &first,
+        0,
+        &[
+            (&a_done, false, std::slice::from_ref(&finish)),
+            (&b, true, &[]),
+        ],
+    );
+    std::fs::write(&second, b"").unwrap();
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.get("a").await.unwrap(), Lookup::Found(a_done));
+    assert_eq!(store.get("b").await.unwrap(), Lookup::Found(b));
+    assert_eq!(history_of(&store, "a").await, [TaskStatus::Completed]);
+    assert!(!first.exists() && !second.exists(), "the old log stays");
+    assert_eq!(store.count_active().await.unwrap().working, 1, "only b");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_while_a_batch_is_in_flight_replays_both_log_files() {
+async fn creates_with_one_idempotency_key_in_one_group_make_one_task() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("two.db");
-    let store = SqliteStore::open(&path).unwrap();
-    // Batches go through the flusher; the read writes the rest (the replay's order across the two
-    // files is pinned down by `changelog::tests`, whose batches are handed over by hand: here the
-    // idle flush decides which file the held batch is in).
-    create_each(&store, "a", 0, changelog::FLUSH_TASKS + 6).await;
-    assert_eq!(
-        store.count_active().await.unwrap().working as usize,
-        changelog::FLUSH_TASKS + 6
-    );
-    // A batch is held at the gate; what follows goes to the other file, over its old frames:
-    // among it the finish of a task whose create is in the held batch.
-    let held = store.flusher_hooks.gate.hold();
-    create_each(&store, "b", 0, changelog::FLUSH_TASKS).await;
-    create_each(&store, "c", 0, 3).await;
-    let done = store
-        .update("b000", &TaskStatus::ACTIVE, completed(7), 10)
+    let store = SqliteStore::open(dir.path().join("keys.db")).unwrap();
+    let keyed = |id: &str, key: &str, fingerprint: &str| {
+        let mut t = super::super::testkit::record(id, "o", 1);
+        t.idempotency_key = Some(key.to_string());
+        t.fingerprint = fingerprint.to_string();
+        t
+    };
+    // Queued together, so that the writer takes them into one group: the second finds the first
+    // among the group's own writes.
+    let creates: Vec<_> = (0..8)
+        .map(|i| store.create(keyed(&format!("g{i}"), "key-g", "fp"), None))
+        .collect();
+    let ids: std::collections::BTreeSet<String> = futures::future::join_all(creates)
         .await
-        .unwrap();
-    // The process dies: the flusher writes nothing, nor does the writer when it closes.
-    store.crash.store(true, std::sync::atomic::Ordering::SeqCst);
-    drop(held);
-    drop(store);
-    assert_eq!(rows_of(&path).len(), changelog::FLUSH_TASKS + 6);
-
-    // Both files' frames are replayed, the finish after the create.
-    let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(store.get("b000").await.unwrap(), Lookup::Found(done));
-    assert_eq!(history_of(&store, "b000").await, [TaskStatus::Completed]);
-    assert_eq!(
-        store.count_active().await.unwrap().working as usize,
-        2 * changelog::FLUSH_TASKS + 6 + 3 - 1
-    );
-    drop(store);
-    let rows = rows_of(&path);
-    assert_eq!(rows.len(), 2 * changelog::FLUSH_TASKS + 6 + 3);
-    assert!(rows.contains(&("b000".to_string(), "completed".to_string())));
+        .into_iter()
+        .map(|c| match c.unwrap() {
+            Created::New(t) | Created::Existing(t) => t.id,
+        })
+        .collect();
+    assert_eq!(ids.len(), 1, "one task for one key: {ids:?}");
+    assert!(matches!(
+        store.create(keyed("other", "key-g", "another"), None).await,
+        Err(StoreError::IdempotencyConflict { ref task_id, .. }) if ids.contains(task_id)
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -986,12 +775,8 @@ enum Op {
     Note(u8),
     /// Finishes a working task.
     Finish(u8),
-    /// Reads rows (which flushes what is pending).
+    /// Reads rows.
     ReadRows,
-    /// Holds the flusher's next batch in flight, or lets a held one go.
-    ToggleGate,
-    /// Waits past the idle flush.
-    Idle,
 }
 
 fn op() -> impl proptest::strategy::Strategy<Value = Op> {
@@ -1002,17 +787,30 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
         2 => (0u8..12).prop_map(Op::Note),
         3 => (0u8..12).prop_map(Op::Finish),
         1 => Just(Op::ReadRows),
-        1 => Just(Op::ToggleGate),
-        1 => Just(Op::Idle),
     ]
 }
 
-/// Runs `lifetimes` processes one after another on one file, each doing its ops and then closing
-/// or dying (`true`: as kill -9 would: neither the flusher nor the writer writes anything more);
-/// after each, every write a caller was answered for must be what the next process reads.
+/// Copies what a process killed now would leave of the database at `from` (the file and its WAL,
+/// as the kernel holds them; nothing of the process's memory) to `to`.
+fn crash_image(from: &Path, to: &Path) {
+    for suffix in ["", "-wal"] {
+        let mut src = from.as_os_str().to_owned();
+        src.push(suffix);
+        let mut dst = to.as_os_str().to_owned();
+        dst.push(suffix);
+        if Path::new(&src).exists() {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+/// Runs `lifetimes` processes one after another, each doing its ops and then closing or dying
+/// (`true`: the next process opens what a kill -9 would leave: a copy of the file and its WAL made
+/// while the store is open); after each, every write a caller was answered for must be what the
+/// next process reads.
 async fn lifetimes_lose_nothing(lifetimes: Vec<(Vec<Op>, bool)>) -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("life.db");
+    let mut path = dir.path().join("life-0.db");
     let mut model: std::collections::BTreeMap<String, TaskRecord> = Default::default();
     let mut now = 1_000u64;
     for (n, (ops, crash)) in lifetimes.into_iter().enumerate() {
@@ -1027,7 +825,6 @@ async fn lifetimes_lose_nothing(lifetimes: Vec<(Vec<Op>, bool)>) -> Result<(), S
                 }
             }
         }
-        let mut held = None;
         for op in ops {
             now += 10;
             let write = |k: u8| format!("t{k}");
@@ -1069,30 +866,29 @@ async fn lifetimes_lose_nothing(lifetimes: Vec<(Vec<Op>, bool)>) -> Result<(), S
                     model.insert(id, rec);
                 }
                 Op::ReadRows => {
-                    // A read of rows waits for the batch in flight: let it go first.
-                    held = None;
-                    store.count_active().await.map_err(|e| e.to_string())?;
-                }
-                Op::ToggleGate => {
-                    held = match held.take() {
-                        Some(h) => {
-                            drop(h);
-                            None
-                        }
-                        None => Some(store.flusher_hooks.gate.hold()),
-                    };
-                }
-                Op::Idle => {
-                    tokio::time::sleep(changelog::IDLE_FLUSH + std::time::Duration::from_millis(50))
-                        .await
+                    let counted = store.count_active().await.map_err(|e| e.to_string())?;
+                    let working = model
+                        .values()
+                        .filter(|t| t.status == TaskStatus::Working)
+                        .count();
+                    if counted.working as usize != working {
+                        return Err(format!(
+                            "process {n} counts {} working rows, {working} were acknowledged",
+                            counted.working
+                        ));
+                    }
                 }
             }
         }
+        let next = dir.path().join(format!("life-{}.db", n + 1));
         if crash {
-            store.crash.store(true, std::sync::atomic::Ordering::SeqCst);
+            crash_image(&path, &next);
+            drop(store);
+        } else {
+            drop(store);
+            crash_image(&path, &next);
         }
-        drop(held);
-        drop(store);
+        path = next;
     }
     let store = SqliteStore::open(&path).map_err(|e| format!("open at the end: {e}"))?;
     for (id, want) in &model {
@@ -1107,9 +903,8 @@ async fn lifetimes_lose_nothing(lifetimes: Vec<(Vec<Op>, bool)>) -> Result<(), S
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..Default::default() })]
 
-    /// Processes on one file, each closing or dying after random writes, flushes and batches held
-    /// in flight: whatever a caller was answered for, the next process reads (the window of issue
-    /// 48's item 11 is looked for here).
+    /// Processes in turn, each closing or dying after random writes: whatever a caller was
+    /// answered for, the next process reads from the file and its WAL alone.
     #[test]
     fn processes_that_close_or_die_in_turn_lose_no_acknowledged_write(
         lifetimes in proptest::collection::vec(

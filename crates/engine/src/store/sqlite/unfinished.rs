@@ -137,21 +137,15 @@ impl Counts {
         });
     }
 
-    /// Whether `owner`'s counts are kept already (else [`Counts::of`] reads them from rows).
-    pub(super) fn knows(&self, owner: &str) -> bool {
-        self.owners.contains_key(owner)
-    }
-
     /// The unfinished tasks `limit` counts, up to its `max`. An owner not kept yet is read from
-    /// `conn` (the writer's, inside the current transaction), whose rows must then be current;
-    /// `current` says whether they are, so that debug builds check the kept counts against them.
+    /// `conn` (the writer's, inside the current transaction); debug builds check the kept counts
+    /// against its rows every time.
     pub(super) fn of(
         &mut self,
         conn: &Connection,
         owner: &str,
         among: &Among,
         max: usize,
-        current: bool,
     ) -> Result<usize, StoreError> {
         if !self.owners.contains_key(owner) {
             let read = read_owner(conn, owner)?;
@@ -159,10 +153,8 @@ impl Counts {
             self.read_in_job.push(owner.to_string());
         }
         let n = self.owners.get(owner).map_or(0, |c| c.among(among, max));
-        #[cfg(not(debug_assertions))]
-        let _ = current;
         #[cfg(debug_assertions)]
-        if current {
+        {
             // Every debug build's test run checks the kept counts against the rows.
             let rows = count_rows(conn, owner, among, max)?;
             debug_assert_eq!(
@@ -318,7 +310,7 @@ mod tests {
             Among::SessionsStartingWith("".into()),
         ] {
             for max in [1, 2, 100] {
-                let kept = c.of(conn, owner, &among, max, true).unwrap();
+                let kept = c.of(conn, owner, &among, max).unwrap();
                 assert_eq!(
                     kept,
                     count_rows(conn, owner, &among, max).unwrap(),
@@ -336,7 +328,7 @@ mod tests {
         put(&conn, &mut c, "t1", "o", Some("a1"));
         put(&conn, &mut c, "t2", "o", None);
         c.job_succeeded();
-        assert_eq!(c.of(&conn, "o", &Among::All, 100, true).unwrap(), 2);
+        assert_eq!(c.of(&conn, "o", &Among::All, 100).unwrap(), 2);
         c.job_succeeded();
         put(&conn, &mut c, "t3", "o", Some("a2"));
         put(&conn, &mut c, "t4", "o", Some("b"));
@@ -359,7 +351,7 @@ mod tests {
         // An owner first read inside a job that is rolled back saw that job's writes: forgotten.
         conn.execute_batch("SAVEPOINT job").unwrap();
         put(&conn, &mut c, "t7", "q", Some("a1"));
-        assert_eq!(c.of(&conn, "q", &Among::All, 100, true).unwrap(), 1);
+        assert_eq!(c.of(&conn, "q", &Among::All, 100).unwrap(), 1);
         conn.execute_batch("ROLLBACK TO job; RELEASE job").unwrap();
         c.job_failed();
         assert_eq!(c.known(), 2, "q is read again");

@@ -3,9 +3,10 @@
 //! Whatever queued up while the previous transaction was being made durable goes into the next one.
 //! A job's caller is answered only after the commit that holds its write.
 //!
-//! A group's task writes go to the change log, not to rows (`changelog.rs`): a group whose jobs only
-//! create and update tasks is one append and one sync. Its SQLite transaction is begun only by a job
-//! that needs rows.
+//! A group is one SQLite transaction (`BEGIN IMMEDIATE` … `COMMIT`, WAL, `synchronous=FULL`): one
+//! sync of the WAL for all its writes. Every write is a row when its caller hears of it, so the
+//! database file is the whole truth: SQLite's backup API, `VACUUM INTO` and Litestream see every
+//! acknowledged write (issue 49 retired a log of our own that held them first).
 //!
 //! Jobs run without a savepoint each. A savepoint made SQLite copy every page a job touched into
 //! its sub-journal, about a sixth of the writer's work per task, to undo jobs that almost never
@@ -20,7 +21,6 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::cache::{Group, Hot, RecordCache, Tx};
-use super::changelog::{self, ChangeLog, HandOff};
 use super::unfinished::Counts;
 use crate::store::StoreError;
 
@@ -37,12 +37,11 @@ pub(super) const MAX_GROUP: usize = 512;
 const QUEUE: usize = 8192;
 
 /// Starts the writer thread on `conn` and returns the queue to send it jobs and the thread. The
-/// thread publishes what it commits to `cache`, and ends when every sender is dropped, after
-/// writing every pending task as its row; it holds `lock` (the file's claim by this process) until
-/// its connection is closed.
+/// thread publishes what it commits to `cache`, and ends when every sender is dropped, after the
+/// jobs queued before; it holds `lock` (the file's claim by this process) until its connection is
+/// closed.
 pub(super) fn spawn(
     conn: Connection,
-    log: ChangeLog,
     cache: Arc<RecordCache>,
     lock: std::fs::File,
 ) -> Result<(mpsc::Sender<Job>, std::thread::JoinHandle<()>), StoreError> {
@@ -51,8 +50,7 @@ pub(super) fn spawn(
         // Short enough for the 15 bytes a thread name keeps on Linux (`top -H`, `/proc`).
         .name("sqlite-writer".into())
         .spawn(move || {
-            let mut log = log;
-            writer_loop(&conn, &mut log, &cache, rx);
+            writer_loop(&conn, &cache, rx);
             drop(conn);
             drop(lock);
         })
@@ -66,18 +64,11 @@ fn control(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
-fn writer_loop(
-    conn: &Connection,
-    log: &mut ChangeLog,
-    cache: &RecordCache,
-    mut rx: mpsc::Receiver<Job>,
-) {
+fn writer_loop(conn: &Connection, cache: &RecordCache, mut rx: mpsc::Receiver<Job>) {
     // Only this thread writes, so only it keeps the counts (see `unfinished.rs`).
     let mut counts = Counts::default();
     let mut hot = Hot::new(conn);
     while let Some(first) = rx.blocking_recv() {
-        // A batch the flusher finished: its file may start over, its records be unpinned.
-        log.reap(cache, false);
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
             match rx.try_recv() {
@@ -87,137 +78,35 @@ fn writer_loop(
         }
         let mut jobs = group.into_iter().peekable();
         while jobs.peek().is_some() {
-            transaction(conn, &mut hot, log, cache, &mut counts, &mut jobs);
-        }
-        if log.due() {
-            match log.hand_off() {
-                HandOff::Handed => {}
-                HandOff::Busy if !log.overdue() => {}
-                HandOff::Busy => {
-                    // The flusher is behind: wait for it rather than pin and log without bound.
-                    log.settle(cache);
-                    if log.hand_off() != HandOff::Handed {
-                        flush(conn, &mut hot, log, cache, &mut counts);
-                    }
-                }
-                HandOff::Unable => flush(conn, &mut hot, log, cache, &mut counts),
-            }
+            transaction(conn, &mut hot, cache, &mut counts, &mut jobs);
         }
     }
-    // Closing: the rows hold everything, so the file is whole without its log.
-    log.settle(cache);
-    flush(conn, &mut hot, log, cache, &mut counts);
-    // Its connection closes before the writer's, and both before the file's lock is let go.
-    log.stop_flusher();
-}
-
-/// Asks the writer for a flush every [`changelog::IDLE_FLUSH`] while tasks are pending, so that
-/// rows read by other processes lag little however few writes come; ends with the store. A task on
-/// the caller's runtime rather than a timed wait in the writer: that wait cost a timer and a wake-up
-/// per group.
-pub(super) fn flush_now_and_then(jobs: &mpsc::Sender<Job>, cache: Arc<RecordCache>) {
-    let jobs = jobs.downgrade();
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(changelog::IDLE_FLUSH).await;
-            let Some(jobs) = jobs.upgrade() else { return };
-            if cache.pinned_len() == 0 {
-                continue;
-            }
-            if jobs.send(idle_job()).await.is_err() {
-                return;
-            }
-        }
-    });
-}
-
-/// Writes every pending task as its row, in a transaction of its own.
-fn flush(
-    conn: &Connection,
-    hot: &mut Hot<'_>,
-    log: &mut ChangeLog,
-    cache: &RecordCache,
-    counts: &mut Counts,
-) {
-    if log.pending.is_empty() {
-        return;
-    }
-    transaction(
-        conn,
-        hot,
-        log,
-        cache,
-        counts,
-        &mut std::iter::once(flush_job()),
-    );
-}
-
-/// A job that asks the writer to hand the pending tasks to the flusher once its group is done
-/// (see [`ChangeLog::hand_off`]). Tests' "crashed" writer asks nothing.
-fn idle_job() -> Job {
-    Box::new(|t: &mut Tx<'_, '_>| {
-        if !t.crashed() {
-            t.flush_soon();
-        }
-        (true, Box::new(|_| {}) as Completion)
-    })
-}
-
-/// A job that writes every pending task as its row. A failure is logged: the tasks stay pending
-/// (and in the log), and the next flush tries again. Tests' "crashed" writer writes nothing.
-fn flush_job() -> Job {
-    Box::new(|t: &mut Tx<'_, '_>| {
-        if t.crashed() {
-            return (true, Box::new(|_| {}) as Completion);
-        }
-        let result = t.conn().map(|_| ());
-        let ok = result.is_ok();
-        let complete: Completion = Box::new(move |commit| {
-            if let Err(e) = result.and(commit) {
-                tracing::error!(
-                    error = %crate::store::error_chain(&e),
-                    "writing the change log as rows failed"
-                );
-            }
-        });
-        (ok, complete)
-    })
 }
 
 /// Runs jobs from `jobs` in one transaction, until they run out or one fails after it has written,
 /// and answers each job that ran. The SQLite transaction is begun by the first job that needs one
-/// (see [`Tx::conn`]); a group whose jobs only log commits with one append to the change log.
+/// (see [`Tx::conn`]).
 fn transaction(
     conn: &Connection,
     hot: &mut Hot<'_>,
-    log: &mut ChangeLog,
     cache: &RecordCache,
     counts: &mut Counts,
     jobs: &mut impl Iterator<Item = Job>,
 ) {
-    // Each job's completion, and whether it logged a write.
-    let mut done: Vec<(Completion, bool)> = Vec::new();
-    let mut records = Group::new(cache, counts, log);
+    let mut done: Vec<Completion> = Vec::new();
+    let mut records = Group::new(cache, counts);
     for job in jobs.by_ref() {
         let before = conn.total_changes();
-        records.state.changes_base = None;
-        let (ok, complete, logged) = {
-            let mut tx = records.tx(hot);
-            let (ok, complete) = job(&mut tx);
-            (ok, complete, tx.logged())
-        };
+        let (ok, complete) = job(&mut records.tx(hot));
         if ok {
             records.job_succeeded();
-            done.push((complete, logged));
+            done.push(complete);
             continue;
         }
         records.job_failed();
-        // A flush the job asked for (`Tx::conn`) is not its own writing.
-        let base = records.state.changes_base.unwrap_or(before);
-        if conn.total_changes() == base && records.state.began != conn.is_autocommit() {
-            // It changed no row (a statement that fails undoes itself) and logged nothing (its
-            // staged writes went with it): the others' writes stand.
-            done.push((complete, false));
+        if conn.total_changes() == before && records.state.began != conn.is_autocommit() {
+            // It changed no row (a statement that fails undoes itself): the others' writes stand.
+            done.push(complete);
             continue;
         }
         // It failed halfway through its writes (or SQLite ended the transaction itself): only
@@ -229,7 +118,7 @@ fn transaction(
             }
         }
         records.rolled_back();
-        for (complete, _) in done {
+        for complete in done {
             complete(Err(StoreError::message(
                 "the transaction holding this write was rolled back after another write in it \
                  failed halfway; this write was not made",
@@ -243,7 +132,7 @@ fn transaction(
             let _ = control(conn, "ROLLBACK");
             records.rolled_back();
             let cause = Arc::new(e);
-            for (complete, _) in done {
+            for complete in done {
                 complete(Err(StoreError::backend(
                     "commit a write transaction",
                     cause.clone(),
@@ -253,12 +142,9 @@ fn transaction(
         }
     }
     // Before any caller hears of its write, so each reads what it wrote.
-    let logging = records.committed().map_err(Arc::new);
-    for (complete, logged) in done {
-        complete(match &logging {
-            Err(cause) if logged => Err(StoreError::backend("log a write", cause.clone())),
-            _ => Ok(()),
-        });
+    records.committed();
+    for complete in done {
+        complete(Ok(()));
     }
 }
 
@@ -301,16 +187,11 @@ mod tests {
     fn run_in_one_group(jobs: Vec<(Job, Heard)>) -> (Vec<Result<(), String>>, Vec<String>) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.sqlite");
-        let mut conn = Connection::open(&path).unwrap();
-        conn.execute_batch(
-            "PRAGMA journal_mode=WAL; CREATE TABLE t (k TEXT PRIMARY KEY); \
-             CREATE TABLE change_log (flushed_seq INTEGER NOT NULL); \
-             INSERT INTO change_log VALUES (0);",
-        )
-        .unwrap();
-        let log = ChangeLog::open(&path, &mut conn).unwrap();
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t (k TEXT PRIMARY KEY);")
+            .unwrap();
         let lock = std::fs::File::create(dir.path().join("w.lock")).unwrap();
-        let (queue, thread) = spawn(conn, log, Arc::new(RecordCache::default()), lock).unwrap();
+        let (queue, thread) = spawn(conn, Arc::new(RecordCache::default()), lock).unwrap();
         let (started_tx, started) = std_mpsc::channel();
         let (release, released) = std_mpsc::channel::<()>();
         let (gate, gate_heard) = job(move |_| {
