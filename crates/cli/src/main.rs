@@ -473,6 +473,7 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
         .await
         .context("cannot listen for other replicas on PostgreSQL")?;
     }
+    let plan = stop_plan(&file);
     let mut builder = Server::builder(store, engine, server_cfg).notifier(notifier);
     if args.demo {
         builder = builder.demo()?;
@@ -526,15 +527,8 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
             r = &mut served => r.context("stdio transport failed"),
             () = shutdown_signal() => Ok(()),
         };
-        let drain = Duration::from_secs(file.tasks.drain_secs.unwrap_or(DEFAULT_DRAIN_SECS));
-        let second = futures::FutureExt::fuse(shutdown_signal());
-        tokio::pin!(second);
-        let engine = server.engine().clone();
-        let stop_now = drain_and_hand_off(&server, &engine, drain, &mut second).await;
-        if !stop_now {
-            server.webhooks_stopped(WEBHOOKS_STOP).await;
-        }
-        engine.shutdown();
+        // A second signal stops at once.
+        server.stop(&plan, shutdown_signal()).await;
         return ended;
     }
     let addr: SocketAddr = match (args.listen, &file.server.listen) {
@@ -584,11 +578,13 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
         None => http::router(server.clone())
             .merge(mcp_tasks_server::admin::router(server.clone(), false)),
     };
-    let engine = server.engine().clone();
-    let (stop_http, stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut serving = tokio::spawn(http::serve_router(server.clone(), listener, app, async {
-        let _ = stopped.await;
-    }));
+    // Ended by `Server::stop`.
+    let mut serving = tokio::spawn(http::serve_router(
+        server.clone(),
+        listener,
+        app,
+        std::future::pending(),
+    ));
     tokio::select! {
         r = &mut serving => {
             return match r {
@@ -598,108 +594,26 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
         }
         _ = shutdown_signal() => {}
     }
-    let drain = Duration::from_secs(file.tasks.drain_secs.unwrap_or(DEFAULT_DRAIN_SECS));
-    // Fused: once a second signal came, waiting on it again is waiting forever, not a panic.
-    let second = futures::FutureExt::fuse(shutdown_signal());
-    tokio::pin!(second);
-    let stop_now = drain_and_hand_off(&server, &engine, drain, &mut second).await;
-    if !stop_now {
-        // The listener closes (new connects are refused, which a balancer retries elsewhere);
-        // requests on open connections are answered 503 (a balancer sends them elsewhere) until
-        // none has come for a moment: only then do the connections close.
-        tokio::select! {
-            () = server.close(CLOSE_QUIET, CLOSE_BOUND) => {}
-            () = &mut second => tracing::info!("a second signal: stopping now"),
-        }
-    }
-    let _ = stop_http.send(());
+    // The drain, the hand-off, the close, the serve loop's end, the webhooks, the engine (see
+    // `Server::stop`); a second signal stops at once.
+    server.stop(&plan, shutdown_signal()).await;
     let _ = serving.await;
-    // Webhook deliveries this node claimed and did not send are let go for another replica.
-    server.webhooks_stopped(WEBHOOKS_STOP).await;
-    engine.shutdown();
     Ok(())
 }
 
-/// The first part of a stop, the same over HTTP and stdio: the drain (no new calls; running tasks
-/// get `drain` to finish while their clients follow them), then the hand-off of what still runs.
-/// Whether a second signal (`second`) asked to stop at once.
-async fn drain_and_hand_off(
-    server: &Arc<mcp_tasks_server::Server>,
-    engine: &Arc<mcp_tasks_engine::Engine>,
-    drain: Duration,
-    second: &mut std::pin::Pin<&mut futures::future::Fuse<impl std::future::Future<Output = ()>>>,
-) -> bool {
-    server.begin_drain();
-    let running = engine.running_count();
-    tracing::info!(
-        running,
-        drain_secs = drain.as_secs(),
-        "stopping: no new calls are taken; running tasks get the drain time to finish"
-    );
-    let deadline = tokio::time::Instant::now() + drain;
-    let mut stop_now = false;
-    while engine.running_count() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::select! {
-            () = tokio::time::sleep(Duration::from_millis(100)) => {}
-            () = second.as_mut() => {
-                tracing::info!("a second signal: stopping now");
-                stop_now = true;
-                break;
-            }
-        }
+/// The stop of `serve`: the library's defaults (which fit Kubernetes' 30 s grace), with the drain
+/// `[tasks] drain_secs` asks for.
+fn stop_plan(file: &config::ConfigFile) -> mcp_tasks_server::StopPlan {
+    let mut plan = mcp_tasks_server::StopPlan::default();
+    if let Some(secs) = file.tasks.drain_secs {
+        plan.drain = Duration::from_secs(secs);
     }
-    match engine.running_count() {
-        _ if stop_now => {}
-        0 => {
-            tracing::info!("every running task has finished; shutting down");
-            // A moment for clients to read what just finished (a poll, a blocked tasks/result).
-            let linger = deadline
-                .saturating_duration_since(tokio::time::Instant::now())
-                .min(DRAIN_LINGER);
-            tokio::select! {
-                () = tokio::time::sleep(linger) => {}
-                () = second.as_mut() => stop_now = true,
-            }
-        }
-        left => {
-            tracing::info!(
-                left,
-                "the drain time is over; handing off the tasks still running (they resume on another replica, or here at the next start)"
-            );
-            // Each handler is told it is handed off and gets its grace period to save where it
-            // is; a second signal stops at once (their leases then run out instead).
-            tokio::select! {
-                n = engine.hand_off() => tracing::info!(handed_off = n, "handed off"),
-                () = second.as_mut() => {
-                    tracing::info!("a second signal: stopping now");
-                    stop_now = true;
-                }
-            }
-        }
-    }
-    stop_now
+    plan
 }
 
 /// How long a server that has stopped waits for what is left on the runtime's threads (a blocked
 /// read of stdin) before the process exits.
 const SERVE_EXIT: Duration = Duration::from_secs(1);
-
-/// How long a drained server still answers once its last task has finished.
-const DRAIN_LINGER: Duration = Duration::from_secs(1);
-
-/// The close after a drain ends once no request has come for this long…
-const CLOSE_QUIET: Duration = Duration::from_millis(300);
-/// …or after this long, when requests keep coming (clients that reach this replica directly).
-const CLOSE_BOUND: Duration = Duration::from_secs(2);
-
-/// Seconds running tasks get to finish on SIGTERM / SIGINT unless `[tasks] drain_secs` says
-/// otherwise. With the defaults a whole stop fits in Kubernetes' default grace period of 30 s:
-/// the drain (12 s), the hand-off (`hand_off_grace`, 8 s, and 1 s for the runs to let go), the
-/// close (at most 2 s) and the webhooks' stop (at most [`WEBHOOKS_STOP`]): 26 s at most.
-const DEFAULT_DRAIN_SECS: u64 = 12;
-
-/// How long a stop waits for the webhook deliveries in flight and the release of the rest.
-const WEBHOOKS_STOP: Duration = Duration::from_secs(3);
 
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();

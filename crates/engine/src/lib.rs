@@ -50,7 +50,8 @@ pub use context::{
     TaskContext,
 };
 pub use engine::{
-    Engine, EngineBuilder, EngineConfig, EngineError, InputGuard, ResumeCounts, RunStart, Submitted,
+    Engine, EngineBuilder, EngineConfig, EngineError, InputGuard, ResumeCounts, RunStart,
+    ServiceState, Submitted,
 };
 pub use fingerprint::fingerprint;
 pub use handler::TaskHandler;

@@ -45,7 +45,7 @@ pub mod wire;
 pub use auth::{ANONYMOUS, LOCAL_USER};
 pub use config::ServerConfig;
 pub use core::lists::ListKind;
-pub use core::{Era, Peer, Reply, Server, ServerBuilder};
+pub use core::{Era, Peer, Reply, Server, ServerBuilder, StopPlan, StopReport};
 pub use inbound::Transport;
 pub use tool::{Tool, ToolRegistry};
 pub use transport::{connections, http, stdio};

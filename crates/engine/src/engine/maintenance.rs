@@ -37,15 +37,20 @@ impl Engine {
             self.start_takeover();
             self.start_fence();
         }
-        self.every(self.config.sweep_interval, "task sweep failed", |engine| {
-            Box::pin(async move {
-                engine.sweep().await?;
-                engine
-                    .last_sweep_ms
-                    .store(now_ms(), std::sync::atomic::Ordering::Relaxed);
-                Ok(())
-            })
-        });
+        self.every(
+            "sweeper",
+            self.config.sweep_interval,
+            "task sweep failed",
+            |engine| {
+                Box::pin(async move {
+                    engine.sweep().await?;
+                    engine
+                        .last_sweep_ms
+                        .store(now_ms(), std::sync::atomic::Ordering::Relaxed);
+                    Ok(())
+                })
+            },
+        );
         Ok(n)
     }
 
@@ -56,19 +61,16 @@ impl Engine {
     fn start_lease_renewal(self: &Arc<Self>) {
         let me = Arc::downgrade(self);
         let every = std::time::Duration::from_millis((self.config.lease_ms / 3).max(1));
-        let shutdown = self.shutdown.clone();
-        tokio::spawn(async move {
+        self.services.spawn("lease renewal", async move {
             let mut tick = tokio::time::interval(every);
             tick.tick().await;
             loop {
                 let Some(engine) = me.upgrade() else { break };
                 // Runs in their grace after a shutdown keep their leases until they end.
-                if shutdown.is_cancelled() && engine.running.is_empty() {
-                    break;
-                }
                 tokio::select! {
                     _ = tick.tick() => {}
                     _ = engine.renew_now.notified() => {}
+                    () = engine.shut_down_and_idle() => break,
                 }
                 let ids: Vec<String> = engine.running.iter().map(|e| e.key().to_string()).collect();
                 let until = now_ms() + engine.config.lease_ms;
@@ -118,17 +120,16 @@ impl Engine {
         let margin = lease / FENCE_MARGIN;
         let every = std::time::Duration::from_millis((lease / 20).max(1));
         let me = Arc::downgrade(self);
-        let shutdown = self.shutdown.clone();
-        tokio::spawn(async move {
+        self.services.spawn("fence", async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                tick.tick().await;
                 let Some(engine) = me.upgrade() else { break };
                 // Runs in their grace after a stop (a hand-off, a shutdown) are fenced too: the
                 // loop ends only once the engine is shut down and nothing runs.
-                if shutdown.is_cancelled() && engine.running.is_empty() {
-                    break;
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    () = engine.shut_down_and_idle() => break,
                 }
                 let now = now_ms();
                 for run in engine.running.iter() {
@@ -156,7 +157,7 @@ impl Engine {
         let me = Arc::downgrade(self);
         let shutdown = self.shutdown.clone();
         let wake = self.takeover_now.clone();
-        tokio::spawn(async move {
+        self.services.spawn("take-over", async move {
             let mut tick = tokio::time::interval(half_lease);
             tick.tick().await;
             loop {
@@ -173,15 +174,21 @@ impl Engine {
         });
     }
 
-    /// Runs `job` every `period` (the first time one period from now) until the engine shuts down or
-    /// is dropped; a failure is logged as `failed` and the next period tries again.
-    fn every<F>(self: &Arc<Self>, period: std::time::Duration, failed: &'static str, job: F)
-    where
+    /// Runs `job` every `period` (the first time one period from now) as service `name` until the
+    /// engine shuts down or is dropped; a failure is logged as `failed` and the next period tries
+    /// again.
+    fn every<F>(
+        self: &Arc<Self>,
+        name: &'static str,
+        period: std::time::Duration,
+        failed: &'static str,
+        job: F,
+    ) where
         F: Fn(Arc<Engine>) -> Job + Send + 'static,
     {
         let me = Arc::downgrade(self);
         let shutdown = self.shutdown.clone();
-        tokio::spawn(async move {
+        self.services.spawn(name, async move {
             let mut tick = tokio::time::interval(period);
             tick.tick().await;
             loop {
@@ -211,7 +218,7 @@ impl Engine {
         let me = Arc::downgrade(self);
         let mut events = self.notifier.subscribe_all();
         let shutdown = self.shutdown.clone();
-        tokio::spawn(async move {
+        self.services.spawn("stopper", async move {
             loop {
                 let event = tokio::select! {
                     _ = shutdown.cancelled() => break,

@@ -11,8 +11,10 @@ mod maintenance;
 mod replay;
 mod retry;
 mod runner;
+mod services;
 
 pub use handoff::ResumeCounts;
+pub use services::ServiceState;
 
 use dashmap::DashMap;
 use serde_json::Value;
@@ -261,6 +263,8 @@ impl EngineBuilder {
             takeover_now: Arc::default(),
             resumes: Default::default(),
             landing: Default::default(),
+            services: Default::default(),
+            idle: tokio::sync::Notify::new(),
         });
         // A running handler's stopper takes its task's events from the all-tasks feed: they are
         // wanted from other replicas. Asked of the running map, not marked per task: a mark costs
@@ -315,6 +319,10 @@ pub struct Engine {
     resumes: handoff::ResumeCounters,
     /// Status changes being written now, which a read of their task waits for.
     landing: landing::Landing,
+    /// The background services, by name, with their handles.
+    services: services::Services,
+    /// Woken when the last run here ends ([`Engine::idle`]).
+    idle: tokio::sync::Notify,
 }
 
 /// Holds a task's ordering lock; on release, drops the map entry unless someone else holds or waits for it.

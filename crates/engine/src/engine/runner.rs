@@ -278,6 +278,9 @@ struct RunningEntry<'a> {
 impl Drop for RunningEntry<'_> {
     fn drop(&mut self) {
         self.engine.running.remove(self.id);
+        if self.engine.running.is_empty() {
+            self.engine.idle.notify_waiters();
+        }
     }
 }
 

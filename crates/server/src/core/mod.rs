@@ -16,6 +16,7 @@ mod peers;
 mod resources;
 pub(crate) mod rules;
 mod seal;
+mod stop;
 mod stopping;
 pub(crate) mod streams;
 pub(crate) mod tasks;
@@ -25,6 +26,7 @@ pub(crate) use events::CREATED;
 pub(crate) use inputs::check_capability;
 pub(crate) use resources::CATALOG_METHODS;
 pub(crate) use seal::{Sealer, Unsealed};
+pub use stop::{StopPlan, StopReport};
 
 use dashmap::DashMap;
 use mcp_tasks_engine::store::{StoreError, TaskStore};
@@ -332,6 +334,7 @@ impl ServerBuilder {
             inline_inputs: DashMap::new(),
             shutdown: CancellationToken::new(),
             stopping: stopping::Stopping::default(),
+            serve_loops: stop::ServeLoops::default(),
             webhooks_loop: std::sync::Mutex::new(None),
             announce: DashMap::new(),
             held: DashMap::new(),
@@ -378,6 +381,8 @@ pub struct Server {
     shutdown: CancellationToken,
     /// The drain, then the close (`stopping`).
     stopping: stopping::Stopping,
+    /// The HTTP serve loops, ended by [`Server::stop`] (`stop.rs`).
+    serve_loops: stop::ServeLoops,
     /// The webhook delivery loop, once started: awaited at the end, so it lets go of its claims.
     webhooks_loop: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// New session tasks whose creating reply the client may not have yet.
@@ -533,6 +538,11 @@ impl Server {
                 );
             }
         }
+    }
+
+    /// The HTTP serve loops, counted for [`Server::stop`].
+    pub(crate) fn serve_loops(&self) -> &stop::ServeLoops {
+        &self.serve_loops
     }
 
     /// Resolves when the server is stopping.

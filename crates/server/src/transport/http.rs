@@ -130,10 +130,17 @@ pub async fn serve_router(
 ) -> std::io::Result<()> {
     let stopper = server.clone();
     let stop = async move {
-        shutdown.await;
+        // The caller's signal, or the end of serving in `Server::stop`.
+        tokio::select! {
+            () = shutdown => {}
+            () = stopper.serve_loops().ending() => {}
+        }
         // Open streams and long waits end now, so their connections can close.
         stopper.shutdown();
     };
+    // Counted until it returns, so that `Server::stop` can wait for it.
+    let counted = server.clone();
+    let _serving = counted.serve_loops().enter();
     let config = server.config();
     let limits = super::connections::ConnectionLimits {
         max_connections: config.max_connections,
