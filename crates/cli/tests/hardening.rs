@@ -124,6 +124,8 @@ fn log_lines_to_a_pipe_carry_no_colour_codes() {
         .stderr(std::process::Stdio::piped());
     let mut server = ServerProcess::spawn(cmd);
     Cli::new(&server.url).run(&["tools", "--no-2026"]);
+    // The log is written off the request path: a moment for the last lines before the kill.
+    std::thread::sleep(std::time::Duration::from_millis(500));
     server.child.kill().unwrap();
     let mut log = String::new();
     server
@@ -135,4 +137,40 @@ fn log_lines_to_a_pipe_carry_no_colour_codes() {
         .unwrap();
     assert!(log.contains("INFO"), "some lines were logged: {log}");
     assert!(!log.contains('\u{1b}'), "a colour code in: {log:?}");
+}
+
+#[test]
+fn every_request_has_a_debug_line_with_its_method_principal_status_and_duration() {
+    let mut cmd = common::serve_command(&["--demo", "--store", "memory:"]);
+    cmd.env("RUST_LOG", "mcp_tasks_server=debug")
+        .stderr(std::process::Stdio::piped());
+    let mut server = ServerProcess::spawn(cmd);
+    // Discovery and a list on both wires: requests that make no task.
+    Cli::new(&server.url).run(&["tools"]);
+    Cli::new(&server.url).run(&["tools", "--no-2026"]);
+    // The log is written off the request path: a moment for the last lines before the kill.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    server.child.kill().unwrap();
+    let mut log = String::new();
+    server
+        .child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    let handled: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("request handled"))
+        .collect();
+    for method in ["server/discover", "initialize", "tools/list"] {
+        let line = handled
+            .iter()
+            .find(|l| l.contains(&format!("method={method}")))
+            .unwrap_or_else(|| panic!("no line for {method} in:\n{log}"));
+        assert!(line.contains("DEBUG"), "{line}");
+        assert!(line.contains("principal="), "{line}");
+        assert!(line.contains("status=ok"), "{line}");
+        assert!(line.contains("duration_ms="), "{line}");
+    }
 }

@@ -136,3 +136,86 @@ fn the_typescript_sdk_client_with_tasks_through_wrap_over_stdio() {
         text(&out.stderr)
     );
 }
+
+/// What `wrap` in front of the Python SDK v1 server writes on stderr at `level` from its start to
+/// its stop (stdin closed once its tools are registered).
+fn wrap_stderr(level: &str) -> String {
+    use std::io::{BufRead, BufReader};
+    let data = tempfile::tempdir().unwrap();
+    let markers = tempfile::tempdir().unwrap();
+    let mut child = Command::new(bin())
+        .arg("wrap")
+        .arg("--")
+        .arg(common::wrap_client::python())
+        .arg(repo_root().join("interop/python/upstream_server.py"))
+        .arg(markers.path())
+        .arg("--stdio")
+        .env("XDG_DATA_HOME", data.path())
+        .env("RUST_LOG", level)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut log = String::new();
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while !log.contains("tools registered") {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                log.push_str(&line);
+                log.push('\n');
+            }
+            Err(_) => panic!("wrap never registered its tools:\n{log}"),
+        }
+    }
+    // A moment for what the upstream says late, then the host goes away.
+    std::thread::sleep(Duration::from_millis(500));
+    drop(child.stdin.take());
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > until {
+            let _ = child.kill();
+            panic!("wrap did not stop once stdin closed:\n{log}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(2)) {
+        log.push_str(&line);
+        log.push('\n');
+    }
+    log
+}
+
+#[test]
+fn the_discovery_probe_s_complaints_from_an_upstream_are_logged_at_debug_not_info() {
+    // The Python SDK v1 answers `server/discover` with a validation error for every request type it
+    // knows, each on stderr: about 90 lines a start.
+    let info = wrap_stderr("info");
+    assert!(
+        !info.contains("server/discover"),
+        "the probe's complaints at info:\n{info}"
+    );
+    let debug = wrap_stderr("debug");
+    let probe_lines: Vec<&str> = debug
+        .lines()
+        .filter(|l| l.contains("mcp_tasks_client::stderr") && l.contains("server/discover"))
+        .collect();
+    assert!(
+        !probe_lines.is_empty(),
+        "not relayed at debug either:\n{debug}"
+    );
+    assert!(
+        probe_lines.iter().all(|l| l.contains("DEBUG")),
+        "{probe_lines:?}"
+    );
+}

@@ -126,10 +126,14 @@ impl Client {
             http
         } else {
             let mut probe = Inner::new(http, Wire::V2026, options.clone(), changes.clone());
-            match probe
+            // A server that does not know the method may say so at length on stderr (the Python
+            // SDK v1 logs a validation error per request type it tried): at debug, not info.
+            probe.transport.quiet_stderr(true);
+            let discovered_now = probe
                 .request_raw("server/discover", json!({}), None, &|_| {})
-                .await
-            {
+                .await;
+            probe.transport.quiet_stderr(false);
+            match discovered_now {
                 Ok(r) => {
                     let offers_2026 = r
                         .get("supportedVersions")

@@ -136,6 +136,23 @@ pub(crate) struct StdioTransport {
     exit: tokio::sync::watch::Receiver<Option<Exit>>,
     /// Dropped with the transport: the reader then kills the child.
     _alive: tokio::sync::oneshot::Sender<()>,
+    /// While set (and until the instant it holds, if any), the server's stderr is relayed at debug:
+    /// what it says about our discovery probe (a 2025 server's validation errors for
+    /// `server/discover`) is not news to whoever reads the log at info.
+    quiet: Arc<Mutex<Option<Option<std::time::Instant>>>>,
+}
+
+/// How long after the probe's answer its stderr lines are still taken for the probe's (they come
+/// on another pipe than the answer).
+const QUIET_AFTER_PROBE: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// Whether stderr lines are relayed at debug now (see [`StdioTransport::quiet`]).
+fn quiet_now(quiet: &Mutex<Option<Option<std::time::Instant>>>) -> bool {
+    match *quiet.lock().unwrap_or_else(|e| e.into_inner()) {
+        None => false,
+        Some(None) => true,
+        Some(Some(until)) => std::time::Instant::now() < until,
+    }
 }
 
 fn key(id: &RequestId) -> String {
@@ -183,12 +200,17 @@ impl StdioTransport {
         let w = waiting.clone();
         let line = command.line();
         let tail: Arc<Mutex<std::collections::VecDeque<String>>> = Arc::default();
+        let quiet: Arc<Mutex<Option<Option<std::time::Instant>>>> = Arc::default();
         let stderr_reader = child.stderr.take().map(|stderr| {
-            let (tail, line) = (tail.clone(), line.clone());
+            let (tail, line, quiet) = (tail.clone(), line.clone(), quiet.clone());
             tokio::spawn(async move {
                 let mut lines = BufReader::new(stderr).lines();
                 while let Ok(Some(text)) = lines.next_line().await {
-                    tracing::info!(target: "mcp_tasks_client::stderr", server = %line, "{text}");
+                    if quiet_now(&quiet) {
+                        tracing::debug!(target: "mcp_tasks_client::stderr", server = %line, "{text}");
+                    } else {
+                        tracing::info!(target: "mcp_tasks_client::stderr", server = %line, "{text}");
+                    }
                     let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
                     if t.len() == STDERR_LINES {
                         t.pop_front();
@@ -307,7 +329,18 @@ impl StdioTransport {
             waiting,
             exit,
             _alive: alive,
+            quiet,
         })
+    }
+
+    /// Relays the server's stderr at debug from now (`true`) until a moment after `false`: the
+    /// window of the discovery probe.
+    pub(crate) fn quiet_stderr(&self, on: bool) {
+        *self.quiet.lock().unwrap_or_else(|e| e.into_inner()) = Some(if on {
+            None
+        } else {
+            Some(std::time::Instant::now() + QUIET_AFTER_PROBE)
+        });
     }
 
     /// Resolves when the server has exited, with how it ended.

@@ -52,6 +52,14 @@ pub(crate) fn is_list_change(method: &str) -> bool {
 }
 
 impl Transport {
+    /// A stdio server's stderr is relayed at debug while `on` (and a moment after): see
+    /// `StdioTransport::quiet_stderr`. Nothing to do over HTTP.
+    pub(crate) fn quiet_stderr(&self, on: bool) {
+        if let Transport::Stdio(s) = self {
+            s.quiet_stderr(on);
+        }
+    }
+
     /// Opens the transport; a stdio server's list changes go to `changes`.
     pub(crate) fn open(
         endpoint: &Endpoint,

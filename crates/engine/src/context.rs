@@ -93,6 +93,20 @@ impl std::fmt::Display for StopReason {
     }
 }
 
+/// A task's step journal, kept by its sink ([`ContextSink::journal`]): what
+/// [`TaskContext::step`] replays and records. Every method is required.
+#[async_trait]
+pub trait StepJournal: Send + Sync {
+    /// Takes the journal's next place for a step named `name`: its recorded output when an earlier
+    /// run recorded it, or the place to record it at once the body ran.
+    async fn replay_step(&self, name: &str) -> Result<StepSlot, StepError>;
+    /// Records what the step at `seq` returned, durably, before the step returns it.
+    async fn record_step(&self, seq: u32, name: &str, output: Value) -> Result<(), StepError>;
+    /// The step given place `seq` by [`StepJournal::replay_step`] ended: recorded, failed, or its
+    /// future dropped before it was. The next step may start.
+    fn end_step(&self, seq: u32);
+}
+
 /// Where a context's reports go: the task store for a task, or straight to the caller for a plain call.
 #[async_trait]
 pub trait ContextSink: Send + Sync {
@@ -143,23 +157,10 @@ pub trait ContextSink: Send + Sync {
     /// `stop_reason()` or `is_handed_off()` answered after it): what it returns now is taken for
     /// its answer to the stop.
     fn stop_seen(&self) {}
-    /// Takes the journal's next place for a step named `name`: its recorded output when an earlier
-    /// run recorded it, or the place to record it at once the body ran. A sink that keeps no
-    /// journal (a plain call) runs every body.
-    async fn replay_step(&self, name: &str) -> Result<StepSlot, StepError> {
-        let _ = name;
-        Ok(StepSlot::Run(0))
-    }
-    /// Records what the step at `seq` returned, durably, before the step returns it.
-    async fn record_step(&self, seq: u32, name: &str, output: Value) -> Result<(), StepError> {
-        let _ = (seq, name, output);
-        Ok(())
-    }
-    /// The step given place `seq` by [`ContextSink::replay_step`] ended: recorded, failed, or its
-    /// future dropped before it was. The next step may start.
-    fn end_step(&self, seq: u32) {
-        let _ = seq;
-    }
+    /// The step journal this sink keeps (see [`StepJournal`]), or `None` for a sink that keeps
+    /// none: a plain call, whose steps all run and record nothing. No default: a sink says which
+    /// it is, so a task's sink cannot lose its steps by forgetting to keep them.
+    fn journal(&self) -> Option<&dyn StepJournal>;
     /// Like [`ContextSink::request_input`], naming the question `key` where the wire shows keys
     /// (2026-07-28 rounds); sinks that make their own unique keys may ignore it.
     async fn request_input_as(

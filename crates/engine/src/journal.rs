@@ -17,17 +17,17 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::clock::now_ms;
-use crate::context::{ContextSink, StepError, StepSlot, TaskContext};
+use crate::context::{StepError, StepJournal, StepSlot, TaskContext};
 
-/// Tells the sink that the step at `seq` ended, when dropped.
+/// Tells the journal that the step at `seq` ended, when dropped.
 struct Ended<'a> {
-    sink: &'a dyn ContextSink,
+    journal: &'a dyn StepJournal,
     seq: u32,
 }
 
 impl Drop for Ended<'_> {
     fn drop(&mut self) {
-        self.sink.end_step(self.seq);
+        self.journal.end_step(self.seq);
     }
 }
 
@@ -62,17 +62,21 @@ impl TaskContext {
             name: name.to_string(),
             message: e.to_string(),
         };
-        match self.sink().replay_step(name).await? {
+        let Some(journal) = self.sink().journal() else {
+            // A plain call: nothing to replay, nothing kept; the output still has to be JSON, as
+            // it would be for a task.
+            let output = body().await;
+            serde_json::to_value(&output).map_err(serde_error)?;
+            return Ok(output);
+        };
+        match journal.replay_step(name).await? {
             StepSlot::Recorded(value) => serde_json::from_value(value).map_err(serde_error),
             StepSlot::Run(seq) => {
                 // Ends the step however this future ends: returned, failed or dropped.
-                let _ended = Ended {
-                    sink: self.sink().as_ref(),
-                    seq,
-                };
+                let _ended = Ended { journal, seq };
                 let output = body().await;
                 let value = serde_json::to_value(&output).map_err(serde_error)?;
-                self.sink().record_step(seq, name, value).await?;
+                journal.record_step(seq, name, value).await?;
                 Ok(output)
             }
         }

@@ -46,8 +46,8 @@ pub mod webhook;
 
 pub use clock::{format_rfc3339, now_ms};
 pub use context::{
-    CheckpointError, ContextSink, InputError, LogLevel, StepError, StepSlot, StopReason,
-    TaskContext,
+    CheckpointError, ContextSink, InputError, LogLevel, StepError, StepJournal, StepSlot,
+    StopReason, TaskContext,
 };
 pub use engine::{
     Engine, EngineBuilder, EngineConfig, EngineError, InputGuard, ResumeCounts, RunStart,

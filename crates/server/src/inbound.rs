@@ -100,7 +100,17 @@ impl Server {
         params: Option<&Value>,
     ) -> Result<(Arc<Session>, Value), Failure> {
         let span = tracing::info_span!("request", method = "initialize", principal = %peer.name());
-        tracing::Instrument::instrument(era_2025::initialize(self, peer, params), span).await
+        let started = std::time::Instant::now();
+        let done =
+            tracing::Instrument::instrument(era_2025::initialize(self, peer, params), span).await;
+        tracing::debug!(
+            method = %"initialize",
+            principal = %peer.name(),
+            status = %if done.is_ok() { "ok" } else { "error" },
+            duration_ms = %format_args!("{:.2}", started.elapsed().as_secs_f64() * 1e3),
+            "request handled"
+        );
+        done
     }
 
     /// Handles one request of wire form `era` and returns the reply, or `None` when the client
@@ -159,6 +169,19 @@ impl Server {
             Some(_) => "ok",
         };
         self.metrics().request(&method, outcome, started.elapsed());
+        // One line for every request, also those that make no task (discovery, lists, plain calls).
+        let code = match reply.as_ref().map(|r| &r.message) {
+            Some(mcp_tasks_protocol::jsonrpc::Message::Error(e)) => Some(e.error.code),
+            _ => None,
+        };
+        tracing::debug!(
+            method = %method,
+            principal = %peer.name(),
+            status = %outcome,
+            code,
+            duration_ms = %format_args!("{:.2}", started.elapsed().as_secs_f64() * 1e3),
+            "request handled"
+        );
         reply
     }
 

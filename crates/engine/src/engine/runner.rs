@@ -13,8 +13,8 @@ use super::replay::Resumed;
 use super::Engine;
 use crate::clock::now_ms;
 use crate::context::{
-    CheckpointError, ContextSink, InputError, LogLevel, StepError, StepSlot, StopReason,
-    TaskContext,
+    CheckpointError, ContextSink, InputError, LogLevel, StepError, StepJournal, StepSlot,
+    StopReason, TaskContext,
 };
 use crate::handler::TaskHandler;
 use crate::ids::random_id;
@@ -462,6 +462,22 @@ impl TaskSink {
     }
 }
 
+/// A task's journal: its steps' records in the store (`replay.rs`).
+#[async_trait]
+impl StepJournal for TaskSink {
+    async fn replay_step(&self, name: &str) -> Result<StepSlot, StepError> {
+        self.replay(name).await
+    }
+
+    async fn record_step(&self, seq: u32, name: &str, output: Value) -> Result<(), StepError> {
+        self.record(seq, name, output).await
+    }
+
+    fn end_step(&self, seq: u32) {
+        TaskSink::end_step(self, seq)
+    }
+}
+
 #[async_trait]
 impl ContextSink for TaskSink {
     fn checkpoint(&self) -> Option<Value> {
@@ -484,16 +500,8 @@ impl ContextSink for TaskSink {
         self.stop_seen.store(true, Ordering::Release);
     }
 
-    async fn replay_step(&self, name: &str) -> Result<StepSlot, StepError> {
-        self.replay(name).await
-    }
-
-    async fn record_step(&self, seq: u32, name: &str, output: Value) -> Result<(), StepError> {
-        self.record(seq, name, output).await
-    }
-
-    fn end_step(&self, seq: u32) {
-        TaskSink::end_step(self, seq)
+    fn journal(&self) -> Option<&dyn StepJournal> {
+        Some(self)
     }
 
     async fn save_checkpoint(&self, state: Value) -> Result<(), CheckpointError> {

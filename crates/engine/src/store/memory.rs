@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 use super::{
     after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, write_base,
-    ActiveCounts, ActiveLimit, Among, AnswerError, Created, FinishedCounts, InvalidCursor,
+    ActiveCounts, ActiveLimit, Among, AnswerError, Created, FinishedCounts, Handed, InvalidCursor,
     ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord, StoreError,
     TaskChange, TaskFilter, TaskPage, TaskStore, UpdateError,
 };
@@ -424,6 +424,16 @@ impl TaskStore for MemoryStore {
         let rec = rec.clone();
         inner.record_transition(&rec, was);
         Ok((rec, answered))
+    }
+
+    async fn hand_input(
+        &self,
+        _key: &str,
+        _from: Option<&str>,
+        _to: Option<&str>,
+    ) -> Result<Handed, StoreError> {
+        // One process: it knows its own streams, so no holder is kept.
+        Ok(Handed::Done)
     }
 
     async fn get_input(&self, key: &str) -> Result<Option<InputRecord>, StoreError> {

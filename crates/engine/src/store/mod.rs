@@ -368,16 +368,13 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Hands the sending of input request `key` from one client stream to another: its holder
     /// becomes `to` (`None`: nobody) if it is `from` now. Replicas use it so that a question goes out
     /// on one stream at a time, whichever replica holds that stream. A store only one process can open
-    /// keeps no holder (that process knows its own streams): the default hands over every time.
+    /// keeps no holder (that process knows its own streams) and hands over every time.
     async fn hand_input(
         &self,
         key: &str,
         from: Option<&str>,
         to: Option<&str>,
-    ) -> Result<Handed, StoreError> {
-        let _ = (key, from, to);
-        Ok(Handed::Done)
-    }
+    ) -> Result<Handed, StoreError>;
 
     /// A task's input requests, oldest first (answered ones included).
     async fn inputs(&self, task_id: &str) -> Result<Vec<InputRecord>, StoreError>;

@@ -526,6 +526,11 @@ struct InlineSink {
 
 #[async_trait]
 impl ContextSink for InlineSink {
+    /// A plain call keeps no journal: its steps all run and record nothing.
+    fn journal(&self) -> Option<&dyn mcp_tasks_engine::StepJournal> {
+        None
+    }
+
     async fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
         let Some(token) = &self.token else { return };
         {

@@ -136,6 +136,11 @@ impl RoundSink {
 
 #[async_trait]
 impl ContextSink for RoundSink {
+    /// A plain call's round keeps no journal: its steps all run and record nothing.
+    fn journal(&self) -> Option<&dyn mcp_tasks_engine::StepJournal> {
+        None
+    }
+
     async fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
         let Some((token, out)) = &self.progress else {
             return;

@@ -31,7 +31,7 @@ use self::rows::{
 use self::writer::{Completion, Job};
 use super::{
     after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, id_floor, prefix_end,
-    write_base, ActiveCounts, ActiveLimit, AnswerError, Context, Created, FinishedCounts,
+    write_base, ActiveCounts, ActiveLimit, AnswerError, Context, Created, FinishedCounts, Handed,
     InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord,
     StoreError, TaskChange, TaskFilter, TaskPage, TaskStore, UpdateError,
 };
@@ -410,6 +410,16 @@ impl TaskStore for SqliteStore {
             ))
         })
         .await
+    }
+
+    async fn hand_input(
+        &self,
+        _key: &str,
+        _from: Option<&str>,
+        _to: Option<&str>,
+    ) -> Result<Handed, StoreError> {
+        // One process: it knows its own streams, so no holder is kept.
+        Ok(Handed::Done)
     }
 
     async fn get_input(&self, key: &str) -> Result<Option<InputRecord>, StoreError> {
