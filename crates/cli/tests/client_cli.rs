@@ -224,6 +224,34 @@ fn a_detached_task_is_resumed_cancelled_and_listed_from_other_processes() {
         let out = cli.run(&["task", "list", "--local"]);
         assert!(text(&out.stdout).contains(&id) && text(&out.stdout).contains(&long));
     }
+    // Every task this machine started, each with its status read from its server on its own
+    // wire: with --url (a 2026-07-28 server has no task list), and without (no server named).
+    for with_url in [true, false] {
+        let mut c = cli.cmd(&["task", "list", "--json"]);
+        if !with_url {
+            c.env_remove("MCP_TASKS_URL");
+        }
+        let out = c.output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let rows: Vec<serde_json::Value> = text(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let ours: Vec<&serde_json::Value> = rows
+            .iter()
+            .filter(|r| r.get("startedHere").is_some())
+            .collect();
+        assert!(
+            ours.len() >= 2 * WIRES.len(),
+            "with --url {with_url}: {rows:?}"
+        );
+        for r in ours {
+            assert!(
+                r["status"] == "completed" || r["status"] == "cancelled",
+                "with --url {with_url}: {r}"
+            );
+        }
+    }
     let out = cli.run(&["task", "get", "no-such-task"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(

@@ -115,18 +115,31 @@ fn at_the_connection_cap_silent_connections_make_room_for_a_fresh_request_at_onc
     drop(held);
 }
 
-#[test]
-fn log_lines_to_a_pipe_carry_no_colour_codes() {
-    // As `mcp-tasks serve 2> log` would: stderr is a pipe, not a terminal, and NO_COLOR is unset.
+/// What `serve --demo` on a memory store writes on stderr (a pipe) under `RUST_LOG=filter` while
+/// each of `runs` (arguments of `mcp-tasks`, against its URL) is made.
+fn serve_log(filter: &str, runs: &[&[&str]]) -> String {
     let mut cmd = common::serve_command(&["--demo", "--store", "memory:"]);
-    cmd.env("RUST_LOG", "info")
+    cmd.env("RUST_LOG", filter)
         .env_remove("NO_COLOR")
         .stderr(std::process::Stdio::piped());
     let mut server = ServerProcess::spawn(cmd);
-    Cli::new(&server.url).run(&["tools", "--no-2026"]);
-    // The log is written off the request path: a moment for the last lines before the kill.
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    server.child.kill().unwrap();
+    for args in runs {
+        Cli::new(&server.url).run(args);
+    }
+    // A stop, not a kill: the log's writer, off the request path, writes what it holds first.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while server.child.try_wait().unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < until,
+            "serve did not stop on SIGTERM"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let mut log = String::new();
     server
         .child
@@ -135,30 +148,24 @@ fn log_lines_to_a_pipe_carry_no_colour_codes() {
         .unwrap()
         .read_to_string(&mut log)
         .unwrap();
+    log
+}
+
+#[test]
+fn log_lines_to_a_pipe_carry_no_colour_codes() {
+    // As `mcp-tasks serve 2> log` would: stderr is a pipe, not a terminal, and NO_COLOR is unset.
+    let log = serve_log("info", &[&["tools", "--no-2026"]]);
     assert!(log.contains("INFO"), "some lines were logged: {log}");
     assert!(!log.contains('\u{1b}'), "a colour code in: {log:?}");
 }
 
 #[test]
 fn every_request_has_a_debug_line_with_its_method_principal_status_and_duration() {
-    let mut cmd = common::serve_command(&["--demo", "--store", "memory:"]);
-    cmd.env("RUST_LOG", "mcp_tasks_server=debug")
-        .stderr(std::process::Stdio::piped());
-    let mut server = ServerProcess::spawn(cmd);
     // Discovery and a list on both wires: requests that make no task.
-    Cli::new(&server.url).run(&["tools"]);
-    Cli::new(&server.url).run(&["tools", "--no-2026"]);
-    // The log is written off the request path: a moment for the last lines before the kill.
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    server.child.kill().unwrap();
-    let mut log = String::new();
-    server
-        .child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .unwrap();
+    let log = serve_log(
+        "mcp_tasks_server=debug",
+        &[&["tools"], &["tools", "--no-2026"]],
+    );
     let handled: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("request handled"))

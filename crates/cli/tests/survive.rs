@@ -334,10 +334,9 @@ async fn the_client_follows_a_task_through_a_restart_and_shows_the_resume() {
     let (stdout, stderr) = (common::text(&out.stdout), common::text(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stderr.contains("handed off"), "{stderr}");
-    assert!(
-        stderr.contains("resumed after a hand-off (attempt 2)"),
-        "{stderr}"
-    );
+    // The resumed run shows itself: the resume note, or (once the run reports, which replaces
+    // the note as its status) its own progress on attempt 2.
+    assert!(stderr.contains("(attempt 2)"), "{stderr}");
     assert!(stdout.contains("this is attempt 2"), "{stdout}");
     drop(server);
 }

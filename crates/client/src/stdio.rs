@@ -143,8 +143,8 @@ pub(crate) struct StdioTransport {
 }
 
 /// How long after the probe's answer its stderr lines are still taken for the probe's (they come
-/// on another pipe than the answer).
-const QUIET_AFTER_PROBE: std::time::Duration = std::time::Duration::from_millis(300);
+/// on another pipe than the answer, and are read when the reader task next runs).
+const QUIET_AFTER_PROBE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Whether stderr lines are relayed at debug now (see [`StdioTransport::quiet`]).
 fn quiet_now(quiet: &Mutex<Option<Option<std::time::Instant>>>) -> bool {

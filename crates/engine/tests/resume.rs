@@ -116,6 +116,7 @@ impl Fixture {
                 true,
             )
             .handler("asks", Arc::new(Asks), true)
+            .handler("reports", Arc::new(Reports), true)
             .handler("sleeps", Arc::new(Sleeps), true)
             .handler("restarts_counting", Arc::new(RestartsCounting), true)
             .build()
@@ -502,4 +503,50 @@ async fn a_draining_node_claims_no_hand_off() {
     let staying = f.node(0);
     assert_eq!(staying.start().await.unwrap(), 1);
     staying.shutdown();
+}
+
+/// Reports "item N done" (N its attempt), then waits to be stopped.
+struct Reports;
+
+#[async_trait]
+impl TaskHandler for Reports {
+    async fn run(&self, ctx: TaskContext, _args: Arc<Value>) -> Outcome {
+        let n = ctx.attempt();
+        ctx.progress(f64::from(n), Some(10.0), Some(format!("item {n} done")))
+            .await;
+        ctx.cancelled().await;
+        failure("stopped".into())
+    }
+}
+
+#[tokio::test]
+async fn a_resumed_runs_first_progress_replaces_the_resume_note_as_its_status() {
+    let f = Fixture::new();
+    let first = f.node(0);
+    first.start().await.unwrap();
+    let id = first
+        .submit(NewTask::new("reports", json!({})))
+        .await
+        .unwrap()
+        .record
+        .id;
+    soon("the first run reported", || async {
+        let t = f.task(&id).await;
+        (t.progress_message.as_deref() == Some("item 1 done")).then_some(())
+    })
+    .await;
+    assert_eq!(f.task(&id).await.status_message, None);
+    first.hand_off().await;
+    first.shutdown();
+    let second = f.node(0);
+    second.start().await.unwrap();
+    let t = soon("the second run reported", || async {
+        let t = f.task(&id).await;
+        (t.progress_message.as_deref() == Some("item 2 done")).then_some(t)
+    })
+    .await;
+    // As on the first run: the task shows the run's progress, not "resumed after a hand-off".
+    assert_eq!(t.status_message, None, "{t:?}");
+    assert_eq!(t.attempt, 2);
+    second.shutdown();
 }

@@ -640,10 +640,43 @@ fn explain(e: ClientError) -> anyhow::Error {
     }
 }
 
+/// The status of a task this machine started, read from its server as `task get` reads it (on
+/// the wire and session it was started on), or why not: `unknown` (the server does not know it
+/// any more) or `unreachable`.
+async fn remembered_status(server: &ServerArgs, r: &handles::Remembered) -> String {
+    let Some(wire) = Wire::from_version(&r.reference.wire) else {
+        return "unknown".into();
+    };
+    let Ok(endpoint) = server.endpoint(Some(&r.reference.url)) else {
+        return "unreachable".into();
+    };
+    let options = options(Arc::new(mcp_tasks_client::NoInput));
+    let Ok(client) = Client::resume(&endpoint, wire, r.reference.session.clone(), options).await
+    else {
+        return "unreachable".into();
+    };
+    match TaskHandle::attach(&client, &r.reference.task_id)
+        .get()
+        .await
+    {
+        Ok(s) => s.status.to_string(),
+        Err(e) if e.rpc_code().is_some() => "unknown".into(),
+        Err(_) => "unreachable".into(),
+    }
+}
+
 async fn list(server: &ServerArgs, a: ListArgs) -> Result<i32> {
     let mut rows: Vec<Value> = Vec::new();
     let mut client = None;
-    if !a.local {
+    // No server named: the tasks this machine started, on every server, each status asked of its
+    // own server (a default URL nobody serves is not a reason to fail).
+    let everywhere = !a.local && !server.names_server();
+    if everywhere {
+        eprintln!(
+            "no server named (--url, --stdio): the tasks this machine started, on every server"
+        );
+    }
+    if !a.local && !everywhere {
         let c = connect(server, Arc::new(mcp_tasks_client::NoInput)).await?;
         if c.wire() == &Wire::V2025 && c.capabilities().pointer("/tasks/list").is_some() {
             let mut cursor: Option<String> = None;
@@ -695,21 +728,10 @@ async fn list(server: &ServerArgs, a: ListArgs) -> Result<i32> {
             "taskId": r.reference.task_id, "url": r.reference.url, "wire": r.reference.wire,
             "tool": r.reference.tool, "startedHere": r.started_at,
         });
-        // Its status, from the server when it is the one connected (a task list it had not).
-        if let Some(c) = client.as_ref().filter(|c| c.url() == r.reference.url) {
-            let got = c
-                .request(
-                    "tasks/get",
-                    serde_json::json!({"taskId": r.reference.task_id}),
-                    &|_| {},
-                )
-                .await
-                .ok()
-                .and_then(|v| mcp_tasks_client::TaskState::from_value(&v).ok());
-            row["status"] = match got {
-                Some(s) => Value::String(s.status.to_string()),
-                None => Value::String("unknown".into()),
-            };
+        // Its status from its server (a task list the server had not, or no server named), read
+        // as `task get` reads it: on the task's own wire and session.
+        if everywhere || client.as_ref().is_some_and(|c| c.url() == r.reference.url) {
+            row["status"] = Value::String(remembered_status(server, &r).await);
         }
         rows.push(row);
     }

@@ -120,16 +120,19 @@ impl Engine {
         let margin = lease / FENCE_MARGIN;
         let every = std::time::Duration::from_millis((lease / 20).max(1));
         let me = Arc::downgrade(self);
+        let shutdown = self.shutdown.clone();
         self.services.spawn("fence", async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
+                tick.tick().await;
+                // Upgraded only after the wait: a dropped engine is not kept alive by its fence.
                 let Some(engine) = me.upgrade() else { break };
                 // Runs in their grace after a stop (a hand-off, a shutdown) are fenced too: the
-                // loop ends only once the engine is shut down and nothing runs.
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    () = engine.shut_down_and_idle() => break,
+                // loop ends once the engine is shut down and nothing runs (seen at the next tick,
+                // 1/20 of the lease).
+                if shutdown.is_cancelled() && engine.running.is_empty() {
+                    break;
                 }
                 let now = now_ms();
                 for run in engine.running.iter() {

@@ -74,6 +74,7 @@ impl Engine {
             reason: AtomicU8::new(NO_REASON),
             lease_until: AtomicU64::new(rec.lease_until.unwrap_or(0)),
             stop_seen: AtomicBool::new(false),
+            stale_status: AtomicBool::new(rec.attempt > 1 && rec.status_message.is_some()),
             kill: CancellationToken::new(),
         });
         if self.is_handing_off() {
@@ -308,6 +309,10 @@ pub(super) struct TaskSink {
     pub(super) lease_until: AtomicU64,
     /// Whether the handler saw its stop through the context ([`ContextSink::stop_seen`]).
     stop_seen: AtomicBool,
+    /// The task came to this run with a status message from before it (a resumed run: "resumed
+    /// after a hand-off (attempt 2)"): the run's first progress report with a message clears it,
+    /// so the task shows the run's progress as a first run's does, not the note for good.
+    stale_status: AtomicBool,
     /// Cancelled when the run must end at once, even inside its grace (the fence).
     pub(super) kill: CancellationToken,
     /// What this run replays of earlier runs (the step journal, their questions), read when first
@@ -545,9 +550,11 @@ impl ContextSink for TaskSink {
             return;
         }
         let message = update.message.clone();
+        let clears = message.is_some() && self.stale_status.load(Ordering::Acquire);
         let change = TaskChange {
             progress: Some(update),
             progress_event: self.progress_event_due(),
+            status_message: clears.then_some(None),
             ..Default::default()
         };
         let store = &self.engine.store;
@@ -559,6 +566,9 @@ impl ContextSink for TaskSink {
             .result
         {
             Ok(rec) => {
+                if clears {
+                    self.stale_status.store(false, Ordering::Release);
+                }
                 let after = ProgressState::of(&rec);
                 let changed = after != before;
                 let advanced = after.progress.unwrap_or(f64::NEG_INFINITY)
@@ -580,6 +590,8 @@ impl ContextSink for TaskSink {
     }
 
     async fn status(&self, message: String) {
+        // The handler's own message replaces what the task came with.
+        self.stale_status.store(false, Ordering::Release);
         let change = TaskChange {
             status_message: Some(Some(message)),
             ..Default::default()

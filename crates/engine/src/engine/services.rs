@@ -8,7 +8,8 @@
 //! dropped. [`Engine::stopped`] waits for all of them.
 
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::task::JoinHandle;
 
 use super::Engine;
@@ -22,14 +23,30 @@ pub struct ServiceState {
     pub running: bool,
 }
 
-/// The services started on this engine, by name, with their handles.
+/// The services started on this engine, by name, with their handles, and how many still run.
 #[derive(Default)]
-pub(super) struct Services(Mutex<Vec<(&'static str, JoinHandle<()>)>>);
+pub(super) struct Services {
+    handles: Mutex<Vec<(&'static str, JoinHandle<()>)>>,
+    /// Services whose loop has not returned, counted by the loop itself, so that a wait for them
+    /// needs no handle: [`Services::ended`] may be dropped and called again.
+    left: Arc<(AtomicUsize, tokio::sync::Notify)>,
+}
+
+/// Counts a service down when its loop returns (or is dropped with the runtime).
+struct Running(Arc<(AtomicUsize, tokio::sync::Notify)>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.0 .0.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0 .1.notify_waiters();
+        }
+    }
+}
 
 impl Services {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(&'static str, JoinHandle<()>)>> {
-        // Each change is one push or one take: a poisoned lock holds a whole list.
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        // Each change is one push: a poisoned lock holds a whole list.
+        self.handles.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Starts `service` as `name` on the current runtime.
@@ -38,7 +55,12 @@ impl Services {
         name: &'static str,
         service: impl Future<Output = ()> + Send + 'static,
     ) {
-        let handle = tokio::spawn(service);
+        self.left.0.fetch_add(1, Ordering::SeqCst);
+        let running = Running(self.left.clone());
+        let handle = tokio::spawn(async move {
+            let _running = running;
+            service.await
+        });
         self.lock().push((name, handle));
     }
 
@@ -52,18 +74,19 @@ impl Services {
             .collect()
     }
 
-    /// Waits for every service started so far to end.
+    /// Waits for every service started so far to end. Cancel-safe: dropped and called again, it
+    /// waits again.
     async fn ended(&self) {
-        let handles: Vec<_> = std::mem::take(&mut *self.lock());
-        for (name, handle) in handles {
-            if let Err(e) = handle.await {
-                if e.is_panic() {
-                    tracing::error!(
-                        service = name,
-                        "a background service of the engine panicked"
-                    );
-                }
+        let (left, ended) = &*self.left;
+        loop {
+            let wake = ended.notified();
+            tokio::pin!(wake);
+            // Registered before the look, so the last service's end in between is not missed.
+            wake.as_mut().enable();
+            if left.load(Ordering::SeqCst) == 0 {
+                return;
             }
+            wake.await;
         }
     }
 }
@@ -127,10 +150,9 @@ mod tests {
         }
     }
 
-    fn engine(gate: &Arc<tokio::sync::Semaphore>) -> Arc<Engine> {
+    fn engine(gate: &Arc<tokio::sync::Semaphore>, lease_ms: u64) -> Arc<Engine> {
         let config = EngineConfig {
-            // Renewals and the sweep come round often, so that a loop left running shows.
-            lease_ms: 300,
+            lease_ms,
             sweep_interval: Duration::from_millis(100),
             ..Default::default()
         };
@@ -152,7 +174,8 @@ mod tests {
     #[tokio::test]
     async fn each_service_starts_with_the_engine_and_ends_after_its_shutdown() {
         let gate = Arc::new(tokio::sync::Semaphore::new(0));
-        let engine = engine(&gate);
+        // Renewals come round often, so that a loop left running shows.
+        let engine = engine(&gate, 300);
         assert!(engine.services().is_empty(), "nothing runs before start");
         engine.start().await.unwrap();
         assert_eq!(
@@ -161,16 +184,23 @@ mod tests {
             "one store, one process: no take-over and no fence"
         );
         engine.shutdown();
+        // A wait given up on and made again still waits (it holds no handle).
+        let _ = tokio::time::timeout(Duration::from_millis(1), engine.stopped()).await;
         tokio::time::timeout(Duration::from_secs(2), engine.stopped())
             .await
             .expect("a service did not end after the shutdown");
-        assert!(engine.services().is_empty(), "every handle was taken");
+        // `stopped` returns once each loop has returned; its task is done a moment later.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let states = engine.services();
+        assert_eq!(states.len(), 3, "{states:?}");
+        assert!(names(&states, true).is_empty(), "{states:?}");
     }
 
     #[tokio::test]
     async fn the_lease_renewal_lasts_as_long_as_a_run_in_its_grace_and_idle_wakes_at_its_end() {
         let gate = Arc::new(tokio::sync::Semaphore::new(0));
-        let engine = engine(&gate);
+        // A long lease: a renewal loop that polled for the end of the runs would take 10 s.
+        let engine = engine(&gate, 30_000);
         engine.start().await.unwrap();
         tokio::time::timeout(Duration::from_millis(100), engine.idle())
             .await
@@ -184,6 +214,12 @@ mod tests {
         engine.shutdown();
         tokio::time::sleep(Duration::from_millis(400)).await;
         assert_eq!(names(&engine.services(), true), ["lease renewal"]);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), engine.stopped())
+                .await
+                .is_err(),
+            "stopped while a run goes on"
+        );
         let idle = tokio::spawn({
             let engine = engine.clone();
             async move { engine.idle().await }
@@ -199,9 +235,9 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), engine.stopped())
             .await
             .expect("the lease renewal outlived the last run");
-        // Woken, not found by a poll of the lease period.
+        // Woken, not found by a poll of the lease period (10 s).
         assert!(
-            ended.elapsed() < Duration::from_millis(250),
+            ended.elapsed() < Duration::from_secs(2),
             "{:?}",
             ended.elapsed()
         );

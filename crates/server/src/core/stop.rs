@@ -17,8 +17,13 @@
 //!    go for another replica.
 //! 6. **Engine**: its background services waited for.
 //!
-//! An interruption (a second signal) skips what is left of steps 1 to 3: the runs' leases then
-//! run out by themselves, as after a crash.
+//! An interruption (a second signal) skips what is left of steps 1 to 3 and all of 5 and 6: the
+//! stop returns once the serve loops have ended, and the runs' leases and the webhook claims run
+//! out by themselves, as after a crash. Without one, step 6 is bounded by the longest grace a run
+//! gets (`cancel_grace`, `hand_off_grace`) and a second.
+//!
+//! A serve loop is counted from its first poll: a stop that begins before a just-spawned
+//! `serve_router` has run skips the close, and that loop ends as soon as it starts.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,10 +31,13 @@ use std::time::Duration;
 
 use super::Server;
 
+/// Past the longest grace a run gets, a stop waits this much more for the engine's services.
+const SERVICES_SLACK: Duration = Duration::from_secs(1);
+
 /// How a stop goes; the defaults are the binary's, and a whole stop with them fits in
 /// Kubernetes' default grace period of 30 s: the drain (12 s), the hand-off (the engine's
 /// `hand_off_grace`, 8 s, and 1 s for the runs to let go), the close (at most 2 s) and the
-/// webhooks (at most 3 s): 26 s at most.
+/// webhooks (at most 3 s): 26 s at most, when the handlers honour their stop.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StopPlan {
     /// How long running tasks get to finish before they are handed off.
@@ -164,9 +172,26 @@ impl Server {
         // shuts the engine down and tells the webhook sender to stop).
         self.serve_loops.end_all().await;
         self.shutdown();
+        if report.interrupted {
+            // At once: no wait for deliveries or for runs in their grace (their leases and
+            // claims run out by themselves, as after a crash).
+            return report;
+        }
         // Deliveries this node claimed and did not send are let go for another replica.
         self.webhooks_stopped(plan.webhooks).await;
-        self.engine().stopped().await;
+        // The lease renewal and the fence last as long as a run in its grace: bounded by the
+        // longest grace, so a handler that never returns cannot hold the stop.
+        let config = self.engine().config();
+        let bound = config.cancel_grace.max(config.hand_off_grace) + SERVICES_SLACK;
+        if tokio::time::timeout(bound, self.engine().stopped())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                left = self.engine().running_count(),
+                "runs did not end within their grace; stopping without them"
+            );
+        }
         report
     }
 
@@ -205,7 +230,10 @@ impl Server {
                     .min(plan.linger);
                 tokio::select! {
                     () = tokio::time::sleep(linger) => {}
-                    () = interrupt.as_mut() => report.interrupted = true,
+                    () = interrupt.as_mut() => {
+                        tracing::info!("interrupted: stopping now");
+                        report.interrupted = true;
+                    }
                 }
             }
             left => {

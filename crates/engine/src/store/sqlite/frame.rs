@@ -4,7 +4,8 @@
 //!
 //! Strings and numbers are as they are, and only the JSON values a record holds (arguments,
 //! metadata, outcome, checkpoint) are JSON text, as in their rows. A field added to
-//! [`TaskRecord`] after the log was retired takes its default in a replayed record.
+//! [`TaskRecord`] after the log was retired must be given its default in [`decode`] (the record is
+//! built field by field, so it does not compile until it is).
 
 use serde_json::Value;
 use std::sync::Arc;

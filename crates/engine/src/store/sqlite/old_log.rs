@@ -160,12 +160,14 @@ pub(super) fn replay(db: &Path, conn: &mut Connection) -> Result<(), StoreError>
     // Only once their frames are rows (or were): a crash before this replays them again, and the
     // recorded number skips what is done.
     for (path, _) in &contents {
-        std::fs::remove_file(path).with_context(|| {
-            format!(
-                "remove the change log {} an earlier build left",
-                path.display()
-            )
-        })?;
+        // Written as rows and recorded: a file left behind is replayed as nothing at every open.
+        if let Err(e) = std::fs::remove_file(path) {
+            tracing::warn!(
+                error = %e,
+                log = %path.display(),
+                "could not remove the change log an earlier build left (its writes are rows now)"
+            );
+        }
     }
     Ok(())
 }

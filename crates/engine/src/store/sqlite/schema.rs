@@ -160,7 +160,7 @@ CREATE TABLE IF NOT EXISTS sessions (
         version: 11,
         what: "record how far the change log is written as rows",
         // Read by `old_log.rs` only: the replay of an earlier build's log skips the frames at or
-        // below this number.
+        // below this number. No later migration may drop the table while that replay is kept.
         sql: "CREATE TABLE change_log (flushed_seq INTEGER NOT NULL); \
               INSERT INTO change_log (flushed_seq) VALUES (0);",
     },

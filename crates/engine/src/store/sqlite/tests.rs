@@ -598,16 +598,24 @@ async fn a_backup_with_sqlites_backup_api_under_create_load_holds_every_task_ack
         let copy = dir.path().join(format!("backup-{round}.db"));
         let src = path.clone();
         let dst = copy.clone();
-        tokio::task::spawn_blocking(move || {
+        let copy_made = tokio::task::spawn_blocking(move || {
             let from = Connection::open_with_flags(&src, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
             let mut to = Connection::open(&dst).unwrap();
-            rusqlite::backup::Backup::new(&from, &mut to)
-                .unwrap()
-                .run_to_completion(64, std::time::Duration::from_millis(1), None)
-                .unwrap();
-        })
-        .await
-        .unwrap();
+            let backup = rusqlite::backup::Backup::new(&from, &mut to).unwrap();
+            // All pages in one step, under one read transaction: stepping a few pages at a time
+            // starts over whenever a commit lands between steps, which under this load may be
+            // always.
+            loop {
+                match backup.step(-1).unwrap() {
+                    rusqlite::backup::StepResult::Done => break,
+                    _ => std::thread::sleep(std::time::Duration::from_millis(1)),
+                }
+            }
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(30), copy_made)
+            .await
+            .expect("the backup did not finish in 30 s")
+            .unwrap();
         let raw = Connection::open_with_flags(&copy, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
         let ids: std::collections::HashSet<String> = raw
             .prepare("SELECT id FROM tasks")
