@@ -5,9 +5,9 @@
 //! ([`outbox_entries`], called by every store's one task write), so a change that is committed has
 //! its events committed with it and nothing is lost to a crash between the two. Sending is not the
 //! engine's: a delivery loop (the server's) claims due entries under a lease
-//! ([`TaskStore::claim_deliveries`](crate::store::TaskStore::claim_deliveries)), so among replicas one
+//! ([`OutboxStore::claim_deliveries`](crate::store::OutboxStore::claim_deliveries)), so among replicas one
 //! sends each, and reports each attempt back
-//! ([`TaskStore::finish_delivery`](crate::store::TaskStore::finish_delivery)). Per task and target
+//! ([`OutboxStore::finish_delivery`](crate::store::OutboxStore::finish_delivery)). Per task and target
 //! an entry is claimed only once every earlier one is settled: events go out in order.
 //!
 //! What the task showed when the event happened is kept with the event ([`EventSnapshot`]); the

@@ -3,6 +3,7 @@
 
 use async_trait::async_trait;
 use mcp_tasks_engine::store::memory::MemoryStore;
+use mcp_tasks_engine::store::prelude::*;
 use mcp_tasks_engine::store::{testkit, Lookup, TaskStore};
 use mcp_tasks_engine::{
     Engine, EngineConfig, EngineError, InputError, NewTask, Outcome, OutcomeRules, TaskContext,

@@ -327,3 +327,154 @@ fn the_scan_reports_the_line_of_a_finding_after_a_multiline_literal() {
         [(3, "MCP field name \"jsonrpc\"".to_string())]
     );
 }
+
+/// The store contract's sub-traits (src/store/contract.rs), each with its part of the test kit.
+const STORE_CONCERNS: [(&str, &str); 6] = [
+    ("TaskRows", "tasks"),
+    ("InputStore", "inputs"),
+    ("JournalStore", "journal"),
+    ("LeaseStore", "leases"),
+    ("SessionStore", "sessions"),
+    ("OutboxStore", "outbox"),
+];
+
+/// Defaults the contract may have: each does the method's work another way (`get_many` by one
+/// `get` per id), none succeeds without it.
+const ALLOWED_DEFAULTS: [&str; 1] = ["get_many"];
+
+/// The trait methods in `source` that have a default body, as `(line, trait, method)`.
+fn default_bodies(source: &str) -> Vec<(usize, String, String)> {
+    let mut found = Vec::new();
+    let mut in_trait: Option<String> = None;
+    let mut depth = 0usize;
+    let mut method: Option<(usize, String)> = None;
+    for (line, piece) in pieces(source) {
+        let Piece::Code(code) = piece else { continue };
+        let code = code.trim();
+        if depth == 0 {
+            if let Some(rest) = code.strip_prefix("pub trait ") {
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                in_trait = Some(name);
+            }
+        }
+        if let Some(trait_name) = &in_trait {
+            if depth == 1 {
+                if let Some(at) = code.find("fn ") {
+                    let name: String = code[at + 3..]
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    method = Some((line, name));
+                }
+            }
+            if depth == 1 && method.is_some() {
+                if code.contains('{') {
+                    if let Some((at, name)) = method.take() {
+                        found.push((at, trait_name.clone(), name));
+                    }
+                } else if code.ends_with(';') {
+                    method = None;
+                }
+            }
+        }
+        for c in code.chars() {
+            match c {
+                '{' => depth += 1,
+                '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        if depth == 0 && code.ends_with('}') {
+            in_trait = None;
+        }
+    }
+    found
+}
+
+#[test]
+fn the_store_contract_has_no_default_that_succeeds_without_the_work() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let source = std::fs::read_to_string(root.join("src/store/contract.rs")).unwrap();
+    for (name, _) in STORE_CONCERNS {
+        assert!(
+            source.contains(&format!("pub trait {name}: ")),
+            "contract.rs must hold the sub-trait {name}"
+        );
+    }
+    let defaults = default_bodies(&source);
+    assert!(
+        defaults
+            .iter()
+            .any(|(_, t, m)| t == "TaskRows" && m == "get_many"),
+        "the scan must see the one default there is: {defaults:?}"
+    );
+    let unexpected: Vec<String> = defaults
+        .iter()
+        .filter(|(_, _, m)| !ALLOWED_DEFAULTS.contains(&m.as_str()))
+        .map(|(line, t, m)| format!("src/store/contract.rs:{line}: {t}::{m}"))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "a store method with a default body lets a backend forget it and nothing says so; make it \
+         required (or optional as an Option<&dyn …>):\n{}",
+        unexpected.join("\n")
+    );
+}
+
+#[test]
+fn each_part_of_the_store_test_kit_needs_only_its_own_concerns() {
+    let kit = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store/testkit");
+    for (concern, part) in STORE_CONCERNS {
+        let file = kit.join(format!("{part}.rs"));
+        let source = std::fs::read_to_string(&file)
+            .unwrap_or_else(|e| panic!("the test kit's part for {concern}: {e}"));
+        let code: String = pieces(&source)
+            .into_iter()
+            .filter_map(|(_, p)| match p {
+                Piece::Code(c) => Some(c),
+                Piece::Literal(_) => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(
+            code.contains(concern),
+            "testkit/{part}.rs must test {concern}"
+        );
+        assert!(
+            !code.contains("TaskStore"),
+            "testkit/{part}.rs names the whole TaskStore: bound it by the sub-traits it tests"
+        );
+    }
+}
+
+#[test]
+fn the_default_body_scan_sees_bodies_and_not_declarations() {
+    let sample = r#"
+/// doc with { a brace
+pub trait A: Send {
+    /// One.
+    async fn one(&self) -> Result<(), E>;
+    async fn two(
+        &self,
+        x: u64,
+    ) -> Result<(), E> {
+        Ok(())
+    }
+    fn three(&self) -> bool { true }
+}
+pub trait B {
+    fn four(&self) -> &str;
+}
+"#;
+    let found: Vec<(usize, String)> = default_bodies(sample)
+        .into_iter()
+        .map(|(l, t, m)| (l, format!("{t}::{m}")))
+        .collect();
+    assert_eq!(
+        found,
+        [(6, "A::two".to_string()), (12, "A::three".to_string())]
+    );
+}

@@ -271,15 +271,18 @@ impl Engine {
             now: now_ms(),
             finished_grace_ms: self.config.finished_grace_ms,
             tombstone_ms: self.config.tombstone_ms,
-            session_idle_ms: self.config.session_idle_ms,
             finished_before: None,
         };
         let purged = self.store.purge(policy).await?;
-        if purged.tasks + purged.tombstones + purged.sessions > 0 {
+        let sessions = self
+            .store
+            .purge_sessions(policy.now, self.config.session_idle_ms)
+            .await?;
+        if purged.tasks + purged.tombstones + sessions > 0 {
             tracing::debug!(
                 tasks = purged.tasks,
                 tombstones = purged.tombstones,
-                sessions = purged.sessions,
+                sessions,
                 "purged"
             );
         }

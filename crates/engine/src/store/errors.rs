@@ -147,7 +147,7 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
     out
 }
 
-/// Why an [`TaskStore::update`](super::TaskStore::update) did not apply.
+/// Why an [`TaskRows::update`](super::TaskRows::update) did not apply.
 #[derive(Debug, Error)]
 pub enum UpdateError {
     /// No such task (or it was purged).
@@ -161,7 +161,7 @@ pub enum UpdateError {
     Store(#[from] StoreError),
 }
 
-/// The outcome of [`TaskStore::hand_input`](super::TaskStore::hand_input).
+/// The outcome of [`InputStore::hand_input`](super::InputStore::hand_input).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Handed {
     /// The holder is now the one asked for.

@@ -6,6 +6,7 @@
 //! one that finished first goes (as if purged: "expired" to its owner). Memory is the one thing this
 //! store has, and a busy throwaway server would otherwise hold every task of the last hours.
 
+use crate::store::prelude::*;
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
@@ -14,7 +15,7 @@ use super::{
     after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, write_base,
     ActiveCounts, ActiveLimit, Among, AnswerError, Created, FinishedCounts, Handed, InvalidCursor,
     ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord, StoreError,
-    TaskChange, TaskFilter, TaskPage, TaskStore, UpdateError,
+    TaskChange, TaskFilter, TaskPage, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, StepRecord, TaskRecord, TaskStatus, Transition};
 use crate::webhook::{
@@ -243,7 +244,7 @@ impl MemoryStore {
 }
 
 #[async_trait]
-impl TaskStore for MemoryStore {
+impl TaskRows for MemoryStore {
     async fn create(
         &self,
         task: TaskRecord,
@@ -364,6 +365,89 @@ impl TaskStore for MemoryStore {
         Ok(Ok(TaskPage::new(tasks, more)))
     }
 
+    async fn history(&self, task_id: &str) -> Result<Vec<Transition>, StoreError> {
+        Ok(self
+            .lock()
+            .history
+            .get(task_id)
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    async fn search(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
+        let mut found: Vec<TaskRecord> = self
+            .lock()
+            .tasks
+            .values()
+            .filter(|t| filter.selects(t))
+            .cloned()
+            .collect();
+        found.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+        found.truncate(filter.limit);
+        Ok(found)
+    }
+
+    async fn count_finished(&self, created_after: u64) -> Result<FinishedCounts, StoreError> {
+        let mut counts = FinishedCounts::default();
+        for t in self.lock().tasks.values() {
+            if t.created_at >= created_after {
+                counts.add(t);
+            }
+        }
+        Ok(counts)
+    }
+
+    async fn count_active(&self) -> Result<ActiveCounts, StoreError> {
+        let mut counts = ActiveCounts::default();
+        for t in self.lock().tasks.values() {
+            counts.add(t.status);
+        }
+        Ok(counts)
+    }
+
+    async fn purge(&self, p: PurgePolicy) -> Result<Purged, StoreError> {
+        let mut inner = self.lock();
+        let mut purged = Purged::default();
+        let expired: Vec<String> = inner
+            .tasks
+            .values()
+            .filter(|t| match p.finished_before {
+                Some(cutoff) => t.status.is_terminal() && t.finished_at.is_some_and(|f| f < cutoff),
+                None => {
+                    t.status.is_terminal()
+                        && t.expires_at().is_some_and(|e| e <= p.now)
+                        && t.finished_at
+                            .is_some_and(|f| f.saturating_add(p.finished_grace_ms) <= p.now)
+                }
+            })
+            .map(|t| t.id.clone())
+            .collect();
+        // A purged task's questions and answers go with it; nothing can reach them any more.
+        for id in &expired {
+            if inner.remove_task(id, p.now, self.max_finished) {
+                purged.tasks += 1;
+            }
+        }
+        let before = inner.tombstones.len();
+        inner
+            .tombstones
+            .retain(|_, (_, _, at)| at.saturating_add(p.tombstone_ms) > p.now);
+        purged.tombstones = before - inner.tombstones.len();
+        let Inner {
+            tasks,
+            finished,
+            tombstones,
+            tombstone_order,
+            ..
+        } = &mut *inner;
+        tombstone_order.retain(|id| tombstones.contains_key(id));
+        finished.retain(|id| tasks.contains_key(id));
+        Ok(purged)
+    }
+}
+
+#[async_trait]
+impl InputStore for MemoryStore {
     async fn add_input(&self, input: InputRecord, now: u64) -> Result<TaskRecord, UpdateError> {
         let mut inner = self.lock();
         let rec = inner
@@ -452,6 +536,21 @@ impl TaskStore for MemoryStore {
         Ok(v)
     }
 
+    async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError> {
+        Ok(self
+            .lock()
+            .tasks
+            .values()
+            .filter(|t| {
+                t.status == TaskStatus::InputRequired && t.expires_at().is_some_and(|e| e <= now)
+            })
+            .cloned()
+            .collect())
+    }
+}
+
+#[async_trait]
+impl JournalStore for MemoryStore {
     async fn record_step(&self, node: &str, step: StepRecord) -> Result<(), UpdateError> {
         let mut inner = self.lock();
         let rec = inner
@@ -472,59 +571,10 @@ impl TaskStore for MemoryStore {
     async fn steps(&self, task_id: &str) -> Result<Vec<StepRecord>, StoreError> {
         Ok(self.lock().steps.get(task_id).cloned().unwrap_or_default())
     }
+}
 
-    async fn history(&self, task_id: &str) -> Result<Vec<Transition>, StoreError> {
-        Ok(self
-            .lock()
-            .history
-            .get(task_id)
-            .cloned()
-            .unwrap_or_default())
-    }
-
-    async fn search(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
-        let mut found: Vec<TaskRecord> = self
-            .lock()
-            .tasks
-            .values()
-            .filter(|t| filter.selects(t))
-            .cloned()
-            .collect();
-        found.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
-        found.truncate(filter.limit);
-        Ok(found)
-    }
-
-    async fn count_finished(&self, created_after: u64) -> Result<FinishedCounts, StoreError> {
-        let mut counts = FinishedCounts::default();
-        for t in self.lock().tasks.values() {
-            if t.created_at >= created_after {
-                counts.add(t);
-            }
-        }
-        Ok(counts)
-    }
-
-    async fn count_active(&self) -> Result<ActiveCounts, StoreError> {
-        let mut counts = ActiveCounts::default();
-        for t in self.lock().tasks.values() {
-            counts.add(t.status);
-        }
-        Ok(counts)
-    }
-
-    async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError> {
-        Ok(self
-            .lock()
-            .tasks
-            .values()
-            .filter(|t| {
-                t.status == TaskStatus::InputRequired && t.expires_at().is_some_and(|e| e <= now)
-            })
-            .cloned()
-            .collect())
-    }
-
+#[async_trait]
+impl LeaseStore for MemoryStore {
     async fn renew_leases(
         &self,
         node: &str,
@@ -571,53 +621,13 @@ impl TaskStore for MemoryStore {
         Ok(out)
     }
 
-    async fn purge(&self, p: PurgePolicy) -> Result<Purged, StoreError> {
-        let mut inner = self.lock();
-        let mut purged = Purged::default();
-        let expired: Vec<String> = inner
-            .tasks
-            .values()
-            .filter(|t| match p.finished_before {
-                Some(cutoff) => t.status.is_terminal() && t.finished_at.is_some_and(|f| f < cutoff),
-                None => {
-                    t.status.is_terminal()
-                        && t.expires_at().is_some_and(|e| e <= p.now)
-                        && t.finished_at
-                            .is_some_and(|f| f.saturating_add(p.finished_grace_ms) <= p.now)
-                }
-            })
-            .map(|t| t.id.clone())
-            .collect();
-        // A purged task's questions and answers go with it; nothing can reach them any more.
-        for id in &expired {
-            if inner.remove_task(id, p.now, self.max_finished) {
-                purged.tasks += 1;
-            }
-        }
-        let before = inner.tombstones.len();
-        inner
-            .tombstones
-            .retain(|_, (_, _, at)| at.saturating_add(p.tombstone_ms) > p.now);
-        purged.tombstones = before - inner.tombstones.len();
-        let Inner {
-            tasks,
-            finished,
-            tombstones,
-            tombstone_order,
-            ..
-        } = &mut *inner;
-        tombstone_order.retain(|id| tombstones.contains_key(id));
-        finished.retain(|id| tasks.contains_key(id));
-        let before = inner.sessions.len();
-        inner.sessions.retain(|_, s| {
-            s.last_seen
-                .saturating_add(s.idle_ms.unwrap_or(p.session_idle_ms))
-                > p.now
-        });
-        purged.sessions = before - inner.sessions.len();
-        Ok(purged)
+    fn is_exclusive(&self) -> bool {
+        true
     }
+}
 
+#[async_trait]
+impl SessionStore for MemoryStore {
     async fn put_session(&self, session: &SessionRecord) -> Result<(), StoreError> {
         self.lock()
             .sessions
@@ -671,6 +681,18 @@ impl TaskStore for MemoryStore {
         Ok(self.lock().sessions.remove(id).is_some())
     }
 
+    async fn purge_sessions(&self, now: u64, idle_ms: u64) -> Result<usize, StoreError> {
+        let mut inner = self.lock();
+        let before = inner.sessions.len();
+        inner
+            .sessions
+            .retain(|_, s| s.last_seen.saturating_add(s.idle_ms.unwrap_or(idle_ms)) > now);
+        Ok(before - inner.sessions.len())
+    }
+}
+
+#[async_trait]
+impl OutboxStore for MemoryStore {
     async fn claim_deliveries(
         &self,
         node: &str,
@@ -841,10 +863,6 @@ impl TaskStore for MemoryStore {
             .take(usize::try_from(max).unwrap_or(usize::MAX))
             .count();
         Ok(u64::try_from(n).unwrap_or(u64::MAX))
-    }
-
-    fn is_exclusive(&self) -> bool {
-        true
     }
 }
 

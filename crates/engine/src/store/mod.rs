@@ -1,8 +1,10 @@
-//! Storage: the [`TaskStore`] trait every backend implements, and the backends.
+//! Storage: the [`TaskStore`] contract every backend implements, split by concern into sub-traits
+//! ([`TaskRows`], [`InputStore`], [`JournalStore`], [`LeaseStore`], [`SessionStore`],
+//! [`OutboxStore`]; see `contract.rs`), and the backends.
 //!
 //! Invariants every store keeps (and [`testkit`] checks):
 //! - a write returns only after it is durable (for SQLite: committed);
-//! - [`TaskStore::update`] is an atomic compare-and-set on the status, so of two racing terminal
+//! - [`TaskRows::update`] is an atomic compare-and-set on the status, so of two racing terminal
 //!   transitions exactly one wins and the loser gets the winner's record;
 //! - a terminal status never changes again; `progress` and `progress_total` never decrease, and the
 //!   total is never below the progress (the rules are in one place, [`TaskChange::progress`]);
@@ -12,6 +14,7 @@
 //!   ([`crate::webhook`]); they outlive their task (a purge leaves them to be delivered).
 
 mod change;
+mod contract;
 mod errors;
 pub mod memory;
 pub mod postgres;
@@ -22,21 +25,28 @@ pub(crate) use change::{
     after_answer, apply_change, claim_orphan, held_by_holder, write_base, ProgressState,
 };
 pub use change::{ProgressUpdate, TaskChange};
+pub use contract::{
+    InputStore, JournalStore, LeaseStore, OutboxStore, SessionStore, TaskRows, TaskStore,
+};
 pub(crate) use errors::Context;
 pub use errors::{error_chain, AnswerError, Handed, StoreError, UpdateError};
 
-use async_trait::async_trait;
+/// The store's traits, for callers: `use mcp_tasks_engine::store::prelude::*` brings every
+/// method of an `Arc<dyn TaskStore>` into scope.
+pub mod prelude {
+    pub use super::{
+        InputStore, JournalStore, LeaseStore, OutboxStore, SessionStore, TaskRows, TaskStore,
+    };
+}
+
 use serde_json::Value;
 use std::sync::Arc;
 use thiserror::Error;
 
 pub use crate::model::{ActiveLimit, Among};
-use crate::model::{
-    InputRecord, InputResponse, Outcome, StepRecord, TaskRecord, TaskStatus, Transition,
-};
-use crate::webhook::{Delivery, DeliveryAttempt, DeliveryNext, DeliveryQuery};
+use crate::model::{Outcome, TaskRecord, TaskStatus};
 
-/// Result of [`TaskStore::create`].
+/// Result of [`TaskRows::create`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Created {
     /// A new task was stored.
@@ -63,7 +73,7 @@ pub enum Lookup {
     Missing,
 }
 
-/// Which tasks an operator looks at ([`TaskStore::search`]); unset fields select everything.
+/// Which tasks an operator looks at ([`TaskRows::search`]); unset fields select everything.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TaskFilter {
     /// Only tasks in one of these statuses (empty: any).
@@ -99,7 +109,7 @@ impl TaskFilter {
     }
 }
 
-/// Unfinished tasks by status ([`TaskStore::count_active`]).
+/// Unfinished tasks by status ([`TaskRows::count_active`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ActiveCounts {
     /// Tasks `working`.
@@ -119,7 +129,7 @@ impl ActiveCounts {
     }
 }
 
-/// Finished tasks by how they ended ([`TaskStore::count_finished`]).
+/// Finished tasks by how they ended ([`TaskRows::count_finished`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FinishedCounts {
     /// `completed` with a result that is not a tool error.
@@ -179,7 +189,7 @@ pub(crate) fn prefix_end(prefix: &str) -> Option<String> {
     None
 }
 
-/// Which tasks [`TaskStore::list`] returns.
+/// Which tasks [`TaskRows::list`] returns.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListQuery {
     /// Only this principal's tasks.
@@ -228,7 +238,7 @@ pub struct SessionRecord {
     /// Last request, Unix ms.
     pub last_seen: u64,
     /// How long it may stay unused before it ends: this session's own limit, instead of the
-    /// purge policy's `session_idle_ms`.
+    /// `idle_ms` [`SessionStore::purge_sessions`] is given.
     pub idle_ms: Option<u64>,
 }
 
@@ -241,7 +251,7 @@ impl SessionRecord {
     }
 }
 
-/// A cap on live sessions, checked atomically with [`TaskStore::create_session`]. Sessions past
+/// A cap on live sessions, checked atomically with [`SessionStore::create_session`]. Sessions past
 /// their own idle limit do not count, purged or not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionLimit {
@@ -275,18 +285,16 @@ impl SessionLimit {
     }
 }
 
-/// What [`TaskStore::purge`] removed.
+/// What [`TaskRows::purge`] removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Purged {
     /// Tasks whose retention ended (tombstoned).
     pub tasks: usize,
     /// Tombstones past their own retention.
     pub tombstones: usize,
-    /// Idle sessions.
-    pub sessions: usize,
 }
 
-/// Retention settings for [`TaskStore::purge`].
+/// Retention settings for [`TaskRows::purge`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PurgePolicy {
     /// Now, Unix ms.
@@ -295,206 +303,9 @@ pub struct PurgePolicy {
     pub finished_grace_ms: u64,
     /// How long a tombstone answers "expired" before the id becomes "not found".
     pub tombstone_ms: u64,
-    /// Sessions idle longer than this are removed (those with their own `idle_ms`: longer than that).
-    pub session_idle_ms: u64,
     /// Instead of the expired tasks: every task that finished before this time (Unix ms), whatever
     /// its retention (an operator's purge).
     pub finished_before: Option<u64>,
-}
-
-/// The storage contract of the engine. Every method is one atomic operation.
-#[async_trait]
-pub trait TaskStore: Send + Sync + 'static {
-    /// Stores a new task, unless `task.idempotency_key` is already used by the same owner: then the
-    /// existing task is returned when its fingerprint matches, and
-    /// [`StoreError::IdempotencyConflict`] otherwise. With `limit`, refuses with
-    /// [`StoreError::TooManyActive`] when the cap is reached (checked in the same atomic step).
-    /// Durable before it returns.
-    async fn create(
-        &self,
-        task: TaskRecord,
-        limit: Option<ActiveLimit>,
-    ) -> Result<Created, StoreError>;
-
-    /// Looks a task up by id.
-    async fn get(&self, id: &str) -> Result<Lookup, StoreError>;
-
-    /// The stored tasks among `ids` (those gone are left out), in no particular order. Stores with a
-    /// cheaper way than one [`TaskStore::get`] each override it.
-    async fn get_many(&self, ids: &[String]) -> Result<Vec<TaskRecord>, StoreError> {
-        let mut found = Vec::with_capacity(ids.len());
-        for id in ids {
-            if let Lookup::Found(t) = self.get(id).await? {
-                found.push(t);
-            }
-        }
-        Ok(found)
-    }
-
-    /// The task `owner` created with idempotency key `key`, while it is stored (a purged task frees its
-    /// key).
-    async fn find_by_key(&self, owner: &str, key: &str) -> Result<Option<TaskRecord>, StoreError>;
-
-    /// Applies `change` if the task's status is in `expect` (compare-and-set), stamping `updated_at`
-    /// with `now`. Returns the updated record.
-    async fn update(
-        &self,
-        id: &str,
-        expect: &[TaskStatus],
-        change: TaskChange,
-        now: u64,
-    ) -> Result<TaskRecord, UpdateError>;
-
-    /// Lists one owner's tasks (optionally one session's), oldest first, a page at a time.
-    /// An unknown or malformed cursor is an error the caller reports as invalid params.
-    async fn list(&self, query: &ListQuery) -> Result<Result<TaskPage, InvalidCursor>, StoreError>;
-
-    /// Stores a new input request of an active task and moves the task to `input_required` (one atomic
-    /// step). Returns the task after the change.
-    async fn add_input(&self, input: InputRecord, now: u64) -> Result<TaskRecord, UpdateError>;
-
-    /// Records the answer to the input request `key`, and moves its task back to `working` when no
-    /// other request is pending (one atomic step). The first answer wins; later ones are rejected.
-    async fn answer_input(
-        &self,
-        key: &str,
-        response: InputResponse,
-        now: u64,
-    ) -> Result<(TaskRecord, InputRecord), AnswerError>;
-
-    /// One input request by key.
-    async fn get_input(&self, key: &str) -> Result<Option<InputRecord>, StoreError>;
-
-    /// Hands the sending of input request `key` from one client stream to another: its holder
-    /// becomes `to` (`None`: nobody) if it is `from` now. Replicas use it so that a question goes out
-    /// on one stream at a time, whichever replica holds that stream. A store only one process can open
-    /// keeps no holder (that process knows its own streams) and hands over every time.
-    async fn hand_input(
-        &self,
-        key: &str,
-        from: Option<&str>,
-        to: Option<&str>,
-    ) -> Result<Handed, StoreError>;
-
-    /// A task's input requests, oldest first (answered ones included).
-    async fn inputs(&self, task_id: &str) -> Result<Vec<InputRecord>, StoreError>;
-
-    /// Tasks waiting for input whose retention ended before `now` (they are failed, not purged).
-    async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError>;
-    /// How many tasks are `working` and how many `input_required`, across every node.
-    async fn count_active(&self) -> Result<ActiveCounts, StoreError>;
-    /// Finished tasks created at or after `created_after` (Unix ms), by how they ended, across every
-    /// node: a count, not a read of the tasks (the dashboard asks every few seconds).
-    async fn count_finished(&self, created_after: u64) -> Result<FinishedCounts, StoreError>;
-    /// The status changes of task `task_id` after its creation, oldest first (purged with it).
-    async fn history(&self, task_id: &str) -> Result<Vec<Transition>, StoreError>;
-    /// Every principal's tasks that `filter` selects, newest first (an operator's view).
-    async fn search(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError>;
-
-    /// Records `step` in its task's journal, durably, if `node` holds the task's lease and the task
-    /// is unfinished; otherwise [`UpdateError::Conflict`] with the task (or [`UpdateError::NotFound`]).
-    /// A place (`seq`) already taken is a conflict too: the first record of a step stays. Steps go
-    /// with their task when it is purged.
-    async fn record_step(&self, node: &str, step: StepRecord) -> Result<(), UpdateError>;
-    /// The task's journal, in step order.
-    async fn steps(&self, task_id: &str) -> Result<Vec<StepRecord>, StoreError>;
-
-    /// Extends the leases `node` holds on `ids` to `until`. Returns the ids whose lease it could not
-    /// extend: the task is finished, gone, or leased by another node. Their handlers must stop.
-    async fn renew_leases(
-        &self,
-        node: &str,
-        ids: &[String],
-        until: u64,
-    ) -> Result<Vec<String>, StoreError>;
-
-    /// Takes over unfinished tasks that nobody runs: those whose lease expired before `now`, or, with
-    /// `all`, every unfinished task (for a store only one process can open). Each gets `node` as lease
-    /// owner until `lease_until` and the change `plan` gives it (applied as by [`TaskStore::update`]
-    /// at `now`: failing it, or setting it up to run again), all in one step; a task `plan` answers
-    /// `None` for is left as it is. Returns the changed tasks. One step rather than a claim and then
-    /// an update per task: recovery of 100,000 tasks is one pass over the store.
-    async fn claim_orphans(
-        &self,
-        node: &str,
-        now: u64,
-        all: bool,
-        lease_until: u64,
-        plan: OrphanPlan,
-    ) -> Result<Vec<TaskRecord>, StoreError>;
-
-    /// Removes finished tasks past retention (leaving tombstones) together with their input requests,
-    /// old tombstones and idle sessions.
-    async fn purge(&self, policy: PurgePolicy) -> Result<Purged, StoreError>;
-
-    /// Creates or replaces a session.
-    async fn put_session(&self, session: &SessionRecord) -> Result<(), StoreError>;
-    /// Creates a session unless `limit` is reached: [`StoreError::TooManySessions`] then, and
-    /// nothing stored. The count and the insert are one atomic step (across replicas too).
-    async fn create_session(
-        &self,
-        session: &SessionRecord,
-        limit: &SessionLimit,
-    ) -> Result<(), StoreError>;
-    /// Reads a session.
-    async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError>;
-    /// Marks a session as used at `now`; returns `false` when it no longer exists (purged or deleted)
-    /// or is past its own idle limit (it is not brought back).
-    async fn touch_session(&self, id: &str, now: u64) -> Result<bool, StoreError>;
-    /// Deletes a session; returns whether it existed.
-    async fn delete_session(&self, id: &str) -> Result<bool, StoreError>;
-
-    /// Whether only one process can use this store at a time (memory, SQLite). Then every unfinished
-    /// task found at start-up belongs to a run that is gone.
-    fn is_exclusive(&self) -> bool;
-
-    /// Claims up to `limit` webhook deliveries for `node` until `lease_until`, oldest due first:
-    /// pending, due by `now`, not leased by another node until after `now`, and each the oldest
-    /// pending event of its task and target (so a task's events go out in order). One step: among
-    /// replicas, one claims each. Each comes with its target's secret, which a store keeps once,
-    /// with the task's targets, and copies into an event only when the task is purged before it.
-    async fn claim_deliveries(
-        &self,
-        node: &str,
-        now: u64,
-        lease_until: u64,
-        limit: usize,
-    ) -> Result<Vec<Delivery>, StoreError>;
-
-    /// Keeps `attempt` of delivery `id` and moves it on as `next` says, if `node` still holds its
-    /// lease (otherwise nothing changes and the answer is `false`). [`DeliveryNext::Gone`] settles
-    /// the later pending events of the same task and target too.
-    async fn finish_delivery(
-        &self,
-        id: &str,
-        node: &str,
-        attempt: DeliveryAttempt,
-        next: DeliveryNext,
-    ) -> Result<bool, StoreError>;
-
-    /// Deliveries for an operator, newest first, without their secrets (`secret` is empty).
-    async fn deliveries(&self, query: &DeliveryQuery) -> Result<Vec<Delivery>, StoreError>;
-
-    /// The attempts made to deliver `id`, oldest first.
-    async fn delivery_attempts(&self, id: &str) -> Result<Vec<DeliveryAttempt>, StoreError>;
-
-    /// Makes delivery `id` pending again, due at `now` and unleased (an operator's redelivery, even
-    /// of one delivered or given up). `false` when there is no such delivery.
-    async fn redeliver(&self, id: &str, now: u64) -> Result<bool, StoreError>;
-
-    /// Removes deliveries settled (delivered, failed, gone) and written before `before`, with their
-    /// attempts. Returns how many went. Pending ones stay whatever their age: the delivery loop
-    /// gives them up at the maximum age.
-    async fn purge_deliveries(&self, before: u64) -> Result<usize, StoreError>;
-
-    /// Lets go of the pending deliveries `node` holds (it is stopping: another node may send them at
-    /// once instead of when the lease runs out). Returns how many.
-    async fn release_deliveries(&self, node: &str) -> Result<usize, StoreError>;
-
-    /// How many unfinished tasks of `owner` carry a webhook their client registered (a target that
-    /// is not an operator's subscription), counted up to `max`: what the cap on registrations per
-    /// principal reads.
-    async fn count_registrations(&self, owner: &str, max: u64) -> Result<u64, StoreError>;
 }
 
 /// A `tasks/list` cursor that this store did not issue.
@@ -519,7 +330,7 @@ pub(crate) fn decode_cursor(cursor: &str) -> Result<(u64, String), InvalidCursor
     Ok((at, id.to_string()))
 }
 
-/// What recovery does with one orphaned task (see [`TaskStore::claim_orphans`]): the change to
+/// What recovery does with one orphaned task (see [`LeaseStore::claim_orphans`]): the change to
 /// apply, or `None` to leave the task alone. Called inside the store's write, so keep it quick.
 pub type OrphanPlan = Arc<dyn Fn(&TaskRecord) -> Option<TaskChange> + Send + Sync>;
 

@@ -303,7 +303,6 @@ async fn purge(
         now,
         finished_grace_ms: config.finished_grace_ms,
         tombstone_ms: config.tombstone_ms,
-        session_idle_ms: config.session_idle_ms,
         finished_before: Some(now.saturating_sub(p.finished_before_ms)),
     };
     match server.engine().store().purge(policy).await {

@@ -1,6 +1,7 @@
 //! A task store that times each of its operations into `mcp_store_operation_seconds{op}`.
 
 use async_trait::async_trait;
+use mcp_tasks_engine::store::prelude::*;
 use mcp_tasks_engine::store::{
     ActiveCounts, ActiveLimit, AnswerError, Created, FinishedCounts, Handed, InvalidCursor,
     ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord, StoreError,
@@ -36,7 +37,7 @@ impl MeteredStore {
 }
 
 #[async_trait]
-impl TaskStore for MeteredStore {
+impl TaskRows for MeteredStore {
     async fn create(
         &self,
         task: TaskRecord,
@@ -44,16 +45,20 @@ impl TaskStore for MeteredStore {
     ) -> Result<Created, StoreError> {
         self.timed("create", self.inner.create(task, limit)).await
     }
+
     async fn get(&self, id: &str) -> Result<Lookup, StoreError> {
         self.timed("get", self.inner.get(id)).await
     }
+
     async fn get_many(&self, ids: &[String]) -> Result<Vec<TaskRecord>, StoreError> {
         self.timed("get_many", self.inner.get_many(ids)).await
     }
+
     async fn find_by_key(&self, owner: &str, key: &str) -> Result<Option<TaskRecord>, StoreError> {
         self.timed("find_by_key", self.inner.find_by_key(owner, key))
             .await
     }
+
     async fn update(
         &self,
         id: &str,
@@ -64,13 +69,40 @@ impl TaskStore for MeteredStore {
         self.timed("update", self.inner.update(id, expect, change, now))
             .await
     }
+
     async fn list(&self, query: &ListQuery) -> Result<Result<TaskPage, InvalidCursor>, StoreError> {
         self.timed("list", self.inner.list(query)).await
     }
+
+    async fn history(&self, task_id: &str) -> Result<Vec<Transition>, StoreError> {
+        self.timed("history", self.inner.history(task_id)).await
+    }
+
+    async fn search(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
+        self.timed("search", self.inner.search(filter)).await
+    }
+
+    async fn count_finished(&self, created_after: u64) -> Result<FinishedCounts, StoreError> {
+        self.timed("count_finished", self.inner.count_finished(created_after))
+            .await
+    }
+
+    async fn count_active(&self) -> Result<ActiveCounts, StoreError> {
+        self.timed("count_active", self.inner.count_active()).await
+    }
+
+    async fn purge(&self, policy: PurgePolicy) -> Result<Purged, StoreError> {
+        self.timed("purge", self.inner.purge(policy)).await
+    }
+}
+
+#[async_trait]
+impl InputStore for MeteredStore {
     async fn add_input(&self, input: InputRecord, now: u64) -> Result<TaskRecord, UpdateError> {
         self.timed("add_input", self.inner.add_input(input, now))
             .await
     }
+
     async fn answer_input(
         &self,
         key: &str,
@@ -80,9 +112,11 @@ impl TaskStore for MeteredStore {
         self.timed("answer_input", self.inner.answer_input(key, response, now))
             .await
     }
+
     async fn get_input(&self, key: &str) -> Result<Option<InputRecord>, StoreError> {
         self.timed("get_input", self.inner.get_input(key)).await
     }
+
     async fn hand_input(
         &self,
         key: &str,
@@ -92,34 +126,31 @@ impl TaskStore for MeteredStore {
         self.timed("hand_input", self.inner.hand_input(key, from, to))
             .await
     }
+
     async fn inputs(&self, task_id: &str) -> Result<Vec<InputRecord>, StoreError> {
         self.timed("inputs", self.inner.inputs(task_id)).await
     }
+
     async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError> {
         self.timed("overdue_waiting", self.inner.overdue_waiting(now))
             .await
     }
+}
+
+#[async_trait]
+impl JournalStore for MeteredStore {
     async fn record_step(&self, node: &str, step: StepRecord) -> Result<(), UpdateError> {
         self.timed("record_step", self.inner.record_step(node, step))
             .await
     }
+
     async fn steps(&self, task_id: &str) -> Result<Vec<StepRecord>, StoreError> {
         self.timed("steps", self.inner.steps(task_id)).await
     }
-    async fn history(&self, task_id: &str) -> Result<Vec<Transition>, StoreError> {
-        self.timed("history", self.inner.history(task_id)).await
-    }
-    async fn search(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
-        self.timed("search", self.inner.search(filter)).await
-    }
-    async fn count_finished(&self, created_after: u64) -> Result<FinishedCounts, StoreError> {
-        self.timed("count_finished", self.inner.count_finished(created_after))
-            .await
-    }
+}
 
-    async fn count_active(&self) -> Result<ActiveCounts, StoreError> {
-        self.timed("count_active", self.inner.count_active()).await
-    }
+#[async_trait]
+impl LeaseStore for MeteredStore {
     async fn renew_leases(
         &self,
         node: &str,
@@ -129,6 +160,7 @@ impl TaskStore for MeteredStore {
         self.timed("renew_leases", self.inner.renew_leases(node, ids, until))
             .await
     }
+
     async fn claim_orphans(
         &self,
         node: &str,
@@ -143,13 +175,19 @@ impl TaskStore for MeteredStore {
         )
         .await
     }
-    async fn purge(&self, policy: PurgePolicy) -> Result<Purged, StoreError> {
-        self.timed("purge", self.inner.purge(policy)).await
+
+    fn is_exclusive(&self) -> bool {
+        self.inner.is_exclusive()
     }
+}
+
+#[async_trait]
+impl SessionStore for MeteredStore {
     async fn put_session(&self, session: &SessionRecord) -> Result<(), StoreError> {
         self.timed("put_session", self.inner.put_session(session))
             .await
     }
+
     async fn create_session(
         &self,
         session: &SessionRecord,
@@ -158,20 +196,29 @@ impl TaskStore for MeteredStore {
         self.timed("create_session", self.inner.create_session(session, limit))
             .await
     }
+
     async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
         self.timed("get_session", self.inner.get_session(id)).await
     }
+
     async fn touch_session(&self, id: &str, now: u64) -> Result<bool, StoreError> {
         self.timed("touch_session", self.inner.touch_session(id, now))
             .await
     }
+
     async fn delete_session(&self, id: &str) -> Result<bool, StoreError> {
         self.timed("delete_session", self.inner.delete_session(id))
             .await
     }
-    fn is_exclusive(&self) -> bool {
-        self.inner.is_exclusive()
+
+    async fn purge_sessions(&self, now: u64, idle_ms: u64) -> Result<usize, StoreError> {
+        self.timed("purge_sessions", self.inner.purge_sessions(now, idle_ms))
+            .await
     }
+}
+
+#[async_trait]
+impl OutboxStore for MeteredStore {
     async fn claim_deliveries(
         &self,
         node: &str,
@@ -185,6 +232,7 @@ impl TaskStore for MeteredStore {
         )
         .await
     }
+
     async fn finish_delivery(
         &self,
         id: &str,
@@ -198,24 +246,30 @@ impl TaskStore for MeteredStore {
         )
         .await
     }
+
     async fn deliveries(&self, query: &DeliveryQuery) -> Result<Vec<Delivery>, StoreError> {
         self.timed("deliveries", self.inner.deliveries(query)).await
     }
+
     async fn delivery_attempts(&self, id: &str) -> Result<Vec<DeliveryAttempt>, StoreError> {
         self.timed("delivery_attempts", self.inner.delivery_attempts(id))
             .await
     }
+
     async fn redeliver(&self, id: &str, now: u64) -> Result<bool, StoreError> {
         self.timed("redeliver", self.inner.redeliver(id, now)).await
     }
+
     async fn purge_deliveries(&self, before: u64) -> Result<usize, StoreError> {
         self.timed("purge_deliveries", self.inner.purge_deliveries(before))
             .await
     }
+
     async fn release_deliveries(&self, node: &str) -> Result<usize, StoreError> {
         self.timed("release_deliveries", self.inner.release_deliveries(node))
             .await
     }
+
     async fn count_registrations(&self, owner: &str, max: u64) -> Result<u64, StoreError> {
         self.timed(
             "count_registrations",

@@ -11,7 +11,7 @@
 //! on a standalone stream first waits [`SETTLE`], so that the note of a task stream opened elsewhere
 //! before `t` has arrived: the notes are milliseconds behind, the wait keeps the rule exact unless
 //! they fall further behind than that. Input requests are exact regardless: their stream is recorded
-//! in the store ([`TaskStore::hand_input`](mcp_tasks_engine::store::TaskStore::hand_input)); this
+//! in the store ([`InputStore::hand_input`](mcp_tasks_engine::store::InputStore::hand_input)); this
 //! view only tells whether the stream recorded there is still held.
 
 use dashmap::DashMap;

@@ -19,6 +19,7 @@ mod schema;
 mod waits;
 mod writes;
 
+use crate::store::prelude::*;
 use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Pool};
 
@@ -30,7 +31,7 @@ use super::{
     after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, id_floor, write_base,
     ActiveCounts, ActiveLimit, AnswerError, Context, Created, FinishedCounts, Handed,
     InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord,
-    StoreError, TaskChange, TaskFilter, TaskPage, TaskStore, UpdateError,
+    StoreError, TaskChange, TaskFilter, TaskPage, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, StepRecord, TaskRecord, TaskStatus, Transition};
 use crate::webhook::{Delivery, DeliveryAttempt, DeliveryNext, DeliveryQuery};
@@ -156,7 +157,7 @@ impl PostgresStore {
 }
 
 #[async_trait]
-impl TaskStore for PostgresStore {
+impl TaskRows for PostgresStore {
     async fn create(
         &self,
         task: TaskRecord,
@@ -303,6 +304,225 @@ impl TaskStore for PostgresStore {
         Ok(Ok(TaskPage::new(tasks, more)))
     }
 
+    async fn history(&self, task_id: &str) -> Result<Vec<Transition>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT at, status, message FROM task_history WHERE task_id = $1 ORDER BY at",
+            )
+            .await
+            .context("prepare a history read")?;
+        let rows = client
+            .query(&stmt, &[&task_id])
+            .await
+            .with_context(|| format!("read the history of task {task_id}"))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let at: i64 = row.try_get(0).context("read a history row")?;
+            let status: String = row.try_get(1).context("read a history row")?;
+            let message: Option<String> = row.try_get(2).context("read a history row")?;
+            if let Some(status) = TaskStatus::parse(&status) {
+                out.push(Transition {
+                    at: u64::try_from(at).unwrap_or(0),
+                    status,
+                    message,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    async fn search(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE ($1::TEXT IS NULL OR strpos($1, ',' || status || ',') > 0) \
+                 AND ($2::TEXT IS NULL OR tool = $2) AND ($3::TEXT IS NULL OR owner = $3) \
+                 AND ($4::BIGINT IS NULL OR created_at >= $4) AND ($5::BIGINT IS NULL OR created_at < $5) \
+                 ORDER BY created_at DESC, id DESC LIMIT $6"
+            ))
+            .await
+            .context("prepare the task search")?;
+        let rows = client
+            .query(
+                &stmt,
+                &[
+                    &filter.status_list(),
+                    &filter.tool,
+                    &filter.owner,
+                    &filter.created_after.map(pg_int),
+                    &filter.created_before.map(pg_int),
+                    &pg_int(filter.limit as u64),
+                ],
+            )
+            .await
+            .context("search tasks")?;
+        tasks_from_rows(&rows)
+    }
+
+    async fn count_finished(&self, created_after: u64) -> Result<FinishedCounts, StoreError> {
+        let client = self.client().await?;
+        // Task ids begin with their creation time (`ids::task_id`), so the primary key finds the
+        // range; only those rows are read. A result's flag is read from the end of its JSON as
+        // serialized (`{"kind":"result","value":…,"is_error":true}`), not by parsing it:
+        // PostgreSQL's JSON types refuse a `\u0000` anywhere in it, and a tool's output may hold one.
+        let stmt = client
+            .prepare_cached(
+                "SELECT status, COALESCE(right(outcome, 16) = '\"is_error\":true}', false), COUNT(*) \
+                 FROM tasks WHERE id >= $1 AND created_at >= $2 \
+                 AND status IN ('completed', 'failed', 'cancelled') GROUP BY 1, 2",
+            )
+            .await
+            .context("prepare the count of finished tasks")?;
+        let rows = client
+            .query(&stmt, &[&id_floor(created_after), &pg_int(created_after)])
+            .await
+            .context("count finished tasks")?;
+        let mut counts = FinishedCounts::default();
+        for row in rows {
+            let status: String = row.try_get(0).context("read a finished count")?;
+            let is_error: bool = row.try_get(1).context("read a finished count")?;
+            let n: i64 = row.try_get(2).context("read a finished count")?;
+            counts.add_count(&status, is_error, u64::try_from(n).unwrap_or(0));
+        }
+        Ok(counts)
+    }
+
+    async fn count_active(&self) -> Result<ActiveCounts, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT status, COUNT(*) FROM tasks \
+                 WHERE status IN ('working', 'input_required') GROUP BY status",
+            )
+            .await
+            .context("prepare the count of unfinished tasks")?;
+        let rows = client
+            .query(&stmt, &[])
+            .await
+            .context("count unfinished tasks")?;
+        let mut counts = ActiveCounts::default();
+        for row in rows {
+            let status: String = row.try_get(0).context("read a status count")?;
+            let n: i64 = row.try_get(1).context("read a status count")?;
+            let n = u64::try_from(n).unwrap_or(0);
+            match TaskStatus::parse(&status) {
+                Some(TaskStatus::Working) => counts.working = n,
+                Some(TaskStatus::InputRequired) => counts.input_required = n,
+                _ => {}
+            }
+        }
+        Ok(counts)
+    }
+
+    async fn purge(&self, p: PurgePolicy) -> Result<Purged, StoreError> {
+        self.finished.clear();
+        self.in_tx(move |tx| {
+            Box::pin(async move {
+                let now = pg_int(p.now);
+                let (grace_edge, cond) = match p.finished_before {
+                    // An operator's purge: everything finished before the cutoff ($1 is still
+                    // bound, for the tombstones).
+                    Some(cutoff) => (
+                        pg_int(cutoff),
+                        "$1::BIGINT IS NOT NULL AND status IN ('completed', 'failed', 'cancelled') \
+                         AND finished_at < $2",
+                    ),
+                    None => (
+                        pg_int(p.now.saturating_sub(p.finished_grace_ms)),
+                        "expires_at IS NOT NULL AND expires_at <= $1 \
+                         AND status IN ('completed', 'failed', 'cancelled') AND finished_at <= $2",
+                    ),
+                };
+                tx.execute(
+                    &format!(
+                        "INSERT INTO tombstones (id, owner, session, expired_at) \
+                         SELECT id, owner, session, $1 FROM tasks WHERE {cond} \
+                         ON CONFLICT (id) DO UPDATE SET owner = EXCLUDED.owner, \
+                         session = EXCLUDED.session, expired_at = EXCLUDED.expired_at"
+                    ),
+                    &[&now, &grace_edge],
+                )
+                .await
+                .context("tombstone expired tasks")?;
+                // A purged task's questions and answers go with it; nothing can reach them any more.
+                tx.execute(
+                    &format!(
+                        "DELETE FROM input_requests WHERE task_id IN (SELECT id FROM tasks WHERE {cond})"
+                    ),
+                    &[&now, &grace_edge],
+                )
+                .await
+                .context("delete the input requests of expired tasks")?;
+                tx.execute(
+                    &format!(
+                        "DELETE FROM task_history WHERE task_id IN (SELECT id FROM tasks WHERE {cond})"
+                    ),
+                    &[&now, &grace_edge],
+                )
+                .await
+                .context("delete the history of expired tasks")?;
+                tx.execute(
+                    &format!(
+                        "DELETE FROM task_steps WHERE task_id IN (SELECT id FROM tasks WHERE {cond})"
+                    ),
+                    &[&now, &grace_edge],
+                )
+                .await
+                .context("delete the step journals of expired tasks")?;
+                // Events outlive their task: those still kept take the secret of their target,
+                // which goes with the task's row; in the same statement as the delete, so a task
+                // finished meanwhile cannot go without its events' copy.
+                let tasks: i64 = tx
+                    .query_one(
+                        &format!(
+                            "WITH gone AS (DELETE FROM tasks WHERE {cond} RETURNING id, webhooks), \
+                             kept AS (UPDATE webhook_outbox o SET secret = COALESCE(g.webhooks::json \
+                             -> o.target ->> 'secret', '') FROM gone g WHERE o.task_id = g.id \
+                             AND o.secret = '' AND g.webhooks IS NOT NULL) \
+                             SELECT count(*) FROM gone"
+                        ),
+                        &[&now, &grace_edge],
+                    )
+                    .await
+                    .context("delete expired tasks")?
+                    .get(0);
+                let tasks = u64::try_from(tasks).unwrap_or(0);
+                // Past the window of the earlier builds' replicas, the copies they needed go.
+                if !rows::copies_secrets(p.now)
+                    && !SECRET_COPIES_GONE.load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    let blanked = tx
+                        .execute(
+                            "UPDATE webhook_outbox o SET secret = '' FROM tasks t \
+                             WHERE t.id = o.task_id AND o.secret <> '' \
+                             AND o.secret = t.webhooks::json -> o.target ->> 'secret'",
+                            &[],
+                        )
+                        .await
+                        .context("drop the copies of webhook secrets kept with their tasks")?;
+                    if blanked == 0 {
+                        SECRET_COPIES_GONE.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+                let tomb_edge = pg_int(p.now.saturating_sub(p.tombstone_ms));
+                let tombstones = tx
+                    .execute("DELETE FROM tombstones WHERE expired_at < $1", &[&tomb_edge])
+                    .await
+                    .context("delete old tombstones")?;
+                let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+                Ok(Purged {
+                    tasks: count(tasks),
+                    tombstones: count(tombstones),
+                })
+            })
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl InputStore for PostgresStore {
     async fn add_input(&self, input: InputRecord, now: u64) -> Result<TaskRecord, UpdateError> {
         self.in_tx(move |tx| {
             Box::pin(async move {
@@ -421,6 +641,25 @@ impl TaskStore for PostgresStore {
             .collect()
     }
 
+    async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE status = 'input_required' \
+                 AND expires_at IS NOT NULL AND expires_at <= $1"
+            ))
+            .await
+            .context("prepare the overdue query")?;
+        let found = client
+            .query(&stmt, &[&pg_int(now)])
+            .await
+            .context("find tasks that expired waiting for input")?;
+        tasks_from_rows(&found)
+    }
+}
+
+#[async_trait]
+impl JournalStore for PostgresStore {
     async fn record_step(&self, node: &str, step: StepRecord) -> Result<(), UpdateError> {
         let client = self.client().await?;
         // FOR SHARE: a lease changing hands at the same moment waits for the insert, or the check
@@ -476,134 +715,10 @@ impl TaskStore for PostgresStore {
             .map(rows::step_from_row)
             .collect()
     }
+}
 
-    async fn history(&self, task_id: &str) -> Result<Vec<Transition>, StoreError> {
-        let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(
-                "SELECT at, status, message FROM task_history WHERE task_id = $1 ORDER BY at",
-            )
-            .await
-            .context("prepare a history read")?;
-        let rows = client
-            .query(&stmt, &[&task_id])
-            .await
-            .with_context(|| format!("read the history of task {task_id}"))?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let at: i64 = row.try_get(0).context("read a history row")?;
-            let status: String = row.try_get(1).context("read a history row")?;
-            let message: Option<String> = row.try_get(2).context("read a history row")?;
-            if let Some(status) = TaskStatus::parse(&status) {
-                out.push(Transition {
-                    at: u64::try_from(at).unwrap_or(0),
-                    status,
-                    message,
-                });
-            }
-        }
-        Ok(out)
-    }
-
-    async fn search(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, StoreError> {
-        let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(&format!(
-                "SELECT {TASK_COLUMNS} FROM tasks WHERE ($1::TEXT IS NULL OR strpos($1, ',' || status || ',') > 0) \
-                 AND ($2::TEXT IS NULL OR tool = $2) AND ($3::TEXT IS NULL OR owner = $3) \
-                 AND ($4::BIGINT IS NULL OR created_at >= $4) AND ($5::BIGINT IS NULL OR created_at < $5) \
-                 ORDER BY created_at DESC, id DESC LIMIT $6"
-            ))
-            .await
-            .context("prepare the task search")?;
-        let rows = client
-            .query(
-                &stmt,
-                &[
-                    &filter.status_list(),
-                    &filter.tool,
-                    &filter.owner,
-                    &filter.created_after.map(pg_int),
-                    &filter.created_before.map(pg_int),
-                    &pg_int(filter.limit as u64),
-                ],
-            )
-            .await
-            .context("search tasks")?;
-        tasks_from_rows(&rows)
-    }
-
-    async fn count_finished(&self, created_after: u64) -> Result<FinishedCounts, StoreError> {
-        let client = self.client().await?;
-        // Task ids begin with their creation time (`ids::task_id`), so the primary key finds the
-        // range; only those rows are read. A result's flag is read from the end of its JSON as
-        // serialized (`{"kind":"result","value":…,"is_error":true}`), not by parsing it:
-        // PostgreSQL's JSON types refuse a `\u0000` anywhere in it, and a tool's output may hold one.
-        let stmt = client
-            .prepare_cached(
-                "SELECT status, COALESCE(right(outcome, 16) = '\"is_error\":true}', false), COUNT(*) \
-                 FROM tasks WHERE id >= $1 AND created_at >= $2 \
-                 AND status IN ('completed', 'failed', 'cancelled') GROUP BY 1, 2",
-            )
-            .await
-            .context("prepare the count of finished tasks")?;
-        let rows = client
-            .query(&stmt, &[&id_floor(created_after), &pg_int(created_after)])
-            .await
-            .context("count finished tasks")?;
-        let mut counts = FinishedCounts::default();
-        for row in rows {
-            let status: String = row.try_get(0).context("read a finished count")?;
-            let is_error: bool = row.try_get(1).context("read a finished count")?;
-            let n: i64 = row.try_get(2).context("read a finished count")?;
-            counts.add_count(&status, is_error, u64::try_from(n).unwrap_or(0));
-        }
-        Ok(counts)
-    }
-
-    async fn count_active(&self) -> Result<ActiveCounts, StoreError> {
-        let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(
-                "SELECT status, COUNT(*) FROM tasks \
-                 WHERE status IN ('working', 'input_required') GROUP BY status",
-            )
-            .await
-            .context("prepare the count of unfinished tasks")?;
-        let rows = client
-            .query(&stmt, &[])
-            .await
-            .context("count unfinished tasks")?;
-        let mut counts = ActiveCounts::default();
-        for row in rows {
-            let status: String = row.try_get(0).context("read a status count")?;
-            let n: i64 = row.try_get(1).context("read a status count")?;
-            let n = u64::try_from(n).unwrap_or(0);
-            match TaskStatus::parse(&status) {
-                Some(TaskStatus::Working) => counts.working = n,
-                Some(TaskStatus::InputRequired) => counts.input_required = n,
-                _ => {}
-            }
-        }
-        Ok(counts)
-    }
-
-    async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError> {
-        let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(&format!(
-                "SELECT {TASK_COLUMNS} FROM tasks WHERE status = 'input_required' \
-                 AND expires_at IS NOT NULL AND expires_at <= $1"
-            ))
-            .await
-            .context("prepare the overdue query")?;
-        let found = client
-            .query(&stmt, &[&pg_int(now)])
-            .await
-            .context("find tasks that expired waiting for input")?;
-        tasks_from_rows(&found)
-    }
-
+#[async_trait]
+impl LeaseStore for PostgresStore {
     async fn renew_leases(
         &self,
         node: &str,
@@ -671,119 +786,14 @@ impl TaskStore for PostgresStore {
         .await
     }
 
-    async fn purge(&self, p: PurgePolicy) -> Result<Purged, StoreError> {
-        self.finished.clear();
-        self.in_tx(move |tx| {
-            Box::pin(async move {
-                let now = pg_int(p.now);
-                let (grace_edge, cond) = match p.finished_before {
-                    // An operator's purge: everything finished before the cutoff ($1 is still
-                    // bound, for the tombstones).
-                    Some(cutoff) => (
-                        pg_int(cutoff),
-                        "$1::BIGINT IS NOT NULL AND status IN ('completed', 'failed', 'cancelled') \
-                         AND finished_at < $2",
-                    ),
-                    None => (
-                        pg_int(p.now.saturating_sub(p.finished_grace_ms)),
-                        "expires_at IS NOT NULL AND expires_at <= $1 \
-                         AND status IN ('completed', 'failed', 'cancelled') AND finished_at <= $2",
-                    ),
-                };
-                tx.execute(
-                    &format!(
-                        "INSERT INTO tombstones (id, owner, session, expired_at) \
-                         SELECT id, owner, session, $1 FROM tasks WHERE {cond} \
-                         ON CONFLICT (id) DO UPDATE SET owner = EXCLUDED.owner, \
-                         session = EXCLUDED.session, expired_at = EXCLUDED.expired_at"
-                    ),
-                    &[&now, &grace_edge],
-                )
-                .await
-                .context("tombstone expired tasks")?;
-                // A purged task's questions and answers go with it; nothing can reach them any more.
-                tx.execute(
-                    &format!(
-                        "DELETE FROM input_requests WHERE task_id IN (SELECT id FROM tasks WHERE {cond})"
-                    ),
-                    &[&now, &grace_edge],
-                )
-                .await
-                .context("delete the input requests of expired tasks")?;
-                tx.execute(
-                    &format!(
-                        "DELETE FROM task_history WHERE task_id IN (SELECT id FROM tasks WHERE {cond})"
-                    ),
-                    &[&now, &grace_edge],
-                )
-                .await
-                .context("delete the history of expired tasks")?;
-                tx.execute(
-                    &format!(
-                        "DELETE FROM task_steps WHERE task_id IN (SELECT id FROM tasks WHERE {cond})"
-                    ),
-                    &[&now, &grace_edge],
-                )
-                .await
-                .context("delete the step journals of expired tasks")?;
-                // Events outlive their task: those still kept take the secret of their target,
-                // which goes with the task's row; in the same statement as the delete, so a task
-                // finished meanwhile cannot go without its events' copy.
-                let tasks: i64 = tx
-                    .query_one(
-                        &format!(
-                            "WITH gone AS (DELETE FROM tasks WHERE {cond} RETURNING id, webhooks), \
-                             kept AS (UPDATE webhook_outbox o SET secret = COALESCE(g.webhooks::json \
-                             -> o.target ->> 'secret', '') FROM gone g WHERE o.task_id = g.id \
-                             AND o.secret = '' AND g.webhooks IS NOT NULL) \
-                             SELECT count(*) FROM gone"
-                        ),
-                        &[&now, &grace_edge],
-                    )
-                    .await
-                    .context("delete expired tasks")?
-                    .get(0);
-                let tasks = u64::try_from(tasks).unwrap_or(0);
-                // Past the window of the earlier builds' replicas, the copies they needed go.
-                if !rows::copies_secrets(p.now)
-                    && !SECRET_COPIES_GONE.load(std::sync::atomic::Ordering::Relaxed)
-                {
-                    let blanked = tx
-                        .execute(
-                            "UPDATE webhook_outbox o SET secret = '' FROM tasks t \
-                             WHERE t.id = o.task_id AND o.secret <> '' \
-                             AND o.secret = t.webhooks::json -> o.target ->> 'secret'",
-                            &[],
-                        )
-                        .await
-                        .context("drop the copies of webhook secrets kept with their tasks")?;
-                    if blanked == 0 {
-                        SECRET_COPIES_GONE.store(true, std::sync::atomic::Ordering::Relaxed);
-                    }
-                }
-                let tomb_edge = pg_int(p.now.saturating_sub(p.tombstone_ms));
-                let tombstones = tx
-                    .execute("DELETE FROM tombstones WHERE expired_at < $1", &[&tomb_edge])
-                    .await
-                    .context("delete old tombstones")?;
-                let sessions = tx
-                    .execute(
-                        "DELETE FROM sessions WHERE last_seen < $1::BIGINT - COALESCE(idle_ms, $2::BIGINT)",
-                        &[&now, &pg_int(p.session_idle_ms)],
-                    )
-                    .await
-                    .context("delete idle sessions")?;
-                let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
-                Ok(Purged {
-                    tasks: count(tasks),
-                    tombstones: count(tombstones),
-                    sessions: count(sessions),
-                })
-            })
-        })
-        .await
+    fn is_exclusive(&self) -> bool {
+        // Other replicas may run tasks from this database: only expired leases are orphans.
+        false
     }
+}
 
+#[async_trait]
+impl SessionStore for PostgresStore {
     async fn put_session(&self, s: &SessionRecord) -> Result<(), StoreError> {
         let client = self.client().await?;
         insert_session(&client, s).await
@@ -878,6 +888,21 @@ impl TaskStore for PostgresStore {
         Ok(n > 0)
     }
 
+    async fn purge_sessions(&self, now: u64, idle_ms: u64) -> Result<usize, StoreError> {
+        let client = self.client().await?;
+        let n = client
+            .execute(
+                "DELETE FROM sessions WHERE last_seen < $1::BIGINT - COALESCE(idle_ms, $2::BIGINT)",
+                &[&pg_int(now), &pg_int(idle_ms)],
+            )
+            .await
+            .context("delete idle sessions")?;
+        Ok(usize::try_from(n).unwrap_or(usize::MAX))
+    }
+}
+
+#[async_trait]
+impl OutboxStore for PostgresStore {
     async fn claim_deliveries(
         &self,
         node: &str,
@@ -928,11 +953,6 @@ impl TaskStore for PostgresStore {
     async fn count_registrations(&self, owner: &str, max: u64) -> Result<u64, StoreError> {
         let client = self.client().await?;
         deliveries::count_registrations(&client, owner, max).await
-    }
-
-    fn is_exclusive(&self) -> bool {
-        // Other replicas may run tasks from this database: only expired leases are orphans.
-        false
     }
 }
 

@@ -513,7 +513,6 @@ async fn a_task_finished_here_is_read_from_memory_while_fresh_and_not_after() {
         now: 3_000,
         finished_grace_ms: 0,
         tombstone_ms: 0,
-        session_idle_ms: u64::MAX / 4,
         finished_before: None,
     };
     store.purge(policy).await.unwrap();
@@ -1331,7 +1330,6 @@ async fn webhook_secrets_are_copied_into_events_only_while_earlier_builds_may_ru
         now: 3_000,
         finished_grace_ms: 0,
         tombstone_ms: 1 << 40,
-        session_idle_ms: 1 << 40,
         finished_before: None,
     };
     s.purge(keep_all).await.unwrap();
@@ -1345,7 +1343,6 @@ async fn webhook_secrets_are_copied_into_events_only_while_earlier_builds_may_ru
         now: 1 << 41,
         finished_grace_ms: 0,
         tombstone_ms: 0,
-        session_idle_ms: 1 << 40,
         finished_before: None,
     };
     s.purge(purge_all).await.unwrap();

@@ -80,7 +80,7 @@ pub(super) fn any_due(conn: &Connection, node: &str, now: u64) -> Result<bool, S
     .context("look for due webhook deliveries")
 }
 
-/// Claims due deliveries for `node` (see [`TaskStore::claim_deliveries`](crate::store::TaskStore::claim_deliveries)).
+/// Claims due deliveries for `node` (see [`OutboxStore::claim_deliveries`](crate::store::OutboxStore::claim_deliveries)).
 /// The writer thread is the only writer, so the select and the lease update are one step.
 pub(super) fn claim(
     conn: &Connection,

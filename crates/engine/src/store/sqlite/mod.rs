@@ -17,6 +17,7 @@ mod schema;
 mod unfinished;
 mod writer;
 
+use crate::store::prelude::*;
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::path::{Path, PathBuf};
@@ -33,7 +34,7 @@ use super::{
     after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, id_floor, prefix_end,
     write_base, ActiveCounts, ActiveLimit, AnswerError, Context, Created, FinishedCounts, Handed,
     InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord,
-    StoreError, TaskChange, TaskFilter, TaskPage, TaskStore, UpdateError,
+    StoreError, TaskChange, TaskFilter, TaskPage, UpdateError,
 };
 use crate::model::{InputRecord, InputResponse, StepRecord, TaskRecord, TaskStatus, Transition};
 use crate::webhook::{Delivery, DeliveryAttempt, DeliveryNext, DeliveryQuery};
@@ -186,7 +187,7 @@ impl SqliteStore {
 }
 
 #[async_trait]
-impl TaskStore for SqliteStore {
+impl TaskRows for SqliteStore {
     async fn create(
         &self,
         task: TaskRecord,
@@ -347,154 +348,6 @@ impl TaskStore for SqliteStore {
         .await
     }
 
-    async fn add_input(&self, input: InputRecord, now: u64) -> Result<TaskRecord, UpdateError> {
-        let shared = self.shared.clone();
-        self.write(move |tx| {
-            let conn = tx.conn()?;
-            let mut rec = tx
-                .task(&input.task_id, &shared)?
-                .ok_or(UpdateError::NotFound)?;
-            if rec.status.is_terminal() {
-                return Err(UpdateError::Conflict(Box::new(rec)));
-            }
-            let change = TaskChange {
-                status: Some(TaskStatus::InputRequired),
-                ..Default::default()
-            };
-            let (before, was) = (rec.status, write_base(&rec, &change));
-            apply_change(&mut rec, change, now);
-            // The input first: a refused one (its key taken) then fails before this job has
-            // written anything, which leaves the other writes of its transaction standing.
-            insert_input(conn, &input)?;
-            tx.update_task(before, &rec, was)?;
-            tx.wrote(&rec);
-            Ok(rec)
-        })
-        .await
-    }
-
-    async fn answer_input(
-        &self,
-        key: &str,
-        response: InputResponse,
-        now: u64,
-    ) -> Result<(TaskRecord, InputRecord), AnswerError> {
-        let key = key.to_string();
-        let shared = self.shared.clone();
-        self.write(move |tx| {
-            let conn = tx.conn()?;
-            let input = select_input(conn, &key)?.ok_or(AnswerError::Unknown)?;
-            if input.response.is_some() {
-                return Err(AnswerError::AlreadyAnswered);
-            }
-            let mut rec = tx
-                .task(&input.task_id, &shared)?
-                .ok_or(AnswerError::Unknown)?;
-            if rec.status.is_terminal() {
-                return Err(AnswerError::TaskEnded(rec.status));
-            }
-            rows::answer_input(conn, &key, &response, now)?;
-            let pending = rows::pending_inputs(conn, &input.task_id)?;
-            let change = after_answer(rec.status, pending > 0);
-            let (before, was) = (rec.status, write_base(&rec, &change));
-            apply_change(&mut rec, change, now);
-            tx.update_task(before, &rec, was)?;
-            tx.wrote(&rec);
-            Ok((
-                rec,
-                InputRecord {
-                    response: Some(response),
-                    answered_at: Some(now),
-                    ..input
-                },
-            ))
-        })
-        .await
-    }
-
-    async fn hand_input(
-        &self,
-        _key: &str,
-        _from: Option<&str>,
-        _to: Option<&str>,
-    ) -> Result<Handed, StoreError> {
-        // One process: it knows its own streams, so no holder is kept.
-        Ok(Handed::Done)
-    }
-
-    async fn get_input(&self, key: &str) -> Result<Option<InputRecord>, StoreError> {
-        let key = key.to_string();
-        self.read(move |conn| select_input(conn, &key)).await
-    }
-
-    async fn inputs(&self, task_id: &str) -> Result<Vec<InputRecord>, StoreError> {
-        let task_id = task_id.to_string();
-        self.read(move |conn| {
-            conn.prepare_cached(&format!(
-                "SELECT {INPUT_COLUMNS} FROM input_requests WHERE task_id = ?1 ORDER BY created_at, key"
-            ))
-            .and_then(|mut stmt| {
-                stmt.query_map([&task_id], rows::input_from_row)?
-                    .collect::<rusqlite::Result<Vec<_>>>()
-            })
-            .with_context(|| format!("read the input requests of task {task_id}"))
-        })
-        .await
-    }
-
-    async fn record_step(&self, node: &str, step: StepRecord) -> Result<(), UpdateError> {
-        let node = node.to_string();
-        let shared = self.shared.clone();
-        let output = step.output.to_string();
-        self.write(move |tx| {
-            let conn = tx.conn()?;
-            // The writer thread is the only writer, so the check and the insert are one step.
-            let rec = tx
-                .task(&step.task_id, &shared)?
-                .ok_or(UpdateError::NotFound)?;
-            if rec.status.is_terminal() || rec.lease_owner.as_deref() != Some(node.as_str()) {
-                return Err(UpdateError::Conflict(Box::new(rec)));
-            }
-            let n = conn
-                .prepare_cached(
-                    "INSERT OR IGNORE INTO task_steps (task_id, seq, name, output, attempt, at) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )
-                .and_then(|mut s| {
-                    s.execute(params![
-                        step.task_id,
-                        step.seq,
-                        step.name,
-                        output,
-                        step.attempt,
-                        sql_int(step.at)
-                    ])
-                })
-                .with_context(|| format!("record step {} of task {}", step.seq, step.task_id))?;
-            if n == 0 {
-                return Err(UpdateError::Conflict(Box::new(rec)));
-            }
-            Ok(())
-        })
-        .await
-    }
-
-    async fn steps(&self, task_id: &str) -> Result<Vec<StepRecord>, StoreError> {
-        let task_id = task_id.to_string();
-        self.read(move |conn| {
-            conn.prepare_cached(
-                "SELECT task_id, seq, name, output, attempt, at FROM task_steps \
-                 WHERE task_id = ?1 ORDER BY seq",
-            )
-            .and_then(|mut stmt| {
-                stmt.query_map([&task_id], rows::step_from_row)?
-                    .collect::<rusqlite::Result<Vec<_>>>()
-            })
-            .with_context(|| format!("read the step journal of task {task_id}"))
-        })
-        .await
-    }
-
     async fn history(&self, task_id: &str) -> Result<Vec<Transition>, StoreError> {
         let id = task_id.to_string();
         self.read(move |conn| {
@@ -614,6 +467,161 @@ impl TaskStore for SqliteStore {
         .await
     }
 
+    async fn purge(&self, p: PurgePolicy) -> Result<Purged, StoreError> {
+        self.write(move |tx| {
+                let conn = tx.conn()?;
+            let now = sql_int(p.now);
+            let (grace_edge, cond) = match p.finished_before {
+                // An operator's purge: everything finished before the cutoff.
+                Some(cutoff) => (
+                    sql_int(cutoff),
+                    "status IN ('completed', 'failed', 'cancelled') AND finished_at < ?2",
+                ),
+                None => (
+                    sql_int(p.now.saturating_sub(p.finished_grace_ms)),
+                    "expires_at IS NOT NULL AND expires_at <= ?1 \
+                     AND status IN ('completed', 'failed', 'cancelled') AND finished_at <= ?2",
+                ),
+            };
+            conn.execute(
+                &format!(
+                    "INSERT OR REPLACE INTO tombstones (id, owner, session, expired_at) \
+                     SELECT id, owner, session, ?1 FROM tasks WHERE {cond}"
+                ),
+                params![now, grace_edge],
+            )
+            .context("tombstone expired tasks")?;
+            // A purged task's questions and answers go with it; nothing can reach them any more.
+            conn.execute(
+                &format!(
+                    "DELETE FROM input_requests WHERE task_id IN (SELECT id FROM tasks WHERE {cond})"
+                ),
+                params![now, grace_edge],
+            )
+            .context("delete the input requests of expired tasks")?;
+            conn.execute(
+                &format!(
+                    "DELETE FROM task_steps WHERE task_id IN (SELECT id FROM tasks WHERE {cond})"
+                ),
+                params![now, grace_edge],
+            )
+            .context("delete the step journals of expired tasks")?;
+            deliveries::keep_secrets_of_purged(conn, cond, now, grace_edge)?;
+            let tasks = conn
+                .execute(
+                    &format!("DELETE FROM tasks WHERE {cond}"),
+                    params![now, grace_edge],
+                )
+                .context("delete expired tasks")?;
+            // Which tasks went is not listed; every reader goes to the rows again.
+            tx.forget_all();
+            let tomb_edge = sql_int(p.now.saturating_sub(p.tombstone_ms));
+            let tombstones = conn
+                .execute("DELETE FROM tombstones WHERE expired_at < ?1", [tomb_edge])
+                .context("delete old tombstones")?;
+            Ok(Purged { tasks, tombstones })
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl InputStore for SqliteStore {
+    async fn add_input(&self, input: InputRecord, now: u64) -> Result<TaskRecord, UpdateError> {
+        let shared = self.shared.clone();
+        self.write(move |tx| {
+            let conn = tx.conn()?;
+            let mut rec = tx
+                .task(&input.task_id, &shared)?
+                .ok_or(UpdateError::NotFound)?;
+            if rec.status.is_terminal() {
+                return Err(UpdateError::Conflict(Box::new(rec)));
+            }
+            let change = TaskChange {
+                status: Some(TaskStatus::InputRequired),
+                ..Default::default()
+            };
+            let (before, was) = (rec.status, write_base(&rec, &change));
+            apply_change(&mut rec, change, now);
+            // The input first: a refused one (its key taken) then fails before this job has
+            // written anything, which leaves the other writes of its transaction standing.
+            insert_input(conn, &input)?;
+            tx.update_task(before, &rec, was)?;
+            tx.wrote(&rec);
+            Ok(rec)
+        })
+        .await
+    }
+
+    async fn answer_input(
+        &self,
+        key: &str,
+        response: InputResponse,
+        now: u64,
+    ) -> Result<(TaskRecord, InputRecord), AnswerError> {
+        let key = key.to_string();
+        let shared = self.shared.clone();
+        self.write(move |tx| {
+            let conn = tx.conn()?;
+            let input = select_input(conn, &key)?.ok_or(AnswerError::Unknown)?;
+            if input.response.is_some() {
+                return Err(AnswerError::AlreadyAnswered);
+            }
+            let mut rec = tx
+                .task(&input.task_id, &shared)?
+                .ok_or(AnswerError::Unknown)?;
+            if rec.status.is_terminal() {
+                return Err(AnswerError::TaskEnded(rec.status));
+            }
+            rows::answer_input(conn, &key, &response, now)?;
+            let pending = rows::pending_inputs(conn, &input.task_id)?;
+            let change = after_answer(rec.status, pending > 0);
+            let (before, was) = (rec.status, write_base(&rec, &change));
+            apply_change(&mut rec, change, now);
+            tx.update_task(before, &rec, was)?;
+            tx.wrote(&rec);
+            Ok((
+                rec,
+                InputRecord {
+                    response: Some(response),
+                    answered_at: Some(now),
+                    ..input
+                },
+            ))
+        })
+        .await
+    }
+
+    async fn hand_input(
+        &self,
+        _key: &str,
+        _from: Option<&str>,
+        _to: Option<&str>,
+    ) -> Result<Handed, StoreError> {
+        // One process: it knows its own streams, so no holder is kept.
+        Ok(Handed::Done)
+    }
+
+    async fn get_input(&self, key: &str) -> Result<Option<InputRecord>, StoreError> {
+        let key = key.to_string();
+        self.read(move |conn| select_input(conn, &key)).await
+    }
+
+    async fn inputs(&self, task_id: &str) -> Result<Vec<InputRecord>, StoreError> {
+        let task_id = task_id.to_string();
+        self.read(move |conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {INPUT_COLUMNS} FROM input_requests WHERE task_id = ?1 ORDER BY created_at, key"
+            ))
+            .and_then(|mut stmt| {
+                stmt.query_map([&task_id], rows::input_from_row)?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .with_context(|| format!("read the input requests of task {task_id}"))
+        })
+        .await
+    }
+
     async fn overdue_waiting(&self, now: u64) -> Result<Vec<TaskRecord>, StoreError> {
         self.read(move |conn| {
             let sql = format!(
@@ -626,7 +634,66 @@ impl TaskStore for SqliteStore {
         })
         .await
     }
+}
 
+#[async_trait]
+impl JournalStore for SqliteStore {
+    async fn record_step(&self, node: &str, step: StepRecord) -> Result<(), UpdateError> {
+        let node = node.to_string();
+        let shared = self.shared.clone();
+        let output = step.output.to_string();
+        self.write(move |tx| {
+            let conn = tx.conn()?;
+            // The writer thread is the only writer, so the check and the insert are one step.
+            let rec = tx
+                .task(&step.task_id, &shared)?
+                .ok_or(UpdateError::NotFound)?;
+            if rec.status.is_terminal() || rec.lease_owner.as_deref() != Some(node.as_str()) {
+                return Err(UpdateError::Conflict(Box::new(rec)));
+            }
+            let n = conn
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO task_steps (task_id, seq, name, output, attempt, at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![
+                        step.task_id,
+                        step.seq,
+                        step.name,
+                        output,
+                        step.attempt,
+                        sql_int(step.at)
+                    ])
+                })
+                .with_context(|| format!("record step {} of task {}", step.seq, step.task_id))?;
+            if n == 0 {
+                return Err(UpdateError::Conflict(Box::new(rec)));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn steps(&self, task_id: &str) -> Result<Vec<StepRecord>, StoreError> {
+        let task_id = task_id.to_string();
+        self.read(move |conn| {
+            conn.prepare_cached(
+                "SELECT task_id, seq, name, output, attempt, at FROM task_steps \
+                 WHERE task_id = ?1 ORDER BY seq",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_map([&task_id], rows::step_from_row)?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .with_context(|| format!("read the step journal of task {task_id}"))
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl LeaseStore for SqliteStore {
     async fn renew_leases(
         &self,
         node: &str,
@@ -693,73 +760,13 @@ impl TaskStore for SqliteStore {
         .await
     }
 
-    async fn purge(&self, p: PurgePolicy) -> Result<Purged, StoreError> {
-        self.write(move |tx| {
-                let conn = tx.conn()?;
-            let now = sql_int(p.now);
-            let (grace_edge, cond) = match p.finished_before {
-                // An operator's purge: everything finished before the cutoff.
-                Some(cutoff) => (
-                    sql_int(cutoff),
-                    "status IN ('completed', 'failed', 'cancelled') AND finished_at < ?2",
-                ),
-                None => (
-                    sql_int(p.now.saturating_sub(p.finished_grace_ms)),
-                    "expires_at IS NOT NULL AND expires_at <= ?1 \
-                     AND status IN ('completed', 'failed', 'cancelled') AND finished_at <= ?2",
-                ),
-            };
-            conn.execute(
-                &format!(
-                    "INSERT OR REPLACE INTO tombstones (id, owner, session, expired_at) \
-                     SELECT id, owner, session, ?1 FROM tasks WHERE {cond}"
-                ),
-                params![now, grace_edge],
-            )
-            .context("tombstone expired tasks")?;
-            // A purged task's questions and answers go with it; nothing can reach them any more.
-            conn.execute(
-                &format!(
-                    "DELETE FROM input_requests WHERE task_id IN (SELECT id FROM tasks WHERE {cond})"
-                ),
-                params![now, grace_edge],
-            )
-            .context("delete the input requests of expired tasks")?;
-            conn.execute(
-                &format!(
-                    "DELETE FROM task_steps WHERE task_id IN (SELECT id FROM tasks WHERE {cond})"
-                ),
-                params![now, grace_edge],
-            )
-            .context("delete the step journals of expired tasks")?;
-            deliveries::keep_secrets_of_purged(conn, cond, now, grace_edge)?;
-            let tasks = conn
-                .execute(
-                    &format!("DELETE FROM tasks WHERE {cond}"),
-                    params![now, grace_edge],
-                )
-                .context("delete expired tasks")?;
-            // Which tasks went is not listed; every reader goes to the rows again.
-            tx.forget_all();
-            let tomb_edge = sql_int(p.now.saturating_sub(p.tombstone_ms));
-            let tombstones = conn
-                .execute("DELETE FROM tombstones WHERE expired_at < ?1", [tomb_edge])
-                .context("delete old tombstones")?;
-            let sessions = conn
-                .execute(
-                    "DELETE FROM sessions WHERE last_seen < ?1 - COALESCE(idle_ms, ?2)",
-                    params![sql_int(p.now), sql_int(p.session_idle_ms)],
-                )
-                .context("delete idle sessions")?;
-            Ok(Purged {
-                tasks,
-                tombstones,
-                sessions,
-            })
-        })
-        .await
+    fn is_exclusive(&self) -> bool {
+        true
     }
+}
 
+#[async_trait]
+impl SessionStore for SqliteStore {
     async fn put_session(&self, s: &SessionRecord) -> Result<(), StoreError> {
         let s = s.clone();
         self.write(move |tx| insert_session(tx.conn()?, &s)).await
@@ -827,10 +834,23 @@ impl TaskStore for SqliteStore {
         .await
     }
 
-    fn is_exclusive(&self) -> bool {
-        true
+    async fn purge_sessions(&self, now: u64, idle_ms: u64) -> Result<usize, StoreError> {
+        self.write(move |tx| {
+            let conn = tx.conn()?;
+            let n = conn
+                .execute(
+                    "DELETE FROM sessions WHERE last_seen < ?1 - COALESCE(idle_ms, ?2)",
+                    params![sql_int(now), sql_int(idle_ms)],
+                )
+                .context("delete idle sessions")?;
+            Ok(n)
+        })
+        .await
     }
+}
 
+#[async_trait]
+impl OutboxStore for SqliteStore {
     async fn claim_deliveries(
         &self,
         node: &str,

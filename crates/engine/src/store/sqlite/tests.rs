@@ -327,7 +327,6 @@ async fn a_task_written_lately_is_read_from_memory_and_a_heavy_one_from_its_row(
             finished_before: Some(u64::MAX / 4),
             finished_grace_ms: 0,
             tombstone_ms: 60_000,
-            session_idle_ms: u64::MAX / 8,
         })
         .await
         .unwrap();
