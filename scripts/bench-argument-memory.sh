@@ -8,7 +8,7 @@
 #   BINARY  mcp-tasks binary (default target/release/mcp-tasks)
 #   STORE   memory: or sqlite://PATH (default memory:)
 #   TASKS   tasks started (default 20)
-#   MIB     MiB of arguments per task (default 3, under the 4 MiB body limit)
+#   MIB     MiB of arguments per task (default 3; the server's body limit is raised to fit them)
 set -euo pipefail
 bin=${1:-target/release/mcp-tasks}
 store=${2:-memory:}
@@ -16,9 +16,16 @@ tasks=${3:-20}
 mib=${4:-3}
 dir=$(mktemp -d)
 trap 'kill "$pid" 2>/dev/null || true; rm -rf "$dir"' EXIT
+# The request body holds the arguments and the envelope: allow a MiB more than the arguments.
+body=$(python3 -c "print(int(($mib + 1) * 1024 * 1024))")
+# Room for every task's arguments under the running-bytes cap (64 MiB by default).
+held=$(python3 -c "print(int(($mib + 1) * 1024 * 1024 * $tasks))")
 cat > "$dir/hold.toml" <<TOML
+[server]
+max_body_bytes = $body
 [auth]
 anonymous_max_running_tasks = 1000
+anonymous_max_running_bytes = $held
 [[tools]]
 name = "hold"
 description = "Runs about 30 s, reporting progress 5 times a second; ignores its arguments."
@@ -48,13 +55,21 @@ def call(method, params, name=None):
         headers["mcp-name"] = name
     req = urllib.request.Request(url, data=body, headers=headers)
     with urllib.request.urlopen(req, timeout=60) as r:
-        return json.loads(r.read())
+        raw = r.read().decode()
+    if not raw.lstrip().startswith("{"):
+        # A server that streams its answer (text/event-stream): the response is the data line
+        # that carries the request's id.
+        messages = [json.loads(l[5:]) for l in raw.splitlines() if l.startswith("data:")]
+        return next(m for m in messages if m.get("id") == 1)
+    return json.loads(raw)
 time.sleep(1)
 base = rss()
 data = "x" * int(mib * 1024 * 1024 - 64)
 ids = []
 for i in range(tasks):
     r = call("tools/call", {"name": "hold", "arguments": {"data": data, "n": i}}, "hold")
+    if "result" not in r:
+        sys.exit(f"task {i} refused: {r}")
     ids.append(r["result"]["taskId"])
 time.sleep(5)
 running = rss()
