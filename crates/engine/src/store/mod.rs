@@ -127,6 +127,17 @@ impl ActiveCounts {
             _ => {}
         }
     }
+
+    /// Counts `n` tasks of status `status` (as stored; a store's count may come back negative or
+    /// as another status, neither counted).
+    pub(crate) fn add_count(&mut self, status: &str, n: i64) {
+        let n = u64::try_from(n).unwrap_or(0);
+        match TaskStatus::parse(status) {
+            Some(TaskStatus::Working) => self.working += n,
+            Some(TaskStatus::InputRequired) => self.input_required += n,
+            _ => {}
+        }
+    }
 }
 
 /// Finished tasks by how they ended ([`TaskRows::count_finished`]).

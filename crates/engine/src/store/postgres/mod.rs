@@ -405,12 +405,7 @@ impl TaskRows for PostgresStore {
         for row in rows {
             let status: String = row.try_get(0).context("read a status count")?;
             let n: i64 = row.try_get(1).context("read a status count")?;
-            let n = u64::try_from(n).unwrap_or(0);
-            match TaskStatus::parse(&status) {
-                Some(TaskStatus::Working) => counts.working = n,
-                Some(TaskStatus::InputRequired) => counts.input_required = n,
-                _ => {}
-            }
+            counts.add_count(&status, n);
         }
         Ok(counts)
     }

@@ -455,12 +455,7 @@ impl TaskRows for SqliteStore {
                 .context("count unfinished tasks")?;
             let mut counts = ActiveCounts::default();
             for (status, n) in rows {
-                let n = u64::try_from(n).unwrap_or(0);
-                match TaskStatus::parse(&status) {
-                    Some(TaskStatus::Working) => counts.working = n,
-                    Some(TaskStatus::InputRequired) => counts.input_required = n,
-                    _ => {}
-                }
+                counts.add_count(&status, n);
             }
             Ok(counts)
         })

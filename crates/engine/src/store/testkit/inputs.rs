@@ -3,7 +3,7 @@
 use serde_json::json;
 use std::future::Future;
 
-use super::{failed, input, record};
+use super::{failed, input, purge_finished_before, record};
 use crate::model::{InputRecord, InputResponse, TaskStatus};
 use crate::store::{
     AnswerError, Handed, InputStore, Lookup, ProgressUpdate, PurgePolicy, TaskChange, TaskRows,
@@ -177,12 +177,7 @@ async fn every_status_change_is_kept_until_the_task_is_purged(s: impl TaskRows +
     );
     assert_eq!(h[2].message.as_deref(), Some("it broke"));
     assert!(s.history("nope").await.unwrap().is_empty());
-    let purge = PurgePolicy {
-        now: 2_000,
-        finished_grace_ms: 0,
-        tombstone_ms: 1 << 40,
-        finished_before: Some(2_000),
-    };
+    let purge = purge_finished_before(2_000);
     assert_eq!(s.purge(purge).await.unwrap().tasks, 1);
     assert!(
         s.history("h").await.unwrap().is_empty(),

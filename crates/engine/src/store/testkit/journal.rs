@@ -3,9 +3,9 @@
 use serde_json::json;
 use std::future::Future;
 
-use super::{completed, record};
+use super::{completed, purge_finished_before, record};
 use crate::model::{StepRecord, TaskStatus};
-use crate::store::{JournalStore, PurgePolicy, TaskRows, UpdateError};
+use crate::store::{JournalStore, TaskRows, UpdateError};
 
 /// Runs this part of the contract, each test on a fresh store from `make`.
 pub async fn run<S, F, Fut>(make: F)
@@ -74,12 +74,7 @@ async fn steps_are_recorded_by_the_lease_holder_once_and_purged_with_the_task(
         Err(UpdateError::Conflict(t)) if t.status == TaskStatus::Completed
     ));
     assert_eq!(s.steps("j").await.unwrap().len(), 2);
-    let purge = PurgePolicy {
-        now: 2_000,
-        finished_grace_ms: 0,
-        tombstone_ms: 1 << 40,
-        finished_before: Some(2_000),
-    };
+    let purge = purge_finished_before(2_000);
     assert_eq!(s.purge(purge).await.unwrap().tasks, 1);
     assert!(
         s.steps("j").await.unwrap().is_empty(),

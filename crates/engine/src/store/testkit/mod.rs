@@ -14,7 +14,7 @@ use serde_json::json;
 use std::future::Future;
 use std::sync::Arc;
 
-use super::{TaskChange, TaskStore};
+use super::{PurgePolicy, TaskChange, TaskStore};
 use crate::model::{InputRecord, Outcome, TaskRecord, TaskStatus};
 
 /// A working task record with fixed fields, for tests.
@@ -84,6 +84,16 @@ fn input(key: &str, task: &str, at: u64) -> InputRecord {
         created_at: at,
         response: None,
         answered_at: None,
+    }
+}
+
+/// The operator's purge of every task finished before `at`, at `at`, keeping tombstones.
+fn purge_finished_before(at: u64) -> PurgePolicy {
+    PurgePolicy {
+        now: at,
+        finished_grace_ms: 0,
+        tombstone_ms: 1 << 40,
+        finished_before: Some(at),
     }
 }
 

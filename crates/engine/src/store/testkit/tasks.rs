@@ -4,7 +4,7 @@ use serde_json::json;
 use std::future::Future;
 use std::sync::Arc;
 
-use super::{completed, failed, record};
+use super::{completed, failed, purge_finished_before, record};
 use crate::model::{Outcome, TaskRecord, TaskStatus};
 use crate::store::{
     ActiveCounts, ActiveLimit, Among, Created, FinishedCounts, ListQuery, Lookup, ProgressUpdate,
@@ -83,12 +83,7 @@ async fn an_operator_searches_every_principals_tasks_and_purges_finished_ones(s:
     };
     assert_eq!(ids(s.search(&one).await.unwrap()), ["c"]);
     // Finished before 6 000, whatever its retention: b only (a and c still run).
-    let purge = PurgePolicy {
-        now: 6_000,
-        finished_grace_ms: 0,
-        tombstone_ms: 1 << 40,
-        finished_before: Some(6_000),
-    };
+    let purge = purge_finished_before(6_000);
     assert_eq!(s.purge(purge).await.unwrap().tasks, 1);
     assert_eq!(ids(s.search(&all).await.unwrap()), ["c", "a"]);
     assert!(matches!(s.get("b").await.unwrap(), Lookup::Expired { .. }));
