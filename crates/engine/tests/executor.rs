@@ -635,3 +635,36 @@ async fn a_task_with_a_checkpoint_is_resumed_from_it_after_a_crash() {
     assert_eq!(done.checkpoint, None);
     second.shutdown();
 }
+
+#[tokio::test]
+async fn a_sweep_removes_the_sessions_idle_past_their_limit() {
+    let store = Arc::new(MemoryStore::new());
+    let now = mcp_tasks_engine::now_ms();
+    let session = |id: &str, last_seen: u64| mcp_tasks_engine::store::SessionRecord {
+        id: id.into(),
+        owner: "alice".into(),
+        data: json!({}),
+        created_at: last_seen,
+        last_seen,
+        idle_ms: None,
+    };
+    store
+        .put_session(&session("idle", now - 120_000))
+        .await
+        .unwrap();
+    store.put_session(&session("fresh", now)).await.unwrap();
+    let config = EngineConfig {
+        session_idle_ms: 60_000,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::builder(store.clone(), config)
+        .outcome_rules(Arc::new(WireRules))
+        .build();
+    engine.sweep().await.unwrap();
+    assert_eq!(
+        store.get_session("idle").await.unwrap(),
+        None,
+        "idle for 2 min"
+    );
+    assert!(store.get_session("fresh").await.unwrap().is_some());
+}

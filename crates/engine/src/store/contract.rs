@@ -192,8 +192,8 @@ pub trait SessionStore: Send + Sync + 'static {
     /// Deletes a session; returns whether it existed.
     async fn delete_session(&self, id: &str) -> Result<bool, StoreError>;
 
-    /// Removes sessions idle longer than `idle_ms` at `now` (those with their own idle limit: longer
-    /// than that). Returns how many went.
+    /// Removes sessions idle for `idle_ms` or longer at `now` (those with their own idle limit: for
+    /// that long), the sessions [`SessionRecord::is_live`] says are over. Returns how many went.
     async fn purge_sessions(&self, now: u64, idle_ms: u64) -> Result<usize, StoreError>;
 }
 

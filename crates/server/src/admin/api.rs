@@ -305,7 +305,16 @@ async fn purge(
         tombstone_ms: config.tombstone_ms,
         finished_before: Some(now.saturating_sub(p.finished_before_ms)),
     };
-    match server.engine().store().purge(policy).await {
+    let store = server.engine().store();
+    // An operator's purge also takes the idle sessions, as the sweeper does.
+    let purged = match store.purge(policy).await {
+        Ok(purged) => store
+            .purge_sessions(now, config.session_idle_ms)
+            .await
+            .map(|_| purged),
+        Err(e) => Err(e),
+    };
+    match purged {
         Ok(purged) => {
             tracing::info!(target: "mcp_tasks::audit", operator = %who, tasks = purged.tasks, "operator purged finished tasks");
             Json(json!({"purged": purged.tasks})).into_response()

@@ -122,7 +122,7 @@ impl Deliverer {
     }
 
     /// Runs until `stop`: claims and sends, woken by events of tasks with webhooks on `notifier`.
-    /// Once stopped, it lets go of what it still holds ([`OutboxStore::release_deliveries`]).
+    /// Once stopped, it lets go of what it still holds ([`OutboxStore::release_deliveries`](mcp_tasks_engine::store::OutboxStore::release_deliveries)).
     pub async fn run(self: Arc<Self>, notifier: &Notifier, stop: CancellationToken) {
         self.clone().deliver_until(notifier, &stop).await;
         match self.store.release_deliveries(&self.node).await {

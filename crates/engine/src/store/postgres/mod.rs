@@ -887,7 +887,7 @@ impl SessionStore for PostgresStore {
         let client = self.client().await?;
         let n = client
             .execute(
-                "DELETE FROM sessions WHERE last_seen < $1::BIGINT - COALESCE(idle_ms, $2::BIGINT)",
+                "DELETE FROM sessions WHERE last_seen <= $1::BIGINT - COALESCE(idle_ms, $2::BIGINT)",
                 &[&pg_int(now), &pg_int(idle_ms)],
             )
             .await

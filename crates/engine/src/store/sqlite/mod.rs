@@ -834,7 +834,7 @@ impl SessionStore for SqliteStore {
             let conn = tx.conn()?;
             let n = conn
                 .execute(
-                    "DELETE FROM sessions WHERE last_seen < ?1 - COALESCE(idle_ms, ?2)",
+                    "DELETE FROM sessions WHERE last_seen <= ?1 - COALESCE(idle_ms, ?2)",
                     params![sql_int(now), sql_int(idle_ms)],
                 )
                 .context("delete idle sessions")?;

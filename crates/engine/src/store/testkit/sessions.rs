@@ -14,6 +14,38 @@ where
 {
     sessions_round_trip_and_expire(make().await).await;
     live_sessions_are_capped_with_the_create(make().await).await;
+    a_session_ends_exactly_at_its_idle_limit(make().await).await;
+}
+
+/// The purge and [`SessionRecord::is_live`] agree at the edge: live until `last_seen + idle`,
+/// purged from then on (with its own limit and with the one the purge is given).
+async fn a_session_ends_exactly_at_its_idle_limit(s: impl SessionStore) {
+    for own in [Some(10_000), None] {
+        let sess = SessionRecord {
+            id: "edge".into(),
+            owner: "alice".into(),
+            data: json!({}),
+            created_at: 1_000,
+            last_seen: 1_000,
+            idle_ms: own,
+        };
+        s.put_session(&sess).await.unwrap();
+        assert_eq!(
+            s.purge_sessions(10_999, 10_000).await.unwrap(),
+            0,
+            "{own:?}"
+        );
+        assert!(s.get_session("edge").await.unwrap().is_some(), "{own:?}");
+        assert_eq!(
+            s.purge_sessions(11_000, 10_000).await.unwrap(),
+            1,
+            "{own:?}"
+        );
+        assert_eq!(s.get_session("edge").await.unwrap(), None, "{own:?}");
+        if own.is_some() {
+            assert!(!sess.is_live(11_000) && sess.is_live(10_999));
+        }
+    }
 }
 
 async fn sessions_round_trip_and_expire(s: impl SessionStore) {
