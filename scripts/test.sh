@@ -2,6 +2,7 @@
 # Runs every test of mcp-tasks. Installs what the interop tests need first (pinned versions):
 #   - interop/ts: the official TypeScript SDK v1 client (npm ci from package-lock.json)
 #   - interop/ext-tasks: the official MCP Tasks client (@modelcontextprotocol/ext-tasks) on the TypeScript SDK v2 client (npm ci)
+#   - interop/ai-sdk: the Vercel AI SDK's MCP client and event receiver (@ai-sdk/mcp, npm ci)
 #   - interop/python: the official Python SDK v1 client (a venv from requirements.txt)
 #   - conformance: the official MCP conformance suite and Node 22 to run it (npm ci)
 #   - interop/rmcp-server: an rmcp 3.11.0 task server for the client's tests (cargo build --locked)
@@ -93,6 +94,15 @@ cf_stamp=$(stamp conformance/package-lock.json)
 if [ "$(cat conformance/node_modules/.mcp-tasks-stamp 2>/dev/null)" != "$cf_stamp" ]; then
   npm ci --prefix conformance --no-audit --no-fund --loglevel=error
   echo "$cf_stamp" > conformance/node_modules/.mcp-tasks-stamp
+else
+  echo "    up to date"
+fi
+
+echo "==> [$(at)] interop/ai-sdk: npm ci (@ai-sdk/mcp 2.0.99: MCP Events client and receiver)"
+ai_stamp=$(stamp interop/ai-sdk/package-lock.json)
+if [ "$(cat interop/ai-sdk/node_modules/.mcp-tasks-stamp 2>/dev/null)" != "$ai_stamp" ]; then
+  npm ci --prefix interop/ai-sdk --no-audit --no-fund --loglevel=error
+  echo "$ai_stamp" > interop/ai-sdk/node_modules/.mcp-tasks-stamp
 else
   echo "    up to date"
 fi

@@ -74,6 +74,37 @@ pub enum AdminCommand {
     /// Webhook deliveries: list them, show one with its attempts, send one again.
     #[command(subcommand)]
     Webhooks(WebhooksCommand),
+    /// MCP Events subscriptions: list them with how delivery goes, show one with its deliveries,
+    /// end one.
+    #[command(subcommand)]
+    Subscriptions(SubscriptionsCommand),
+}
+
+/// `mcp-tasks admin subscriptions …`.
+#[derive(clap::Subcommand, Debug)]
+pub enum SubscriptionsCommand {
+    /// List subscriptions, oldest first.
+    List {
+        /// Only this principal's.
+        #[arg(long)]
+        principal: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one subscription and its latest deliveries.
+    Show {
+        /// The subscription's id (sub_…).
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// End a subscription: no more deliveries (its client's next refresh makes it again).
+    End {
+        /// The subscription's id (sub_…).
+        id: String,
+    },
 }
 
 /// `mcp-tasks admin webhooks …`.
@@ -154,7 +185,7 @@ pub async fn run(args: AdminArgs) -> Result<i32> {
         .context("set up the HTTP client")?;
     let call = |method: reqwest::Method, path: String| {
         // The admin API takes state changes as JSON only (a cross-site form cannot send it).
-        let post = method == reqwest::Method::POST;
+        let post = method == reqwest::Method::POST || method == reqwest::Method::DELETE;
         let mut rb = http.request(method, format!("{base}{path}"));
         if post {
             rb = rb
@@ -295,6 +326,93 @@ pub async fn run(args: AdminArgs) -> Result<i32> {
             } else {
                 print_delivery(&body);
             }
+            Ok(0)
+        }
+        AdminCommand::Subscriptions(SubscriptionsCommand::List { principal, json }) => {
+            let mut query = Vec::new();
+            if let Some(p) = principal {
+                query.push(("principal", p.clone()));
+            }
+            let (status, body) =
+                send(call(reqwest::Method::GET, "/admin/api/subscriptions".into()).query(&query))
+                    .await?;
+            if !status.is_success() {
+                return Err(refused(status, &body));
+            }
+            let subs = body["subscriptions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&subs)?);
+            } else {
+                println!(
+                    "{:<36}  {:<16}  {:<20}  {:<6}  {:<18}  URL",
+                    "SUBSCRIPTION", "PRINCIPAL", "EVENT", "ACTIVE", "LAST ERROR"
+                );
+                for s in &subs {
+                    println!(
+                        "{:<36}  {:<16}  {:<20}  {:<6}  {:<18}  {}",
+                        s["id"].as_str().unwrap_or(""),
+                        s["principal"].as_str().unwrap_or(""),
+                        s["name"].as_str().unwrap_or(""),
+                        if s["active"] == true { "yes" } else { "no" },
+                        s["lastError"].as_str().unwrap_or("-"),
+                        s["url"].as_str().unwrap_or("")
+                    );
+                }
+            }
+            Ok(0)
+        }
+        AdminCommand::Subscriptions(SubscriptionsCommand::Show { id, json }) => {
+            let (status, body) = send(call(
+                reqwest::Method::GET,
+                format!("/admin/api/subscriptions/{id}"),
+            ))
+            .await?;
+            if !status.is_success() {
+                return Err(refused(status, &body));
+            }
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&body)?);
+            } else {
+                for k in [
+                    "id",
+                    "principal",
+                    "name",
+                    "arguments",
+                    "url",
+                    "active",
+                    "expiresAt",
+                    "lastDeliveryAt",
+                    "lastError",
+                    "failedSince",
+                ] {
+                    println!("{k}: {}", body[k]);
+                }
+                for d in body["deliveries"].as_array().into_iter().flatten() {
+                    println!(
+                        "  {}  {}  {}  attempts {}  last {}",
+                        d["eventId"].as_str().unwrap_or(""),
+                        d["name"].as_str().unwrap_or(""),
+                        d["state"].as_str().unwrap_or(""),
+                        d["attempts"],
+                        d["lastStatus"]
+                    );
+                }
+            }
+            Ok(0)
+        }
+        AdminCommand::Subscriptions(SubscriptionsCommand::End { id }) => {
+            let (status, body) = send(call(
+                reqwest::Method::DELETE,
+                format!("/admin/api/subscriptions/{id}"),
+            ))
+            .await?;
+            if !status.is_success() {
+                return Err(refused(status, &body));
+            }
+            println!("{id} ended");
             Ok(0)
         }
         AdminCommand::Webhooks(WebhooksCommand::Redeliver { id }) => {

@@ -33,6 +33,160 @@ pub struct ConfigFile {
     /// `[webhooks]`: where task events may be sent, and the operator's subscriptions.
     #[serde(default)]
     pub webhooks: WebhooksSection,
+    /// `[events]`: MCP Events (SEP-3415): subscriptions to task events by webhook, and polls.
+    #[serde(default)]
+    pub events: EventsSection,
+}
+
+/// `[events]`: MCP Events (`io.modelcontextprotocol/events`): clients subscribe to task events
+/// by webhook (ChatGPT, the AI SDK) or poll them.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsSection {
+    /// Let subscriptions name `http://127.0.0.1` and `http://[::1]` (tests and local
+    /// development only; default false). Other hosts: `[webhooks] allowed_hosts`.
+    pub allow_insecure_loopback: Option<bool>,
+    /// Live subscriptions one principal may hold (default 100).
+    pub max_subscriptions_per_principal: Option<usize>,
+    /// Lifetime of a subscription whose client suggests none, in seconds (default 86400).
+    pub default_ttl_secs: Option<u64>,
+    /// Shortest lifetime granted, in seconds (default 300).
+    pub min_ttl_secs: Option<u64>,
+    /// Longest lifetime granted, also to a client that asks for none, in seconds (default
+    /// 604800, 7 days).
+    pub max_ttl_secs: Option<u64>,
+    /// How long an endpoint's verification holds for its principal, in seconds (default 86400).
+    pub verification_ttl_secs: Option<u64>,
+    /// Seconds one POST (verification or delivery) may take (default 10).
+    pub timeout_secs: Option<u64>,
+    /// Hours the event log keeps an event for polls and replays (default 24).
+    pub keep_hours: Option<u64>,
+    /// Seconds a refreshed subscription's replaced secret signs beside the new one (default
+    /// 3600).
+    pub rotation_grace_secs: Option<u64>,
+    /// Error numbers: `sketch` (-32011…-32015, what ChatGPT uses; the default) or `sep-3415`
+    /// (-32023…-32027).
+    pub error_codes: Option<String>,
+    /// `[[events.types]]`: the server's own event types, which its tools publish (a command
+    /// tool with `::event NAME {json}`). (Not `[[events]]`: TOML cannot make `events` both this
+    /// table and an array.)
+    #[serde(default)]
+    pub types: Vec<EventTypeEntry>,
+}
+
+/// `[[events.types]]`: an event type the server's tools publish.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventTypeEntry {
+    /// Its name, e.g. `build.finished`.
+    pub name: String,
+    /// What it means (shown in `events/list`).
+    pub description: Option<String>,
+    /// The subscription arguments: a JSON Schema object whose properties name payload fields a
+    /// subscription may filter on (exact match). Default: no arguments.
+    pub input_schema: Option<serde_json::Value>,
+    /// The payload's JSON Schema (checked at every publish). Default: any object.
+    pub payload_schema: Option<serde_json::Value>,
+    /// Who sees its events: `owner` (the principal whose task published it; the default) or
+    /// `callers` (every principal that may call `tool`: its scopes apply).
+    pub audience: Option<String>,
+    /// The tool whose callers see it (`audience = "callers"`).
+    pub tool: Option<String>,
+}
+
+impl EventTypeEntry {
+    fn to_type(&self) -> Result<mcp_tasks_server::events::EventType> {
+        use mcp_tasks_server::events::{Audience, EventType};
+        let audience = match (self.audience.as_deref(), &self.tool) {
+            (None | Some("owner"), _) => Audience::Owner,
+            (Some("callers"), Some(tool)) => Audience::Callers(tool.clone()),
+            (Some("callers"), None) => bail!(
+                "[[events.types]] {:?}: audience = \"callers\" needs the tool whose callers see it (tool = \"…\")",
+                self.name
+            ),
+            (Some(other), _) => bail!(
+                "[[events.types]] {:?}: audience {other:?} is not \"owner\" or \"callers\"",
+                self.name
+            ),
+        };
+        Ok(EventType {
+            name: self.name.clone(),
+            description: self.description.clone().unwrap_or_default(),
+            input_schema: self
+                .input_schema
+                .clone()
+                .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}})),
+            payload_schema: self
+                .payload_schema
+                .clone()
+                .unwrap_or_else(|| serde_json::json!({"type": "object"})),
+            audience,
+        })
+    }
+}
+
+impl EventsSection {
+    /// The server's Events settings, checked; `webhooks` gives the hosts allowed beyond the
+    /// public internet.
+    pub fn to_settings(
+        &self,
+        webhooks: &mcp_tasks_server::webhooks::WebhookSettings,
+    ) -> Result<mcp_tasks_server::events::EventSettings> {
+        use mcp_tasks_server::events::{ErrorNumbering, EventSettings};
+        use std::time::Duration;
+        let d = EventSettings::default();
+        let secs = |v: Option<u64>, key: &str, default: Duration| -> Result<Duration> {
+            match v {
+                Some(0) => bail!("[events] {key} must be at least 1"),
+                Some(s) => Ok(Duration::from_secs(s)),
+                None => Ok(default),
+            }
+        };
+        let settings = EventSettings {
+            allow_insecure_loopback: self.allow_insecure_loopback.unwrap_or(false),
+            allowed_hosts: webhooks.allowed_hosts.clone(),
+            max_subscriptions_per_principal: match self.max_subscriptions_per_principal {
+                Some(0) => bail!("[events] max_subscriptions_per_principal must be at least 1"),
+                Some(n) => n,
+                None => d.max_subscriptions_per_principal,
+            },
+            default_ttl: secs(self.default_ttl_secs, "default_ttl_secs", d.default_ttl)?,
+            min_ttl: secs(self.min_ttl_secs, "min_ttl_secs", d.min_ttl)?,
+            max_ttl: secs(self.max_ttl_secs, "max_ttl_secs", d.max_ttl)?,
+            verification_ttl: secs(
+                self.verification_ttl_secs,
+                "verification_ttl_secs",
+                d.verification_ttl,
+            )?,
+            timeout: secs(self.timeout_secs, "timeout_secs", d.timeout)?,
+            keep: secs(
+                self.keep_hours.map(|h| h.saturating_mul(3600)),
+                "keep_hours",
+                d.keep,
+            )?,
+            rotation_grace: secs(
+                self.rotation_grace_secs,
+                "rotation_grace_secs",
+                d.rotation_grace,
+            )?,
+            error_numbering: match self.error_codes.as_deref() {
+                None => ErrorNumbering::Sketch,
+                Some(s) => ErrorNumbering::parse(s).ok_or_else(|| {
+                    anyhow::anyhow!("[events] error_codes: {s:?} is not \"sketch\" or \"sep-3415\"")
+                })?,
+            },
+            types: self
+                .types
+                .iter()
+                .map(EventTypeEntry::to_type)
+                .collect::<Result<_>>()?,
+        };
+        if settings.min_ttl > settings.max_ttl {
+            bail!("[events] min_ttl_secs is longer than max_ttl_secs");
+        }
+        settings.check().map_err(anyhow::Error::msg)?;
+        Ok(settings)
+    }
 }
 
 /// `[webhooks]`: signed webhooks on task events (Standard Webhooks).
@@ -704,6 +858,8 @@ mod tests {
             "[[upstreams]]\nname = \"u\"\ncommand = [\"x\"]\n[upstreams.tool_overrides.t]",
             "[webhooks]",
             "[[webhooks.subscriptions]]",
+            "[events]",
+            "[[events.types]]",
         ];
         let mut missing = Vec::new();
         for table in tables {

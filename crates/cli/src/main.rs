@@ -101,6 +101,13 @@ fish: mcp-tasks completions fish > ~/.config/fish/completions/mcp-tasks.fish")]
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
+    /// MCP Events: list a server's event types, or watch a type's events (by polling).
+    Events {
+        #[command(flatten)]
+        server: client::ServerArgs,
+        #[command(subcommand)]
+        command: client::events::EventsCommand,
+    },
     /// List a server's tools with each one's task support.
     Tools {
         #[command(flatten)]
@@ -197,7 +204,11 @@ fn main() -> Result<()> {
     }
     let client_side = matches!(
         cli.command,
-        Command::Call { .. } | Command::Task { .. } | Command::Tools { .. } | Command::Admin(_)
+        Command::Call { .. }
+            | Command::Task { .. }
+            | Command::Tools { .. }
+            | Command::Events { .. }
+            | Command::Admin(_)
     );
     // The server's config is read once, here: it also says where traces go ([telemetry]).
     let config = match &cli.command {
@@ -236,6 +247,7 @@ fn main() -> Result<()> {
                 Command::Call { server, call } => client::call(&server, call).await,
                 Command::Task { server, command } => client::task(&server, command).await,
                 Command::Tools { server, json } => client::tools(&server, json).await,
+                Command::Events { server, command } => client::events::run(&server, command).await,
                 Command::Admin(args) => match admin::check(&args) {
                     Ok(()) => admin::run(args).await,
                     Err(e) => Err(e),
@@ -327,6 +339,7 @@ fn main() -> Result<()> {
         Command::Call { .. }
         | Command::Task { .. }
         | Command::Tools { .. }
+        | Command::Events { .. }
         | Command::Admin(_)
         | Command::Completions { .. }
         | Command::Man { .. } => Ok(()),
@@ -443,6 +456,7 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
     server_cfg.sync_budget = t.sync_budget_secs.map(Duration::from_secs);
     server_cfg.auth = file.auth.to_config()?;
     server_cfg.webhooks = file.webhooks.to_settings()?;
+    server_cfg.events = file.events.to_settings(&server_cfg.webhooks)?;
     if !server_cfg.auth.keys.is_empty() {
         tracing::info!(
             keys = server_cfg.auth.keys.len(),

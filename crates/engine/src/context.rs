@@ -138,6 +138,11 @@ pub trait ContextSink: Send + Sync {
         let _ = state;
         Err(CheckpointError::NotATask)
     }
+    /// Publishes the task's own event `name` carrying `data`, durably, before this returns.
+    async fn publish(&self, name: &str, data: Value) -> Result<(), crate::events::PublishError> {
+        let _ = (name, data);
+        Err(crate::events::PublishError::NotATask)
+    }
     /// Which run of the task this is: 1 for the first, one more for each resume after an
     /// interruption or a hand-off.
     fn attempt(&self) -> u32 {
@@ -326,6 +331,18 @@ impl TaskContext {
     /// interruption or a hand-off.
     pub fn attempt(&self) -> u32 {
         self.sink.attempt()
+    }
+    /// Publishes an event of a type the server declared (MCP Events: `[[events]]` in the config),
+    /// carrying `data`, durably, before this returns: subscribers get it by webhook, pollers in the
+    /// log. Who sees it is the type's (its task's principal, or every caller of a tool). A run
+    /// that is resumed publishes again what it publishes again: put a publish after a step whose
+    /// output says it happened, if it must come once.
+    pub async fn publish(
+        &self,
+        name: &str,
+        data: Value,
+    ) -> Result<(), crate::events::PublishError> {
+        self.sink.publish(name, data).await
     }
     /// Whether this run was told to stop because its server hands the task off (a deploy, a drain
     /// that ended): save what is needed to go on ([`TaskContext::save_checkpoint`]) and return;

@@ -33,6 +33,7 @@
 mod clock;
 mod context;
 mod engine;
+pub mod events;
 mod fingerprint;
 mod handler;
 mod ids;

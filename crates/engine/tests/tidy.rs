@@ -329,13 +329,14 @@ fn the_scan_reports_the_line_of_a_finding_after_a_multiline_literal() {
 }
 
 /// The store contract's sub-traits (src/store/contract.rs), each with its part of the test kit.
-const STORE_CONCERNS: [(&str, &str); 6] = [
+const STORE_CONCERNS: [(&str, &str); 7] = [
     ("TaskRows", "tasks"),
     ("InputStore", "inputs"),
     ("JournalStore", "journal"),
     ("LeaseStore", "leases"),
     ("SessionStore", "sessions"),
     ("OutboxStore", "outbox"),
+    ("EventStore", "events"),
 ];
 
 /// Defaults the contract may have: each does the method's work another way (`get_many` by one

@@ -53,6 +53,8 @@ pub struct ServerConfig {
     pub sync_budget: Option<Duration>,
     /// Webhooks on task events: allowed hosts, retry age, the operator's subscriptions.
     pub webhooks: crate::webhooks::WebhookSettings,
+    /// MCP Events (`[events]`): subscriptions, their deliveries, the types offered.
+    pub events: crate::events::EventSettings,
 }
 
 impl Default for ServerConfig {
@@ -76,6 +78,7 @@ impl Default for ServerConfig {
             request_state_secret: None,
             sync_budget: None,
             webhooks: crate::webhooks::WebhookSettings::default(),
+            events: crate::events::EventSettings::default(),
         }
     }
 }

@@ -74,6 +74,7 @@ impl Server {
         });
         self.start_peering(crate::wire::notifications_for);
         self.start_webhooks();
+        self.start_events(crate::wire::events::input_renderer());
         let mut events = self.engine().notifier().subscribe_all();
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {

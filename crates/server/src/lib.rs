@@ -33,6 +33,7 @@ pub mod config;
 mod core;
 #[cfg(feature = "demo")]
 pub mod demo;
+pub mod events;
 pub mod gateway;
 mod inbound;
 pub mod session;

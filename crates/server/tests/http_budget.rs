@@ -272,3 +272,55 @@ async fn a_2026_client_without_the_extension_gets_the_same() {
     assert_eq!(text(&result), "waited 2000");
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
+
+/// What a host that hands the model only a reply's `structuredContent` (Claude Code through
+/// `wrap` does) needs: the reply's structured part says what to call next, with which
+/// arguments, and which event to subscribe to; a client that follows only that gets the result.
+#[tokio::test]
+async fn the_structured_part_alone_says_how_to_follow_the_task_up() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let server = start(vec![wait_tool(runs.clone())]).await;
+    let mut c = Stateless::new(&server.url, json!({}));
+    let slow = c
+        .call(
+            "tools/call",
+            json!({"name": "wait", "arguments": {"ms": 2000}}),
+        )
+        .await;
+    let structured = slow.result()["structuredContent"].clone();
+    let next = &structured["next"];
+    let id = structured["taskId"].as_str().unwrap().to_string();
+    assert_eq!(
+        next["event"],
+        json!({"name": "task.finished", "arguments": {"taskId": id}})
+    );
+    assert_eq!(next["status"]["tool"], "task_status");
+    assert_eq!(next["cancel"]["tool"], "task_cancel");
+    assert!(next["message"].as_str().unwrap().contains("task_result"));
+    let mut result = Value::Null;
+    for _ in 0..10 {
+        // Only what the structured part says: the tool and its arguments.
+        let r = c
+            .call(
+                "tools/call",
+                json!({"name": next["result"]["tool"], "arguments": next["result"]["arguments"]}),
+            )
+            .await;
+        result = r.result().clone();
+        if text(&result) == "waited 2000" {
+            break;
+        }
+    }
+    assert_eq!(text(&result), "waited 2000");
+    assert!(
+        result["structuredContent"].get("next").is_none(),
+        "a finished task needs no next step: {result}"
+    );
+    let status = c
+        .call(
+            "tools/call",
+            json!({"name": "task_status", "arguments": {"taskId": id}}),
+        )
+        .await;
+    assert!(status.result()["structuredContent"].get("next").is_none());
+}

@@ -2,6 +2,7 @@
 
 mod args;
 mod display;
+pub mod events;
 mod handles;
 mod input;
 mod prompt;

@@ -195,6 +195,7 @@ pub struct EngineBuilder {
     handlers: HashMap<String, ToolHandler>,
     input_guard: Option<InputGuard>,
     rules: Arc<dyn OutcomeRules>,
+    event_rules: Arc<dyn crate::events::EventRules>,
     on_run_start: Option<RunStart>,
 }
 
@@ -212,6 +213,12 @@ impl EngineBuilder {
     /// message of a tool-level error). Without this the engine uses [`PlainRules`].
     pub fn outcome_rules(mut self, rules: Arc<dyn OutcomeRules>) -> Self {
         self.rules = rules;
+        self
+    }
+    /// Sets how a task's own events are made ([`TaskContext::publish`](crate::TaskContext::publish)).
+    /// Without this every publish is refused ([`crate::events::NoEventTypes`]).
+    pub fn event_rules(mut self, rules: Arc<dyn crate::events::EventRules>) -> Self {
+        self.event_rules = rules;
         self
     }
     /// Sets the check run before a task's input request is stored and sent.
@@ -256,6 +263,7 @@ impl EngineBuilder {
             order: DashMap::new(),
             input_guard: self.input_guard,
             rules: self.rules,
+            event_rules: self.event_rules,
             on_run_start: self.on_run_start,
             last_sweep_ms: std::sync::atomic::AtomicU64::new(0),
             handing_off: std::sync::atomic::AtomicBool::new(false),
@@ -305,6 +313,7 @@ pub struct Engine {
     order: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
     input_guard: Option<InputGuard>,
     rules: Arc<dyn OutcomeRules>,
+    event_rules: Arc<dyn crate::events::EventRules>,
     on_run_start: Option<RunStart>,
     /// When the last sweep ended well (Unix ms; 0 before the first).
     last_sweep_ms: std::sync::atomic::AtomicU64,
@@ -350,6 +359,7 @@ impl Engine {
             handlers: HashMap::new(),
             input_guard: None,
             rules: Arc::new(PlainRules),
+            event_rules: Arc::new(crate::events::NoEventTypes),
             on_run_start: None,
         }
     }
@@ -560,7 +570,6 @@ impl Engine {
         outcome: Outcome,
     ) -> Result<Submitted, EngineError> {
         let limit = new.active_limit.clone();
-        let mut record = self.new_record(new);
         let status_message = match &outcome {
             Outcome::Result {
                 value,
@@ -569,48 +578,37 @@ impl Engine {
             Outcome::Error { message, .. } => Some(message.clone()),
             Outcome::Result { .. } => None,
         };
-        if !record.webhooks.is_empty() {
-            // Its webhooks (a client's, an operator's subscription) hear of the finish like any
-            // other: the task is stored working, then finished, and the finish writes their events
-            // to the outbox in the same step, as every finish does. (Created finished at once, it
-            // made no event: a store writes events with a status change.)
-            let submitted = self.store_new(record, limit).await?;
-            if !submitted.created {
-                return Ok(submitted);
-            }
-            let change = TaskChange {
-                status: Some(outcome.status()),
-                status_message: Some(status_message),
-                outcome: Some(outcome),
-                ..Default::default()
-            };
-            return match self
-                .apply(&submitted.record.id, &TaskStatus::ACTIVE, change)
-                .await
-            {
-                Ok(record) => Ok(Submitted {
-                    record,
-                    created: true,
-                }),
-                Err(UpdateError::Conflict(cur)) => Ok(Submitted {
-                    record: *cur,
-                    created: true,
-                }),
-                Err(UpdateError::NotFound) => Err(EngineError::NotFound),
-                Err(UpdateError::Store(e)) => Err(e.into()),
-            };
+        // Its webhooks (a client's, an operator's subscription) and its principal's event
+        // subscriptions hear of the finish like any other: the task is stored working, then
+        // finished, and the finish writes its events in the same step, as every finish does.
+        // (Created finished at once, it would make none: a store writes events with a status
+        // change.)
+        let record = self.new_record(new);
+        let submitted = self.store_new(record, limit).await?;
+        if !submitted.created {
+            return Ok(submitted);
         }
-        record.status = outcome.status();
-        record.status_message = status_message;
-        record.outcome = Some(outcome);
-        record.finished_at = Some(record.created_at);
-        if let Some(keep) = record.retain_after_finish_ms {
-            // Finished at creation: retention from the end is retention from now.
-            record.ttl_ms = Some(keep);
+        let change = TaskChange {
+            status: Some(outcome.status()),
+            status_message: Some(status_message),
+            outcome: Some(outcome),
+            ..Default::default()
+        };
+        match self
+            .apply(&submitted.record.id, &TaskStatus::ACTIVE, change)
+            .await
+        {
+            Ok(record) => Ok(Submitted {
+                record,
+                created: true,
+            }),
+            Err(UpdateError::Conflict(cur)) => Ok(Submitted {
+                record: *cur,
+                created: true,
+            }),
+            Err(UpdateError::NotFound) => Err(EngineError::NotFound),
+            Err(UpdateError::Store(e)) => Err(e.into()),
         }
-        record.lease_owner = None;
-        record.lease_until = None;
-        self.store_new(record, limit).await
     }
 
     /// Stores a new task (or finds the one its idempotency key names) and announces a new one.

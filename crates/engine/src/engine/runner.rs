@@ -509,6 +509,26 @@ impl ContextSink for TaskSink {
         Some(self)
     }
 
+    async fn publish(&self, name: &str, data: Value) -> Result<(), crate::events::PublishError> {
+        use crate::events::PublishError;
+        let store = &self.engine.store;
+        let task = match store.get(&self.id).await {
+            Ok(crate::store::Lookup::Found(t)) => t,
+            Ok(_) => return Err(PublishError::Refused("the task is gone".into())),
+            Err(e) => return Err(PublishError::Store(error_chain(&e))),
+        };
+        let event = self
+            .engine
+            .event_rules
+            .event(&task, name, &data)
+            .map_err(PublishError::Refused)?;
+        store
+            .append_event(event)
+            .await
+            .map(|_| ())
+            .map_err(|e| PublishError::Store(error_chain(&e)))
+    }
+
     async fn save_checkpoint(&self, state: Value) -> Result<(), CheckpointError> {
         let change = TaskChange {
             checkpoint: Some(Some(state)),

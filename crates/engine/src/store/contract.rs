@@ -1,5 +1,6 @@
 //! The storage contract, by concern: [`TaskRows`], [`InputStore`], [`JournalStore`],
-//! [`LeaseStore`], [`SessionStore`] and [`OutboxStore`], and [`TaskStore`], which is all of them.
+//! [`LeaseStore`], [`SessionStore`], [`OutboxStore`] and [`EventStore`], and [`TaskStore`], which
+//! is all of them.
 //!
 //! A backend implements each sub-trait (and gets [`TaskStore`] for free); a feature widens the one
 //! sub-trait it needs, and its part of [`testkit`](super::testkit) checks every backend. Callers
@@ -13,6 +14,10 @@ use super::{
     ActiveCounts, ActiveLimit, AnswerError, Created, FinishedCounts, Handed, InvalidCursor,
     ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord, StoreError,
     TaskChange, TaskFilter, TaskPage, UpdateError,
+};
+use crate::events::{
+    EventDelivery, EventDeliveryState, EventPage, EventPosition, EventQuery, EventSubscription,
+    EventsPurged, NewEvent, Subscribed, SubscriptionStart,
 };
 use crate::model::{InputRecord, InputResponse, StepRecord, TaskRecord, TaskStatus, Transition};
 use crate::webhook::{Delivery, DeliveryAttempt, DeliveryNext, DeliveryQuery};
@@ -250,15 +255,119 @@ pub trait OutboxStore: Send + Sync + 'static {
     async fn count_registrations(&self, owner: &str, max: u64) -> Result<u64, StoreError>;
 }
 
+/// Events for subscribers ([`crate::events`]): the durable log, subscriptions, the verified
+/// endpoints, and the deliveries fan-out writes (with the event, in the same step: a task's
+/// status change writes its event in [`TaskRows::update`]'s step, a tool's event is
+/// [`EventStore::append_event`]).
+#[async_trait]
+pub trait EventStore: Send + Sync + 'static {
+    /// Appends `event` to the log, with a pending delivery for each live subscription it
+    /// matches ([`crate::events::matches`]) in the same step or by a later
+    /// [`EventStore::fan_out_events`]. Returns where it stands.
+    async fn append_event(&self, event: NewEvent) -> Result<EventPosition, StoreError>;
+
+    /// A page of the log for `query`, in log order.
+    async fn read_events(&self, query: &EventQuery) -> Result<EventPage, StoreError>;
+
+    /// The position of the last event committed (every event a reader can see is at or before
+    /// it, and every later one will be after it): where a read or a subscription that starts
+    /// "now" starts.
+    async fn event_horizon(&self) -> Result<EventPosition, StoreError>;
+
+    /// Stores `sub`, or refreshes the subscription with its id (every field but `created_at`,
+    /// the delivery status, `last_delivery_at`, `last_error` and `failed_since`, and `from`, which
+    /// `start` sets, is replaced), in one step. A new one is refused
+    /// ([`StoreError::TooManySubscriptions`]) when its principal already has `max` live
+    /// subscriptions; a refresh is never refused.
+    async fn put_subscription(
+        &self,
+        sub: &EventSubscription,
+        start: SubscriptionStart,
+        max: usize,
+    ) -> Result<Subscribed, StoreError>;
+
+    /// Writes the deliveries of events committed since the last call, for a store that does not
+    /// write them with the event (PostgreSQL: there a subscription stored while an event's
+    /// transaction runs would miss it); how many events it went through. Among replicas one call
+    /// at a time does the work, from where the last one ended. A store that writes deliveries
+    /// with each event has nothing to do here (0).
+    async fn fan_out_events(&self, limit: usize) -> Result<usize, StoreError>;
+
+    /// The subscription `id`, live or not.
+    async fn get_subscription(&self, id: &str) -> Result<Option<EventSubscription>, StoreError>;
+
+    /// Removes subscription `id` and its pending deliveries; whether it existed.
+    async fn delete_subscription(&self, id: &str) -> Result<bool, StoreError>;
+
+    /// Subscriptions, of `principal` or of everyone, oldest first, at most `limit`.
+    async fn subscriptions(
+        &self,
+        principal: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<EventSubscription>, StoreError>;
+
+    /// Keeps that `principal` proved it owns the endpoint `url` (a verification), until `until`.
+    async fn put_verification(
+        &self,
+        principal: &str,
+        url: &str,
+        until: u64,
+    ) -> Result<(), StoreError>;
+
+    /// Until when `principal`'s verification of `url` holds, if there is one.
+    async fn verification(&self, principal: &str, url: &str) -> Result<Option<u64>, StoreError>;
+
+    /// Claims up to `limit` event deliveries for `node` until `lease_until`, oldest due first:
+    /// pending, due by `now`, not leased by another node until after `now`, their subscription
+    /// still there. One step: among replicas, one claims each.
+    async fn claim_event_deliveries(
+        &self,
+        node: &str,
+        now: u64,
+        lease_until: u64,
+        limit: usize,
+    ) -> Result<Vec<EventDelivery>, StoreError>;
+
+    /// Settles or reschedules the delivery of `event_id` to `subscription` as `next` says, and
+    /// keeps how it went on the subscription (`failure`: the kind of failure, `None` for a
+    /// success), if `node` still holds its lease (otherwise nothing changes: `false`).
+    /// [`DeliveryNext::Gone`] settles this delivery only.
+    async fn finish_event_delivery(
+        &self,
+        subscription: &str,
+        event_id: &str,
+        node: &str,
+        attempt: &DeliveryAttempt,
+        next: DeliveryNext,
+        failure: Option<&str>,
+    ) -> Result<bool, StoreError>;
+
+    /// The deliveries to `subscription`, newest first, at most `limit`.
+    async fn event_deliveries(
+        &self,
+        subscription: &str,
+        limit: usize,
+    ) -> Result<Vec<EventDeliveryState>, StoreError>;
+
+    /// Lets go of the event deliveries `node` holds. Returns how many.
+    async fn release_event_deliveries(&self, node: &str) -> Result<usize, StoreError>;
+
+    /// Removes events written before `before` that no pending delivery still needs, settled
+    /// deliveries written before it, and subscriptions (with their deliveries) and
+    /// verifications ended by `now`. A later read from a position before a removed event is
+    /// `truncated`.
+    async fn purge_events(&self, now: u64, before: u64) -> Result<EventsPurged, StoreError>;
+}
+
 /// The whole storage contract of the engine: every concern's sub-trait. Every method is one atomic
 /// operation. Implemented for every type that implements the sub-traits; an engine holds an
 /// `Arc<dyn TaskStore>`.
 pub trait TaskStore:
-    TaskRows + InputStore + JournalStore + LeaseStore + SessionStore + OutboxStore
+    TaskRows + InputStore + JournalStore + LeaseStore + SessionStore + OutboxStore + EventStore
 {
 }
 
 impl<S> TaskStore for S where
-    S: TaskRows + InputStore + JournalStore + LeaseStore + SessionStore + OutboxStore
+    S: TaskRows + InputStore + JournalStore + LeaseStore + SessionStore + OutboxStore + EventStore
 {
 }

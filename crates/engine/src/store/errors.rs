@@ -39,6 +39,14 @@ pub enum StoreError {
         /// Whether it is the limit of the sessions with the limit's prefix (else the owner's).
         of_prefix: bool,
     },
+    /// The principal already has as many live event subscriptions as the limit allows.
+    #[error("too many event subscriptions: {live} live, the limit is {max}")]
+    TooManySubscriptions {
+        /// Live subscriptions now.
+        live: usize,
+        /// The limit.
+        max: usize,
+    },
     /// The same idempotency key was used for different work.
     #[error("idempotency key {key:?} was already used for a different call (task {task_id})")]
     IdempotencyConflict {

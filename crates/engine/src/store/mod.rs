@@ -1,6 +1,6 @@
 //! Storage: the [`TaskStore`] contract every backend implements, split by concern into sub-traits
 //! ([`TaskRows`], [`InputStore`], [`JournalStore`], [`LeaseStore`], [`SessionStore`],
-//! [`OutboxStore`]; see `contract.rs`), and the backends.
+//! [`OutboxStore`], [`EventStore`]; see `contract.rs`), and the backends.
 //!
 //! Invariants every store keeps (and [`testkit`] checks):
 //! - a write returns only after it is durable (for SQLite: committed);
@@ -11,7 +11,9 @@
 //! - nothing that is still running is ever purged, and a purged task's input requests (answered or
 //!   not) are removed with it in the same atomic step;
 //! - a status change that makes webhook events writes them to the outbox in the same atomic step
-//!   ([`crate::webhook`]); they outlive their task (a purge leaves them to be delivered).
+//!   ([`crate::webhook`]); they outlive their task (a purge leaves them to be delivered);
+//! - so does a status change that makes a task event ([`crate::events`]), with a delivery for
+//!   each subscription it matches.
 
 mod change;
 mod contract;
@@ -26,7 +28,8 @@ pub(crate) use change::{
 };
 pub use change::{ProgressUpdate, TaskChange};
 pub use contract::{
-    InputStore, JournalStore, LeaseStore, OutboxStore, SessionStore, TaskRows, TaskStore,
+    EventStore, InputStore, JournalStore, LeaseStore, OutboxStore, SessionStore, TaskRows,
+    TaskStore,
 };
 pub(crate) use errors::Context;
 pub use errors::{error_chain, AnswerError, Handed, StoreError, UpdateError};
@@ -35,7 +38,8 @@ pub use errors::{error_chain, AnswerError, Handed, StoreError, UpdateError};
 /// method of an `Arc<dyn TaskStore>` into scope.
 pub mod prelude {
     pub use super::{
-        InputStore, JournalStore, LeaseStore, OutboxStore, SessionStore, TaskRows, TaskStore,
+        EventStore, InputStore, JournalStore, LeaseStore, OutboxStore, SessionStore, TaskRows,
+        TaskStore,
     };
 }
 

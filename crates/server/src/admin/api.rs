@@ -34,6 +34,11 @@ pub(crate) fn routes() -> axum::Router<Arc<Server>> {
             "/admin/api/webhooks/{id}/redeliver",
             post(super::webhooks::redeliver),
         )
+        .route("/admin/api/subscriptions", get(super::subscriptions::list))
+        .route(
+            "/admin/api/subscriptions/{id}",
+            get(super::subscriptions::show).delete(super::subscriptions::end),
+        )
         .route("/admin/api/me", get(access::me))
         .route("/admin/login", post(access::login))
         .route("/admin/logout", post(access::logout))

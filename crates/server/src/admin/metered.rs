@@ -1,6 +1,10 @@
 //! A task store that times each of its operations into `mcp_store_operation_seconds{op}`.
 
 use async_trait::async_trait;
+use mcp_tasks_engine::events::{
+    EventDelivery, EventDeliveryState, EventPage, EventPosition, EventQuery, EventSubscription,
+    EventsPurged, NewEvent, Subscribed, SubscriptionStart,
+};
 use mcp_tasks_engine::store::prelude::*;
 use mcp_tasks_engine::store::{
     ActiveCounts, ActiveLimit, AnswerError, Created, FinishedCounts, Handed, InvalidCursor,
@@ -276,5 +280,135 @@ impl OutboxStore for MeteredStore {
             self.inner.count_registrations(owner, max),
         )
         .await
+    }
+}
+
+#[async_trait]
+impl EventStore for MeteredStore {
+    async fn append_event(&self, event: NewEvent) -> Result<EventPosition, StoreError> {
+        self.timed("append_event", self.inner.append_event(event))
+            .await
+    }
+
+    async fn read_events(&self, query: &EventQuery) -> Result<EventPage, StoreError> {
+        self.timed("read_events", self.inner.read_events(query))
+            .await
+    }
+
+    async fn event_horizon(&self) -> Result<EventPosition, StoreError> {
+        self.timed("event_horizon", self.inner.event_horizon())
+            .await
+    }
+
+    async fn put_subscription(
+        &self,
+        sub: &EventSubscription,
+        start: SubscriptionStart,
+        max: usize,
+    ) -> Result<Subscribed, StoreError> {
+        self.timed(
+            "put_subscription",
+            self.inner.put_subscription(sub, start, max),
+        )
+        .await
+    }
+
+    async fn fan_out_events(&self, limit: usize) -> Result<usize, StoreError> {
+        self.timed("fan_out_events", self.inner.fan_out_events(limit))
+            .await
+    }
+
+    async fn get_subscription(&self, id: &str) -> Result<Option<EventSubscription>, StoreError> {
+        self.timed("get_subscription", self.inner.get_subscription(id))
+            .await
+    }
+
+    async fn delete_subscription(&self, id: &str) -> Result<bool, StoreError> {
+        self.timed("delete_subscription", self.inner.delete_subscription(id))
+            .await
+    }
+
+    async fn subscriptions(
+        &self,
+        principal: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<EventSubscription>, StoreError> {
+        self.timed("subscriptions", self.inner.subscriptions(principal, limit))
+            .await
+    }
+
+    async fn put_verification(
+        &self,
+        principal: &str,
+        url: &str,
+        until: u64,
+    ) -> Result<(), StoreError> {
+        self.timed(
+            "put_verification",
+            self.inner.put_verification(principal, url, until),
+        )
+        .await
+    }
+
+    async fn verification(&self, principal: &str, url: &str) -> Result<Option<u64>, StoreError> {
+        self.timed("verification", self.inner.verification(principal, url))
+            .await
+    }
+
+    async fn claim_event_deliveries(
+        &self,
+        node: &str,
+        now: u64,
+        lease_until: u64,
+        limit: usize,
+    ) -> Result<Vec<EventDelivery>, StoreError> {
+        self.timed(
+            "claim_event_deliveries",
+            self.inner
+                .claim_event_deliveries(node, now, lease_until, limit),
+        )
+        .await
+    }
+
+    async fn finish_event_delivery(
+        &self,
+        subscription: &str,
+        event_id: &str,
+        node: &str,
+        attempt: &DeliveryAttempt,
+        next: DeliveryNext,
+        failure: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        self.timed(
+            "finish_event_delivery",
+            self.inner
+                .finish_event_delivery(subscription, event_id, node, attempt, next, failure),
+        )
+        .await
+    }
+
+    async fn event_deliveries(
+        &self,
+        subscription: &str,
+        limit: usize,
+    ) -> Result<Vec<EventDeliveryState>, StoreError> {
+        self.timed(
+            "event_deliveries",
+            self.inner.event_deliveries(subscription, limit),
+        )
+        .await
+    }
+
+    async fn release_event_deliveries(&self, node: &str) -> Result<usize, StoreError> {
+        self.timed(
+            "release_event_deliveries",
+            self.inner.release_event_deliveries(node),
+        )
+        .await
+    }
+
+    async fn purge_events(&self, now: u64, before: u64) -> Result<EventsPurged, StoreError> {
+        self.timed("purge_events", self.inner.purge_events(now, before))
+            .await
     }
 }

@@ -71,6 +71,8 @@ pub struct Metrics {
     /// Webhook delivery attempts, by outcome, and their time.
     webhook_attempts: IntCounterVec,
     webhook_latency: Histogram,
+    event_attempts: IntCounterVec,
+    event_latency: Histogram,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -261,6 +263,25 @@ impl Metrics {
                 )
                 .expect("valid metric"),
             ),
+            event_attempts: reg(
+                &registry,
+                counter_vec(
+                    "mcp_tasks_event_delivery_attempts_total",
+                    "MCP Events delivery attempts this process made, by outcome: delivered (2xx), retry (to be tried again), gone (410: this delivery is dropped, the subscription kept), failed (given up: 5 attempts, 413, the subscription ended).",
+                    &["outcome"],
+                ),
+            ),
+            event_latency: reg(
+                &registry,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "mcp_tasks_event_delivery_seconds",
+                        "Time of an MCP Events delivery attempt, from the request to the receiver's answer (or the error).",
+                    )
+                    .buckets(FAST_BUCKETS.to_vec()),
+                )
+                .expect("valid metric"),
+            ),
             registry,
         }
     }
@@ -269,6 +290,12 @@ impl Metrics {
     pub fn webhook_attempt(&self, outcome: &str, took: std::time::Duration) {
         self.webhook_attempts.with_label_values(&[outcome]).inc();
         self.webhook_latency.observe(took.as_secs_f64());
+    }
+
+    /// Counts an MCP Events delivery attempt.
+    pub fn event_attempt(&self, outcome: &str, took: std::time::Duration) {
+        self.event_attempts.with_label_values(&[outcome]).inc();
+        self.event_latency.observe(took.as_secs_f64());
     }
 
     /// Counts a task event published in this process.

@@ -10,6 +10,7 @@ mod access;
 mod api;
 mod metered;
 mod metrics;
+mod subscriptions;
 mod webhooks;
 
 pub use api::{shown_status, summary};

@@ -349,7 +349,8 @@ fn continues(tool: &str, t: &TaskRecord, budget: Duration, structured: bool) -> 
          To follow it up, call the tool task_status with {{\"taskId\": \"{id}\"}}; task_result with the \
          same argument returns the result once the work is done (it waits a while), and task_cancel \
          stops it. Calling {tool} again with the same arguments joins this task instead of starting \
-         the work twice.",
+         the work twice. A client that speaks MCP Events can subscribe to the task.finished event with \
+         {{\"taskId\": \"{id}\"}} to be told when it ends.",
         budget.as_secs_f64(),
         describe(t),
         id = t.id
@@ -395,6 +396,26 @@ fn summary(t: &TaskRecord) -> Value {
         m.insert("total".into(), json!(v));
     }
     m.insert("tool".into(), json!(t.tool));
+    if !t.status.is_terminal() {
+        // What to do next, in the structured part too: some hosts hand the model only that.
+        let follow = |tool: &str| json!({"tool": tool, "arguments": {"taskId": t.id}});
+        m.insert(
+            "next".into(),
+            json!({
+                "message": format!(
+                    "The work continues as task {id}. Call task_result with {{\"taskId\": \"{id}\"}} \
+                     for its result (it waits a while), task_status for how it goes, task_cancel to \
+                     stop it; or subscribe to the task.finished event with the same arguments to be \
+                     told when it ends.",
+                    id = t.id
+                ),
+                "result": follow("task_result"),
+                "status": follow("task_status"),
+                "cancel": follow("task_cancel"),
+                "event": {"name": mcp_tasks_engine::events::TASK_FINISHED, "arguments": {"taskId": t.id}},
+            }),
+        );
+    }
     Value::Object(m)
 }
 

@@ -8,6 +8,7 @@
 
 pub(crate) mod budget;
 pub(crate) mod calls;
+pub(crate) mod event_api;
 mod events;
 mod inputs;
 mod limits;
@@ -290,6 +291,9 @@ impl ServerBuilder {
             .engine
             .input_guard(inputs::input_guard())
             .outcome_rules(Arc::new(rules::WireRules))
+            .event_rules(Arc::new(crate::events::Declared(Arc::new(
+                self.config.events.clone(),
+            ))))
             .build();
         let metrics = self.metrics.clone();
         engine
@@ -336,6 +340,8 @@ impl ServerBuilder {
             stopping: stopping::Stopping::default(),
             serve_loops: stop::ServeLoops::default(),
             webhooks_loop: std::sync::Mutex::new(None),
+            events_loop: std::sync::Mutex::new(None),
+            event_sender: std::sync::OnceLock::new(),
             announce: DashMap::new(),
             held: DashMap::new(),
             operations: DashMap::new(),
@@ -385,6 +391,10 @@ pub struct Server {
     serve_loops: stop::ServeLoops,
     /// The webhook delivery loop, once started: awaited at the end, so it lets go of its claims.
     webhooks_loop: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The event delivery loop, waited for at a stop.
+    events_loop: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Its sender, told of subscriptions stored here.
+    event_sender: std::sync::OnceLock<Arc<crate::events::deliver::EventSender>>,
     /// New session tasks whose creating reply the client may not have yet.
     announce: DashMap<String, events::Announce>,
     /// Events for sessions with no stream open yet, unrendered, oldest first (bounded, short-lived).
@@ -522,6 +532,34 @@ impl Server {
         }
     }
 
+    /// Starts the event delivery loop (MCP Events): it fans out the log, then claims and sends
+    /// deliveries until the server stops. `inputs` renders `task.input_required`'s requests.
+    pub(crate) fn start_events(self: &Arc<Self>, inputs: crate::events::occurrence::InputRenderer) {
+        let metrics = self.metrics.clone();
+        let observer: crate::events::deliver::AttemptObserver =
+            Arc::new(move |outcome, took| metrics.event_attempt(outcome, took));
+        match crate::events::deliver::EventSender::new(
+            self.engine.store().clone(),
+            self.engine.config().node_id.clone(),
+            Arc::new(self.config.events.clone()),
+            self.config.webhooks.secret_keys.clone(),
+            inputs,
+            Some(observer),
+        ) {
+            Ok(sender) => {
+                let sender = Arc::new(sender);
+                let _ = self.event_sender.set(sender.clone());
+                let notifier = self.engine.notifier().clone();
+                let stop = self.shutdown.clone();
+                let running = tokio::spawn(async move { sender.run(&notifier, stop).await });
+                *self.events_loop.lock().unwrap_or_else(|e| e.into_inner()) = Some(running);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the event sender could not be made: no events are delivered")
+            }
+        }
+    }
+
     /// Waits (at most `limit`) for the webhook delivery loop to end after [`Server::shutdown`]: it
     /// gives the sends in flight a moment to be recorded, then lets go of the deliveries it
     /// claimed, so another replica sends them at once instead of when the claims run out.
@@ -531,6 +569,18 @@ impl Server {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
+        let events = self
+            .events_loop
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(events) = events {
+            if tokio::time::timeout(limit, events).await.is_err() {
+                tracing::warn!(
+                    "the event sender did not stop in time; its claims run out by themselves"
+                );
+            }
+        }
         if let Some(running) = running {
             if tokio::time::timeout(limit, running).await.is_err() {
                 tracing::warn!(

@@ -10,6 +10,7 @@
 //! | `::log warning disk almost full` | a log message at that level (debug … emergency) |
 //! | `::ask {"message": "Proceed?", "schema": {…}}` | asks the user (a form elicitation); the answer comes back as one JSON line on the program's stdin |
 //! | `::checkpoint {"next": 7}` | stores the JSON with the task, durably, before the program's next line is read |
+//! | `::event build.finished {"branch": "main"}` | publishes an event of a type declared in `[[events]]` (MCP Events), durably, before the program's next line is read |
 //!
 //! A task that stored a checkpoint resumes after a restart or a hand-off instead of failing: the
 //! program is started again with `MCP_TASKS_CHECKPOINT` set to the last checkpoint (JSON) and
@@ -244,6 +245,8 @@ enum Directive {
     Checkpoint(Value),
     /// A `::checkpoint` line whose JSON does not parse: why.
     BadCheckpoint(String),
+    /// `::event NAME {json}`: an event to publish (or, when the JSON does not parse, why not).
+    Event(String, Result<Value, String>),
 }
 
 fn parse_directive(line: &str) -> Option<Directive> {
@@ -278,7 +281,32 @@ fn parse_directive(line: &str) -> Option<Directive> {
             Ok(state) => Directive::Checkpoint(state),
             Err(e) => Directive::BadCheckpoint(e.to_string()),
         }),
+        "event" => {
+            let (name, json) = tail.split_once(' ').unwrap_or((tail, "{}"));
+            if name.is_empty() {
+                return None;
+            }
+            let data = serde_json::from_str(json.trim()).map_err(|e| e.to_string());
+            Some(Directive::Event(name.to_string(), data))
+        }
         _ => None,
+    }
+}
+
+/// Publishes an event the program printed; a refusal is told to the client and the log (the
+/// program goes on).
+async fn publish_event(ctx: &TaskContext, tool: &str, name: String, data: Result<Value, String>) {
+    let result = match data {
+        Ok(data) => ctx.publish(&name, data).await.map_err(|e| e.to_string()),
+        Err(why) => Err(format!("its JSON does not parse ({why})")),
+    };
+    if let Err(e) = result {
+        tracing::warn!(tool, event = %name, error = %e, "an ::event line was not published");
+        ctx.log(
+            LogLevel::Warning,
+            json!(format!("{tool}: the {name} event was not published: {e}")),
+        )
+        .await;
     }
 }
 
@@ -481,6 +509,9 @@ impl TaskHandler for CommandHandler {
                                 reports.apply(&ctx).await;
                                 save_checkpoint(&ctx, &spec.name, state).await;
                             }
+                            Some(Directive::Event(name, data)) => {
+                                publish_event(&ctx, &spec.name, name, data).await;
+                            }
                             Some(Directive::BadCheckpoint(why)) => {
                                 tracing::warn!(tool = %spec.name, error = %why, "a ::checkpoint line is not JSON; not stored");
                                 ctx.log(LogLevel::Warning, json!(format!("{}: a ::checkpoint line is not JSON ({why}); it was not stored", spec.name))).await;
@@ -574,6 +605,9 @@ impl TaskHandler for CommandHandler {
                         Some(Directive::Status(s)) => reports.status = Some(s),
                         Some(Directive::Checkpoint(state)) => {
                             save_checkpoint(&ctx, &spec.name, state).await
+                        }
+                        Some(Directive::Event(name, data)) => {
+                            publish_event(&ctx, &spec.name, name, data).await
                         }
                         Some(_) => {}
                         None => stdout.push(&bytes, cap),

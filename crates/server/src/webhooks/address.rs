@@ -36,6 +36,11 @@ impl AllowedHosts {
         Ok(AllowedHosts(out))
     }
 
+    /// Allows `host` too, on any port.
+    pub fn add(&mut self, host: &str) {
+        self.0.push((host.to_ascii_lowercase(), None));
+    }
+
     /// Whether `host` on `port` is allowed.
     pub fn allows(&self, host: &str, port: u16) -> bool {
         let host = host

@@ -97,6 +97,9 @@ pub(crate) async fn initialize(
     if async_tools {
         caps["experimental"][ASYNC_TOOLS_CAPABILITY] = json!({});
     }
+    // MCP Events: the top-level key the AI SDK reads on this wire (SEP-3415 defines the
+    // extension on 2026-07-28 only).
+    caps["events"] = json!({});
     let mut result = json!({
         "protocolVersion": negotiated,
         "capabilities": caps,
@@ -164,6 +167,9 @@ pub(crate) async fn dispatch(
             })?;
             server.subscribe(&session.id, uri, req.method == "resources/subscribe")?;
             Ok(json!({}))
+        }
+        m if super::events::METHODS.contains(&m) => {
+            super::events::serve(server, peer, m, &params).await
         }
         "tasks/get" if tasks => {
             let t = find(server, peer, &params, &req.method).await?;

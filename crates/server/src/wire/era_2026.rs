@@ -205,6 +205,9 @@ async fn serve(
     }
     let result = match req.method.as_str() {
         "server/discover" => discover(server),
+        m if super::events::METHODS.contains(&m) => {
+            super::events::serve(server, peer, m, &params).await?
+        }
         "tools/list" => tools_list(server, &params, declares_tasks(&rm.caps))?,
         "tools/call" => tools_call(server, peer, &rm, &params, out, cancel).await?,
         "tasks/get" | "tasks/update" | "tasks/cancel" | "subscriptions/listen" => {
@@ -259,6 +262,7 @@ fn discover(server: &Server) -> Value {
     if let Value::Object(c) = &mut caps {
         c.extend(server.catalog_capabilities());
     }
+    super::events::add_capabilities(&mut caps);
     let mut r = json!({
         "supportedVersions": version::ALL_VERSIONS,
         "capabilities": caps,

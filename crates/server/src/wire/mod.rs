@@ -7,6 +7,7 @@ pub(crate) mod async_tools;
 pub mod era;
 pub(crate) mod era_2025;
 pub(crate) mod era_2026;
+pub(crate) mod events;
 mod messages;
 mod mrtr;
 mod render_2025;

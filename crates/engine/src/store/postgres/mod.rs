@@ -11,6 +11,7 @@
 mod connect;
 mod creates;
 mod deliveries;
+mod events;
 mod groups;
 mod presence;
 pub mod relay;

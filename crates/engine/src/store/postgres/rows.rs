@@ -263,7 +263,8 @@ async fn write_task(
         .map(|c| text("a task checkpoint", c))
         .transpose()?;
     let outbox = Outbox::of(&crate::webhook::outbox_entries(t, was));
-    let sql = write_sql(t, was, &outbox);
+    let event = crate::events::task_event(t, was);
+    let sql = write_sql(t, was, &outbox, event.is_some());
     let stmt = db
         .prepare_cached(&sql)
         .await
@@ -295,13 +296,19 @@ async fn write_task(
         &outbox.subscriptions,
         &outbox.snapshots,
     ];
-    let n = if outbox.ids.is_empty() {
-        db.execute(&stmt, &task_params).await
-    } else {
-        db.execute(&stmt, &[task_params.as_slice(), &outbox_params].concat())
-            .await
+    let event_params: Vec<&(dyn ToSql + Sync)> = match &event {
+        Some(e) => vec![&e.id, &e.name, &e.owner, &e.tool, &e.data, &e.session],
+        None => Vec::new(),
+    };
+    let mut params: Vec<&(dyn ToSql + Sync)> = task_params.to_vec();
+    if !outbox.ids.is_empty() {
+        params.extend_from_slice(&outbox_params);
     }
-    .with_context(|| format!("update task {}", t.id))?;
+    params.extend(event_params);
+    let n = db
+        .execute(&stmt, &params)
+        .await
+        .with_context(|| format!("update task {}", t.id))?;
     Ok(n >= 1)
 }
 
@@ -314,20 +321,49 @@ pub(super) async fn prepare_write(
     was: crate::webhook::WriteBase,
 ) -> Result<(), StoreError> {
     let outbox = Outbox::of(&crate::webhook::outbox_entries(t, was));
-    db.prepare_cached(&write_sql(t, was, &outbox))
+    let event = crate::events::task_event(t, was).is_some();
+    db.prepare_cached(&write_sql(t, was, &outbox, event))
         .await
         .context("prepare the task update")?;
     Ok(())
 }
 
 /// The statement of a task write: the update alone, with the history row when the status
-/// changes, and with the webhook outbox rows when there are events.
+/// changes, with the webhook outbox rows when there are webhook events, and with the task's
+/// event in the log when it makes one (`event`: a status change, so with the history row too).
 fn write_sql(
     t: &TaskRecord,
     was: crate::webhook::WriteBase,
     outbox: &Outbox,
+    event: bool,
 ) -> std::borrow::Cow<'static, str> {
     let history = was.was != Some(t.status);
+    if event {
+        // Its parameters follow the task's and the outbox's (when there is one).
+        let p = if outbox.ids.is_empty() { 17 } else { 24 };
+        let log = format!(
+            "ev AS (INSERT INTO events (id, name, owner, task_id, tool, fields, data, created_at, \
+             session) SELECT ${}, ${}, ${}, u.id, ${}, '{{}}'::jsonb, ${}, $6, ${} FROM u)",
+            p,
+            p + 1,
+            p + 2,
+            p + 3,
+            p + 4,
+            p + 5
+        );
+        return std::borrow::Cow::Owned(if outbox.ids.is_empty() {
+            format!(
+                "WITH u AS ({UPDATE_TASK} RETURNING id), {log} \
+                 INSERT INTO task_history (task_id, at, status, message) SELECT id, $6, $2, $3 FROM u"
+            )
+        } else {
+            format!(
+                "WITH u AS ({UPDATE_TASK} RETURNING id), \
+                 h AS (INSERT INTO task_history (task_id, at, status, message) SELECT id, $6, $2, $3 FROM u), \
+                 {log} {OUTBOX_INSERT}"
+            )
+        });
+    }
     if !history && outbox.ids.is_empty() {
         std::borrow::Cow::Borrowed(UPDATE_TASK)
     } else if outbox.ids.is_empty() {
@@ -345,17 +381,19 @@ fn write_sql(
             ""
         };
         std::borrow::Cow::Owned(format!(
-            "WITH u AS ({UPDATE_TASK} RETURNING id){history_row} \
-             INSERT INTO webhook_outbox (id, task_id, target, event, url, secret, subscription, \
-             snapshot, created_at, next_at, state, attempts) \
-             SELECT e.id, u.id, e.target, e.event, e.url, e.secret, e.subscription, e.snapshot, $6, $6, \
-             CASE WHEN EXISTS (SELECT 1 FROM webhook_outbox g WHERE g.task_id = u.id \
-             AND g.target = e.target AND g.state = 'gone') THEN 'gone' ELSE 'pending' END, 0 \
-             FROM u, unnest($17::TEXT[], $18::INT[], $19::TEXT[], $20::TEXT[], \
-             $21::TEXT[], $22::TEXT[], $23::TEXT[]) AS e(id, target, event, url, secret, subscription, snapshot)"
+            "WITH u AS ({UPDATE_TASK} RETURNING id){history_row} {OUTBOX_INSERT}"
         ))
     }
 }
+
+/// The outbox rows of a task write (the updated row `u`, the events' arrays `$17`…`$23`).
+const OUTBOX_INSERT: &str = "INSERT INTO webhook_outbox (id, task_id, target, event, url, secret, subscription, \
+     snapshot, created_at, next_at, state, attempts) \
+     SELECT e.id, u.id, e.target, e.event, e.url, e.secret, e.subscription, e.snapshot, $6, $6, \
+     CASE WHEN EXISTS (SELECT 1 FROM webhook_outbox g WHERE g.task_id = u.id \
+     AND g.target = e.target AND g.state = 'gone') THEN 'gone' ELSE 'pending' END, 0 \
+     FROM u, unnest($17::TEXT[], $18::INT[], $19::TEXT[], $20::TEXT[], \
+     $21::TEXT[], $22::TEXT[], $23::TEXT[]) AS e(id, target, event, url, secret, subscription, snapshot)";
 
 /// Until when (Unix ms) events are written with a copy of their secret: an hour after the first
 /// replica of this build migrated the database (schema migration [`super::schema::SECRET_ONCE`]), so

@@ -146,6 +146,42 @@ CREATE TABLE sessions (
         // are still written with one (`rows::SECRET_COPIES`); the copies go after it.
         sql: "SELECT 1;",
     },
+    Migration {
+        version: 10,
+        what: "add the event log, event subscriptions, verified endpoints and event deliveries",
+        // An event's position is (the writing transaction's id, its number): readers read only
+        // below the oldest transaction still running, so the order they see never gains an
+        // event before one they saw (`events.rs`).
+        sql: "CREATE TABLE events (seq BIGSERIAL PRIMARY KEY, \
+              xid xid8 NOT NULL DEFAULT pg_current_xact_id(), id TEXT NOT NULL, \
+              name TEXT NOT NULL, owner TEXT, session TEXT, task_id TEXT, tool TEXT, \
+              fields JSONB NOT NULL, data TEXT NOT NULL, created_at BIGINT NOT NULL); \
+              CREATE INDEX events_by_name ON events (name, xid, seq); \
+              CREATE INDEX events_in_order ON events (xid, seq); \
+              CREATE INDEX events_by_time ON events (created_at); \
+              CREATE INDEX events_by_id ON events (id); \
+              CREATE TABLE event_log (purged_major BIGINT NOT NULL, purged_minor BIGINT NOT NULL, \
+              fanned_major BIGINT NOT NULL, fanned_minor BIGINT NOT NULL); \
+              INSERT INTO event_log VALUES (0, 0, 0, 0); \
+              CREATE TABLE event_subscriptions (id TEXT PRIMARY KEY, principal TEXT NOT NULL, \
+              name TEXT NOT NULL, arguments TEXT NOT NULL, task_id TEXT, tool TEXT, \
+              filter JSONB NOT NULL, url TEXT NOT NULL, secret TEXT NOT NULL, \
+              previous_secret TEXT, previous_until BIGINT, created_at BIGINT NOT NULL, \
+              refreshed_at BIGINT NOT NULL, expires_at BIGINT, from_major BIGINT NOT NULL, \
+              from_minor BIGINT NOT NULL, last_delivery_at BIGINT, last_error TEXT, \
+              failed_since BIGINT); \
+              CREATE INDEX event_subscriptions_by_name ON event_subscriptions (name); \
+              CREATE INDEX event_subscriptions_by_principal ON event_subscriptions \
+              (principal, created_at); \
+              CREATE TABLE event_verifications (principal TEXT NOT NULL, url TEXT NOT NULL, \
+              until BIGINT NOT NULL, PRIMARY KEY (principal, url)); \
+              CREATE TABLE event_deliveries (subscription TEXT NOT NULL, event_seq BIGINT NOT NULL, \
+              state TEXT NOT NULL, attempts INTEGER NOT NULL, next_at BIGINT NOT NULL, \
+              created_at BIGINT NOT NULL, lease_owner TEXT, lease_until BIGINT, \
+              last_status INTEGER, last_error TEXT, PRIMARY KEY (subscription, event_seq)); \
+              CREATE INDEX event_deliveries_due ON event_deliveries (next_at) WHERE state = 'pending'; \
+              CREATE INDEX event_deliveries_by_event ON event_deliveries (event_seq);",
+    },
 ];
 
 /// The migration from which events are written without a copy of their secret, once its window

@@ -8,6 +8,7 @@
 
 mod cache;
 mod deliveries;
+mod events;
 mod frame;
 mod lock;
 mod old_log;

@@ -354,6 +354,9 @@ pub(super) fn update_task(
         })
         .with_context(|| format!("write the {} event of task {} to the outbox", e.event, t.id))?;
     }
+    if let Some(event) = crate::events::task_event(t, was) {
+        super::events::write_event(conn, &event)?;
+    }
     // Appended as text to the array the row holds (it is only ever written here): SQLite's JSON
     // functions would parse and render the whole array at every change.
     let transition = transition_of(t, was)

@@ -172,6 +172,35 @@ CREATE TABLE IF NOT EXISTS sessions (
               json_extract(t.webhooks, '$[' || webhook_outbox.target || '].secret') \
               FROM tasks t WHERE t.id = webhook_outbox.task_id);",
     },
+    Migration {
+        version: 13,
+        what: "add the event log, event subscriptions, verified endpoints and event deliveries",
+        sql: "CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL, \
+              name TEXT NOT NULL, owner TEXT, session TEXT, task_id TEXT, tool TEXT, \
+              fields TEXT NOT NULL, data TEXT NOT NULL, created_at INTEGER NOT NULL); \
+              CREATE INDEX events_by_name ON events (name, seq); \
+              CREATE INDEX events_by_time ON events (created_at); \
+              CREATE TABLE event_log (purged_through INTEGER NOT NULL); \
+              INSERT INTO event_log (purged_through) VALUES (0); \
+              CREATE TABLE event_subscriptions (id TEXT PRIMARY KEY, principal TEXT NOT NULL, \
+              name TEXT NOT NULL, arguments TEXT NOT NULL, task_id TEXT, tool TEXT, \
+              filter TEXT NOT NULL, url TEXT NOT NULL, secret TEXT NOT NULL, \
+              previous_secret TEXT, previous_until INTEGER, created_at INTEGER NOT NULL, \
+              refreshed_at INTEGER NOT NULL, expires_at INTEGER, from_major INTEGER NOT NULL, \
+              from_minor INTEGER NOT NULL, last_delivery_at INTEGER, last_error TEXT, \
+              failed_since INTEGER); \
+              CREATE INDEX event_subscriptions_by_name ON event_subscriptions (name); \
+              CREATE INDEX event_subscriptions_by_principal ON event_subscriptions \
+              (principal, created_at); \
+              CREATE TABLE event_verifications (principal TEXT NOT NULL, url TEXT NOT NULL, \
+              until INTEGER NOT NULL, PRIMARY KEY (principal, url)); \
+              CREATE TABLE event_deliveries (subscription TEXT NOT NULL, event_seq INTEGER NOT NULL, \
+              state TEXT NOT NULL, attempts INTEGER NOT NULL, next_at INTEGER NOT NULL, \
+              created_at INTEGER NOT NULL, lease_owner TEXT, lease_until INTEGER, \
+              last_status INTEGER, last_error TEXT, PRIMARY KEY (subscription, event_seq)); \
+              CREATE INDEX event_deliveries_due ON event_deliveries (next_at) WHERE state = 'pending'; \
+              CREATE INDEX event_deliveries_by_event ON event_deliveries (event_seq);",
+    },
 ];
 
 /// The version a database is at once every migration is applied.

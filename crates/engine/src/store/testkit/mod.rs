@@ -3,6 +3,7 @@
 //! `run` needs only the sub-traits it tests, so a backend of one concern runs its part alone; a whole
 //! store calls [`run_all`] from its own tests with a factory that makes a fresh, empty store.
 
+pub mod events;
 pub mod inputs;
 pub mod journal;
 pub mod leases;
@@ -110,4 +111,5 @@ where
     leases::run(&make).await;
     sessions::run(&make).await;
     outbox::run(&make).await;
+    events::run(&make).await;
 }

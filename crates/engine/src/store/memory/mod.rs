@@ -8,6 +8,8 @@
 
 use crate::store::prelude::*;
 use async_trait::async_trait;
+
+mod events;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 
@@ -53,6 +55,8 @@ struct Inner {
     /// (task, target) pairs whose receiver answered 410: their later events are settled as gone.
     gone_targets: HashSet<(String, u32)>,
     next_outbox: u64,
+    /// The event log, its subscriptions and their deliveries.
+    events: events::EventLog,
 }
 
 /// A delivery as this store keeps it.
@@ -65,6 +69,9 @@ struct Outboxed {
 impl Inner {
     /// Keeps a status change of `t` (from `was`, see [`write_base`]) in its history.
     fn record_transition(&mut self, t: &TaskRecord, was: crate::webhook::WriteBase) {
+        if let Some(event) = crate::events::task_event(t, was) {
+            self.events.append(event);
+        }
         for entry in outbox_entries(t, was) {
             let gone = self
                 .gone_targets
