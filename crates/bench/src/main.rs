@@ -11,6 +11,7 @@
 
 mod credentials;
 mod disk;
+mod events;
 mod load;
 mod pg_cost;
 mod pg_tap;
@@ -175,6 +176,23 @@ enum Command {
         #[arg(long)]
         no_write: bool,
     },
+    /// What a subscribed task costs (MCP Events): tasks end to end without a subscription and with
+    /// one `task.finished` subscription per task whose event goes to a receiver on loopback, side
+    /// by side on fresh servers: tasks/s and server CPU per task.
+    Events {
+        /// Stores: memory, sqlite, postgres, comma-separated.
+        #[arg(long, default_value = "sqlite,postgres")]
+        stores: String,
+        /// Tasks per run.
+        #[arg(long, default_value_t = 2000)]
+        tasks: usize,
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// Rounds (each runs both modes); medians of the ratios are reported.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
     /// Kill `mcp-tasks serve --demo` with SIGKILL again and again under a mixed load, then read
     /// every task it acknowledged: lost and stuck must be 0 (exit 1 otherwise).
     Soak {
@@ -225,6 +243,12 @@ fn main() -> Result<()> {
             runtime.block_on(serve::ours(&store, keep, prefill, pg_schema, auth))
         }
         Some(Command::Ceiling) => runtime.block_on(serve::ceiling()),
+        Some(Command::Events {
+            stores,
+            tasks,
+            clients,
+            rounds,
+        }) => runtime.block_on(events::run(&stores, tasks, clients, rounds)),
         Some(Command::Drive {
             url,
             wire,

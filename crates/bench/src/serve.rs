@@ -103,6 +103,12 @@ pub async fn ours(
             ..Default::default()
         };
     }
+    // MCP Events with webhooks to loopback (the events benchmark's receiver), and no cap.
+    config.events = mcp_tasks_server::events::EventSettings {
+        allow_insecure_loopback: true,
+        max_subscriptions_per_principal: 10_000_000,
+        ..Default::default()
+    };
     let server = Server::builder(store, EngineConfig::default(), config)
         .notifier(notifier)
         .tool(noop)?

@@ -518,7 +518,10 @@ async fn retention_after_finish_bounds_every_task_that_has_it() {
         is_error: true,
     };
     let done = e.submit_finished(new, outcome).await.unwrap().record;
-    assert_eq!(done.expires_at(), Some(done.created_at + 7_000));
+    // Stored working, then finished (so its finish makes its events): from that finish.
+    let finished = done.finished_at.unwrap();
+    assert!(finished >= done.created_at && finished - done.created_at < 5_000);
+    assert_eq!(done.expires_at(), Some(finished + 7_000));
     // Still running: the ordinary ttl bounds how long it may wait for input until it finishes.
     let mut new = NewTask::new("long", json!({}));
     new.retain_after_finish_ms = Some(7_000);

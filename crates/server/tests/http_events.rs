@@ -45,6 +45,8 @@ enum Mode {
 struct Post {
     headers: HeaderMap,
     body: Value,
+    /// The body's bytes as they came (what the signatures sign).
+    raw: Vec<u8>,
 }
 
 /// A receiver on 127.0.0.1 that verifies every signature with the secrets it knows.
@@ -89,6 +91,7 @@ impl Receiver {
                     posts.lock().unwrap().push(Post {
                         headers: headers.clone(),
                         body: msg.clone(),
+                        raw: body.to_vec(),
                     });
                     let mut mode = mode.lock().unwrap();
                     if msg["type"] == "verification" {
@@ -454,6 +457,7 @@ async fn bad_subscriptions_are_refused_with_the_error_the_extension_names() {
             .await;
         assert_eq!(r.code(), -32602, "{url}: {}", r.body);
     }
+    // Checked before the URL (whose host is looked up): the secret's own refusal.
     for secret in ["whsec_c2hvcnQ=", "nothing", "whsec_!!!"] {
         let r = alice
             .call(
@@ -467,6 +471,8 @@ async fn bad_subscriptions_are_refused_with_the_error_the_extension_names() {
             )
             .await;
         assert_eq!(r.code(), -32602, "{secret}: {}", r.body);
+        let message = r.body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("delivery.secret"), "{message}");
     }
     let r = alice
         .call(
@@ -640,10 +646,28 @@ async fn a_refused_event_is_retried_under_the_same_webhook_id_and_a_rotated_secr
         .await;
     wait_status(&mut alice, &task, &["completed"]).await;
     let got = receiver.wait_events(3, 10).await;
-    let sigs = got[2].headers["webhook-signature"].to_str().unwrap();
+    let sigs = got[2].headers["webhook-signature"]
+        .to_str()
+        .unwrap()
+        .to_string();
     assert_eq!(sigs.split(' ').count(), 2, "old and new secret: {sigs}");
-    let body = serde_json::to_vec(&got[2].body).unwrap();
-    let _ = body;
+    // Each signature alone verifies with its own secret: one the new, one the old.
+    let body = got[2].raw.clone();
+    let alone = |sig: &str| {
+        let mut h = got[2].headers.clone();
+        h.insert("webhook-signature", sig.parse().unwrap());
+        h
+    };
+    let (first, second) = sigs.split_once(' ').unwrap();
+    assert!(
+        verifies(&[OTHER_SECRET], &alone(first), &body),
+        "the new secret signs first"
+    );
+    assert!(
+        verifies(&[SECRET], &alone(second), &body),
+        "the old one signs beside it"
+    );
+    assert!(!verifies(&[SECRET], &alone(first), &body));
 }
 
 #[tokio::test]

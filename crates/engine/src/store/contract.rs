@@ -329,9 +329,12 @@ pub trait EventStore: Send + Sync + 'static {
     ) -> Result<Vec<EventDelivery>, StoreError>;
 
     /// Settles or reschedules the delivery of `event_id` to `subscription` as `next` says, and
-    /// keeps how it went on the subscription (`failure`: the kind of failure, `None` for a
-    /// success), if `node` still holds its lease (otherwise nothing changes: `false`).
-    /// [`DeliveryNext::Gone`] settles this delivery only.
+    /// keeps how it went on the subscription (a success for [`DeliveryNext::Delivered`]; else
+    /// `failure`, the kind of failure; neither for a give-up that says nothing of the endpoint),
+    /// if `node` still holds its lease (otherwise nothing changes: `false`).
+    /// [`DeliveryNext::Gone`] settles this delivery only. A subscription put again from a cursor
+    /// ([`SubscriptionStart::After`]) makes its deliveries after it that were given up or gone
+    /// pending again.
     async fn finish_event_delivery(
         &self,
         subscription: &str,

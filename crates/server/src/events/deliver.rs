@@ -153,6 +153,18 @@ impl EventSender {
             }
             if last_purge.is_none_or(|at| at.elapsed() > Duration::from_secs(600)) {
                 last_purge = Some(Instant::now());
+                // The fan-out cursor first: the log keeps what it has not gone through (with no
+                // subscription, rounds leave it where it was).
+                for _ in 0..1_000 {
+                    match self.store.fan_out_events(FAN_OUT).await {
+                        Ok(n) if n == FAN_OUT => {}
+                        Ok(_) => break,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "the event log could not be fanned out");
+                            break;
+                        }
+                    }
+                }
                 let now = now_ms();
                 let keep = u64::try_from(self.settings.keep.as_millis()).unwrap_or(u64::MAX);
                 match self.store.purge_events(now, now.saturating_sub(keep)).await {

@@ -182,6 +182,18 @@ impl EventStore for MemoryStore {
         let mut truncated = false;
         if let SubscriptionStart::After(p) = start {
             truncated = p.major == 0 && p.minor < log.purged_through;
+            // Deliveries given up on (or gone) before are tried again.
+            for ((s, n), d) in log.deliveries.iter_mut() {
+                if *s == new.id
+                    && *n > p.minor
+                    && !matches!(d.state, DeliveryState::Pending | DeliveryState::Delivered)
+                {
+                    d.state = DeliveryState::Pending;
+                    d.attempts = 0;
+                    d.next_at = new.refreshed_at;
+                    d.lease = None;
+                }
+            }
             let replayed: Vec<u64> = log
                 .events
                 .keys()
@@ -355,16 +367,18 @@ impl EventStore for MemoryStore {
         d.state = state;
         d.next_at = next_at.unwrap_or(d.next_at);
         if let Some(sub) = log.subscriptions.get_mut(subscription) {
-            match failure {
-                None => {
+            match (next, failure) {
+                (DeliveryNext::Delivered, _) => {
                     sub.last_delivery_at = Some(attempt.at);
                     sub.last_error = None;
                     sub.failed_since = None;
                 }
-                Some(kind) => {
+                (_, Some(kind)) => {
                     sub.last_error = Some(kind.to_string());
                     sub.failed_since.get_or_insert(attempt.at);
                 }
+                // A give-up for another reason says nothing of the endpoint.
+                (_, None) => {}
             }
         }
         Ok(true)

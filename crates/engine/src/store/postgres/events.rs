@@ -25,7 +25,8 @@ use crate::events::{
 use crate::store::{EventStore, StoreError};
 use crate::webhook::{DeliveryAttempt, DeliveryNext, DeliveryState};
 
-/// The advisory lock fan-out and subscription puts take ("mcpevent" in ASCII).
+/// The advisory lock fan-out and subscription puts take ("mcpevent" in ASCII), seeding a hash
+/// of the schema's name: deployments in other schemas of the database take their own.
 const FAN_OUT_LOCK: i64 = 0x6d63_7065_7665_6e74;
 
 const EVENT_COLUMNS: &str = "e.seq, e.xid::text::bigint, e.id, e.name, e.owner, e.task_id, \
@@ -242,9 +243,12 @@ impl EventStore for PostgresStore {
             .transaction()
             .await
             .context("begin a subscription's put")?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&FAN_OUT_LOCK])
-            .await
-            .context("take the event fan-out lock")?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(current_schema(), $1))",
+            &[&FAN_OUT_LOCK],
+        )
+        .await
+        .context("take the event fan-out lock")?;
         // Locked: two puts of one id, or of one principal's, are one after the other.
         tx.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
@@ -353,7 +357,9 @@ impl EventStore for PostgresStore {
                      AND (s.expires_at IS NULL OR s.expires_at > e.created_at) \
                      AND (s.task_id IS NULL OR s.task_id = e.task_id) \
                      AND (s.tool IS NULL OR s.tool = e.tool) AND e.fields @> s.filter \
-                     ON CONFLICT DO NOTHING",
+                     ON CONFLICT (subscription, event_seq) DO UPDATE SET state = 'pending', \
+                     attempts = 0, next_at = EXCLUDED.next_at, lease_owner = NULL, \
+                     lease_until = NULL WHERE event_deliveries.state NOT IN ('delivered', 'pending')",
                     position_row!("$3", "$4")
                 ),
                 &[
@@ -383,7 +389,10 @@ impl EventStore for PostgresStore {
         let tx = client.transaction().await.context("begin a fan-out")?;
         // Only one replica at a time; the others find the work done.
         let locked = tx
-            .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&FAN_OUT_LOCK])
+            .query_one(
+                "SELECT pg_try_advisory_xact_lock(hashtextextended(current_schema(), $1))",
+                &[&FAN_OUT_LOCK],
+            )
             .await
             .context("take the event fan-out lock")?;
         if !get::<bool>(&locked, 0, "the fan-out lock")? {
@@ -583,11 +592,12 @@ impl EventStore for PostgresStore {
                  WHERE subscription = $1 AND event_seq IN (SELECT seq FROM events WHERE id = $2) \
                  AND state = 'pending' AND lease_owner = $3 RETURNING 1), \
                  s AS (UPDATE event_subscriptions SET \
-                 last_delivery_at = CASE WHEN $7::TEXT IS NULL THEN $8 ELSE last_delivery_at END, \
-                 last_error = $7, \
-                 failed_since = CASE WHEN $7::TEXT IS NULL THEN NULL \
+                 last_delivery_at = CASE WHEN $4 = 'delivered' THEN $8 ELSE last_delivery_at END, \
+                 last_error = CASE WHEN $4 = 'delivered' THEN NULL ELSE $7 END, \
+                 failed_since = CASE WHEN $4 = 'delivered' THEN NULL \
                  ELSE COALESCE(failed_since, $8) END \
-                 WHERE id = $1 AND EXISTS (SELECT 1 FROM d)) \
+                 WHERE id = $1 AND ($4 = 'delivered' OR $7::TEXT IS NOT NULL) \
+                 AND EXISTS (SELECT 1 FROM d)) \
                  SELECT COUNT(*) FROM d",
                 &[
                     &subscription,
@@ -692,7 +702,8 @@ impl EventStore for PostgresStore {
             .query_opt(
                 "WITH g AS (DELETE FROM events e WHERE created_at < $1 AND NOT EXISTS \
                  (SELECT 1 FROM event_deliveries d WHERE d.event_seq = e.seq \
-                 AND d.state = 'pending') RETURNING xid, seq), \
+                 AND d.state = 'pending') AND (e.xid, e.seq) <= (SELECT \
+                 fanned_major::TEXT::xid8, fanned_minor FROM event_log) RETURNING xid, seq), \
                  d AS (DELETE FROM event_deliveries WHERE event_seq IN (SELECT seq FROM g)) \
                  SELECT g.xid::text::bigint, g.seq, (SELECT COUNT(*) FROM g) FROM g \
                  ORDER BY g.xid DESC, g.seq DESC LIMIT 1",

@@ -28,7 +28,8 @@ const SUBSCRIPTION_COLUMNS: &str = "s.id, s.principal, s.name, s.arguments, s.ta
      s.refreshed_at, s.expires_at, s.from_major, s.from_minor, s.last_delivery_at, s.last_error, \
      s.failed_since";
 
-/// `{fields}` holds each value the filter `{filter}` names (both JSON text).
+/// `{fields}` holds each value the filter `{filter}` names (both JSON text): the same value and
+/// the same kind (true is not 1; 1 is 1.0, as the other stores compare numbers).
 macro_rules! filter_met {
     ($filter:literal, $fields:literal) => {
         concat!(
@@ -36,7 +37,11 @@ macro_rules! filter_met {
             $filter,
             ") f WHERE json_extract(",
             $fields,
-            ", '$.\"' || f.key || '\"') IS NOT f.value)"
+            ", '$.\"' || f.key || '\"') IS NOT f.value OR \
+             replace(replace(COALESCE(json_type(",
+            $fields,
+            ", '$.\"' || f.key || '\"'), ''), 'integer', 'real'), 'false', 'true') IS NOT \
+             replace(replace(f.type, 'integer', 'real'), 'false', 'true'))"
         )
     };
 }
@@ -282,6 +287,15 @@ fn put_subscription(
         ))
         .and_then(|mut st| st.execute(params![s.id, sql_int(s.refreshed_at)]))
         .with_context(|| format!("replay the log to subscription {}", s.id))?;
+        // Deliveries given up on (or gone) before are tried again: a replay is the way back to
+        // what was abandoned.
+        conn.prepare_cached(
+            "UPDATE event_deliveries SET state = 'pending', attempts = 0, next_at = ?3, \
+             lease_owner = NULL, lease_until = NULL WHERE subscription = ?1 AND state <> 'pending' \
+             AND state <> 'delivered' AND event_seq > ?2",
+        )
+        .and_then(|mut st| st.execute(params![s.id, sql_int(from.minor), sql_int(s.refreshed_at)]))
+        .with_context(|| format!("re-arm the abandoned deliveries of subscription {}", s.id))?;
     }
     Ok(Subscribed {
         put,
@@ -372,21 +386,23 @@ fn finish(
     if n == 0 {
         return Ok(false);
     }
-    let sql = match failure {
-        None => {
+    // How delivery went, kept on the subscription: a success, or a failure of a kind (a give-up
+    // for another reason, such as an ended subscription, says nothing of the endpoint).
+    let (sql, kind) = match (next, failure) {
+        (DeliveryNext::Delivered, _) => (
             "UPDATE event_subscriptions SET last_delivery_at = ?2, last_error = NULL, \
-             failed_since = NULL WHERE id = ?1"
-        }
-        Some(_) => {
+             failed_since = NULL WHERE id = ?1 AND ?3 IS NULL",
+            None,
+        ),
+        (_, Some(kind)) => (
             "UPDATE event_subscriptions SET last_error = ?3, \
-             failed_since = COALESCE(failed_since, ?2) WHERE id = ?1"
-        }
+             failed_since = COALESCE(failed_since, ?2) WHERE id = ?1",
+            Some(kind),
+        ),
+        (_, None) => return Ok(true),
     };
     conn.prepare_cached(sql)
-        .and_then(|mut s| match failure {
-            None => s.execute(params![subscription, sql_int(attempt.at)]),
-            Some(kind) => s.execute(params![subscription, sql_int(attempt.at), kind]),
-        })
+        .and_then(|mut s| s.execute(params![subscription, sql_int(attempt.at), kind]))
         .with_context(|| format!("keep how delivery went on subscription {subscription}"))?;
     Ok(true)
 }
@@ -500,7 +516,9 @@ impl EventStore for SqliteStore {
             events.truncate(q.limit);
             let next = match events.last() {
                 Some(e) if more => e.position,
-                _ => end.max(q.after),
+                // The end was read before the events: one committed between is past it.
+                Some(e) => end.max(q.after).max(e.position),
+                None => end.max(q.after),
             };
             Ok(EventPage {
                 events,

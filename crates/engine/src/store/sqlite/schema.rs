@@ -180,6 +180,7 @@ CREATE TABLE IF NOT EXISTS sessions (
               fields TEXT NOT NULL, data TEXT NOT NULL, created_at INTEGER NOT NULL); \
               CREATE INDEX events_by_name ON events (name, seq); \
               CREATE INDEX events_by_time ON events (created_at); \
+              CREATE INDEX events_by_id ON events (id); \
               CREATE TABLE event_log (purged_through INTEGER NOT NULL); \
               INSERT INTO event_log (purged_through) VALUES (0); \
               CREATE TABLE event_subscriptions (id TEXT PRIMARY KEY, principal TEXT NOT NULL, \

@@ -29,6 +29,51 @@ where
     verifications_are_kept_per_principal_and_url(make().await).await;
     the_purge_keeps_what_pending_deliveries_need_and_reports_truncation(make().await).await;
     a_subscription_from_a_cursor_replays_the_log_after_it(make().await).await;
+    filters_compare_kinds_and_numbers_by_value(make().await).await;
+}
+
+async fn filters_compare_kinds_and_numbers_by_value(s: impl TaskRows + EventStore) {
+    let cases = [
+        ("ok-true", json!({"ok": true})),
+        ("ok-false", json!({"ok": false})),
+        ("n-2", json!({"n": 2})),
+        ("word", json!({"w": "1"})),
+    ];
+    for (id, filter) in &cases {
+        let mut sub = subscription(id, "alice", "m", 1_000);
+        sub.filter = filter.as_object().cloned().unwrap();
+        s.put_subscription(&sub, SubscriptionStart::Now, 100)
+            .await
+            .unwrap();
+    }
+    for fields in [
+        json!({"ok": 1}),
+        json!({"ok": true}),
+        json!({"ok": 0}),
+        json!({"n": 2.0}),
+        json!({"n": "2"}),
+        json!({"w": 1}),
+        json!({"w": "1"}),
+    ] {
+        s.append_event(tool_event("m", None, 1_100, fields))
+            .await
+            .unwrap();
+    }
+    let mut got: Vec<(String, Value)> = claim_due(&s, "n", 1_100, 60_000)
+        .await
+        .into_iter()
+        .map(|d| (d.subscription.id, Value::Object(d.event.event.fields)))
+        .collect();
+    got.sort_by_key(|(id, v)| (id.clone(), v.to_string()));
+    assert_eq!(
+        got,
+        [
+            ("n-2".to_string(), json!({"n": 2.0})),
+            ("ok-true".into(), json!({"ok": true})),
+            ("word".into(), json!({"w": "1"})),
+        ],
+        "true is not 1, false is not 0, 2 is 2.0, \"1\" is not 1"
+    );
 }
 
 async fn a_subscription_from_a_cursor_replays_the_log_after_it(s: impl TaskRows + EventStore) {
@@ -56,6 +101,42 @@ async fn a_subscription_from_a_cursor_replays_the_log_after_it(s: impl TaskRows 
         .map(|d| d.event.event.fields["n"].clone())
         .collect();
     assert_eq!(ns, [json!(3)], "after the cursor, not Bob's");
+    // Given up on, then replayed from a cursor again: sent again.
+    let id3 = replayed[0].event.event.id.clone();
+    assert!(s
+        .finish_event_delivery(
+            "r",
+            &id3,
+            "n",
+            &attempt(2_100, 500),
+            DeliveryNext::GiveUp,
+            Some("http_5xx")
+        )
+        .await
+        .unwrap());
+    assert!(claim_due(&s, "n", 3_000, 60_000).await.is_empty());
+    s.put_subscription(&sub, SubscriptionStart::After(first), 10)
+        .await
+        .unwrap();
+    let again = claim_due(&s, "n", 3_000, 60_000).await;
+    assert_eq!(again.len(), 1, "the abandoned delivery is pending again");
+    assert_eq!(again[0].event.event.id, id3);
+    assert_eq!(again[0].attempts, 0);
+    // A give-up that says nothing of the endpoint leaves the subscription's status as it was.
+    assert!(s
+        .finish_event_delivery(
+            "r",
+            &id3,
+            "n",
+            &attempt(3_100, 0),
+            DeliveryNext::GiveUp,
+            None
+        )
+        .await
+        .unwrap());
+    let status = s.get_subscription("r").await.unwrap().unwrap();
+    assert_eq!(status.last_error.as_deref(), Some("http_5xx"));
+    assert_eq!(status.last_delivery_at, None);
     assert_eq!(s.get_subscription("r").await.unwrap().unwrap().from, first);
     // A refresh that keeps its start moves nothing and replays nothing again; one from now
     // starts at the end of the log.
