@@ -1051,3 +1051,51 @@ async fn a_callers_type_goes_to_every_principal_that_may_call_its_tool() {
         "Bob hears of Alice's build"
     );
 }
+
+#[tokio::test]
+async fn a_subscription_to_a_task_that_already_ended_still_gets_its_event() {
+    let receiver = Receiver::start(&[SECRET]).await;
+    let s = start_with(
+        Arc::new(MemoryStore::new()),
+        fast_engine(),
+        config(loopback()),
+        vec![],
+    )
+    .await;
+    let mut alice = client(&s.url, "alice");
+    let task = alice
+        .start_task("slow_compute", json!({"seconds": 0}))
+        .await;
+    wait_status(&mut alice, &task, &["completed"]).await;
+    // The host learnt the task's id from a reply, and subscribes after it ended.
+    let r = alice
+        .call(
+            "events/subscribe",
+            subscribe_params(
+                "task.finished",
+                json!({"taskId": task}),
+                &receiver.url,
+                SECRET,
+            ),
+        )
+        .await;
+    check_subscribe_result(r.result());
+    let got = receiver.wait_events(1, 10).await;
+    assert_eq!(got[0].body["data"]["taskId"], json!(task));
+    // Bob subscribing to Alice's task gets nothing of it.
+    let mut bob = client(&s.url, "bob");
+    let r = bob
+        .call(
+            "events/subscribe",
+            subscribe_params(
+                "task.finished",
+                json!({"taskId": task}),
+                &receiver.url,
+                SECRET,
+            ),
+        )
+        .await;
+    check_subscribe_result(r.result());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(receiver.events().len(), 1, "Alice's event only");
+}

@@ -244,9 +244,12 @@ impl Server {
         };
         // A live subscription's cursor moves nothing (its deliveries go on); a new one, or one
         // that lapsed, starts from the cursor given, else now.
+        // A subscription to one task's event starts before it: a task that ended between the
+        // reply that named it and this subscribe still sends its event.
         let start = match (live, start) {
             (Some(_), _) => SubscriptionStart::Kept,
             (None, Some(p)) => SubscriptionStart::After(p),
+            (None, None) if sub.task_id.is_some() => SubscriptionStart::After(EventPosition::START),
             (None, None) => SubscriptionStart::Now,
         };
         let put = store

@@ -58,6 +58,11 @@ pub struct EventSender {
     slots: Arc<tokio::sync::Semaphore>,
     /// (subscription, event) being sent now: a claim that finds one again does not send it twice.
     sending: Arc<dashmap::DashSet<(String, String)>>,
+    /// Deliveries settled lately, with the round they were settled in: a claim read before a
+    /// settle committed may come back after it, still showing the delivery pending.
+    settled: dashmap::DashMap<(String, String), u64>,
+    /// Counts the rounds.
+    rounds: std::sync::atomic::AtomicU64,
     /// Whether the store held a subscription when last asked, and when that was: without one
     /// there is nothing to fan out or claim, and a round costs the store nothing.
     subscribed: std::sync::Mutex<Option<(bool, Instant)>>,
@@ -90,6 +95,8 @@ impl EventSender {
             slots: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
             sending: Arc::default(),
             subscribed: std::sync::Mutex::new(None),
+            settled: dashmap::DashMap::new(),
+            rounds: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -209,6 +216,12 @@ impl EventSender {
         if free == 0 {
             return Ok(0);
         }
+        // What was settled before this round began is settled in what this round's claim reads.
+        let round = self
+            .rounds
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
+            + 1;
+        self.settled.retain(|_, at| *at >= round);
         let now = now_ms();
         let lease_until = now + u64::try_from(self.lease().as_millis()).unwrap_or(60_000);
         let due = self
@@ -218,7 +231,13 @@ impl EventSender {
         let mut started = 0;
         for d in due {
             let key = (d.subscription.id.clone(), d.event.event.id.clone());
+            // Marked as being sent before asking whether it was settled: a send marks it settled
+            // before it lets go of the mark, so one of the two sees the other.
             if !self.sending.insert(key.clone()) {
+                continue;
+            }
+            if self.settled.contains_key(&key) {
+                self.sending.remove(&key);
                 continue;
             }
             let Ok(slot) = self.slots.clone().try_acquire_owned() else {
@@ -229,6 +248,8 @@ impl EventSender {
             let me = self.clone();
             tokio::spawn(async move {
                 me.deliver(d).await;
+                let round = me.rounds.load(std::sync::atomic::Ordering::Acquire);
+                me.settled.insert(key.clone(), round);
                 me.sending.remove(&key);
                 drop(slot);
                 me.wake.notify_one();

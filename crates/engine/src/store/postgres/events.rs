@@ -243,12 +243,17 @@ impl EventStore for PostgresStore {
             .transaction()
             .await
             .context("begin a subscription's put")?;
-        tx.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended(current_schema(), $1))",
-            &[&FAN_OUT_LOCK],
-        )
-        .await
-        .context("take the event fan-out lock")?;
+        // A replay and the fan-out must see each other (one's events are the other's); a start
+        // from now needs no lock: fan-out reaches events after this transaction only once it
+        // ended, and then sees the subscription.
+        if matches!(start, SubscriptionStart::After(_)) {
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(current_schema(), $1))",
+                &[&FAN_OUT_LOCK],
+            )
+            .await
+            .context("take the event fan-out lock")?;
+        }
         // Locked: two puts of one id, or of one principal's, are one after the other.
         tx.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
@@ -351,7 +356,7 @@ impl EventStore for PostgresStore {
                 &format!(
                     "INSERT INTO event_deliveries (subscription, event_seq, state, attempts, \
                      next_at, created_at) SELECT s.id, e.seq, 'pending', 0, $2, $2 \
-                     FROM event_subscriptions s JOIN events e ON e.name = s.name \
+                     FROM event_subscriptions s JOIN events e ON {} \
                      WHERE s.id = $1 AND (e.owner IS NULL OR e.owner = s.principal) \
                      AND (e.xid, e.seq) > {} \
                      AND (s.expires_at IS NULL OR s.expires_at > e.created_at) \
@@ -360,6 +365,12 @@ impl EventStore for PostgresStore {
                      ON CONFLICT (subscription, event_seq) DO UPDATE SET state = 'pending', \
                      attempts = 0, next_at = EXCLUDED.next_at, lease_owner = NULL, \
                      lease_until = NULL WHERE event_deliveries.state NOT IN ('delivered', 'pending')",
+                    // One task's subscription reads that task's events only (events_by_task).
+                    if sub.task_id.is_some() {
+                        "e.task_id = s.task_id AND e.name = s.name"
+                    } else {
+                        "e.name = s.name"
+                    },
                     position_row!("$3", "$4")
                 ),
                 &[
@@ -411,17 +422,21 @@ impl EventStore for PostgresStore {
         let last = tx
             .query_opt(
                 &format!(
-                    "WITH batch AS (SELECT e.seq, e.xid, e.name, e.owner, e.task_id, e.tool, \
-                     e.fields, e.created_at FROM events e WHERE (e.xid, e.seq) > {} \
+                    "WITH batch AS (SELECT e.seq, e.xid, e.name, e.owner, e.task_id, \
+                     e.tool AS b_tool, e.fields, e.created_at FROM events e WHERE (e.xid, e.seq) > {} \
                      AND e.xid < $3::BIGINT::TEXT::xid8 ORDER BY e.xid, e.seq LIMIT $4), \
+                     m AS (SELECT s.id, s.principal, s.from_major, s.from_minor, s.expires_at, \
+                     s.tool, s.filter, b.* FROM batch b JOIN event_subscriptions s \
+                     ON s.name = b.name AND s.task_id = b.task_id \
+                     UNION ALL SELECT s.id, s.principal, s.from_major, s.from_minor, \
+                     s.expires_at, s.tool, s.filter, b.* FROM batch b JOIN event_subscriptions s \
+                     ON s.name = b.name AND s.task_id IS NULL), \
                      ins AS (INSERT INTO event_deliveries (subscription, event_seq, state, \
-                     attempts, next_at, created_at) SELECT s.id, b.seq, 'pending', 0, \
-                     b.created_at, b.created_at FROM batch b JOIN event_subscriptions s \
-                     ON s.name = b.name WHERE (b.owner IS NULL OR s.principal = b.owner) \
-                     AND (s.from_major, s.from_minor) < (b.xid::text::bigint, b.seq) \
-                     AND (s.expires_at IS NULL OR s.expires_at > b.created_at) \
-                     AND (s.task_id IS NULL OR s.task_id = b.task_id) \
-                     AND (s.tool IS NULL OR s.tool = b.tool) AND b.fields @> s.filter \
+                     attempts, next_at, created_at) SELECT m.id, m.seq, 'pending', 0, \
+                     m.created_at, m.created_at FROM m WHERE (m.owner IS NULL OR m.principal = m.owner) \
+                     AND (m.from_major, m.from_minor) < (m.xid::text::bigint, m.seq) \
+                     AND (m.expires_at IS NULL OR m.expires_at > m.created_at) \
+                     AND (m.tool IS NULL OR m.tool = m.b_tool) AND m.fields @> m.filter \
                      ON CONFLICT DO NOTHING) \
                      SELECT b.xid::text::bigint, b.seq, (SELECT COUNT(*) FROM batch) FROM batch b \
                      ORDER BY b.xid DESC, b.seq DESC LIMIT 1",

@@ -160,6 +160,7 @@ CREATE TABLE sessions (
               CREATE INDEX events_in_order ON events (xid, seq); \
               CREATE INDEX events_by_time ON events (created_at); \
               CREATE INDEX events_by_id ON events (id); \
+              CREATE INDEX events_by_task ON events (task_id) WHERE task_id IS NOT NULL; \
               CREATE TABLE event_log (purged_major BIGINT NOT NULL, purged_minor BIGINT NOT NULL, \
               fanned_major BIGINT NOT NULL, fanned_minor BIGINT NOT NULL); \
               INSERT INTO event_log VALUES (0, 0, 0, 0); \
@@ -170,7 +171,7 @@ CREATE TABLE sessions (
               refreshed_at BIGINT NOT NULL, expires_at BIGINT, from_major BIGINT NOT NULL, \
               from_minor BIGINT NOT NULL, last_delivery_at BIGINT, last_error TEXT, \
               failed_since BIGINT); \
-              CREATE INDEX event_subscriptions_by_name ON event_subscriptions (name); \
+              CREATE INDEX event_subscriptions_by_name ON event_subscriptions (name, task_id); \
               CREATE INDEX event_subscriptions_by_principal ON event_subscriptions \
               (principal, created_at); \
               CREATE TABLE event_verifications (principal TEXT NOT NULL, url TEXT NOT NULL, \

@@ -134,27 +134,34 @@ pub(super) fn write_event(conn: &Connection, e: &NewEvent) -> Result<EventPositi
     })
     .with_context(|| format!("write the {} event {}", e.name, e.id))?;
     let seq = conn.last_insert_rowid();
-    conn.prepare_cached(concat!(
-        "INSERT INTO event_deliveries (subscription, event_seq, state, attempts, next_at, \
-         created_at) SELECT s.id, ?1, 'pending', 0, ?2, ?2 FROM event_subscriptions s \
-         WHERE s.name = ?3 AND (?4 IS NULL OR s.principal = ?4) \
-         AND s.from_major = 0 AND s.from_minor < ?1 \
-         AND (s.expires_at IS NULL OR s.expires_at > ?2) \
-         AND (s.task_id IS NULL OR s.task_id IS ?5) AND (s.tool IS NULL OR s.tool IS ?6) AND ",
-        filter_met!("s.filter", "?7")
-    ))
-    .and_then(|mut s| {
-        s.execute(params![
-            seq,
-            sql_int(e.created_at),
-            e.name,
-            e.owner,
-            e.task_id,
-            e.tool,
-            fields
-        ])
-    })
-    .with_context(|| format!("write the deliveries of event {}", e.id))?;
+    // The subscriptions to this task (found by the (name, task_id) index), then those to every
+    // task or to none: a per-task subscription costs the other tasks' events nothing.
+    for task_match in ["s.task_id = ?5", "s.task_id IS NULL AND ?5 IS ?5"] {
+        conn.prepare_cached(&format!(
+            concat!(
+                "INSERT INTO event_deliveries (subscription, event_seq, state, attempts, next_at, \
+                 created_at) SELECT s.id, ?1, 'pending', 0, ?2, ?2 FROM event_subscriptions s \
+                 WHERE s.name = ?3 AND {} AND (?4 IS NULL OR s.principal = ?4) \
+                 AND s.from_major = 0 AND s.from_minor < ?1 \
+                 AND (s.expires_at IS NULL OR s.expires_at > ?2) \
+                 AND (s.tool IS NULL OR s.tool IS ?6) AND ",
+                filter_met!("s.filter", "?7")
+            ),
+            task_match
+        ))
+        .and_then(|mut s| {
+            s.execute(params![
+                seq,
+                sql_int(e.created_at),
+                e.name,
+                e.owner,
+                e.task_id,
+                e.tool,
+                fields
+            ])
+        })
+        .with_context(|| format!("write the deliveries of event {}", e.id))?;
+    }
     Ok(EventPosition {
         major: 0,
         minor: time(seq),
@@ -274,16 +281,25 @@ fn put_subscription(
             .context("read how far the event log was purged")?;
         truncated = p.major == 0 && sql_int(p.minor) < purged_through;
         // A replay: the events already in the log after `from` are delivered too.
-        conn.prepare_cached(concat!(
+        // One task's subscription reads that task's events only (the events_by_task index).
+        let join = if s.task_id.is_some() {
+            "e.task_id = s.task_id AND e.name = s.name"
+        } else {
+            "e.name = s.name"
+        };
+        conn.prepare_cached(&format!(
+            concat!(
             "INSERT OR IGNORE INTO event_deliveries (subscription, event_seq, state, attempts, \
              next_at, created_at) SELECT s.id, e.seq, 'pending', 0, ?2, ?2 \
-             FROM event_subscriptions s JOIN events e ON e.name = s.name \
+             FROM event_subscriptions s JOIN events e ON {join} \
              WHERE s.id = ?1 AND (e.owner IS NULL OR e.owner = s.principal) \
              AND s.from_major = 0 AND e.seq > s.from_minor \
              AND (s.expires_at IS NULL OR s.expires_at > e.created_at) \
              AND (s.task_id IS NULL OR s.task_id IS e.task_id) \
              AND (s.tool IS NULL OR s.tool IS e.tool) AND ",
             filter_met!("s.filter", "e.fields")
+        ),
+            join = join
         ))
         .and_then(|mut st| st.execute(params![s.id, sql_int(s.refreshed_at)]))
         .with_context(|| format!("replay the log to subscription {}", s.id))?;

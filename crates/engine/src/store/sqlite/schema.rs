@@ -181,6 +181,7 @@ CREATE TABLE IF NOT EXISTS sessions (
               CREATE INDEX events_by_name ON events (name, seq); \
               CREATE INDEX events_by_time ON events (created_at); \
               CREATE INDEX events_by_id ON events (id); \
+              CREATE INDEX events_by_task ON events (task_id) WHERE task_id IS NOT NULL; \
               CREATE TABLE event_log (purged_through INTEGER NOT NULL); \
               INSERT INTO event_log (purged_through) VALUES (0); \
               CREATE TABLE event_subscriptions (id TEXT PRIMARY KEY, principal TEXT NOT NULL, \
@@ -190,7 +191,7 @@ CREATE TABLE IF NOT EXISTS sessions (
               refreshed_at INTEGER NOT NULL, expires_at INTEGER, from_major INTEGER NOT NULL, \
               from_minor INTEGER NOT NULL, last_delivery_at INTEGER, last_error TEXT, \
               failed_since INTEGER); \
-              CREATE INDEX event_subscriptions_by_name ON event_subscriptions (name); \
+              CREATE INDEX event_subscriptions_by_name ON event_subscriptions (name, task_id); \
               CREATE INDEX event_subscriptions_by_principal ON event_subscriptions \
               (principal, created_at); \
               CREATE TABLE event_verifications (principal TEXT NOT NULL, url TEXT NOT NULL, \
