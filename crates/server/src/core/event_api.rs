@@ -183,11 +183,7 @@ impl Server {
             .map_err(internal)?
             .is_some_and(|until| until > now);
         if !verified {
-            // The sender's client (its connection pool), or one of its own before it started.
-            let client = match self.event_sender.get() {
-                Some(sender) => sender.client().clone(),
-                None => verify::client(settings.timeout, settings.hosts()).map_err(internal)?,
-            };
+            let client = verify::client(settings.timeout, settings.hosts()).map_err(internal)?;
             if let Err(f) = verify::challenge(&client, &req.url, &key, &id).await {
                 tracing::info!(target: "mcp_tasks::audit", principal = %peer.name(), subscription = %id, reason = f.as_str(), "event endpoint verification failed");
                 return Err(self.event_error(

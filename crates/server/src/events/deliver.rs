@@ -100,11 +100,6 @@ impl EventSender {
         })
     }
 
-    /// The client its POSTs go out on (shared with the verifications a subscribe makes).
-    pub fn client(&self) -> &reqwest::Client {
-        &self.client
-    }
-
     /// Says a subscription was just stored (here): the next round fans out and claims.
     pub fn subscribed(&self) {
         *self.subscribed.lock().unwrap_or_else(|e| e.into_inner()) = Some((true, Instant::now()));

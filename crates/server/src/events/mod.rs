@@ -102,12 +102,7 @@ pub struct EventType {
 
 impl EventType {
     /// The built-in task types: every task's end and its waits for input, to its own principal.
-    pub fn built_in() -> &'static [EventType] {
-        static BUILT_IN: std::sync::OnceLock<Vec<EventType>> = std::sync::OnceLock::new();
-        BUILT_IN.get_or_init(EventType::make_built_in)
-    }
-
-    fn make_built_in() -> Vec<EventType> {
+    pub fn built_in() -> Vec<EventType> {
         let arguments = json!({
             "type": "object",
             "properties": {
@@ -229,18 +224,14 @@ impl Default for EventSettings {
 impl EventSettings {
     /// Every type offered: the task types, then the declared ones.
     pub fn all_types(&self) -> Vec<EventType> {
-        let mut all = EventType::built_in().to_vec();
+        let mut all = EventType::built_in();
         all.extend(self.types.iter().cloned());
         all
     }
 
     /// The type named `name`.
     pub fn find(&self, name: &str) -> Option<EventType> {
-        EventType::built_in()
-            .iter()
-            .chain(&self.types)
-            .find(|t| t.name == name)
-            .cloned()
+        self.all_types().into_iter().find(|t| t.name == name)
     }
 
     /// The hosts a URL may name beyond the public internet: the allowed ones, and the loopback
