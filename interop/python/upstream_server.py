@@ -10,8 +10,11 @@ Tools:
   wait(seconds)        sleeps; when cancelled it writes MARKER_DIR/cancelled before it stops
   add_late_tool()      adds the tool `late` and announces notifications/tools/list_changed
 Resource info://about (text), prompt greet(name).
+With --stdio, a SIGTERM leaves MARKER_DIR/sigterm-PID before the process ends.
 """
 
+import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -80,8 +83,21 @@ def greet(name: str) -> str:
     return f"Please greet {name} warmly."
 
 
+def leave_a_marker_on_sigterm() -> None:
+    """A SIGTERM writes MARKER_DIR/sigterm-PID, then ends the process as SIGTERM would: a test can
+    tell that a signal meant for the gateway (a host stopping its process group) reached us."""
+
+    def on_term(signum: int, _frame: object) -> None:
+        (marker_dir / f"sigterm-{os.getpid()}").write_text("sigterm\n")
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
 def main() -> None:
     if "--stdio" in sys.argv[2:]:
+        leave_a_marker_on_sigterm()
         mcp.run("stdio")
         return
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -47,6 +47,19 @@ fn a_restarted_host_finds_the_task_it_started_and_reads_its_result() {
         .filter(|t| *t != "None")
         .unwrap_or_else(|| panic!("no task id in:\n{first}"))
         .to_string();
+    // The SDK's client stopped the wrap as hosts do: stdin closed, and two seconds later (the
+    // wrap still draining the running task) SIGTERM to the wrap's process group. The wrapped
+    // server leads a group of its own, so the signal reached only the wrap: the task was handed
+    // on, not failed by the upstream dying under it (which a later read would report).
+    let signalled: Vec<String> = std::fs::read_dir(markers.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("sigterm-"))
+        .collect();
+    assert!(
+        signalled.is_empty(),
+        "the host's signal to the wrap reached the wrapped server: {signalled:?}"
+    );
     // The host started the same command again: the same store, the task resumed and finished.
     client(data.path(), markers.path(), flags, "finish", Some(&task));
 }

@@ -32,6 +32,12 @@ pub struct StdioCommand {
     /// Reads the server's standard error instead of passing it through: each line is logged (target
     /// `mcp_tasks_client::stderr`) and the last ones go into [`ClientError::Exited`] when it exits.
     pub keep_stderr: bool,
+    /// Starts the server as the leader of a process group of its own (Unix), and kills that whole
+    /// group when the connection ends. A host that stops us by signalling our process group (the
+    /// MCP SDKs' stdio clients do: SIGTERM to the group two seconds after closing our stdin) then
+    /// reaches only us, so a call in flight is not failed by the server dying beside us; and what
+    /// the server started in its group ends with it.
+    pub own_group: bool,
 }
 
 impl StdioCommand {
@@ -48,6 +54,7 @@ impl StdioCommand {
             env: Vec::new(),
             prepare: None,
             keep_stderr: false,
+            own_group: false,
         })
     }
 
@@ -155,6 +162,22 @@ fn quiet_now(quiet: &Mutex<Option<Option<std::time::Instant>>>) -> bool {
     }
 }
 
+/// Kills the process group led by the server when dropped (for [`StdioCommand::own_group`]).
+struct GroupEnd(Option<u32>);
+
+impl Drop for GroupEnd {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if let Some(pid) = self.0.and_then(|p| i32::try_from(p).ok()) {
+            // Its members may be gone already (the server reaped, nothing left in its group).
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
 fn key(id: &RequestId) -> String {
     id.to_value().to_string()
 }
@@ -174,6 +197,10 @@ impl StdioTransport {
         }
         if let Some(prepare) = command.prepare {
             prepare(&mut cmd);
+        }
+        #[cfg(unix)]
+        if command.own_group {
+            cmd.process_group(0);
         }
         let mut child = cmd
             .args(args)
@@ -196,6 +223,9 @@ impl StdioTransport {
                 "the stdio server's pipes are missing",
             ));
         };
+        // Moved into the task that owns the child: however that task ends (the server exited,
+        // the connection was dropped, the runtime shut down), the group goes with it.
+        let group = GroupEnd(command.own_group.then(|| child.id()).flatten());
         let waiting: Arc<Mutex<Waiting>> = Arc::default();
         let w = waiting.clone();
         let line = command.line();
@@ -222,6 +252,7 @@ impl StdioTransport {
         let (exit_tx, exit) = tokio::sync::watch::channel(None);
         let (alive, mut dropped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
+            let _group = group;
             let mut lines = BufReader::new(stdout).lines();
             loop {
                 let next = tokio::select! {

@@ -165,13 +165,17 @@ fn endpoint_of(spec: &UpstreamSpec) -> Result<Endpoint, GatewayError> {
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect(),
                 // A stdio upstream dies with the gateway, even when the gateway is killed, and
-                // gets none of the gateway's own secrets.
+                // gets none of the gateway's own secrets. It leads a process group of its own: a
+                // host that stops `wrap` by signalling our group (the SDKs' stdio clients do)
+                // reaches only us, and the task it is running is handed on, not failed by its
+                // death beside us; its group is killed when the connection ends.
                 prepare: Some(|cmd| {
                     cmd.env_remove("MCP_TASKS_WEBHOOK_KEYS");
                     crate::tools::command::die_with_server(cmd);
                 }),
                 // Its last words on stderr go into the error of the calls it leaves behind.
                 keep_stderr: true,
+                own_group: true,
             }))
         }
         (None, Some(url)) => Ok(Endpoint::Http(HttpEndpoint {
