@@ -1099,3 +1099,253 @@ async fn a_subscription_to_a_task_that_already_ended_still_gets_its_event() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(receiver.events().len(), 1, "Alice's event only");
 }
+
+/// Opens `events/stream` (request id 7) as `who` (anonymous when `None`); its messages, each
+/// checked to be JSON-RPC and, for a notification, one of the stream's with the request's id as
+/// its subscription id.
+async fn open_stream(
+    url: &str,
+    who: Option<&str>,
+    params: Value,
+) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
+    let mut params = params;
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": support::stateless::V,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+    });
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "events/stream", "params": params});
+    let mut rb = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", support::stateless::V)
+        .header("mcp-method", "events/stream");
+    if let Some(who) = who {
+        rb = rb.bearer_auth(format!("key-{who}"));
+    }
+    let resp = rb.body(body.to_string()).send().await.unwrap();
+    support::sse_reader_with(resp, |m| {
+        support::schema::assert_valid_in("2026-07-28", "JSONRPCMessage", m);
+        if let Some(method) = m["method"].as_str() {
+            assert!(
+                [
+                    "notifications/events/active",
+                    "notifications/events/event",
+                    "notifications/events/heartbeat",
+                    "notifications/events/error",
+                    "notifications/events/terminated",
+                ]
+                .contains(&method),
+                "{m}"
+            );
+            assert_eq!(
+                m["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 7,
+                "{m}"
+            );
+        }
+    })
+}
+
+/// The next message of a stream, within 10 s.
+async fn next_of(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Value>) -> Value {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("a message within 10 s")
+        .expect("the stream is open")
+}
+
+#[tokio::test]
+async fn a_stream_says_it_is_active_then_sends_each_event_of_its_caller_and_resumes_from_a_cursor()
+{
+    let s = start_with(
+        Arc::new(MemoryStore::new()),
+        fast_engine(),
+        config(loopback()),
+        vec![],
+    )
+    .await;
+    let mut alice = client(&s.url, "alice");
+    let mut bob = client(&s.url, "bob");
+    let mut stream = open_stream(
+        &s.url,
+        Some("alice"),
+        json!({"name": "task.finished", "arguments": {}, "cursor": null}),
+    )
+    .await;
+    let active = next_of(&mut stream).await;
+    assert_eq!(active["method"], "notifications/events/active", "{active}");
+    assert_eq!(active["params"]["truncated"], false);
+    let start = active["params"]["cursor"].clone();
+    assert!(start.is_string(), "{active}");
+    // Bob's task is not Alice's: only hers comes.
+    let theirs = bob.start_task("slow_compute", json!({"seconds": 0})).await;
+    wait_status(&mut bob, &theirs, &["completed"]).await;
+    let first = alice
+        .start_task("slow_compute", json!({"seconds": 0}))
+        .await;
+    let e = next_of(&mut stream).await;
+    assert_eq!(e["method"], "notifications/events/event", "{e}");
+    assert_eq!(e["params"]["name"], "task.finished");
+    assert_eq!(e["params"]["data"]["taskId"], json!(first), "{e}");
+    assert_eq!(e["params"]["data"]["status"], "completed");
+    assert!(e["params"]["eventId"].as_str().unwrap().starts_with("evt_"));
+    let after_first = e["params"]["cursor"].clone();
+    let second = alice
+        .start_task("slow_compute", json!({"seconds": 0}))
+        .await;
+    let e2 = next_of(&mut stream).await;
+    assert_eq!(e2["params"]["data"]["taskId"], json!(second), "{e2}");
+    drop(stream);
+    // A stream from the first event's cursor replays what came after it, and only that.
+    let mut again = open_stream(
+        &s.url,
+        Some("alice"),
+        json!({"name": "task.finished", "arguments": {}, "cursor": after_first}),
+    )
+    .await;
+    let active = next_of(&mut again).await;
+    assert_eq!(active["params"]["cursor"], after_first, "{active}");
+    let replayed = next_of(&mut again).await;
+    assert_eq!(
+        replayed["params"]["data"]["taskId"],
+        json!(second),
+        "{replayed}"
+    );
+    assert_eq!(replayed["params"]["eventId"], e2["params"]["eventId"]);
+    // From the start with a filter on one task: that task's event alone.
+    let mut one = open_stream(
+        &s.url,
+        Some("alice"),
+        json!({"name": "task.finished", "arguments": {"taskId": first}, "cursor": start}),
+    )
+    .await;
+    next_of(&mut one).await;
+    let only = next_of(&mut one).await;
+    assert_eq!(only["params"]["data"]["taskId"], json!(first), "{only}");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(1500), one.recv())
+            .await
+            .is_err(),
+        "nothing else for that task"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_with_a_bad_request_is_an_error_and_a_stop_ends_it_with_its_result() {
+    let s = start_with(
+        Arc::new(MemoryStore::new()),
+        fast_engine(),
+        config(loopback()),
+        vec![],
+    )
+    .await;
+    for (params, code) in [
+        (json!({"name": "no.such.type", "cursor": null}), None),
+        (
+            json!({"name": "task.finished", "cursor": "garbage"}),
+            Some(-32602),
+        ),
+        (
+            json!({"name": "task.finished", "arguments": {"taskId": 3}, "cursor": null}),
+            Some(-32602),
+        ),
+    ] {
+        // Answered at once, before anything is streamed.
+        let m = client(&s.url, "alice")
+            .call("events/stream", params.clone())
+            .await;
+        assert!(
+            m.notifications.is_empty(),
+            "{params}: {:?}",
+            m.notifications
+        );
+        let got = m.code();
+        if let Some(code) = code {
+            assert_eq!(got, code, "{params}: {}", m.body);
+        }
+    }
+    // Anonymous callers may stream too (their events are those of their address).
+    let mut rx = open_stream(
+        &s.url,
+        None,
+        json!({"name": "task.finished", "cursor": null}),
+    )
+    .await;
+    assert_eq!(
+        next_of(&mut rx).await["method"],
+        "notifications/events/active"
+    );
+    s.server.shutdown();
+    let end = next_of(&mut rx).await;
+    assert_eq!(end["id"], 7, "{end}");
+    assert_eq!(end["result"]["resultType"], "complete", "{end}");
+    assert_eq!(
+        end["result"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        7
+    );
+}
+
+#[tokio::test]
+async fn max_age_skips_older_events_on_a_replay() {
+    let s = start_with(
+        Arc::new(MemoryStore::new()),
+        fast_engine(),
+        config(loopback()),
+        vec![],
+    )
+    .await;
+    let mut alice = client(&s.url, "alice");
+    let start = alice
+        .call(
+            "events/poll",
+            json!({"name": "task.finished", "cursor": null}),
+        )
+        .await
+        .result()["cursor"]
+        .clone();
+    let old = alice
+        .start_task("slow_compute", json!({"seconds": 0}))
+        .await;
+    wait_status(&mut alice, &old, &["completed"]).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let new = alice
+        .start_task("slow_compute", json!({"seconds": 0}))
+        .await;
+    wait_status(&mut alice, &new, &["completed"]).await;
+    let ids = |page: &Value| -> Vec<Value> {
+        page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["data"]["taskId"].clone())
+            .collect()
+    };
+    let all = alice
+        .call(
+            "events/poll",
+            json!({"name": "task.finished", "cursor": start}),
+        )
+        .await;
+    assert_eq!(ids(all.result()), vec![json!(old), json!(new)]);
+    let recent = alice
+        .call(
+            "events/poll",
+            json!({"name": "task.finished", "cursor": start, "maxAgeMs": 1000}),
+        )
+        .await;
+    assert_eq!(ids(recent.result()), vec![json!(new)], "{}", recent.body);
+    // The floor is passed over, not a gap.
+    assert_eq!(recent.result()["truncated"], false);
+    let mut stream = open_stream(
+        &s.url,
+        Some("alice"),
+        json!({"name": "task.finished", "cursor": start, "maxAgeMs": 1000}),
+    )
+    .await;
+    next_of(&mut stream).await;
+    assert_eq!(
+        next_of(&mut stream).await["params"]["data"]["taskId"],
+        json!(new)
+    );
+}

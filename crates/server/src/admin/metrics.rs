@@ -36,6 +36,11 @@ const KNOWN_METHODS: &[&str] = &[
     "tools/async/status",
     "tools/async/result",
     "tools/async/cancel",
+    "events/list",
+    "events/subscribe",
+    "events/unsubscribe",
+    "events/poll",
+    "events/stream",
 ];
 
 /// Buckets for task durations and waits, in seconds: 10 ms to 6 hours.

@@ -48,7 +48,8 @@ pub(crate) struct SubscribeOutcome {
     pub(crate) status: Option<EventSubscription>,
 }
 
-/// An `events/poll` request, parsed.
+/// An `events/poll` request (or an `events/stream`'s next read), parsed.
+#[derive(Clone)]
 pub(crate) struct PollRequest {
     /// The event type.
     pub(crate) name: String,
@@ -58,6 +59,8 @@ pub(crate) struct PollRequest {
     pub(crate) cursor: Option<String>,
     /// `maxEvents`.
     pub(crate) max_events: Option<usize>,
+    /// `maxAgeMs`: with a cursor, events older than this are skipped (the replay floor).
+    pub(crate) max_age_ms: Option<u64>,
 }
 
 /// A page of a poll.
@@ -334,8 +337,18 @@ impl Server {
             limit: req.max_events.unwrap_or(MAX_POLL).clamp(1, MAX_POLL),
         };
         let page = store.read_events(&query).await.map_err(internal)?;
+        // The replay floor: the later of the cursor and now − maxAgeMs (none without a cursor,
+        // which starts from now anyway). What lies below it is passed over, not reported missing.
+        let floor = match (&req.cursor, req.max_age_ms) {
+            (Some(_), Some(age)) => now_ms().saturating_sub(age),
+            _ => 0,
+        };
         let mut events = Vec::with_capacity(page.events.len());
-        for e in page.events {
+        for e in page
+            .events
+            .into_iter()
+            .filter(|e| e.event.created_at >= floor)
+        {
             let pending = match (
                 &e.event.task_id,
                 e.event.name == mcp_tasks_engine::events::TASK_INPUT_REQUIRED,

@@ -100,7 +100,7 @@ impl Server {
             Failure {
                 error: ErrorObject::new(
                     error_codes::TOO_MANY_STREAMS,
-                    format!("Too many streams open: {now} (GET streams, subscriptions/listen and blocking tasks/result together), the limit is {max}; close one, or poll tasks/get instead"),
+                    format!("Too many streams open: {now} (GET streams, subscriptions/listen, events/stream and blocking tasks/result together), the limit is {max}; close one, or poll tasks/get instead"),
                 )
                 .with_data(json!({"open": now, "limit": max})),
                 status: 429,

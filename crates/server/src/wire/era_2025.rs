@@ -169,7 +169,7 @@ pub(crate) async fn dispatch(
             Ok(json!({}))
         }
         m if super::events::METHODS.contains(&m) => {
-            super::events::serve(server, peer, m, &params).await
+            super::events::serve(server, peer, m, &req.id, &params, &out).await
         }
         "tasks/get" if tasks => {
             let t = find(server, peer, &params, &req.method).await?;

@@ -206,7 +206,7 @@ async fn serve(
     let result = match req.method.as_str() {
         "server/discover" => discover(server),
         m if super::events::METHODS.contains(&m) => {
-            super::events::serve(server, peer, m, &params).await?
+            super::events::serve(server, peer, m, &req.id, &params, &out).await?
         }
         "tools/list" => tools_list(server, &params, declares_tasks(&rm.caps))?,
         "tools/call" => tools_call(server, peer, &rm, &params, out, cancel).await?,

@@ -1,23 +1,27 @@
 //! The MCP Events methods (`events/list`, `events/subscribe`, `events/unsubscribe`,
-//! `events/poll`), the same on both wires: their params parsed, their results rendered
+//! `events/poll`, `events/stream`), the same on both wires: their params parsed, their results rendered
 //! (`resultType: "complete"` always, `refreshBefore` and `truncated` always present), and the
 //! capability both `server/discover` and `initialize` advertise.
 
-use mcp_tasks_protocol::jsonrpc::ErrorObject;
+use mcp_tasks_protocol::jsonrpc::{ErrorObject, RequestId};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
 use super::render_2026;
 use crate::core::event_api::{PollRequest, SubscribeRequest};
+use crate::core::streams::StreamSender;
 use crate::core::{Failure, Peer, Server};
 use crate::events::occurrence::{self, InputRenderer};
 
+mod stream;
+
 /// The methods served here.
-pub(crate) const METHODS: [&str; 4] = [
+pub(crate) const METHODS: [&str; 5] = [
     "events/list",
     "events/subscribe",
     "events/unsubscribe",
     "events/poll",
+    "events/stream",
 ];
 
 /// How `task.input_required` names what to answer: the 2026-07-28 `inputRequests` map.
@@ -37,12 +41,15 @@ pub(crate) fn add_capabilities(caps: &mut Value) {
     }
 }
 
-/// Serves `method` (one of [`METHODS`]).
+/// Serves `method` (one of [`METHODS`]) for request `id`; `out` carries an `events/stream`'s
+/// notifications.
 pub(crate) async fn serve(
     server: &Arc<Server>,
     peer: &Peer,
     method: &str,
+    id: &RequestId,
     params: &Map<String, Value>,
+    out: &StreamSender,
 ) -> Result<Value, Failure> {
     let mut result = match method {
         "events/list" => list(server, peer, params)?,
@@ -61,6 +68,7 @@ pub(crate) async fn serve(
             json!({})
         }
         "events/poll" => poll(server, peer, params).await?,
+        "events/stream" => stream::serve(server, peer, id, params, out).await?,
         m => return Err(ErrorObject::method_not_found(m).into()),
     };
     if let Value::Object(m) = &mut result {
@@ -206,6 +214,17 @@ async fn subscribe(
     Ok(r)
 }
 
+/// `maxAgeMs` of `method`'s params.
+fn max_age(params: &Map<String, Value>, method: &str) -> Result<Option<u64>, Failure> {
+    match params.get("maxAgeMs") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| invalid(format!("{method}: maxAgeMs must be a non-negative integer"))),
+    }
+}
+
 async fn poll(server: &Server, peer: &Peer, params: &Map<String, Value>) -> Result<Value, Failure> {
     let method = "events/poll";
     let max_events = match params.get("maxEvents") {
@@ -228,17 +247,11 @@ async fn poll(server: &Server, peer: &Peer, params: &Map<String, Value>) -> Resu
                 arguments: arguments(params, method)?,
                 cursor: cursor(params, method)?,
                 max_events,
+                max_age_ms: max_age(params, method)?,
             },
         )
         .await?;
-    let inputs = input_renderer();
-    let events: Vec<Value> = out
-        .events
-        .iter()
-        .filter_map(|(e, pending)| {
-            occurrence::render(e, Some(e.position.cursor()), pending, &inputs)
-        })
-        .collect();
+    let events = occurrences(&out);
     Ok(json!({
         "events": events,
         "cursor": out.cursor,
@@ -246,4 +259,15 @@ async fn poll(server: &Server, peer: &Peer, params: &Map<String, Value>) -> Resu
         "hasMore": out.has_more,
         "nextPollMs": if out.has_more { 0 } else { 2_000 },
     }))
+}
+
+/// The events of a page as `EventOccurrence`s, each with its own position as its cursor.
+fn occurrences(page: &crate::core::event_api::PollOutcome) -> Vec<Value> {
+    let inputs = input_renderer();
+    page.events
+        .iter()
+        .filter_map(|(e, pending)| {
+            occurrence::render(e, Some(e.position.cursor()), pending, &inputs)
+        })
+        .collect()
 }

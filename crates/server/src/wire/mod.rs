@@ -37,6 +37,6 @@ pub(crate) fn notifications_for(event: &TaskEvent, session: Option<&Session>) ->
 pub(crate) fn may_stream(method: &str) -> bool {
     matches!(
         method,
-        "tools/call" | "tasks/result" | "subscriptions/listen" | "prompts/get"
+        "tools/call" | "tasks/result" | "subscriptions/listen" | "prompts/get" | "events/stream"
     )
 }
