@@ -271,7 +271,8 @@ async fn events_list_offers_the_task_types_for_webhooks_and_polls() {
     for e in list["events"].as_array().unwrap() {
         assert!(e["description"].is_string());
         let modes = e["delivery"].as_array().unwrap();
-        assert!(modes.contains(&json!("webhook")) && modes.contains(&json!("poll")));
+        // "push" is events/stream.
+        assert_eq!(modes, &[json!("poll"), json!("push"), json!("webhook")]);
         assert_eq!(e["inputSchema"]["type"], "object");
         assert_eq!(e["payloadSchema"]["type"], "object");
     }

@@ -151,7 +151,7 @@ impl Server {
             return Err(self.event_error(
                 ErrorKind::Unsupported,
                 format!(
-                    "delivery mode {:?} is not offered: use \"webhook\" (or events/poll)",
+                    "events/subscribe delivers by webhook only, not {:?}: use \"webhook\", or events/stream (push) or events/poll without a subscription",
                     req.mode
                 ),
                 json!({"feature": "deliveryMode", "value": req.mode}),

@@ -159,7 +159,7 @@ impl EventType {
         json!({
             "name": self.name,
             "description": self.description,
-            "delivery": ["poll", "webhook"],
+            "delivery": ["poll", "push", "webhook"],
             "inputSchema": self.input_schema,
             "payloadSchema": self.payload_schema,
         })
