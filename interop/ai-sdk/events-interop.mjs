@@ -8,7 +8,9 @@
 // {"listed": [names]}, then {"subscribed": {...}} once the subscription is verified and stored;
 // the test then runs a task as the same principal; {"event": {...}, "status": N} when the receiver
 // took it (the receiver's answer: 204), {"refreshed": {...}}, {"unsubscribed": true}. LEGACY=1 takes
-// the 2025-11-25 initialize path (protocolVersionDiscovery: false). Exits 1 with {"error": "..."}.
+// the 2025-11-25 initialize path (protocolVersionDiscovery: false). TERMINATE=1: after
+// {"subscribed"}, waits for the server to end the subscription and prints {"terminated": {...},
+// "status": N, "stored": rows} once the receiver's onTerminated ran. Exits 1 with {"error": "..."}.
 import http from 'node:http';
 import { Readable } from 'node:stream';
 import {
@@ -35,7 +37,13 @@ const store = {
 
 let gotEvent;
 const firstEvent = new Promise((r) => (gotEvent = r));
-const handle = createMCPEventWebhook({ store, onEvent: async (e) => gotEvent(e) });
+let gotTerminated;
+const termination = new Promise((r) => (gotTerminated = r));
+const handle = createMCPEventWebhook({
+  store,
+  onEvent: async (e) => gotEvent(e),
+  onTerminated: async (t) => gotTerminated(t),
+});
 const statuses = [];
 const receiver = http.createServer(async (req, res) => {
   try {
@@ -75,6 +83,22 @@ const sub = await client.experimental_events.subscribe({
   delivery: { mode: 'webhook', url: hook, allowInsecureLocalhost: true },
 });
 say({ subscribed: sub });
+
+if (process.env.TERMINATE) {
+  const t = await Promise.race([termination, new Promise((r) => setTimeout(() => r(null), 30_000))]);
+  if (!t) fail(`no terminated envelope in 30 s; the receiver answered ${JSON.stringify(statuses)}`);
+  for (let i = 0; i < 50 && !statuses.some((s) => s.id === t.messageId); i++) {
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  say({
+    terminated: t,
+    status: statuses.find((s) => s.id === t.messageId)?.status,
+    stored: rows.size,
+  });
+  await client.close();
+  receiver.close();
+  process.exit(0);
+}
 
 // onEvent gets {event, subscription}: the occurrence and the stored subscription it came for.
 const got = await Promise.race([

@@ -67,6 +67,10 @@ pub struct EventsSection {
     /// Error numbers: `sketch` (-32011…-32015, what ChatGPT uses; the default) or `sep-3415`
     /// (-32023…-32027).
     pub error_codes: Option<String>,
+    /// Send `terminated` control envelopes to a subscription's endpoint when it ends on the
+    /// server's side (an operator ended it; its type is no longer declared). Default false:
+    /// ChatGPT takes none; the AI SDK's receiver does.
+    pub control_envelopes: Option<bool>,
     /// `[[events.types]]`: the server's own event types, which its tools publish (a command
     /// tool with `::event NAME {json}`). (Not `[[events]]`: TOML cannot make `events` both this
     /// table and an array.)
@@ -180,6 +184,7 @@ impl EventsSection {
                 .iter()
                 .map(EventTypeEntry::to_type)
                 .collect::<Result<_>>()?,
+            control_envelopes: self.control_envelopes.unwrap_or(d.control_envelopes),
         };
         if settings.min_ttl > settings.max_ttl {
             bail!("[events] min_ttl_secs is longer than max_ttl_secs");

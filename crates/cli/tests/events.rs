@@ -19,11 +19,16 @@ use support::stateless::{wait_status, Stateless};
 
 /// A config with Alice's key and loopback callbacks allowed.
 fn config(dir: &Path) -> PathBuf {
+    config_with(dir, "")
+}
+
+/// [`config`] with `events` added to its `[events]` table.
+fn config_with(dir: &Path, events: &str) -> PathBuf {
     let path = dir.join("mcp-tasks.toml");
     std::fs::write(
         &path,
         format!(
-            "[events]\nallow_insecure_loopback = true\n\n[[auth.keys]]\nprincipal = \"alice\"\nsha256 = \"{}\"\n\n[[auth.keys]]\nprincipal = \"ops\"\nsha256 = \"{}\"\noperator = true\n",
+            "[events]\nallow_insecure_loopback = true\n{events}\n\n[[auth.keys]]\nprincipal = \"alice\"\nsha256 = \"{}\"\n\n[[auth.keys]]\nprincipal = \"ops\"\nsha256 = \"{}\"\noperator = true\n",
             mcp_tasks_server::auth::hash_key("key-alice"),
             mcp_tasks_server::auth::hash_key("key-ops")
         ),
@@ -92,6 +97,10 @@ impl Script {
 }
 
 fn ai_sdk(url: &str, legacy: bool) -> Script {
+    ai_sdk_with(url, legacy, &[])
+}
+
+fn ai_sdk_with(url: &str, legacy: bool, env: &[(&str, &str)]) -> Script {
     let script = repo_root().join("interop/ai-sdk/events-interop.mjs");
     assert!(
         repo_root()
@@ -106,6 +115,7 @@ fn ai_sdk(url: &str, legacy: bool) -> Script {
     if legacy {
         cmd.env("LEGACY", "1");
     }
+    cmd.envs(env.iter().copied());
     Script::start(cmd)
 }
 
@@ -154,6 +164,48 @@ async fn the_ai_sdk_client_and_receiver_get_a_task_s_end_on_2026_07_28() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_ai_sdk_client_and_receiver_get_a_task_s_end_on_2025_11_25() {
     ai_sdk_gets_the_event(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_ending_a_subscription_tells_the_ai_sdk_receiver_with_terminated() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_with(dir.path(), "control_envelopes = true");
+    let s = ServerProcess::start(&[
+        "--demo",
+        "--store",
+        "memory:",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
+    let script = ai_sdk_with(&s.url, false, &[("TERMINATE", "1")]);
+    script.expect("listed");
+    let sub = script.expect("subscribed")["subscribed"].clone();
+    let id = sub["id"].as_str().unwrap();
+    let base = s.url.trim_end_matches("/mcp").to_string();
+    let out = Command::new(common::bin())
+        .args(["admin", "--url", &base, "--key", "key-ops"])
+        .args(["subscriptions", "end", id])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = script.expect("terminated");
+    assert_eq!(got["status"], 204, "the receiver took it: {got}");
+    assert_eq!(got["stored"], 0, "the receiver dropped its record: {got}");
+    let t = &got["terminated"];
+    assert_eq!(t["subscription"]["id"], sub["id"], "{t}");
+    assert!(
+        t["messageId"]
+            .as_str()
+            .unwrap()
+            .starts_with("msg_terminated_"),
+        "{t}"
+    );
+    assert_eq!(t["termination"]["type"], "terminated");
+    assert_eq!(t["termination"]["error"]["code"], -32012, "Forbidden: {t}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -279,7 +331,7 @@ async fn the_cli_lists_the_types_and_watches_a_task_s_end_by_polling() {
     );
     let text = String::from_utf8_lossy(&list.stdout).to_string();
     assert!(
-        text.contains("task.finished  [poll, webhook]  arguments: taskId, tool"),
+        text.contains("task.finished  [poll, push, webhook]  arguments: taskId, tool"),
         "{text}"
     );
     assert!(text.contains("task.input_required"), "{text}");

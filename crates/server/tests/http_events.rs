@@ -1350,3 +1350,84 @@ async fn max_age_skips_older_events_on_a_replay() {
         json!(new)
     );
 }
+
+#[tokio::test]
+async fn a_subscription_to_a_type_removed_from_the_config_ends_at_the_next_start_and_is_told_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tasks.db");
+    let receiver = Receiver::start(&[SECRET]).await;
+    let with_envelopes = |mut e: EventSettings| {
+        e.control_envelopes = true;
+        e
+    };
+    let (kept, removed) = {
+        let store = Arc::new(SqliteStore::open(&path).unwrap());
+        let mut s = start_with(
+            store,
+            fast_engine(),
+            config(with_envelopes(builds(
+                mcp_tasks_server::events::Audience::Owner,
+            ))),
+            vec![build_tool()],
+        )
+        .await;
+        let mut alice = client(&s.url, "alice");
+        let mut ids = Vec::new();
+        for name in ["task.finished", "build.finished"] {
+            let r = alice
+                .call(
+                    "events/subscribe",
+                    subscribe_params(name, json!({}), &receiver.url, SECRET),
+                )
+                .await;
+            check_subscribe_result(r.result());
+            ids.push(r.result()["id"].as_str().unwrap().to_string());
+        }
+        s.stop();
+        s.server.engine().shutdown();
+        drop(s);
+        (ids[0].clone(), ids[1].clone())
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Started again without `build.finished`.
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let _s = start_with(
+        store.clone(),
+        fast_engine(),
+        config(with_envelopes(loopback())),
+        vec![],
+    )
+    .await;
+    let mut terminated = Vec::new();
+    for _ in 0..100 {
+        terminated = receiver
+            .posts
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|p| p.body["type"] == "terminated")
+            .cloned()
+            .collect::<Vec<_>>();
+        if !terminated.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(terminated.len(), 1, "one terminated envelope");
+    let t = &terminated[0];
+    assert_eq!(
+        t.headers["x-mcp-subscription-id"].to_str().unwrap(),
+        removed
+    );
+    assert!(t.headers["webhook-id"]
+        .to_str()
+        .unwrap()
+        .starts_with("msg_terminated_"));
+    assert_eq!(t.body["error"]["code"], -32011, "NotFound: {}", t.body);
+    assert_eq!(t.body["error"]["data"], json!({"kind": "event"}));
+    assert!(store.get_subscription(&removed).await.unwrap().is_none());
+    assert!(
+        store.get_subscription(&kept).await.unwrap().is_some(),
+        "a subscription to a type still declared stays"
+    );
+}

@@ -102,9 +102,18 @@ pub(crate) async fn end(
     Operator(who): Operator,
     Path(id): Path<String>,
 ) -> Response {
-    match server.engine().store().delete_subscription(&id).await {
+    let store = server.engine().store();
+    // Read first: its endpoint and secret sign the `terminated` envelope sent after.
+    let sub = match store.get_subscription(&id).await {
+        Ok(s) => s,
+        Err(e) => return fail(StatusCode::SERVICE_UNAVAILABLE, e.chain()),
+    };
+    match store.delete_subscription(&id).await {
         Ok(true) => {
             tracing::info!(target: "mcp_tasks::audit", operator = %who, subscription = %id, "operator ended an event subscription");
+            if let Some(sub) = sub {
+                server.event_terminated(sub, "the server's operator ended this subscription");
+            }
             Json(json!({"ended": id})).into_response()
         }
         Ok(false) => fail(StatusCode::NOT_FOUND, format!("no subscription {id}")),

@@ -309,6 +309,14 @@ impl Server {
         Ok(())
     }
 
+    /// Tells the endpoint of `sub` (already removed) that an operator ended it, if this server
+    /// sends control envelopes (`Forbidden`: the subscriber may no longer have it).
+    pub(crate) fn event_terminated(&self, sub: EventSubscription, message: &str) {
+        if let Some(sender) = self.event_sender.get() {
+            sender.terminated(sub, ErrorKind::Forbidden, message.to_string(), None);
+        }
+    }
+
     /// A page of the log for `peer`.
     pub(crate) async fn poll_events(
         &self,

@@ -19,8 +19,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::occurrence::{self, InputRenderer};
 use super::verify::{self, Failure};
-use super::{EventSettings, MAX_BODY_BYTES};
+use super::{ErrorKind, EventSettings, MAX_BODY_BYTES};
 use crate::webhooks::{address, sign, SecretKeys};
+use mcp_tasks_engine::events::EventSubscription;
 
 /// Most attempts one delivery gets.
 pub const MAX_ATTEMPTS: u32 = 5;
@@ -41,6 +42,12 @@ const MAX_IN_FLIGHT: usize = 32;
 const FAN_OUT: usize = 500;
 /// How long sends in flight may go on when the server stops.
 const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Attempts a `terminated` envelope gets, [`TERMINATED_RETRY`] × the attempt apart.
+const TERMINATED_ATTEMPTS: u32 = 3;
+const TERMINATED_RETRY: Duration = Duration::from_secs(2);
+/// Most subscriptions the sweep for undeclared types reads.
+const END_SWEEP: usize = 100_000;
 
 /// What became of one attempt, for metrics: `delivered`, `retry`, `gone`, `failed`.
 pub type AttemptObserver = Arc<dyn Fn(&'static str, Duration) + Send + Sync>;
@@ -137,6 +144,17 @@ impl EventSender {
                 }
             }
         }));
+        // Subscriptions to a type removed from the config end once, at the start.
+        match self.end_undeclared().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                ended = n,
+                "event subscriptions to types no longer declared ended"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "the subscriptions to types no longer declared could not be looked for")
+            }
+        }
         let mut last_purge: Option<Instant> = None;
         loop {
             let round = tokio::select! {
@@ -393,6 +411,104 @@ impl EventSender {
                 )
             }
         }
+    }
+
+    /// Tells `sub`'s endpoint that the subscription has ended (already removed from the store) with
+    /// a signed `{"type": "terminated", "error": …}` control envelope, when
+    /// [`EventSettings::control_envelopes`] is on (ChatGPT takes none). Sent in the background, at
+    /// most [`TERMINATED_ATTEMPTS`] times: the subscription is gone whether or not it arrives (a
+    /// receiver that missed it sees its record lapse at `refreshBefore`).
+    pub fn terminated(
+        self: &Arc<Self>,
+        sub: EventSubscription,
+        kind: ErrorKind,
+        message: String,
+        data: Option<serde_json::Value>,
+    ) {
+        if !self.settings.control_envelopes {
+            return;
+        }
+        let mut error = serde_json::json!({
+            "code": self.settings.error_numbering.code(kind),
+            "message": message,
+        });
+        if let Some(d) = data {
+            error["data"] = d;
+        }
+        let body = serde_json::json!({"type": "terminated", "error": error}).to_string();
+        let me = self.clone();
+        tokio::spawn(async move {
+            let id = format!("msg_terminated_{}", mcp_tasks_engine::random_id());
+            for attempt in 1..=TERMINATED_ATTEMPTS {
+                let keys = match me.keys_of(&sub, now_ms()) {
+                    Ok(k) => k,
+                    Err(why) => {
+                        tracing::warn!(subscription = %sub.id, why, "the terminated envelope cannot be signed; not sent");
+                        return;
+                    }
+                };
+                let outcome = match address::check_url(&sub.url, &me.settings.hosts()) {
+                    Err(e) => Err(e.to_string()),
+                    Ok(_) => {
+                        match verify::post(&me.client, &sub.url, &keys, &id, &sub.id, body.clone())
+                            .await
+                        {
+                            Ok(r) if r.status().is_success() => Ok(()),
+                            Ok(r) => Err(format!("the receiver answered {}", r.status().as_u16())),
+                            Err(e) => Err(Failure::of_error(&e).as_str().to_string()),
+                        }
+                    }
+                };
+                match outcome {
+                    Ok(()) => {
+                        tracing::info!(target: "mcp_tasks::audit", subscription = %sub.id, message_id = %id, "terminated envelope delivered");
+                        return;
+                    }
+                    Err(why) if attempt == TERMINATED_ATTEMPTS => {
+                        tracing::warn!(subscription = %sub.id, message_id = %id, why, "the terminated envelope was not taken; given up");
+                    }
+                    Err(why) => {
+                        tracing::debug!(subscription = %sub.id, why, attempt, "the terminated envelope was not taken; trying again");
+                        tokio::time::sleep(TERMINATED_RETRY * attempt).await;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Ends the subscriptions to types this server no longer declares (removed from the config
+    /// since they were made): each is removed and, with control envelopes on, told so
+    /// (`NotFound`, `{"kind": "event"}`). How many.
+    pub async fn end_undeclared(
+        self: &Arc<Self>,
+    ) -> Result<usize, mcp_tasks_engine::store::StoreError> {
+        let declared: std::collections::HashSet<String> = self
+            .settings
+            .all_types()
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        let mut ended = 0;
+        for sub in self.store.subscriptions(None, END_SWEEP).await? {
+            if declared.contains(&sub.name) {
+                continue;
+            }
+            if self.store.delete_subscription(&sub.id).await? {
+                ended += 1;
+                tracing::info!(target: "mcp_tasks::audit", subscription = %sub.id, name = %sub.name, principal = %sub.principal, "event subscription ended: its type is no longer declared");
+                let message = format!(
+                    "the event type {:?} is no longer offered by this server",
+                    sub.name
+                );
+                self.terminated(
+                    sub,
+                    ErrorKind::NotFound,
+                    message,
+                    Some(serde_json::json!({"kind": "event"})),
+                );
+            }
+        }
+        Ok(ended)
     }
 
     /// The keys that sign for `sub` at `now`: its secret's, and its replaced secret's while that

@@ -200,6 +200,10 @@ pub struct EventSettings {
     pub error_numbering: ErrorNumbering,
     /// The types declared in the config (`[[events]]`), after the built-in task types.
     pub types: Vec<EventType>,
+    /// Whether `terminated` control envelopes are sent (default off: ChatGPT takes none; the AI
+    /// SDK's receiver does): to a subscription an operator ended, or whose type is no longer
+    /// declared.
+    pub control_envelopes: bool,
 }
 
 impl Default for EventSettings {
@@ -217,6 +221,7 @@ impl Default for EventSettings {
             rotation_grace: Duration::from_secs(3600),
             error_numbering: ErrorNumbering::Sketch,
             types: Vec::new(),
+            control_envelopes: false,
         }
     }
 }
