@@ -3,16 +3,17 @@
 // playwright-core: logs in with an operator's key, sees a running task's progress advance, filters
 // by status, opens the task, checks that the table fits 1280 and 1400 px wide screens (a long
 // message cut, its full text on hover), clicks Cancel and sees it cancelled, opens a task with a
-// webhook and sees its delivery and sends it again; saves screenshots (SCREENSHOT.png, and
-// SCREENSHOT-1280.png / -1400.png with the long message).
+// webhook and sees its delivery and sends it again, opens the event subscriptions, sees one with
+// its delivered event and ends it; saves screenshots (SCREENSHOT.png, SCREENSHOT-1280.png /
+// -1400.png with the long message, SCREENSHOT-subscriptions.png).
 //
-// Usage: node dashboard.mjs BASE_URL OPERATOR_KEY TASK_ID SCREENSHOT.png HOOKED_TASK_ID
+// Usage: node dashboard.mjs BASE_URL OPERATOR_KEY TASK_ID SCREENSHOT.png HOOKED_TASK_ID SUBSCRIPTION_ID
 // Output: one line per check, `ok - NAME` or `not ok - NAME: REASON`; the last line is exactly
 // `N passed, M failed`. Exit code 1 if any check failed.
 
 import { chromium } from 'playwright-core';
 
-const [base, key, taskId, screenshot, hookedId] = process.argv.slice(2);
+const [base, key, taskId, screenshot, hookedId, subId] = process.argv.slice(2);
 let passed = 0;
 let failed = 0;
 async function check(name, fn) {
@@ -133,6 +134,30 @@ await check("a task's webhook deliveries show how they stand, and Redeliver send
     await page.click('button.redeliver');
     const r = await sent;
     assert(r.status() === 202, `redeliver answered ${r.status()}`);
+});
+
+await check('the event subscriptions view lists one with its delivered event, and End ends it', async () => {
+    await page.click('#view-subs');
+    const sub = page.locator(`tr.sub[data-id="${subId}"]`);
+    await sub.waitFor({ timeout: 10_000 });
+    const line = await sub.innerText();
+    assert(line.includes('task.finished') && line.includes('alice'), `the row says ${line}`);
+    assert(/ok/.test(await sub.locator('td.state').innerText()), `delivery state ${line}`);
+    await sub.click();
+    await page.locator('#sd-deliveries').waitFor({ timeout: 10_000 });
+    const deliveries = await page.locator('#sd-deliveries').innerText();
+    assert(deliveries.includes('delivered'), `deliveries: ${deliveries}`);
+    const text = await page.locator('#sub-detail').innerText();
+    assert(!text.includes('whsec_'), 'the secret is not shown');
+    await page.screenshot({ path: screenshot.replace(/\.png$/, '-subscriptions.png') });
+    const ended = page.waitForResponse(r => r.url().includes(`/admin/api/subscriptions/${subId}`) && r.request().method() === 'DELETE');
+    await page.click('#end-sub');
+    const r = await ended;
+    assert(r.status() === 200, `DELETE answered ${r.status()}`);
+    await page.locator('#sub-ended').waitFor({ timeout: 10_000 });
+    await page.waitForFunction(id => !document.querySelector(`tr.sub[data-id="${id}"]`), subId, { timeout: 10_000 });
+    await page.click('#view-tasks');
+    await row().waitFor({ timeout: 10_000 });
 });
 
 await browser.close();

@@ -508,8 +508,19 @@ fn the_dashboard_in_headless_chromium_shows_progress_filters_opens_and_cancels()
         format!("{keys}\n[webhooks]\nallowed_hosts = [\"127.0.0.1\"]\n"),
     )
     .unwrap();
+    let keys = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("{keys}\n[events]\nallow_insecure_loopback = true\n"),
+    )
+    .unwrap();
     let server = ServerProcess::start(&["--demo", "--store", "memory:", "--config", &cfg]);
     let cli = Cli::new(&server.url);
+    // Alice subscribes to her tasks' ends (an endpoint that answers the challenge); the task
+    // below is delivered to it.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let hook = rt.block_on(challenge_echo());
+    let sub = rt.block_on(subscribe(&server.url, "key-alice", &hook));
     let out = cli.run(&["call", "slow_compute", "seconds=1", "--key", "key-alice"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let nowhere = format!("http://127.0.0.1:{}/hooks", common::free_port());
@@ -543,6 +554,7 @@ fn the_dashboard_in_headless_chromium_shows_progress_filters_opens_and_cancels()
             &id,
             shot.to_str().unwrap(),
             &hooked,
+            &sub,
         ])
         .current_dir(common::repo_root())
         .output()
@@ -556,16 +568,17 @@ fn the_dashboard_in_headless_chromium_shows_progress_filters_opens_and_cancels()
     );
     let png = std::fs::read(&shot).unwrap();
     assert!(png.starts_with(b"\x89PNG"), "a screenshot was saved");
-    for width in [1280, 1400] {
-        let wide = std::fs::read(dir.path().join(format!("dashboard-{width}.png"))).unwrap();
-        assert!(
-            wide.starts_with(b"\x89PNG"),
-            "a screenshot at {width} px was saved"
-        );
+    for name in [
+        "dashboard-1280",
+        "dashboard-1400",
+        "dashboard-subscriptions",
+    ] {
+        let shot = std::fs::read(dir.path().join(format!("{name}.png"))).unwrap();
+        assert!(shot.starts_with(b"\x89PNG"), "{name}.png was saved");
         if let Some(keep) = std::env::var_os("MCP_TASKS_KEEP_SCREENSHOTS") {
             std::fs::write(
-                std::path::Path::new(&keep).join(format!("dashboard-{width}.png")),
-                wide,
+                std::path::Path::new(&keep).join(format!("{name}.png")),
+                shot,
             )
             .unwrap();
         }
@@ -574,6 +587,58 @@ fn the_dashboard_in_headless_chromium_shows_progress_filters_opens_and_cancels()
     if std::env::var_os("MCP_TASKS_UPDATE_SCREENSHOT").is_some() {
         std::fs::write(common::repo_root().join("docs/dashboard.png"), png).unwrap();
     }
+}
+
+/// A webhook endpoint on 127.0.0.1 that answers an MCP Events verification with its challenge and
+/// takes every event (204); its URL. It runs on the runtime that awaited it.
+async fn challenge_echo() -> String {
+    let app = axum::Router::new().route(
+        "/hooks",
+        axum::routing::post(|body: axum::body::Bytes| async move {
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            if v["type"] == "verification" {
+                let answer = serde_json::json!({"challenge": v["challenge"]}).to_string();
+                return (axum::http::StatusCode::OK, answer);
+            }
+            (axum::http::StatusCode::NO_CONTENT, String::new())
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/hooks")
+}
+
+/// `events/subscribe` to `task.finished` at `hook` (2026-07-28), as the principal of `key`; the
+/// subscription's id.
+async fn subscribe(url: &str, key: &str, hook: &str) -> String {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "events/subscribe", "params": {
+        "name": "task.finished", "arguments": {}, "cursor": null,
+        "delivery": {"mode": "webhook", "url": hook, "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwMfKQ9r8GKYo="},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+        },
+    }});
+    let r: serde_json::Value = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(key)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "events/subscribe")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    r["result"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not subscribed: {r}"))
+        .to_string()
 }
 
 /// A small OTLP/HTTP receiver on loopback: answers every POST with `{}` and hands over each
