@@ -317,7 +317,8 @@ async fn a_subscription_outlives_kill_9_and_the_event_of_a_task_finished_after_i
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_cli_lists_the_types_and_watches_a_task_s_end_by_polling() {
+async fn the_cli_lists_the_types_and_watches_a_task_s_end_on_its_stream_and_goes_on_from_a_cursor()
+{
     let dir = tempfile::tempdir().unwrap();
     let s = server(dir.path(), "memory:");
     let list = Command::new(common::bin())
@@ -350,10 +351,42 @@ async fn the_cli_lists_the_types_and_watches_a_task_s_end_by_polling() {
         "key-alice",
     ]);
     let script = Script::start(watch);
-    // The watch starts from now: give it its first poll before the task ends.
+    // The watch starts from now: give its stream a moment to open before the task ends.
     tokio::time::sleep(Duration::from_millis(700)).await;
     let task = alices_task(&s.url).await;
     let line = script.expect("eventId");
     assert_eq!(line["name"], "task.finished");
     assert_eq!(line["data"]["taskId"], json!(task));
+    // A task that ends while nobody watches is replayed by a watch from the last cursor.
+    let later = alices_task(&s.url).await;
+    let cursor = line["cursor"].as_str().unwrap().to_string();
+    let again = Command::new(common::bin())
+        .args([
+            "events",
+            "watch",
+            "task.finished",
+            "--cursor",
+            &cursor,
+            "--count",
+            "1",
+            "--json",
+            "--url",
+            &s.url,
+            "--key",
+            "key-alice",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let replayed: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(replayed["data"]["taskId"], json!(later), "{replayed}");
+    let told = String::from_utf8_lossy(&again.stderr).to_string();
+    assert!(
+        told.contains(&format!("cursor {}", replayed["cursor"].as_str().unwrap())),
+        "where to go on from: {told}"
+    );
 }

@@ -1,10 +1,11 @@
-//! `mcp-tasks events list|watch`: MCP Events from the command line, by polling (`events/poll`),
-//! so no webhook is needed: the types a server offers, and a type's events as they come, one line
+//! `mcp-tasks events list|watch`: MCP Events from the command line, by `events/stream` (or
+//! `events/poll` where a server has no stream), so no webhook is needed: the types a server offers, and a type's events as they come, one line
 //! each (or JSON lines), from now or from a cursor a previous run printed.
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{connect, exit, ServerArgs};
@@ -18,7 +19,8 @@ pub enum EventsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Print a type's events as they happen (events/poll), until Ctrl-C or --count events.
+    /// Print a type's events as they happen (events/stream, or events/poll where the server has
+    /// no stream), until Ctrl-C or --count events.
     Watch {
         /// The event type, e.g. task.finished.
         name: String,
@@ -120,54 +122,165 @@ pub async fn run(server: &ServerArgs, command: EventsCommand) -> Result<i32> {
             json,
         } => {
             let args = arguments(&pairs)?;
-            let mut cursor = cursor;
-            let mut seen = 0usize;
             eprintln!("watching {name} on {} (Ctrl-C stops)", client.url());
-            loop {
-                let page = client
-                    .request(
-                        "events/poll",
-                        json!({"name": name, "arguments": args, "cursor": cursor}),
-                        &|_| {},
-                    )
-                    .await
-                    .context("events/poll")?;
-                if page["truncated"] == true {
-                    eprintln!("some events after the cursor are no longer kept (truncated)");
+            let watch = Watch {
+                seen: AtomicUsize::new(0),
+                count,
+                json,
+                cursor: Mutex::new(cursor),
+                done: tokio::sync::Notify::new(),
+            };
+            // events/stream where the server has it (the events come as they are written),
+            // events/poll where it does not.
+            match watch.stream(&client, &name, &args).await {
+                Err(e) if e.rpc_code() == Some(METHOD_NOT_FOUND) => {
+                    tracing::debug!("the server has no events/stream; polling");
+                    watch.poll(&client, &name, &args).await
                 }
-                for e in page["events"].as_array().into_iter().flatten() {
-                    if json {
-                        println!("{e}");
-                    } else {
-                        println!(
-                            "{}  {}  {}",
-                            e["timestamp"].as_str().unwrap_or(""),
-                            e["name"].as_str().unwrap_or(""),
-                            e["data"]
-                        );
-                    }
-                    seen += 1;
-                    if count.is_some_and(|c| seen >= c) {
-                        if let Some(c) = e["cursor"].as_str() {
-                            eprintln!("cursor {c}");
-                        }
-                        return Ok(exit::OK);
+                other => other.map_err(|e| anyhow::Error::new(e).context("events/stream")),
+            }
+        }
+    }
+}
+
+/// JSON-RPC's "method not found".
+const METHOD_NOT_FOUND: i64 = -32601;
+
+/// A watch's state: what it printed, where it stands, when it is done.
+struct Watch {
+    seen: AtomicUsize,
+    count: Option<usize>,
+    json: bool,
+    /// The last cursor: the next poll's, and the one printed when the watch stops.
+    cursor: Mutex<Option<String>>,
+    /// Raised once `count` events were printed.
+    done: tokio::sync::Notify,
+}
+
+impl Watch {
+    /// Prints `e` (an EventOccurrence); whether the watch is done.
+    fn print(&self, e: &Value) -> bool {
+        if self.json {
+            println!("{e}");
+        } else {
+            println!(
+                "{}  {}  {}",
+                e["timestamp"].as_str().unwrap_or(""),
+                e["name"].as_str().unwrap_or(""),
+                e["data"]
+            );
+        }
+        if let Some(c) = e["cursor"].as_str() {
+            *self.cursor.lock().unwrap_or_else(|p| p.into_inner()) = Some(c.to_string());
+        }
+        let seen = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
+        self.count.is_some_and(|c| seen >= c)
+    }
+
+    /// Says where to go on from (stderr) and ends the watch.
+    fn stop(&self) -> i32 {
+        if let Some(c) = &*self.cursor.lock().unwrap_or_else(|p| p.into_inner()) {
+            eprintln!("cursor {c}");
+        }
+        exit::OK
+    }
+
+    /// Follows one `events/stream` until `count` events, Ctrl-C or the server's end of it.
+    async fn stream(
+        &self,
+        client: &mcp_tasks_client::Client,
+        name: &str,
+        args: &Value,
+    ) -> std::result::Result<i32, mcp_tasks_client::ClientError> {
+        let cursor = self
+            .cursor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let on_note = |n: &mcp_tasks_protocol::jsonrpc::Notification| {
+            let params = n.params.clone().unwrap_or(Value::Null);
+            match n.method.as_str() {
+                "notifications/events/event" => {
+                    if self.print(&params) {
+                        self.done.notify_one();
                     }
                 }
-                cursor = page["cursor"].as_str().map(str::to_string);
-                let wait = page["nextPollMs"]
-                    .as_u64()
-                    .unwrap_or(2_000)
-                    .max(if page["hasMore"] == true { 0 } else { 500 });
-                tokio::select! {
-                    () = tokio::time::sleep(Duration::from_millis(wait)) => {}
-                    _ = tokio::signal::ctrl_c() => {
-                        if let Some(c) = &cursor {
-                            eprintln!("cursor {c}");
-                        }
-                        return Ok(exit::OK);
+                "notifications/events/active" => {
+                    if let Some(c) = params["cursor"].as_str() {
+                        let mut at = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+                        at.get_or_insert_with(|| c.to_string());
+                    }
+                    if params["truncated"] == true {
+                        eprintln!("some events after the cursor are no longer kept (truncated)");
                     }
                 }
+                "notifications/events/error" => {
+                    eprintln!(
+                        "the server could not read its events for a moment: {}",
+                        params["error"]["message"]
+                    );
+                }
+                "notifications/events/terminated" => {
+                    eprintln!("the server ended the watch: {}", params["error"]["message"]);
+                }
+                _ => {}
+            }
+        };
+        let request = client.request(
+            "events/stream",
+            json!({"name": name, "arguments": args, "cursor": cursor}),
+            &on_note,
+        );
+        tokio::select! {
+            r = request => {
+                r?;
+                eprintln!("the server ended the stream");
+                Ok(self.stop())
+            }
+            () = self.done.notified() => Ok(self.stop()),
+            _ = tokio::signal::ctrl_c() => Ok(self.stop()),
+        }
+    }
+
+    /// Polls `events/poll` until `count` events or Ctrl-C (a server without `events/stream`).
+    async fn poll(
+        &self,
+        client: &mcp_tasks_client::Client,
+        name: &str,
+        args: &Value,
+    ) -> Result<i32> {
+        loop {
+            let cursor = self
+                .cursor
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            let page = client
+                .request(
+                    "events/poll",
+                    json!({"name": name, "arguments": args, "cursor": cursor}),
+                    &|_| {},
+                )
+                .await
+                .context("events/poll")?;
+            if page["truncated"] == true {
+                eprintln!("some events after the cursor are no longer kept (truncated)");
+            }
+            for e in page["events"].as_array().into_iter().flatten() {
+                if self.print(e) {
+                    return Ok(self.stop());
+                }
+            }
+            if let Some(c) = page["cursor"].as_str() {
+                *self.cursor.lock().unwrap_or_else(|p| p.into_inner()) = Some(c.to_string());
+            }
+            let wait = page["nextPollMs"]
+                .as_u64()
+                .unwrap_or(2_000)
+                .max(if page["hasMore"] == true { 0 } else { 500 });
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(wait)) => {}
+                _ = tokio::signal::ctrl_c() => return Ok(self.stop()),
             }
         }
     }
