@@ -201,7 +201,8 @@ impl Watch {
             let params = n.params.clone().unwrap_or(Value::Null);
             match n.method.as_str() {
                 "notifications/events/event" => {
-                    if self.print(&params) {
+                    let finished = self.print(&params);
+                    if finished {
                         self.done.notify_one();
                     }
                 }
