@@ -105,6 +105,9 @@ pub enum SubscriptionsCommand {
         /// The subscription's id (sub_…).
         id: String,
     },
+    /// End every subscription to an event type this server no longer declares (after a deploy
+    /// that removed it from `[[events.types]]`, once every replica runs the new config).
+    EndUndeclared,
 }
 
 /// `mcp-tasks admin webhooks …`.
@@ -413,6 +416,18 @@ pub async fn run(args: AdminArgs) -> Result<i32> {
                 return Err(refused(status, &body));
             }
             println!("{id} ended");
+            Ok(0)
+        }
+        AdminCommand::Subscriptions(SubscriptionsCommand::EndUndeclared) => {
+            let (status, body) = send(call(
+                reqwest::Method::POST,
+                "/admin/api/subscriptions/end-undeclared".into(),
+            ))
+            .await?;
+            if !status.is_success() {
+                return Err(refused(status, &body));
+            }
+            println!("{} subscriptions ended", body["ended"]);
             Ok(0)
         }
         AdminCommand::Webhooks(WebhooksCommand::Redeliver { id }) => {

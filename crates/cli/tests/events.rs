@@ -206,6 +206,21 @@ async fn an_operator_ending_a_subscription_tells_the_ai_sdk_receiver_with_termin
     );
     assert_eq!(t["termination"]["type"], "terminated");
     assert_eq!(t["termination"]["error"]["code"], -32012, "Forbidden: {t}");
+    // Every type it serves is declared: the operator's sweep ends nothing.
+    let out = Command::new(common::bin())
+        .args(["admin", "--url", &base, "--key", "key-ops"])
+        .args(["subscriptions", "end-undeclared"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "0 subscriptions ended"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

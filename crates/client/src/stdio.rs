@@ -252,7 +252,7 @@ impl StdioTransport {
         let (exit_tx, exit) = tokio::sync::watch::channel(None);
         let (alive, mut dropped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
-            let _group = group;
+            let group = group;
             let mut lines = BufReader::new(stdout).lines();
             loop {
                 let next = tokio::select! {
@@ -333,6 +333,8 @@ impl StdioTransport {
                     "it closed its output and was killed".to_string()
                 }
             };
+            // At once after the reap: the group's id cannot have been taken again yet.
+            drop(group);
             if let Some(reader) = stderr_reader {
                 let _ = tokio::time::timeout(std::time::Duration::from_secs(1), reader).await;
             }

@@ -1242,7 +1242,10 @@ async fn a_stream_with_a_bad_request_is_an_error_and_a_stop_ends_it_with_its_res
     )
     .await;
     for (params, code) in [
-        (json!({"name": "no.such.type", "cursor": null}), None),
+        (
+            json!({"name": "no.such.type", "cursor": null}),
+            Some(-32011),
+        ),
         (
             json!({"name": "task.finished", "cursor": "garbage"}),
             Some(-32602),
@@ -1266,6 +1269,33 @@ async fn a_stream_with_a_bad_request_is_an_error_and_a_stop_ends_it_with_its_res
             assert_eq!(got, code, "{params}: {}", m.body);
         }
     }
+    // A client that takes no stream is told so at once (a stream it cannot read would run on).
+    let refused = reqwest::Client::new()
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json")
+        .header("mcp-protocol-version", support::stateless::V)
+        .header("mcp-method", "events/stream")
+        .body(
+            json!({"jsonrpc": "2.0", "id": 3, "method": "events/stream", "params": {
+            "name": "task.finished", "cursor": null,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": support::stateless::V,
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+            }}})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 406);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["id"], 3, "{body}");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("text/event-stream"));
     // Anonymous callers may stream too (their events are those of their address).
     let mut rx = open_stream(
         &s.url,
@@ -1309,7 +1339,8 @@ async fn max_age_skips_older_events_on_a_replay() {
         .start_task("slow_compute", json!({"seconds": 0}))
         .await;
     wait_status(&mut alice, &old, &["completed"]).await;
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Wide margins: the newer event must stay within maxAgeMs until the stream below opens.
+    tokio::time::sleep(Duration::from_millis(4000)).await;
     let new = alice
         .start_task("slow_compute", json!({"seconds": 0}))
         .await;
@@ -1332,7 +1363,7 @@ async fn max_age_skips_older_events_on_a_replay() {
     let recent = alice
         .call(
             "events/poll",
-            json!({"name": "task.finished", "cursor": start, "maxAgeMs": 1000}),
+            json!({"name": "task.finished", "cursor": start, "maxAgeMs": 3500}),
         )
         .await;
     assert_eq!(ids(recent.result()), vec![json!(new)], "{}", recent.body);
@@ -1341,7 +1372,7 @@ async fn max_age_skips_older_events_on_a_replay() {
     let mut stream = open_stream(
         &s.url,
         Some("alice"),
-        json!({"name": "task.finished", "cursor": start, "maxAgeMs": 1000}),
+        json!({"name": "task.finished", "cursor": start, "maxAgeMs": 3500}),
     )
     .await;
     next_of(&mut stream).await;
@@ -1349,10 +1380,32 @@ async fn max_age_skips_older_events_on_a_replay() {
         next_of(&mut stream).await["params"]["data"]["taskId"],
         json!(new)
     );
+    // The floor is where the replay starts, not an age: what happens after, however old the
+    // stream grows, comes (maxAgeMs 0 replays nothing and misses nothing live).
+    let mut live = open_stream(
+        &s.url,
+        Some("alice"),
+        json!({"name": "task.finished", "cursor": start, "maxAgeMs": 0}),
+    )
+    .await;
+    next_of(&mut live).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let later = alice
+        .start_task("slow_compute", json!({"seconds": 0}))
+        .await;
+    assert_eq!(
+        next_of(&mut live).await["params"]["data"]["taskId"],
+        json!(later)
+    );
+    assert_eq!(
+        next_of(&mut stream).await["params"]["data"]["taskId"],
+        json!(later)
+    );
 }
 
 #[tokio::test]
-async fn a_subscription_to_a_type_removed_from_the_config_ends_at_the_next_start_and_is_told_so() {
+async fn subscriptions_to_a_type_removed_from_the_config_end_when_the_operator_says_and_are_told_so(
+) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tasks.db");
     let receiver = Receiver::start(&[SECRET]).await;
@@ -1389,15 +1442,19 @@ async fn a_subscription_to_a_type_removed_from_the_config_ends_at_the_next_start
         (ids[0].clone(), ids[1].clone())
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    // Started again without `build.finished`.
+    // Started again without `build.finished`: nothing ends by itself (a replica of an older
+    // config in a rolling deploy would end the new types' subscriptions for everyone).
     let store = Arc::new(SqliteStore::open(&path).unwrap());
-    let _s = start_with(
+    let s = start_with(
         store.clone(),
         fast_engine(),
         config(with_envelopes(loopback())),
         vec![],
     )
     .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(store.get_subscription(&removed).await.unwrap().is_some());
+    assert_eq!(s.server.end_undeclared_subscriptions().await.unwrap(), 1);
     let mut terminated = Vec::new();
     for _ in 0..100 {
         terminated = receiver

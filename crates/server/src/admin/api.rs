@@ -36,6 +36,10 @@ pub(crate) fn routes() -> axum::Router<Arc<Server>> {
         )
         .route("/admin/api/subscriptions", get(super::subscriptions::list))
         .route(
+            "/admin/api/subscriptions/end-undeclared",
+            post(super::subscriptions::end_undeclared),
+        )
+        .route(
             "/admin/api/subscriptions/{id}",
             get(super::subscriptions::show).delete(super::subscriptions::end),
         )

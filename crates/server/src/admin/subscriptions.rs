@@ -1,6 +1,8 @@
 //! The admin API's MCP Events subscriptions: every principal's, with how delivery goes
 //! (`GET /admin/api/subscriptions[?principal=P]`), one with its latest deliveries
-//! (`GET /admin/api/subscriptions/{id}`), and ending one (`DELETE /admin/api/subscriptions/{id}`).
+//! (`GET /admin/api/subscriptions/{id}`), ending one (`DELETE /admin/api/subscriptions/{id}`), and
+//! ending those to types this server no longer declares
+//! (`POST /admin/api/subscriptions/end-undeclared`).
 //! Secrets are never shown.
 
 use axum::extract::{Path, Query, State};
@@ -117,6 +119,19 @@ pub(crate) async fn end(
             Json(json!({"ended": id})).into_response()
         }
         Ok(false) => fail(StatusCode::NOT_FOUND, format!("no subscription {id}")),
+        Err(e) => fail(StatusCode::SERVICE_UNAVAILABLE, e.chain()),
+    }
+}
+
+pub(crate) async fn end_undeclared(
+    State(server): State<Arc<Server>>,
+    Operator(who): Operator,
+) -> Response {
+    match server.end_undeclared_subscriptions().await {
+        Ok(n) => {
+            tracing::info!(target: "mcp_tasks::audit", operator = %who, ended = n, "operator ended the subscriptions to undeclared event types");
+            Json(json!({"ended": n})).into_response()
+        }
         Err(e) => fail(StatusCode::SERVICE_UNAVAILABLE, e.chain()),
     }
 }

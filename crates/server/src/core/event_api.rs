@@ -59,8 +59,11 @@ pub(crate) struct PollRequest {
     pub(crate) cursor: Option<String>,
     /// `maxEvents`.
     pub(crate) max_events: Option<usize>,
-    /// `maxAgeMs`: with a cursor, events older than this are skipped (the replay floor).
-    pub(crate) max_age_ms: Option<u64>,
+    /// The replay floor (Unix ms): events made before it are passed over. From `maxAgeMs`, taken
+    /// once when the request came (now − maxAgeMs), and only with a cursor.
+    pub(crate) not_before_ms: Option<u64>,
+    /// The method asking, for its errors.
+    pub(crate) method: &'static str,
 }
 
 /// A page of a poll.
@@ -317,6 +320,23 @@ impl Server {
         }
     }
 
+    /// Ends every subscription to a type this server does not declare (removed from its config
+    /// since): each is removed and, with control envelopes on, told so. How many. An operator's
+    /// act, not done at start: during a rolling deploy an old replica does not know the types the
+    /// new ones added, and would end their subscriptions for everyone.
+    pub async fn end_undeclared_subscriptions(&self) -> Result<usize, StoreError> {
+        match self.event_sender.get() {
+            Some(sender) => sender.end_undeclared().await,
+            None => {
+                crate::events::deliver::end_undeclared_without_envelopes(
+                    self.engine.store().as_ref(),
+                    &self.config().events,
+                )
+                .await
+            }
+        }
+    }
+
     /// A page of the log for `peer`.
     pub(crate) async fn poll_events(
         &self,
@@ -324,12 +344,13 @@ impl Server {
         req: PollRequest,
     ) -> Result<PollOutcome, Failure> {
         let ty = self.event_type(peer, &req.name)?;
-        let filter = filter_of(&ty, &req.arguments, "events/poll")?;
+        let filter = filter_of(&ty, &req.arguments, req.method)?;
         let store = self.engine.store();
         let after = match &req.cursor {
             Some(c) => EventPosition::parse(c).ok_or_else(|| {
                 Failure::from(ErrorObject::invalid_params(format!(
-                    "events/poll: cursor {c:?} is not one this server handed out"
+                    "{}: cursor {c:?} is not one this server handed out",
+                    req.method
                 )))
             })?,
             None => store.event_horizon().await.map_err(internal)?,
@@ -345,12 +366,8 @@ impl Server {
             limit: req.max_events.unwrap_or(MAX_POLL).clamp(1, MAX_POLL),
         };
         let page = store.read_events(&query).await.map_err(internal)?;
-        // The replay floor: the later of the cursor and now − maxAgeMs (none without a cursor,
-        // which starts from now anyway). What lies below it is passed over, not reported missing.
-        let floor = match (&req.cursor, req.max_age_ms) {
-            (Some(_), Some(age)) => now_ms().saturating_sub(age),
-            _ => 0,
-        };
+        // What lies below the replay floor is passed over, not reported missing.
+        let floor = req.not_before_ms.unwrap_or(0);
         let mut events = Vec::with_capacity(page.events.len());
         for e in page
             .events
@@ -456,4 +473,13 @@ fn granted_ttl(settings: &EventSettings, asked: Option<Option<u64>>) -> Duration
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The replay floor `maxAgeMs` sets for a request from `cursor`: now − maxAgeMs, taken once; none
+/// without a cursor (a request from now replays nothing) or without `maxAgeMs`.
+pub(crate) fn replay_floor(cursor: Option<&str>, max_age_ms: Option<u64>) -> Option<u64> {
+    match (cursor, max_age_ms) {
+        (Some(_), Some(age)) => Some(now_ms().saturating_sub(age)),
+        _ => None,
+    }
 }

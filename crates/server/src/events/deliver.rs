@@ -144,17 +144,6 @@ impl EventSender {
                 }
             }
         }));
-        // Subscriptions to a type removed from the config end once, at the start.
-        match self.end_undeclared().await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(
-                ended = n,
-                "event subscriptions to types no longer declared ended"
-            ),
-            Err(e) => {
-                tracing::warn!(error = %e, "the subscriptions to types no longer declared could not be looked for")
-            }
-        }
         let mut last_purge: Option<Instant> = None;
         loop {
             let round = tokio::select! {
@@ -478,37 +467,26 @@ impl EventSender {
 
     /// Ends the subscriptions to types this server no longer declares (removed from the config
     /// since they were made): each is removed and, with control envelopes on, told so
-    /// (`NotFound`, `{"kind": "event"}`). How many.
+    /// (`NotFound`, `{"kind": "event"}`). How many. An operator's act
+    /// (`POST /admin/api/subscriptions/end-undeclared`).
     pub async fn end_undeclared(
         self: &Arc<Self>,
     ) -> Result<usize, mcp_tasks_engine::store::StoreError> {
-        let declared: std::collections::HashSet<String> = self
-            .settings
-            .all_types()
-            .into_iter()
-            .map(|t| t.name)
-            .collect();
-        let mut ended = 0;
-        for sub in self.store.subscriptions(None, END_SWEEP).await? {
-            if declared.contains(&sub.name) {
-                continue;
-            }
-            if self.store.delete_subscription(&sub.id).await? {
-                ended += 1;
-                tracing::info!(target: "mcp_tasks::audit", subscription = %sub.id, name = %sub.name, principal = %sub.principal, "event subscription ended: its type is no longer declared");
-                let message = format!(
-                    "the event type {:?} is no longer offered by this server",
-                    sub.name
-                );
-                self.terminated(
-                    sub,
-                    ErrorKind::NotFound,
-                    message,
-                    Some(serde_json::json!({"kind": "event"})),
-                );
-            }
+        let ended = end_undeclared_in(self.store.as_ref(), &self.settings).await?;
+        let n = ended.len();
+        for sub in ended {
+            let message = format!(
+                "the event type {:?} is no longer offered by this server",
+                sub.name
+            );
+            self.terminated(
+                sub,
+                ErrorKind::NotFound,
+                message,
+                Some(serde_json::json!({"kind": "event"})),
+            );
         }
-        Ok(ended)
+        Ok(n)
     }
 
     /// The keys that sign for `sub` at `now`: its secret's, and its replaced secret's while that
@@ -528,6 +506,31 @@ impl EventSender {
         }
         Ok(keys)
     }
+}
+
+/// Removes the subscriptions in `store` to types `settings` does not declare; those removed.
+async fn end_undeclared_in(
+    store: &dyn TaskStore,
+    settings: &EventSettings,
+) -> Result<Vec<EventSubscription>, mcp_tasks_engine::store::StoreError> {
+    let declared: std::collections::HashSet<String> =
+        settings.all_types().into_iter().map(|t| t.name).collect();
+    let mut ended = Vec::new();
+    for sub in store.subscriptions(None, END_SWEEP).await? {
+        if !declared.contains(&sub.name) && store.delete_subscription(&sub.id).await? {
+            tracing::info!(target: "mcp_tasks::audit", subscription = %sub.id, name = %sub.name, principal = %sub.principal, "event subscription ended: its type is no longer declared");
+            ended.push(sub);
+        }
+    }
+    Ok(ended)
+}
+
+/// [`EventSender::end_undeclared`] for a server that sends no events (none is told); how many.
+pub(crate) async fn end_undeclared_without_envelopes(
+    store: &dyn TaskStore,
+    settings: &EventSettings,
+) -> Result<usize, mcp_tasks_engine::store::StoreError> {
+    Ok(end_undeclared_in(store, settings).await?.len())
 }
 
 /// What follows `failed` failed attempts, the last at `at`: another after its delay (or the

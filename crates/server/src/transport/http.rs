@@ -419,6 +419,17 @@ async fn answer_request(
     // above all: the client wants to poll) are always answered with plain JSON. A client that
     // accepts no stream gets the reply alone, as JSON; one that accepts only streams, a stream.
     let may_stream = crate::wire::may_stream(&req.method) && accepts.sse;
+    // A stream of events to a client that takes no stream would run on, sending nothing.
+    if req.method == "events/stream" && !accepts.sse {
+        let mut refused = HttpError::new(
+            StatusCode::NOT_ACCEPTABLE,
+            ErrorObject::invalid_request(
+                "events/stream answers with a stream: send Accept: text/event-stream (or use events/poll)",
+            ),
+        );
+        refused.id = Some(req.id.clone());
+        return refused.into_response();
+    }
     let (tx, mut rx) = mpsc::channel::<Message>(256);
     let (envelope_tx, envelope_rx) = tokio::sync::oneshot::channel::<Envelope>();
     let worker = server.clone();

@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
 use super::render_2026;
-use crate::core::event_api::{PollRequest, SubscribeRequest};
+use crate::core::event_api::{replay_floor, PollRequest, SubscribeRequest};
 use crate::core::streams::StreamSender;
 use crate::core::{Failure, Peer, Server};
 use crate::events::occurrence::{self, InputRenderer};
@@ -239,15 +239,17 @@ async fn poll(server: &Server, peer: &Peer, params: &Map<String, Value>) -> Resu
                 })?,
         ),
     };
+    let from = cursor(params, method)?;
     let out = server
         .poll_events(
             peer,
             PollRequest {
                 name: text(params, "name", method)?,
                 arguments: arguments(params, method)?,
-                cursor: cursor(params, method)?,
+                not_before_ms: replay_floor(from.as_deref(), max_age(params, method)?),
+                cursor: from,
                 max_events,
-                max_age_ms: max_age(params, method)?,
+                method,
             },
         )
         .await?;

@@ -18,7 +18,7 @@ use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::event_api::PollRequest;
+use crate::core::event_api::{replay_floor, PollRequest};
 use crate::core::streams::StreamSender;
 use crate::core::{internal, Failure, Peer, Server};
 
@@ -28,6 +28,9 @@ const HEARTBEAT: Duration = Duration::from_secs(20);
 /// How often the log is read again when nothing woke the stream: events of other replicas, and of
 /// tools, are not announced on this node's notifier.
 const RECHECK: Duration = Duration::from_secs(1);
+/// The longest a stream lasts: then the server ends it (its result), and the client opens the next
+/// from its cursor, authenticated again.
+const MAX_LIFETIME: Duration = Duration::from_secs(3600);
 /// How long a stream waits after a failed read before it reads again.
 const RETRY_AFTER_ERROR: Duration = Duration::from_secs(2);
 
@@ -43,7 +46,9 @@ pub(super) async fn serve(
     let sub_meta = json!({meta::SUBSCRIPTION_ID: id.to_value()});
     // Subscribed before the first read, so no change falls between the read and the wait.
     let mut changes = server.engine().notifier().subscribe_all();
-    let cursor = match super::cursor(params, method)? {
+    let from = super::cursor(params, method)?;
+    let not_before_ms = replay_floor(from.as_deref(), super::max_age(params, method)?);
+    let start = match from {
         Some(c) => c,
         // From now: the log's horizon, named in `active` so the client can keep it.
         None => server
@@ -57,9 +62,12 @@ pub(super) async fn serve(
     let mut req = PollRequest {
         name: super::text(params, "name", method)?,
         arguments: super::arguments(params, method)?,
-        cursor: Some(cursor.clone()),
+        // The floor is a moment (the open's now − maxAgeMs), not an age: live events are above
+        // it. Without a cursor there is nothing to replay, so none.
+        not_before_ms,
+        cursor: Some(start),
         max_events: None,
-        max_age_ms: super::max_age(params, method)?,
+        method,
     };
     // The first read checks the type, the arguments and the cursor: what is wrong with them is the
     // request's error, before anything is streamed.
@@ -76,33 +84,52 @@ pub(super) async fn serve(
             .await
             .map_err(|_| gone())
     };
-    send(
-        "notifications/events/active",
-        json!({"cursor": cursor, "truncated": page.truncated}),
-    )
-    .await?;
+    let principal = peer.name().to_string();
+    let task_type = matches!(
+        req.name.as_str(),
+        mcp_tasks_engine::events::TASK_FINISHED | mcp_tasks_engine::events::TASK_INPUT_REQUIRED
+    );
+    let ends_at = tokio::time::Instant::now() + MAX_LIFETIME;
     let mut heartbeat =
         tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
+    let mut first = true;
     loop {
+        // `active` first, and again before the events of a read that found the log purged past
+        // the stream: with the cursor the read went on from (a client that keeps it loses
+        // nothing it has not been told of).
+        if first || page.truncated {
+            send(
+                "notifications/events/active",
+                json!({"cursor": req.cursor, "truncated": page.truncated}),
+            )
+            .await?;
+            first = false;
+        }
         for occurrence in super::occurrences(&page) {
             send("notifications/events/event", occurrence).await?;
         }
         req.cursor = Some(page.cursor.clone());
         if !page.has_more {
-            // Woken by a change that makes a task event, by the recheck, or for a heartbeat.
+            // Woken by a change of the caller's that makes a task event, by the recheck (one
+            // deadline a read resets, so chatter cannot put it off), or for a heartbeat.
+            let recheck = tokio::time::sleep(RECHECK);
+            tokio::pin!(recheck);
             let mut woken = false;
             while !woken {
                 tokio::select! {
                     e = changes.recv() => woken = match e {
-                        Ok(ev) => makes_an_event(&ev),
+                        Ok(ev) => task_type && makes_an_event(&ev) && ev.task().owner == principal,
                         // Missed some: the log has them.
                         Err(_) => true,
                     },
-                    () = tokio::time::sleep(RECHECK) => woken = true,
+                    () = &mut recheck => woken = true,
                     _ = heartbeat.tick() => {
                         send("notifications/events/heartbeat", json!({"cursor": page.cursor})).await?;
                     }
                     () = out.closed() => return Err(gone()),
+                    // A stream lasts at most this long: its credentials are checked again when
+                    // the client opens the next one from its cursor.
+                    () = tokio::time::sleep_until(ends_at) => return Ok(json!({"_meta": sub_meta})),
                     () = server.stopping() => return Ok(json!({"_meta": sub_meta})),
                 }
             }
@@ -136,14 +163,6 @@ pub(super) async fn serve(
                 }
             }
         };
-        if page.truncated {
-            // Purged past the stream (it fell behind by more than the log keeps).
-            send(
-                "notifications/events/active",
-                json!({"cursor": page.cursor, "truncated": true}),
-            )
-            .await?;
-        }
     }
 }
 
