@@ -436,6 +436,11 @@ impl EventSender {
                         return;
                     }
                 };
+                // One of the sender's send slots: many ended at once (an operator's sweep) go a
+                // few at a time, beside the deliveries.
+                let Ok(slot) = me.slots.clone().acquire_owned().await else {
+                    return;
+                };
                 let outcome = match address::check_url(&sub.url, &me.settings.hosts()) {
                     Err(e) => Err(e.to_string()),
                     Ok(_) => {
@@ -448,6 +453,7 @@ impl EventSender {
                         }
                     }
                 };
+                drop(slot);
                 match outcome {
                     Ok(()) => {
                         tracing::info!(target: "mcp_tasks::audit", subscription = %sub.id, message_id = %id, "terminated envelope delivered");
