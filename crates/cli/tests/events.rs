@@ -119,6 +119,18 @@ fn ai_sdk_with(url: &str, legacy: bool, env: &[(&str, &str)]) -> Script {
     Script::start(cmd)
 }
 
+/// `events watch task.finished EXTRA --count 1 --json` against `url` as Alice.
+fn watch_args(url: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["events", "watch", "task.finished"]
+        .map(String::from)
+        .to_vec();
+    args.extend(extra.iter().map(|a| a.to_string()));
+    for a in ["--count", "1", "--json", "--url", url, "--key", "key-alice"] {
+        args.push(a.to_string());
+    }
+    args
+}
+
 /// Runs a real task as Alice and returns its id once it completed.
 async fn alices_task(url: &str) -> String {
     let mut alice = Stateless::with_tasks(url).bearer("key-alice");
@@ -352,19 +364,7 @@ async fn the_cli_lists_the_types_and_watches_a_task_s_end_on_its_stream_and_goes
     );
     assert!(text.contains("task.input_required"), "{text}");
     let mut watch = Command::new(common::bin());
-    watch.args([
-        "events",
-        "watch",
-        "task.finished",
-        "tool=slow_compute",
-        "--count",
-        "1",
-        "--json",
-        "--url",
-        &s.url,
-        "--key",
-        "key-alice",
-    ]);
+    watch.args(watch_args(&s.url, &["tool=slow_compute"]));
     let script = Script::start(watch);
     // The watch starts from now: give its stream a moment to open before the task ends.
     tokio::time::sleep(Duration::from_millis(700)).await;
@@ -376,20 +376,7 @@ async fn the_cli_lists_the_types_and_watches_a_task_s_end_on_its_stream_and_goes
     let later = alices_task(&s.url).await;
     let cursor = line["cursor"].as_str().unwrap().to_string();
     let again = Command::new(common::bin())
-        .args([
-            "events",
-            "watch",
-            "task.finished",
-            "--cursor",
-            &cursor,
-            "--count",
-            "1",
-            "--json",
-            "--url",
-            &s.url,
-            "--key",
-            "key-alice",
-        ])
+        .args(watch_args(&s.url, &["--cursor", &cursor]))
         .output()
         .unwrap();
     assert!(

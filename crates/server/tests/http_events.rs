@@ -193,6 +193,17 @@ fn loopback() -> EventSettings {
     }
 }
 
+/// A server on the memory store with loopback callbacks allowed and the demo tools.
+async fn on_memory() -> support::TestServer {
+    start_with(
+        Arc::new(MemoryStore::new()),
+        fast_engine(),
+        config(loopback()),
+        vec![],
+    )
+    .await
+}
+
 fn client(url: &str, who: &str) -> Stateless {
     Stateless::with_tasks(url).bearer(&format!("key-{who}"))
 }
@@ -219,13 +230,7 @@ fn check_subscribe_result(r: &Value) {
 
 #[tokio::test]
 async fn capabilities_advertise_events_on_both_wires() {
-    let s = start_with(
-        Arc::new(MemoryStore::new()),
-        fast_engine(),
-        config(loopback()),
-        vec![],
-    )
-    .await;
+    let s = on_memory().await;
     let mut c = client(&s.url, "alice");
     let d = c.call("server/discover", json!({})).await;
     let caps = &d.result()["capabilities"];
@@ -250,13 +255,7 @@ async fn capabilities_advertise_events_on_both_wires() {
 
 #[tokio::test]
 async fn events_list_offers_the_task_types_for_webhooks_and_polls() {
-    let s = start_with(
-        Arc::new(MemoryStore::new()),
-        fast_engine(),
-        config(loopback()),
-        vec![],
-    )
-    .await;
+    let s = on_memory().await;
     let mut c = client(&s.url, "alice");
     let r = c.call("events/list", json!({})).await;
     let list = r.result();
@@ -285,13 +284,7 @@ async fn events_list_offers_the_task_types_for_webhooks_and_polls() {
 #[tokio::test]
 async fn a_verified_subscription_gets_its_principal_s_task_end_signed_once_per_event() {
     let receiver = Receiver::start(&[SECRET]).await;
-    let s = start_with(
-        Arc::new(MemoryStore::new()),
-        fast_engine(),
-        config(loopback()),
-        vec![],
-    )
-    .await;
+    let s = on_memory().await;
     let mut alice = client(&s.url, "alice");
     let sub = alice
         .call(
@@ -600,13 +593,7 @@ async fn sep_numbering_and_the_subscription_cap_are_settings() {
 async fn a_refused_event_is_retried_under_the_same_webhook_id_and_a_rotated_secret_signs_twice() {
     static BOTH: [&str; 2] = [SECRET, OTHER_SECRET];
     let receiver = Receiver::start(&BOTH).await;
-    let s = start_with(
-        Arc::new(MemoryStore::new()),
-        fast_engine(),
-        config(loopback()),
-        vec![],
-    )
-    .await;
+    let s = on_memory().await;
     let mut alice = client(&s.url, "alice");
     let r = alice
         .call(
@@ -673,13 +660,7 @@ async fn a_refused_event_is_retried_under_the_same_webhook_id_and_a_rotated_secr
 
 #[tokio::test]
 async fn polls_read_the_log_from_a_cursor_for_anonymous_callers_too() {
-    let s = start_with(
-        Arc::new(MemoryStore::new()),
-        fast_engine(),
-        config(loopback()),
-        vec![],
-    )
-    .await;
+    let s = on_memory().await;
     let mut anon = Stateless::with_tasks(&s.url);
     let first = anon
         .call(
@@ -786,13 +767,7 @@ async fn a_subscription_made_before_a_restart_gets_its_event_after_it() {
 #[tokio::test]
 async fn a_task_waiting_for_input_sends_what_to_answer() {
     let receiver = Receiver::start(&[SECRET]).await;
-    let s = start_with(
-        Arc::new(MemoryStore::new()),
-        fast_engine(),
-        config(loopback()),
-        vec![],
-    )
-    .await;
+    let s = on_memory().await;
     let mut alice = client(&s.url, "alice");
     let r = alice
         .call(
@@ -1056,13 +1031,7 @@ async fn a_callers_type_goes_to_every_principal_that_may_call_its_tool() {
 #[tokio::test]
 async fn a_subscription_to_a_task_that_already_ended_still_gets_its_event() {
     let receiver = Receiver::start(&[SECRET]).await;
-    let s = start_with(
-        Arc::new(MemoryStore::new()),
-        fast_engine(),
-        config(loopback()),
-        vec![],
-    )
-    .await;
+    let s = on_memory().await;
     let mut alice = client(&s.url, "alice");
     let task = alice
         .start_task("slow_compute", json!({"seconds": 0}))
@@ -1159,13 +1128,7 @@ async fn next_of(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Value>) -> Value 
 #[tokio::test]
 async fn a_stream_says_it_is_active_then_sends_each_event_of_its_caller_and_resumes_from_a_cursor()
 {
-    let s = start_with(
-        Arc::new(MemoryStore::new()),
-        fast_engine(),
-        config(loopback()),
-        vec![],
-    )
-    .await;
+    let s = on_memory().await;
     let mut alice = client(&s.url, "alice");
     let mut bob = client(&s.url, "bob");
     let mut stream = open_stream(
@@ -1234,13 +1197,7 @@ async fn a_stream_says_it_is_active_then_sends_each_event_of_its_caller_and_resu
 
 #[tokio::test]
 async fn a_stream_with_a_bad_request_is_an_error_and_a_stop_ends_it_with_its_result() {
-    let s = start_with(
-        Arc::new(MemoryStore::new()),
-        fast_engine(),
-        config(loopback()),
-        vec![],
-    )
-    .await;
+    let s = on_memory().await;
     for (params, code) in [
         (
             json!({"name": "no.such.type", "cursor": null}),
@@ -1319,13 +1276,7 @@ async fn a_stream_with_a_bad_request_is_an_error_and_a_stop_ends_it_with_its_res
 
 #[tokio::test]
 async fn max_age_skips_older_events_on_a_replay() {
-    let s = start_with(
-        Arc::new(MemoryStore::new()),
-        fast_engine(),
-        config(loopback()),
-        vec![],
-    )
-    .await;
+    let s = on_memory().await;
     let mut alice = client(&s.url, "alice");
     let start = alice
         .call(
