@@ -119,6 +119,21 @@ fn ai_sdk_with(url: &str, legacy: bool, env: &[(&str, &str)]) -> Script {
     Script::start(cmd)
 }
 
+/// `mcp-tasks admin ARGS` against the server at `base` as the operator; its stdout (it must succeed).
+fn admin(base: &str, args: &[&str]) -> String {
+    let out = Command::new(common::bin())
+        .args(["admin", "--url", base, "--key", "key-ops"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
 /// `events watch task.finished EXTRA --count 1 --json` against `url` as Alice.
 fn watch_args(url: &str, extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = ["events", "watch", "task.finished"]
@@ -194,16 +209,7 @@ async fn an_operator_ending_a_subscription_tells_the_ai_sdk_receiver_with_termin
     let sub = script.expect("subscribed")["subscribed"].clone();
     let id = sub["id"].as_str().unwrap();
     let base = s.url.trim_end_matches("/mcp").to_string();
-    let out = Command::new(common::bin())
-        .args(["admin", "--url", &base, "--key", "key-ops"])
-        .args(["subscriptions", "end", id])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    admin(&base, &["subscriptions", "end", id]);
     let got = script.expect("terminated");
     assert_eq!(got["status"], 204, "the receiver took it: {got}");
     assert_eq!(got["stored"], 0, "the receiver dropped its record: {got}");
@@ -219,20 +225,8 @@ async fn an_operator_ending_a_subscription_tells_the_ai_sdk_receiver_with_termin
     assert_eq!(t["termination"]["type"], "terminated");
     assert_eq!(t["termination"]["error"]["code"], -32012, "Forbidden: {t}");
     // Every type it serves is declared: the operator's sweep ends nothing.
-    let out = Command::new(common::bin())
-        .args(["admin", "--url", &base, "--key", "key-ops"])
-        .args(["subscriptions", "end-undeclared"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "0 subscriptions ended"
-    );
+    let swept = admin(&base, &["subscriptions", "end-undeclared"]);
+    assert_eq!(swept.trim(), "0 subscriptions ended");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -260,19 +254,7 @@ async fn a_strict_chatgpt_like_client_gets_a_task_s_end_by_webhook_only() {
     assert_eq!(got["event"]["body"]["data"]["taskId"], json!(task));
     // The operator sees the subscription, its delivery, and the count in /metrics.
     let base = s.url.trim_end_matches("/mcp").to_string();
-    let admin = |args: &[&str]| {
-        let out = Command::new(common::bin())
-            .args(["admin", "--url", &base, "--key", "key-ops"])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).to_string()
-    };
+    let admin = |args: &[&str]| admin(&base, args);
     let listed: Value = serde_json::from_str(&admin(&["subscriptions", "list", "--json"])).unwrap();
     assert_eq!(listed[0]["id"], sub["id"], "{listed}");
     assert_eq!(listed[0]["principal"], "alice");
