@@ -1439,3 +1439,78 @@ async fn subscriptions_to_a_type_removed_from_the_config_end_when_the_operator_s
         "a subscription to a type still declared stays"
     );
 }
+
+#[tokio::test]
+async fn a_given_up_delivery_is_told_once_as_a_gap_with_the_missed_event_s_cursor() {
+    let receiver = Receiver::start(&[SECRET]).await;
+    let mut settings = loopback();
+    settings.control_envelopes = true;
+    let s = start_with(
+        Arc::new(MemoryStore::new()),
+        fast_engine(),
+        config(settings),
+        vec![],
+    )
+    .await;
+    let mut alice = client(&s.url, "alice");
+    let r = alice
+        .call(
+            "events/subscribe",
+            subscribe_params("task.finished", json!({}), &receiver.url, SECRET),
+        )
+        .await;
+    let id = r.result()["id"].as_str().unwrap().to_string();
+    // 413: given up at once, so the receiver missed this event.
+    receiver.set(Mode::Status(413));
+    let task = alice
+        .start_task("slow_compute", json!({"seconds": 0}))
+        .await;
+    wait_status(&mut alice, &task, &["completed"]).await;
+    let missed = receiver.wait_events(1, 10).await[0].clone();
+    receiver.set(Mode::Good);
+    let mut gap = None;
+    for _ in 0..300 {
+        gap = receiver
+            .posts
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|p| p.body["type"] == "gap")
+            .cloned();
+        if gap.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let gap = gap.expect("a gap envelope within 15 s");
+    assert_eq!(gap.headers["x-mcp-subscription-id"].to_str().unwrap(), id);
+    assert!(gap.headers["webhook-id"]
+        .to_str()
+        .unwrap()
+        .starts_with("msg_gap_"));
+    assert!(
+        gap.body["cursor"].is_string(),
+        "the AI SDK needs a string: {}",
+        gap.body
+    );
+    // Told once: it is not sent again.
+    tokio::time::sleep(Duration::from_millis(6000)).await;
+    let gaps = receiver
+        .posts
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|p| p.body["type"] == "gap")
+        .count();
+    assert_eq!(gaps, 1, "a gap taken is not told again");
+    // The cursor to keep is the missed event's: everything up to it was delivered or given up.
+    assert_eq!(gap.body["cursor"], missed.body["cursor"], "{}", gap.body);
+    assert!(verifies(&[SECRET], &gap.headers, &gap.raw), "signed");
+    // Delivery goes on as before.
+    let next = alice
+        .start_task("slow_compute", json!({"seconds": 0}))
+        .await;
+    wait_status(&mut alice, &next, &["completed"]).await;
+    let got = receiver.wait_events(2, 10).await;
+    assert_eq!(got[1].body["data"]["taskId"], json!(next));
+}

@@ -360,6 +360,25 @@ pub trait EventStore: Send + Sync + 'static {
     /// verifications ended by `now`. A later read from a position before a removed event is
     /// `truncated`.
     async fn purge_events(&self, now: u64, before: u64) -> Result<EventsPurged, StoreError>;
+
+    /// Keeps that `subscription` missed events, up to `at` (a delivery of the event there was
+    /// given up): the latest such position stays until [`EventStore::clear_event_gap`] takes it.
+    async fn note_event_gap(
+        &self,
+        subscription: &str,
+        after: EventPosition,
+    ) -> Result<(), StoreError>;
+
+    /// Gaps not yet told, of subscriptions that still exist: (subscription, the latest position
+    /// missed), at most `limit`.
+    async fn event_gaps(&self, limit: usize) -> Result<Vec<(String, EventPosition)>, StoreError>;
+
+    /// Forgets `subscription`'s gap if it is still at `after` (it was told); whether it did.
+    async fn clear_event_gap(
+        &self,
+        subscription: &str,
+        after: EventPosition,
+    ) -> Result<bool, StoreError>;
 }
 
 /// The whole storage contract of the engine: every concern's sub-trait. Every method is one atomic

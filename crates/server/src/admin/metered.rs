@@ -411,4 +411,35 @@ impl EventStore for MeteredStore {
         self.timed("purge_events", self.inner.purge_events(now, before))
             .await
     }
+
+    async fn note_event_gap(
+        &self,
+        subscription: &str,
+        after: mcp_tasks_engine::events::EventPosition,
+    ) -> Result<(), StoreError> {
+        self.timed(
+            "note_event_gap",
+            self.inner.note_event_gap(subscription, after),
+        )
+        .await
+    }
+
+    async fn event_gaps(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<(String, mcp_tasks_engine::events::EventPosition)>, StoreError> {
+        self.timed("event_gaps", self.inner.event_gaps(limit)).await
+    }
+
+    async fn clear_event_gap(
+        &self,
+        subscription: &str,
+        after: mcp_tasks_engine::events::EventPosition,
+    ) -> Result<bool, StoreError> {
+        self.timed(
+            "clear_event_gap",
+            self.inner.clear_event_gap(subscription, after),
+        )
+        .await
+    }
 }

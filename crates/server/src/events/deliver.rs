@@ -43,6 +43,12 @@ const FAN_OUT: usize = 500;
 /// How long sends in flight may go on when the server stops.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
+/// How often the gaps still to be told are looked for.
+const GAP_CHECK: Duration = Duration::from_secs(5);
+/// Gaps one round looks at.
+const GAPS_PER_ROUND: usize = 32;
+/// The wait after a gap envelope was not taken (doubling, up to [`MAX_DELAY`]).
+const GAP_RETRY: Duration = Duration::from_secs(30);
 /// Attempts a `terminated` envelope gets, [`TERMINATED_RETRY`] × the attempt apart.
 const TERMINATED_ATTEMPTS: u32 = 3;
 const TERMINATED_RETRY: Duration = Duration::from_secs(2);
@@ -70,6 +76,9 @@ pub struct EventSender {
     settled: dashmap::DashMap<(String, String), u64>,
     /// Counts the rounds.
     rounds: std::sync::atomic::AtomicU64,
+    /// Per subscription with a gap: when this node may send its envelope again, and the wait
+    /// that gave.
+    gap_backoff: dashmap::DashMap<String, (Instant, Duration)>,
     /// Whether the store held a subscription when last asked, and when that was: without one
     /// there is nothing to fan out or claim, and a round costs the store nothing.
     subscribed: std::sync::Mutex<Option<(bool, Instant)>>,
@@ -104,6 +113,7 @@ impl EventSender {
             subscribed: std::sync::Mutex::new(None),
             settled: dashmap::DashMap::new(),
             rounds: std::sync::atomic::AtomicU64::new(0),
+            gap_backoff: dashmap::DashMap::new(),
         })
     }
 
@@ -145,6 +155,7 @@ impl EventSender {
             }
         }));
         let mut last_purge: Option<Instant> = None;
+        let mut last_gaps: Option<Instant> = None;
         loop {
             let round = tokio::select! {
                 r = self.round() => r,
@@ -192,6 +203,14 @@ impl EventSender {
                     }
                     Ok(_) => {}
                     Err(e) => tracing::warn!(error = %e, "the event log could not be purged"),
+                }
+            }
+            if self.settings.control_envelopes
+                && last_gaps.is_none_or(|at| at.elapsed() >= GAP_CHECK)
+            {
+                last_gaps = Some(Instant::now());
+                if let Err(e) = self.tell_gaps().await {
+                    tracing::warn!(error = %e, "the event gaps could not be read");
                 }
             }
             if matches!(round, Ok(n) if n > 0) {
@@ -286,6 +305,18 @@ impl EventSender {
         );
         if let Some(observe) = &self.observer {
             observe(outcome, started.elapsed());
+        }
+        // Given up after being tried: the subscriber has a gap, told (with control envelopes
+        // on) once its endpoint takes envelopes again, with a fresh cursor to keep: it reconciles
+        // what it missed by other means (the task itself), as the extension says.
+        if next == DeliveryNext::GiveUp && failure.is_some() {
+            if let Err(e) = self
+                .store
+                .note_event_gap(&d.subscription.id, d.event.position)
+                .await
+            {
+                tracing::warn!(subscription = %d.subscription.id, error = %e, "the gap of a given-up delivery could not be kept");
+            }
         }
         if let Err(e) = self
             .store
@@ -400,6 +431,74 @@ impl EventSender {
                 )
             }
         }
+    }
+
+    /// Tells the subscriptions with a gap (a delivery given up) that they missed events, with a
+    /// signed `{"type": "gap", "cursor": …}` envelope (the cursor of the latest event missed), when control envelopes are on: each gap
+    /// at most once per its backoff (30 s, doubling to 10 min) on this node, until its endpoint
+    /// takes one (2xx); then it is forgotten. `webhook-id` is derived from the subscription and
+    /// the cursor, so a gap sent twice (two replicas) is told apart by nobody.
+    async fn tell_gaps(self: &Arc<Self>) -> Result<(), mcp_tasks_engine::store::StoreError> {
+        if !self.settings.control_envelopes {
+            return Ok(());
+        }
+        let now = Instant::now();
+        for (id, after) in self.store.event_gaps(GAPS_PER_ROUND).await? {
+            if self.gap_backoff.get(&id).is_some_and(|b| b.0 > now) {
+                continue;
+            }
+            let Some(sub) = self.store.get_subscription(&id).await? else {
+                continue;
+            };
+            if !sub.is_live(now_ms()) {
+                continue;
+            }
+            let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+                return Ok(());
+            };
+            // Marked before the send, so the next round does not send it beside this one.
+            let wait = self
+                .gap_backoff
+                .get(&id)
+                .map_or(GAP_RETRY, |b| (b.1 * 2).min(MAX_DELAY));
+            self.gap_backoff.insert(id.clone(), (now + wait, wait));
+            let me = self.clone();
+            tokio::spawn(async move {
+                let _slot = slot;
+                let cursor = after.cursor();
+                let message = format!(
+                    "msg_gap_{}",
+                    &crate::auth::hash_key(&format!("{}\u{0}{cursor}", sub.id))[..32]
+                );
+                let body = serde_json::json!({"type": "gap", "cursor": cursor}).to_string();
+                let sent = match (
+                    me.keys_of(&sub, now_ms()),
+                    address::check_url(&sub.url, &me.settings.hosts()),
+                ) {
+                    (Ok(keys), Ok(_)) => {
+                        verify::post(&me.client, &sub.url, &keys, &message, &sub.id, body)
+                            .await
+                            .map(|r| r.status().is_success())
+                            .unwrap_or(false)
+                    }
+                    _ => false,
+                };
+                if !sent {
+                    tracing::debug!(subscription = %sub.id, "the gap envelope was not taken; tried again later");
+                    return;
+                }
+                me.gap_backoff.remove(&sub.id);
+                match me.store.clear_event_gap(&sub.id, after).await {
+                    Ok(_) => {
+                        tracing::info!(target: "mcp_tasks::audit", subscription = %sub.id, message_id = %message, cursor = %cursor, "gap envelope delivered")
+                    }
+                    Err(e) => {
+                        tracing::warn!(subscription = %sub.id, error = %e, "a told gap could not be forgotten; it is told again")
+                    }
+                }
+            });
+        }
+        Ok(())
     }
 
     /// Tells `sub`'s endpoint that the subscription has ended (already removed from the store) with

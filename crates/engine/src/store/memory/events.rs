@@ -28,6 +28,8 @@ pub(super) struct EventLog {
     verified: HashMap<(String, String), u64>,
     /// (subscription, event number) → the delivery.
     deliveries: BTreeMap<(String, u64), Pending>,
+    /// subscription → where its untold gap's replay goes on from.
+    gaps: HashMap<String, EventPosition>,
 }
 
 /// One delivery as this store keeps it.
@@ -244,6 +246,7 @@ impl EventStore for MemoryStore {
         let log = &mut inner.events;
         let existed = log.subscriptions.remove(id).is_some();
         log.deliveries.retain(|(s, _), _| s != id);
+        log.gaps.remove(id);
         Ok(existed)
     }
 
@@ -427,6 +430,46 @@ impl EventStore for MemoryStore {
         Ok(n)
     }
 
+    async fn note_event_gap(
+        &self,
+        subscription: &str,
+        after: EventPosition,
+    ) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        let gaps = &mut inner.events.gaps;
+        let at = gaps.entry(subscription.to_string()).or_insert(after);
+        *at = (*at).max(after);
+        Ok(())
+    }
+
+    async fn event_gaps(&self, limit: usize) -> Result<Vec<(String, EventPosition)>, StoreError> {
+        let inner = self.lock();
+        let log = &inner.events;
+        let mut gaps: Vec<(String, EventPosition)> = log
+            .gaps
+            .iter()
+            .filter(|(s, _)| log.subscriptions.contains_key(*s))
+            .map(|(s, p)| (s.clone(), *p))
+            .collect();
+        gaps.sort();
+        gaps.truncate(limit);
+        Ok(gaps)
+    }
+
+    async fn clear_event_gap(
+        &self,
+        subscription: &str,
+        after: EventPosition,
+    ) -> Result<bool, StoreError> {
+        let mut inner = self.lock();
+        let gaps = &mut inner.events.gaps;
+        if gaps.get(subscription) == Some(&after) {
+            gaps.remove(subscription);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
     async fn purge_events(&self, now: u64, before: u64) -> Result<EventsPurged, StoreError> {
         let mut inner = self.lock();
         let log = &mut inner.events;
@@ -439,6 +482,7 @@ impl EventStore for MemoryStore {
             .collect();
         for id in &ended {
             log.subscriptions.remove(id);
+            log.gaps.remove(id);
         }
         purged.subscriptions = ended.len();
         log.verified.retain(|_, until| *until > now);

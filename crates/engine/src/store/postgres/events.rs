@@ -484,6 +484,7 @@ impl EventStore for PostgresStore {
         let row = client
             .query_one(
                 "WITH d AS (DELETE FROM event_deliveries WHERE subscription = $1), \
+                 g AS (DELETE FROM event_gaps WHERE subscription = $1), \
                  s AS (DELETE FROM event_subscriptions WHERE id = $1 RETURNING 1) \
                  SELECT COUNT(*) FROM s",
                 &[&id],
@@ -679,6 +680,73 @@ impl EventStore for PostgresStore {
         Ok(usize::try_from(n).unwrap_or(usize::MAX))
     }
 
+    async fn note_event_gap(
+        &self,
+        subscription: &str,
+        after: EventPosition,
+    ) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO event_gaps (subscription, after_major, after_minor) \
+                 VALUES ($1, $2, $3) ON CONFLICT (subscription) DO UPDATE SET \
+                 after_major = excluded.after_major, after_minor = excluded.after_minor \
+                 WHERE (excluded.after_major, excluded.after_minor) > \
+                 (event_gaps.after_major, event_gaps.after_minor)",
+                &[&subscription, &pg_int(after.major), &pg_int(after.minor)],
+            )
+            .await
+            .with_context(|| format!("keep the gap of subscription {subscription}"))?;
+        Ok(())
+    }
+
+    async fn event_gaps(&self, limit: usize) -> Result<Vec<(String, EventPosition)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT g.subscription, g.after_major, g.after_minor FROM event_gaps g \
+                 JOIN event_subscriptions s ON s.id = g.subscription \
+                 ORDER BY g.subscription LIMIT $1",
+                &[&pg_int(limit as u64)],
+            )
+            .await
+            .context("read the event gaps")?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let what = "an event gap";
+            let (id, major, minor): (String, i64, i64) = (
+                get(&row, 0, what)?,
+                get(&row, 1, what)?,
+                get(&row, 2, what)?,
+            );
+            out.push((
+                id,
+                EventPosition {
+                    major: u64::try_from(major).unwrap_or(0),
+                    minor: u64::try_from(minor).unwrap_or(0),
+                },
+            ));
+        }
+        Ok(out)
+    }
+
+    async fn clear_event_gap(
+        &self,
+        subscription: &str,
+        after: EventPosition,
+    ) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let n = client
+            .execute(
+                "DELETE FROM event_gaps WHERE subscription = $1 AND after_major = $2 \
+                 AND after_minor = $3",
+                &[&subscription, &pg_int(after.major), &pg_int(after.minor)],
+            )
+            .await
+            .with_context(|| format!("forget the gap of subscription {subscription}"))?;
+        Ok(n > 0)
+    }
+
     async fn purge_events(&self, now: u64, before: u64) -> Result<EventsPurged, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.context("begin an event purge")?;
@@ -701,6 +769,12 @@ impl EventStore for PostgresStore {
             deliveries: usize::try_from(get::<i64>(&row, 1, "a count")?).unwrap_or(0),
             events: 0,
         };
+        tx.execute(
+            "DELETE FROM event_gaps WHERE subscription NOT IN (SELECT id FROM event_subscriptions)",
+            &[],
+        )
+        .await
+        .context("remove the gaps of ended subscriptions")?;
         tx.execute("DELETE FROM event_verifications WHERE until <= $1", &[&now])
             .await
             .context("remove ended verifications")?;

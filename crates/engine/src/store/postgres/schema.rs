@@ -183,6 +183,12 @@ CREATE TABLE sessions (
               CREATE INDEX event_deliveries_due ON event_deliveries (next_at) WHERE state = 'pending'; \
               CREATE INDEX event_deliveries_by_event ON event_deliveries (event_seq);",
     },
+    Migration {
+        version: 11,
+        what: "keep the gaps (given-up deliveries) each event subscription is still to be told of",
+        sql: "CREATE TABLE event_gaps (subscription TEXT PRIMARY KEY, after_major BIGINT NOT NULL, \
+              after_minor BIGINT NOT NULL);",
+    },
 ];
 
 /// The migration from which events are written without a copy of their secret, once its window

@@ -440,6 +440,11 @@ fn purge(conn: &Connection, now: u64, before: u64) -> Result<EventsPurged, Store
             [now],
         )
         .context("remove ended subscriptions")?;
+    conn.execute(
+        "DELETE FROM event_gaps WHERE subscription NOT IN (SELECT id FROM event_subscriptions)",
+        [],
+    )
+    .context("remove the gaps of ended subscriptions")?;
     conn.execute("DELETE FROM event_verifications WHERE until <= ?1", [now])
         .context("remove ended verifications")?;
     purged.deliveries += conn
@@ -587,6 +592,8 @@ impl EventStore for SqliteStore {
                 [&id],
             )
             .with_context(|| format!("remove the deliveries of subscription {id}"))?;
+            conn.execute("DELETE FROM event_gaps WHERE subscription = ?1", [&id])
+                .with_context(|| format!("remove the gap of subscription {id}"))?;
             let n = conn
                 .execute("DELETE FROM event_subscriptions WHERE id = ?1", [&id])
                 .with_context(|| format!("remove subscription {id}"))?;
@@ -758,6 +765,82 @@ impl EventStore for SqliteStore {
                     [&node],
                 )
                 .context("let go of event deliveries")
+        })
+        .await
+    }
+
+    async fn note_event_gap(
+        &self,
+        subscription: &str,
+        after: EventPosition,
+    ) -> Result<(), StoreError> {
+        let id = subscription.to_string();
+        self.write(move |tx| {
+            tx.conn()?
+                .execute(
+                    "INSERT INTO event_gaps (subscription, after_major, after_minor) \
+                     VALUES (?1, ?2, ?3) ON CONFLICT (subscription) DO UPDATE SET \
+                     after_major = excluded.after_major, after_minor = excluded.after_minor \
+                     WHERE (excluded.after_major, excluded.after_minor) > \
+                     (event_gaps.after_major, event_gaps.after_minor)",
+                    params![id, sql_int(after.major), sql_int(after.minor)],
+                )
+                .with_context(|| format!("keep the gap of subscription {id}"))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn event_gaps(&self, limit: usize) -> Result<Vec<(String, EventPosition)>, StoreError> {
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT g.subscription, g.after_major, g.after_minor FROM event_gaps g \
+                     JOIN event_subscriptions s ON s.id = g.subscription \
+                     ORDER BY g.subscription LIMIT ?1",
+                )
+                .context("read the event gaps")?;
+            let rows = stmt
+                .query_map([sql_int(limit as u64)], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, i64>(2)?,
+                    ))
+                })
+                .context("read the event gaps")?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, major, minor) = row.context("read an event gap")?;
+                out.push((
+                    id,
+                    EventPosition {
+                        major: u64::try_from(major).unwrap_or(0),
+                        minor: u64::try_from(minor).unwrap_or(0),
+                    },
+                ));
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn clear_event_gap(
+        &self,
+        subscription: &str,
+        after: EventPosition,
+    ) -> Result<bool, StoreError> {
+        let id = subscription.to_string();
+        self.write(move |tx| {
+            let n = tx
+                .conn()?
+                .execute(
+                    "DELETE FROM event_gaps WHERE subscription = ?1 AND after_major = ?2 \
+                     AND after_minor = ?3",
+                    params![id, sql_int(after.major), sql_int(after.minor)],
+                )
+                .with_context(|| format!("forget the gap of subscription {id}"))?;
+            Ok(n > 0)
         })
         .await
     }

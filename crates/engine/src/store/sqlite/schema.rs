@@ -203,6 +203,12 @@ CREATE TABLE IF NOT EXISTS sessions (
               CREATE INDEX event_deliveries_due ON event_deliveries (next_at) WHERE state = 'pending'; \
               CREATE INDEX event_deliveries_by_event ON event_deliveries (event_seq);",
     },
+    Migration {
+        version: 14,
+        what: "keep the gaps (given-up deliveries) each event subscription is still to be told of",
+        sql: "CREATE TABLE event_gaps (subscription TEXT PRIMARY KEY, after_major INTEGER NOT NULL, \
+              after_minor INTEGER NOT NULL);",
+    },
 ];
 
 /// The version a database is at once every migration is applied.

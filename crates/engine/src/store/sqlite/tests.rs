@@ -758,7 +758,7 @@ async fn a_webhook_secret_is_kept_once_with_its_task_and_not_in_its_events() {
         // As a version 11 file is: without what later migrations add.
         raw.execute_batch(
             "DROP TABLE events; DROP TABLE event_log; DROP TABLE event_subscriptions; \
-             DROP TABLE event_verifications; DROP TABLE event_deliveries; \
+             DROP TABLE event_verifications; DROP TABLE event_deliveries; DROP TABLE event_gaps; \
              PRAGMA user_version = 11",
         )
         .unwrap();

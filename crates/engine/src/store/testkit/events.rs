@@ -30,6 +30,59 @@ where
     the_purge_keeps_what_pending_deliveries_need_and_reports_truncation(make().await).await;
     a_subscription_from_a_cursor_replays_the_log_after_it(make().await).await;
     filters_compare_kinds_and_numbers_by_value(make().await).await;
+    gaps_keep_their_latest_position_until_told(make().await).await;
+}
+
+async fn gaps_keep_their_latest_position_until_told(s: impl TaskRows + EventStore) {
+    let at = |major: u64, minor: u64| EventPosition { major, minor };
+    s.put_subscription(
+        &subscription("sub_g", "alice", TASK_FINISHED, 1_000),
+        SubscriptionStart::Now,
+        10,
+    )
+    .await
+    .unwrap();
+    s.put_subscription(
+        &subscription("sub_h", "alice", TASK_FINISHED, 1_000),
+        SubscriptionStart::Now,
+        10,
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.event_gaps(10).await.unwrap(), vec![]);
+    s.note_event_gap("sub_g", at(3, 7)).await.unwrap();
+    s.note_event_gap("sub_g", at(3, 9)).await.unwrap();
+    s.note_event_gap("sub_g", at(2, 100)).await.unwrap();
+    s.note_event_gap("sub_h", at(5, 1)).await.unwrap();
+    s.note_event_gap("sub_gone", at(1, 1)).await.unwrap();
+    assert_eq!(
+        s.event_gaps(10).await.unwrap(),
+        vec![("sub_g".into(), at(3, 9)), ("sub_h".into(), at(5, 1))],
+        "the latest kept; a subscription that does not exist has none"
+    );
+    assert_eq!(s.event_gaps(1).await.unwrap().len(), 1, "at most the limit");
+    // Told of an older gap while a newer one was noted: the newer one stays.
+    assert!(!s.clear_event_gap("sub_g", at(3, 7)).await.unwrap());
+    assert!(s.clear_event_gap("sub_g", at(3, 9)).await.unwrap());
+    assert!(!s.clear_event_gap("sub_g", at(3, 9)).await.unwrap());
+    assert_eq!(
+        s.event_gaps(10).await.unwrap(),
+        vec![("sub_h".into(), at(5, 1))]
+    );
+    // A removed subscription's gap goes with it.
+    assert!(s.delete_subscription("sub_h").await.unwrap());
+    s.put_subscription(
+        &subscription("sub_h", "alice", TASK_FINISHED, 2_000),
+        SubscriptionStart::Now,
+        10,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        s.event_gaps(10).await.unwrap(),
+        vec![],
+        "not the old one's gap"
+    );
 }
 
 async fn filters_compare_kinds_and_numbers_by_value(s: impl TaskRows + EventStore) {
