@@ -67,9 +67,10 @@ pub struct EventsSection {
     /// Error numbers: `sketch` (-32011…-32015, what ChatGPT uses; the default) or `sep-3415`
     /// (-32023…-32027).
     pub error_codes: Option<String>,
-    /// Send `terminated` control envelopes to a subscription's endpoint when it ends on the
-    /// server's side (an operator ended it; its type is no longer declared). Default false:
-    /// ChatGPT takes none; the AI SDK's receiver does.
+    /// Send control envelopes to a subscription's endpoint: `terminated` when it ends on the
+    /// server's side (an operator ended it; its type is no longer declared), `gap` when one of
+    /// its deliveries was given up. Default false: ChatGPT takes none; the AI SDK's receiver
+    /// does.
     pub control_envelopes: Option<bool>,
     /// `[[events.types]]`: the server's own event types, which its tools publish (a command
     /// tool with `::event NAME {json}`). (Not `[[events]]`: TOML cannot make `events` both this

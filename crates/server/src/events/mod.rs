@@ -200,9 +200,9 @@ pub struct EventSettings {
     pub error_numbering: ErrorNumbering,
     /// The types declared in the config (`[[events]]`), after the built-in task types.
     pub types: Vec<EventType>,
-    /// Whether `terminated` control envelopes are sent (default off: ChatGPT takes none; the AI
-    /// SDK's receiver does): to a subscription an operator ended, or whose type is no longer
-    /// declared.
+    /// Whether control envelopes are sent (default off: ChatGPT takes none; the AI SDK's
+    /// receiver does): `terminated` to a subscription an operator ended, or whose type is no
+    /// longer declared; `gap` to one whose delivery was given up.
     pub control_envelopes: bool,
 }
 
