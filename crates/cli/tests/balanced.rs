@@ -250,7 +250,7 @@ const LEASE_SECS: u64 = 2;
 /// for `lease_secs`.
 fn run_logging_config(log: &std::path::Path, lease_secs: u64) -> String {
     let script = format!(
-        "echo \"start $MCP_TASKS_TASK_ID\" >> {log}; sleep 2; echo \"end $MCP_TASKS_TASK_ID\" >> {log}; echo done",
+        "echo \"start $MCP_TASKS_TASK_ID $$\" >> {log}; sleep 2; echo \"end $MCP_TASKS_TASK_ID $$\" >> {log}; echo done",
         log = log.display()
     );
     format!(
@@ -317,7 +317,8 @@ async fn try_create(http: &reqwest::Client, url: &str, tool: &str) -> Result<Str
 fn runs(log: &std::path::Path) -> HashMap<String, (usize, usize)> {
     let mut seen: HashMap<String, (usize, usize)> = HashMap::new();
     for line in std::fs::read_to_string(log).unwrap_or_default().lines() {
-        if let Some((what, id)) = line.split_once(' ') {
+        let mut words = line.split(' ');
+        if let (Some(what), Some(id)) = (words.next(), words.next()) {
             let e = seen.entry(id.to_string()).or_default();
             match what {
                 "start" => e.0 += 1,
@@ -327,6 +328,46 @@ fn runs(log: &std::path::Path) -> HashMap<String, (usize, usize)> {
         }
     }
     seen
+}
+
+/// No two runs of one task overlapped: between a run's start and its end (its shell's pid on both
+/// lines, appended in order) the log holds no other start of that task. (A run killed with its
+/// replica leaves no end, so only runs that ended are checked.) The lines of each task are in
+/// the message when it fails.
+fn assert_no_overlapping_runs(log: &std::path::Path) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut lines: HashMap<&str, Vec<(&str, &str)>> = HashMap::new();
+    for line in text.lines() {
+        let w: Vec<&str> = line.split(' ').collect();
+        if let [what, id, pid] = w[..] {
+            lines.entry(id).or_default().push((what, pid));
+        }
+    }
+    for (id, seq) in &lines {
+        for (at, (what, pid)) in seq.iter().enumerate() {
+            if *what != "end" {
+                continue;
+            }
+            let began = seq[..at]
+                .iter()
+                .rposition(|(w, p)| *w == "start" && p == pid)
+                .unwrap_or_else(|| panic!("{id}: an end with no start: {seq:?}"));
+            assert!(
+                !seq[began + 1..at].iter().any(|(w, _)| *w == "start"),
+                "{id}: another run began while run {pid} ran: {seq:?}"
+            );
+        }
+    }
+}
+
+/// The run log's lines of task `id`, for a failure's message.
+fn lines_of(log: &std::path::Path, id: &str) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.split(' ').nth(1) == Some(id))
+        .map(str::to_string)
+        .collect()
 }
 
 /// Creates tasks through the balancer from four clients for `for_how_long`; the acknowledged ids
@@ -425,6 +466,7 @@ async fn a_replica_killed_under_load_has_its_tasks_taken_over() {
     }
 
     let finished = settle(&cluster.url, &made, Duration::from_secs(30)).await;
+    assert_no_overlapping_runs(&log);
     let runs = runs(&log);
     let tools: BTreeMap<&str, &str> = made.iter().map(|(id, t)| (id.as_str(), *t)).collect();
     let mut interrupted = 0;
@@ -449,7 +491,7 @@ async fn a_replica_killed_under_load_has_its_tasks_taken_over() {
             slowest_takeover = slowest_takeover.max(took);
         } else {
             assert_eq!(status, "completed", "{t}");
-            assert_eq!(ends, 1, "one run finished: {t}");
+            assert_eq!(ends, 1, "one run finished: {t} {:?}", lines_of(&log, id));
             if starts == 2 {
                 // Re-run after the takeover: only for the retry-safe tool.
                 assert_eq!(tools[id], "again", "{t}");
@@ -513,6 +555,7 @@ async fn database_connections_lost_under_load_lose_nothing() {
             .expect("the replicas serve again");
     }
     let finished = settle(&cluster.url, &made, Duration::from_secs(40)).await;
+    assert_no_overlapping_runs(&log);
     let runs = runs(&log);
     for t in &finished {
         let id = t["taskId"].as_str().unwrap();

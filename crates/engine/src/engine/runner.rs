@@ -120,6 +120,9 @@ impl Engine {
             // A panic is caught here, and dropping the future is what aborting it means.
             let mut work = std::panic::AssertUnwindSafe(handler.run(ctx, arguments)).catch_unwind();
             let outcome = tokio::select! {
+                // The handler first: work that ended in the same instant as a stop (a fence
+                // when the node was starved for a while) is the run's, not dropped.
+                biased;
                 joined = &mut work => Some(joined),
                 // Boxed: what follows a stop is needed only then, not held in every running
                 // task's future.
@@ -163,7 +166,8 @@ impl Engine {
 
     /// Writes what the handler returned (`None`: it was dropped). A run told to stop writes
     /// nothing when the task is over or another node may run it (a cancel, a lost lease, a finish
-    /// elsewhere); on a hand-off or a shutdown it writes a successful result returned within the
+    /// elsewhere), except an outcome returned before a lost lease's stop reached the handler,
+    /// written while this node still holds the lease; on a hand-off or a shutdown it writes a successful result returned within the
     /// grace by a handler that did not see the stop (the work is done: running it again would
     /// repeat it), and otherwise leaves the task unfinished, released at once on a hand-off.
     async fn conclude(&self, sink: &TaskSink, outcome: Option<std::thread::Result<Outcome>>) {
@@ -183,6 +187,16 @@ impl Engine {
         };
         match reason {
             None => self.finish(&sink.id, outcome).await,
+            // The handler ran to its end before the lease's stop reached it (the fence, with the
+            // lease nearly out; or a renewal that found the lease gone): the work happened once
+            // and whole, so its outcome is the task's wherever this node still holds the lease.
+            // The write is conditional on that (`holder`): if another node took the task over,
+            // it is a conflict and nothing is written. Dropping it instead had the task run again
+            // (or fail as interrupted) for work already done.
+            Some(StopReason::LeaseLost) if !sink.stop_seen.load(Ordering::Acquire) => {
+                tracing::info!(task = %sink.id, "the handler finished as its lease was lost; its outcome is written while this node still holds the lease");
+                self.finish(&sink.id, outcome).await;
+            }
             Some(StopReason::HandedOff | StopReason::ShuttingDown)
                 if outcome.is_success() && !sink.stop_seen.load(Ordering::Acquire) =>
             {
@@ -889,5 +903,81 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
         assert!(!engine.notifier().wants(&id), "ended: no longer wanted");
+    }
+
+    /// Fences its own run (as the fence does when the node was starved past its renewals) and,
+    /// when `moved`, first gives the lease to node `b` (a take-over); then returns a result in
+    /// the same poll: the work ended in the instant its lease was lost.
+    struct EndsAsItsLeaseIsLost {
+        engine: std::sync::OnceLock<std::sync::Weak<Engine>>,
+        moved: bool,
+    }
+    #[async_trait]
+    impl TaskHandler for EndsAsItsLeaseIsLost {
+        async fn run(&self, ctx: TaskContext, _arguments: Arc<Value>) -> Outcome {
+            let engine = self.engine.get().and_then(|e| e.upgrade()).expect("engine");
+            let id = ctx.task_id().expect("a task's run").to_string();
+            if self.moved {
+                let change = TaskChange {
+                    lease: Some((Some("b".into()), Some(crate::now_ms() + 60_000))),
+                    ..Default::default()
+                };
+                engine
+                    .store
+                    .update(&id, &TaskStatus::ACTIVE, change, crate::now_ms())
+                    .await
+                    .expect("the lease moves");
+            }
+            engine.running.get(id.as_str()).expect("running").fence();
+            Outcome::Result {
+                value: serde_json::json!({"done": true}),
+                is_error: false,
+            }
+        }
+    }
+
+    async fn ended_as_lease_lost(moved: bool) -> crate::TaskRecord {
+        let handler = Arc::new(EndsAsItsLeaseIsLost {
+            engine: std::sync::OnceLock::new(),
+            moved,
+        });
+        let engine = Engine::builder(Arc::new(MemoryStore::new()), EngineConfig::default())
+            .handler("ends", handler.clone(), false)
+            .build();
+        let _ = handler.engine.set(Arc::downgrade(&engine));
+        let id = engine
+            .submit(crate::NewTask::new("ends", serde_json::json!({})))
+            .await
+            .unwrap()
+            .record
+            .id;
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while engine.running_count() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert_eq!(engine.running_count(), 0, "the run ended");
+        match engine.store.get(&id).await.unwrap() {
+            crate::store::Lookup::Found(t) => t,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Work that ended as its lease was lost (the fence, after the node was starved) is the
+    /// task's while this node still holds the lease: written, not dropped to be run again. (Seen
+    /// in a cluster test: a retry-safe command ran to its end three times.)
+    #[tokio::test]
+    async fn an_outcome_returned_as_the_lease_is_fenced_is_written_while_the_lease_is_held() {
+        let t = ended_as_lease_lost(false).await;
+        assert_eq!(t.status, TaskStatus::Completed, "{t:?}");
+        assert!(matches!(&t.outcome, Some(Outcome::Result { value, .. }) if value["done"] == true));
+    }
+
+    /// ... and nothing is written once another node took the task over: its run is the task's.
+    #[tokio::test]
+    async fn an_outcome_returned_after_a_take_over_is_not_written() {
+        let t = ended_as_lease_lost(true).await;
+        assert_eq!(t.status, TaskStatus::Working, "{t:?}");
+        assert_eq!(t.lease_owner.as_deref(), Some("b"));
+        assert_eq!(t.outcome, None);
     }
 }
