@@ -72,6 +72,8 @@ pub struct EventsSection {
     /// its deliveries was given up. Default false: ChatGPT takes none; the AI SDK's receiver
     /// does.
     pub control_envelopes: Option<bool>,
+    /// The wait after a `gap` envelope was not taken, doubling up to 10 min (default 30).
+    pub gap_retry_secs: Option<u64>,
     /// `[[events.types]]`: the server's own event types, which its tools publish (a command
     /// tool with `::event NAME {json}`). (Not `[[events]]`: TOML cannot make `events` both this
     /// table and an array.)
@@ -186,6 +188,7 @@ impl EventsSection {
                 .map(EventTypeEntry::to_type)
                 .collect::<Result<_>>()?,
             control_envelopes: self.control_envelopes.unwrap_or(d.control_envelopes),
+            gap_retry: secs(self.gap_retry_secs, "gap_retry_secs", d.gap_retry)?,
         };
         if settings.min_ttl > settings.max_ttl {
             bail!("[events] min_ttl_secs is longer than max_ttl_secs");

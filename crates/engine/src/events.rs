@@ -359,6 +359,22 @@ pub struct EventDelivery {
     pub created_at: u64,
 }
 
+/// A subscription's gap still to be told: a delivery to it was given up after being tried
+/// (see [`EventStore::due_event_gaps`](crate::store::EventStore::due_event_gaps)).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventGap {
+    /// The subscription, as stored now (its URL and secrets sign and address the envelope).
+    pub subscription: EventSubscription,
+    /// The latest position whose delivery was given up: what identifies the gap, so that one
+    /// noted while it was being told is not forgotten with it.
+    pub missed: EventPosition,
+    /// The cursor to tell: the later of [`EventGap::missed`] and the latest position delivered
+    /// to the subscription, so that a receiver keeping it never moves back.
+    pub cursor: EventPosition,
+    /// Times it was claimed to be told (each claim is an attempt).
+    pub attempts: u32,
+}
+
 /// A delivery for an operator: which event to which subscription, and where it stands.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EventDeliveryState {

@@ -1441,17 +1441,13 @@ async fn subscriptions_to_a_type_removed_from_the_config_end_when_the_operator_s
 }
 
 #[tokio::test]
-async fn a_given_up_delivery_is_told_once_as_a_gap_with_the_missed_event_s_cursor() {
+async fn a_given_up_delivery_is_told_as_a_gap_until_taken_with_the_missed_event_s_cursor() {
     let receiver = Receiver::start(&[SECRET]).await;
     let mut settings = loopback();
     settings.control_envelopes = true;
-    let s = start_with(
-        Arc::new(MemoryStore::new()),
-        fast_engine(),
-        config(settings),
-        vec![],
-    )
-    .await;
+    settings.gap_retry = Duration::from_millis(300);
+    let store = Arc::new(MemoryStore::new());
+    let s = start_with(store.clone(), fast_engine(), config(settings), vec![]).await;
     let mut alice = client(&s.url, "alice");
     let r = alice
         .call(
@@ -1467,22 +1463,37 @@ async fn a_given_up_delivery_is_told_once_as_a_gap_with_the_missed_event_s_curso
         .await;
     wait_status(&mut alice, &task, &["completed"]).await;
     let missed = receiver.wait_events(1, 10).await[0].clone();
-    receiver.set(Mode::Good);
-    let mut gap = None;
-    for _ in 0..300 {
-        gap = receiver
+    // The endpoint refuses the next two POSTs (503): the gap is told again, backing off, until
+    // it is taken.
+    receiver.set(Mode::Refuse(2));
+    let gaps = || -> Vec<Post> {
+        receiver
             .posts
             .lock()
             .unwrap()
             .iter()
-            .find(|p| p.body["type"] == "gap")
-            .cloned();
-        if gap.is_some() {
+            .filter(|p| p.body["type"] == "gap")
+            .cloned()
+            .collect()
+    };
+    for _ in 0..300 {
+        if gaps().len() >= 3 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let gap = gap.expect("a gap envelope within 15 s");
+    let told = gaps();
+    assert_eq!(
+        told.len(),
+        3,
+        "refused twice, taken the third time: {told:?}"
+    );
+    let gap = told[2].clone();
+    let ids: std::collections::BTreeSet<&str> = told
+        .iter()
+        .map(|p| p.headers["webhook-id"].to_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 1, "one message, told three times: {ids:?}");
     assert_eq!(gap.headers["x-mcp-subscription-id"].to_str().unwrap(), id);
     assert!(gap.headers["webhook-id"]
         .to_str()
@@ -1493,16 +1504,14 @@ async fn a_given_up_delivery_is_told_once_as_a_gap_with_the_missed_event_s_curso
         "the AI SDK needs a string: {}",
         gap.body
     );
-    // Told once: it is not sent again.
-    tokio::time::sleep(Duration::from_millis(6000)).await;
-    let gaps = receiver
-        .posts
-        .lock()
+    // Taken: forgotten, not sent again.
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert_eq!(gaps().len(), 3, "a gap taken is not told again");
+    assert!(store
+        .due_event_gaps(u64::MAX / 2, 10)
+        .await
         .unwrap()
-        .iter()
-        .filter(|p| p.body["type"] == "gap")
-        .count();
-    assert_eq!(gaps, 1, "a gap taken is not told again");
+        .is_empty());
     // The cursor to keep is the missed event's: everything up to it was delivered or given up.
     assert_eq!(gap.body["cursor"], missed.body["cursor"], "{}", gap.body);
     assert!(verifies(&[SECRET], &gap.headers, &gap.raw), "signed");

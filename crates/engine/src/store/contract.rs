@@ -16,8 +16,8 @@ use super::{
     TaskChange, TaskFilter, TaskPage, UpdateError,
 };
 use crate::events::{
-    EventDelivery, EventDeliveryState, EventPage, EventPosition, EventQuery, EventSubscription,
-    EventsPurged, NewEvent, Subscribed, SubscriptionStart,
+    EventDelivery, EventDeliveryState, EventGap, EventPage, EventPosition, EventQuery,
+    EventSubscription, EventsPurged, NewEvent, Subscribed, SubscriptionStart,
 };
 use crate::model::{InputRecord, InputResponse, StepRecord, TaskRecord, TaskStatus, Transition};
 use crate::webhook::{Delivery, DeliveryAttempt, DeliveryNext, DeliveryQuery};
@@ -334,7 +334,13 @@ pub trait EventStore: Send + Sync + 'static {
     /// if `node` still holds its lease (otherwise nothing changes: `false`).
     /// [`DeliveryNext::Gone`] settles this delivery only. A subscription put again from a cursor
     /// ([`SubscriptionStart::After`]) makes its deliveries after it that were given up or gone
-    /// pending again.
+    /// pending again, and forgets its gap.
+    ///
+    /// With `keep_gap`, a [`DeliveryNext::GiveUp`] also keeps the subscription's gap at this
+    /// event's position (the later of it and the gap already kept, whose schedule stays; a new
+    /// gap is due at once), in the same step and only if the lease was held: see
+    /// [`EventStore::due_event_gaps`].
+    #[allow(clippy::too_many_arguments)]
     async fn finish_event_delivery(
         &self,
         subscription: &str,
@@ -343,6 +349,7 @@ pub trait EventStore: Send + Sync + 'static {
         attempt: &DeliveryAttempt,
         next: DeliveryNext,
         failure: Option<&str>,
+        keep_gap: bool,
     ) -> Result<bool, StoreError>;
 
     /// The deliveries to `subscription`, newest first, at most `limit`.
@@ -361,23 +368,27 @@ pub trait EventStore: Send + Sync + 'static {
     /// `truncated`.
     async fn purge_events(&self, now: u64, before: u64) -> Result<EventsPurged, StoreError>;
 
-    /// Keeps that `subscription` missed events, up to `at` (a delivery of the event there was
-    /// given up): the latest such position stays until [`EventStore::clear_event_gap`] takes it.
-    async fn note_event_gap(
+    /// Gaps due to be told by `now` (never told, or their retry time come), of subscriptions
+    /// still live at `now`, soonest due first, at most `limit`: a gap that is not taken waits
+    /// its turn behind the others instead of holding them up.
+    async fn due_event_gaps(&self, now: u64, limit: usize) -> Result<Vec<EventGap>, StoreError>;
+
+    /// Claims `subscription`'s gap to be told now, if it is still due at `now`: it is due again
+    /// at `retry_at` (if this telling is not taken), one more attempt counted. One step: among
+    /// replicas, one claims it; `false` when it is not due (claimed elsewhere, forgotten).
+    async fn claim_event_gap(
         &self,
         subscription: &str,
-        after: EventPosition,
-    ) -> Result<(), StoreError>;
+        now: u64,
+        retry_at: u64,
+    ) -> Result<bool, StoreError>;
 
-    /// Gaps not yet told, of subscriptions that still exist: (subscription, the latest position
-    /// missed), at most `limit`.
-    async fn event_gaps(&self, limit: usize) -> Result<Vec<(String, EventPosition)>, StoreError>;
-
-    /// Forgets `subscription`'s gap if it is still at `after` (it was told); whether it did.
-    async fn clear_event_gap(
+    /// Forgets `subscription`'s gap if it is still at `missed` (it was told, or given up on): a
+    /// gap noted meanwhile stays. Whether it did.
+    async fn forget_event_gap(
         &self,
         subscription: &str,
-        after: EventPosition,
+        missed: EventPosition,
     ) -> Result<bool, StoreError>;
 }
 

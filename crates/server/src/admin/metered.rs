@@ -378,11 +378,19 @@ impl EventStore for MeteredStore {
         attempt: &DeliveryAttempt,
         next: DeliveryNext,
         failure: Option<&str>,
+        keep_gap: bool,
     ) -> Result<bool, StoreError> {
         self.timed(
             "finish_event_delivery",
-            self.inner
-                .finish_event_delivery(subscription, event_id, node, attempt, next, failure),
+            self.inner.finish_event_delivery(
+                subscription,
+                event_id,
+                node,
+                attempt,
+                next,
+                failure,
+                keep_gap,
+            ),
         )
         .await
     }
@@ -412,33 +420,36 @@ impl EventStore for MeteredStore {
             .await
     }
 
-    async fn note_event_gap(
+    async fn due_event_gaps(
+        &self,
+        now: u64,
+        limit: usize,
+    ) -> Result<Vec<mcp_tasks_engine::events::EventGap>, StoreError> {
+        self.timed("due_event_gaps", self.inner.due_event_gaps(now, limit))
+            .await
+    }
+
+    async fn claim_event_gap(
         &self,
         subscription: &str,
-        after: mcp_tasks_engine::events::EventPosition,
-    ) -> Result<(), StoreError> {
+        now: u64,
+        retry_at: u64,
+    ) -> Result<bool, StoreError> {
         self.timed(
-            "note_event_gap",
-            self.inner.note_event_gap(subscription, after),
+            "claim_event_gap",
+            self.inner.claim_event_gap(subscription, now, retry_at),
         )
         .await
     }
 
-    async fn event_gaps(
-        &self,
-        limit: usize,
-    ) -> Result<Vec<(String, mcp_tasks_engine::events::EventPosition)>, StoreError> {
-        self.timed("event_gaps", self.inner.event_gaps(limit)).await
-    }
-
-    async fn clear_event_gap(
+    async fn forget_event_gap(
         &self,
         subscription: &str,
-        after: mcp_tasks_engine::events::EventPosition,
+        missed: mcp_tasks_engine::events::EventPosition,
     ) -> Result<bool, StoreError> {
         self.timed(
-            "clear_event_gap",
-            self.inner.clear_event_gap(subscription, after),
+            "forget_event_gap",
+            self.inner.forget_event_gap(subscription, missed),
         )
         .await
     }

@@ -43,12 +43,15 @@ const FAN_OUT: usize = 500;
 /// How long sends in flight may go on when the server stops.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
-/// How often the gaps still to be told are looked for.
+/// How often the gaps due to be told are looked for (or every [`EventSettings::gap_retry`], when
+/// shorter).
 const GAP_CHECK: Duration = Duration::from_secs(5);
 /// Gaps one round looks at.
 const GAPS_PER_ROUND: usize = 32;
-/// The wait after a gap envelope was not taken (doubling, up to [`MAX_DELAY`]).
-const GAP_RETRY: Duration = Duration::from_secs(30);
+/// Most times one gap is told: with the default wait (30 s doubling to 10 min), about two hours
+/// of an endpoint refusing envelopes; then it is forgotten (the subscription's delivery status
+/// still says its endpoint failed).
+pub const GAP_ATTEMPTS: u32 = 16;
 /// Attempts a `terminated` envelope gets, [`TERMINATED_RETRY`] × the attempt apart.
 const TERMINATED_ATTEMPTS: u32 = 3;
 const TERMINATED_RETRY: Duration = Duration::from_secs(2);
@@ -76,9 +79,6 @@ pub struct EventSender {
     settled: dashmap::DashMap<(String, String), u64>,
     /// Counts the rounds.
     rounds: std::sync::atomic::AtomicU64,
-    /// Per subscription with a gap: when this node may send its envelope again, and the wait
-    /// that gave.
-    gap_backoff: dashmap::DashMap<String, (Instant, Duration)>,
     /// Whether the store held a subscription when last asked, and when that was: without one
     /// there is nothing to fan out or claim, and a round costs the store nothing.
     subscribed: std::sync::Mutex<Option<(bool, Instant)>>,
@@ -113,7 +113,6 @@ impl EventSender {
             subscribed: std::sync::Mutex::new(None),
             settled: dashmap::DashMap::new(),
             rounds: std::sync::atomic::AtomicU64::new(0),
-            gap_backoff: dashmap::DashMap::new(),
         })
     }
 
@@ -206,10 +205,10 @@ impl EventSender {
                 }
             }
             if self.settings.control_envelopes
-                && last_gaps.is_none_or(|at| at.elapsed() >= GAP_CHECK)
+                && last_gaps.is_none_or(|at| at.elapsed() >= GAP_CHECK.min(self.settings.gap_retry))
             {
                 last_gaps = Some(Instant::now());
-                if let Err(e) = self.tell_gaps().await {
+                if let Err(e) = self.tell_gaps(&stop).await {
                     tracing::warn!(error = %e, "the event gaps could not be read");
                 }
             }
@@ -306,18 +305,6 @@ impl EventSender {
         if let Some(observe) = &self.observer {
             observe(outcome, started.elapsed());
         }
-        // Given up after being tried: the subscriber has a gap, told (with control envelopes
-        // on) once its endpoint takes envelopes again, with a fresh cursor to keep: it reconciles
-        // what it missed by other means (the task itself), as the extension says.
-        if next == DeliveryNext::GiveUp && failure.is_some() {
-            if let Err(e) = self
-                .store
-                .note_event_gap(&d.subscription.id, d.event.position)
-                .await
-            {
-                tracing::warn!(subscription = %d.subscription.id, error = %e, "the gap of a given-up delivery could not be kept");
-            }
-        }
         if let Err(e) = self
             .store
             .finish_event_delivery(
@@ -327,6 +314,11 @@ impl EventSender {
                 &attempt,
                 next,
                 failure.map(Failure::as_str),
+                // Given up after being tried: the subscriber has a gap, kept with the give-up (so
+                // only by the node that held the delivery) and told, with control envelopes on,
+                // once its endpoint takes envelopes again, with a cursor to keep: it reconciles
+                // what it missed by other means (the task itself), as the extension says.
+                self.settings.control_envelopes && failure.is_some(),
             )
             .await
         {
@@ -433,39 +425,50 @@ impl EventSender {
         }
     }
 
-    /// Tells the subscriptions with a gap (a delivery given up) that they missed events, with a
-    /// signed `{"type": "gap", "cursor": …}` envelope (the cursor of the latest event missed), when control envelopes are on: each gap
-    /// at most once per its backoff (30 s, doubling to 10 min) on this node, until its endpoint
-    /// takes one (2xx); then it is forgotten. `webhook-id` is derived from the subscription and
-    /// the cursor, so a gap sent twice (two replicas) is told apart by nobody.
-    async fn tell_gaps(self: &Arc<Self>) -> Result<(), mcp_tasks_engine::store::StoreError> {
+    /// Tells the subscriptions with a gap due (a delivery given up) that they missed events, with
+    /// a signed `{"type": "gap", "cursor": …}` envelope (the later of the latest event missed and
+    /// the latest delivered), when control envelopes are on. Each is claimed in the store first
+    /// (one replica tells it; it is due again after [`EventSettings::gap_retry`], doubling to
+    /// 10 min, if this telling is not taken), and forgotten once its endpoint takes one (2xx),
+    /// or after [`GAP_ATTEMPTS`]. Gaps are read soonest due first, so one endpoint that refuses
+    /// them does not hold the others up. `webhook-id` is derived from the subscription and the
+    /// cursor: one told twice is one message to its receiver.
+    async fn tell_gaps(
+        self: &Arc<Self>,
+        stop: &CancellationToken,
+    ) -> Result<(), mcp_tasks_engine::store::StoreError> {
         if !self.settings.control_envelopes {
             return Ok(());
         }
-        let now = Instant::now();
-        for (id, after) in self.store.event_gaps(GAPS_PER_ROUND).await? {
-            if self.gap_backoff.get(&id).is_some_and(|b| b.0 > now) {
+        let now = now_ms();
+        for gap in self.store.due_event_gaps(now, GAPS_PER_ROUND).await? {
+            if stop.is_cancelled() {
+                return Ok(());
+            }
+            let id = gap.subscription.id.clone();
+            if gap.attempts >= GAP_ATTEMPTS {
+                tracing::warn!(subscription = %id, attempts = gap.attempts, "a gap envelope was never taken; it is no longer told");
+                self.store.forget_event_gap(&id, gap.missed).await?;
                 continue;
             }
-            let Some(sub) = self.store.get_subscription(&id).await? else {
-                continue;
-            };
-            if !sub.is_live(now_ms()) {
-                continue;
-            }
+            // One of the send slots, as a delivery: the stop waits for it too.
             let Ok(slot) = self.slots.clone().try_acquire_owned() else {
                 return Ok(());
             };
-            // Marked before the send, so the next round does not send it beside this one.
             let wait = self
-                .gap_backoff
-                .get(&id)
-                .map_or(GAP_RETRY, |b| (b.1 * 2).min(MAX_DELAY));
-            self.gap_backoff.insert(id.clone(), (now + wait, wait));
+                .settings
+                .gap_retry
+                .saturating_mul(1 << gap.attempts.min(10))
+                .min(MAX_DELAY);
+            let retry_at = now.saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+            if !self.store.claim_event_gap(&id, now, retry_at).await? {
+                continue;
+            }
             let me = self.clone();
             tokio::spawn(async move {
                 let _slot = slot;
-                let cursor = after.cursor();
+                let sub = gap.subscription;
+                let cursor = gap.cursor.cursor();
                 let message = format!(
                     "msg_gap_{}",
                     &crate::auth::hash_key(&format!("{}\u{0}{cursor}", sub.id))[..32]
@@ -484,11 +487,10 @@ impl EventSender {
                     _ => false,
                 };
                 if !sent {
-                    tracing::debug!(subscription = %sub.id, "the gap envelope was not taken; tried again later");
+                    tracing::debug!(subscription = %sub.id, attempt = gap.attempts + 1, "the gap envelope was not taken; told again later");
                     return;
                 }
-                me.gap_backoff.remove(&sub.id);
-                match me.store.clear_event_gap(&sub.id, after).await {
+                match me.store.forget_event_gap(&sub.id, gap.missed).await {
                     Ok(_) => {
                         tracing::info!(target: "mcp_tasks::audit", subscription = %sub.id, message_id = %message, cursor = %cursor, "gap envelope delivered")
                     }

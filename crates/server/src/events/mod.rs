@@ -204,6 +204,9 @@ pub struct EventSettings {
     /// receiver does): `terminated` to a subscription an operator ended, or whose type is no
     /// longer declared; `gap` to one whose delivery was given up.
     pub control_envelopes: bool,
+    /// The wait after a `gap` envelope was not taken, doubling up to 10 min (default 30 s); a gap
+    /// is told at most [`deliver::GAP_ATTEMPTS`] times.
+    pub gap_retry: Duration,
 }
 
 impl Default for EventSettings {
@@ -222,6 +225,7 @@ impl Default for EventSettings {
             error_numbering: ErrorNumbering::Sketch,
             types: Vec::new(),
             control_envelopes: false,
+            gap_retry: Duration::from_secs(30),
         }
     }
 }

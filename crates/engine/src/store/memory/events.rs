@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::MemoryStore;
 use crate::events::{
-    matches, EventDelivery, EventDeliveryState, EventPage, EventPosition, EventQuery,
+    matches, EventDelivery, EventDeliveryState, EventGap, EventPage, EventPosition, EventQuery,
     EventSubscription, EventsPurged, NewEvent, StoredEvent, Subscribed, SubscriptionPut,
     SubscriptionStart,
 };
@@ -28,8 +28,15 @@ pub(super) struct EventLog {
     verified: HashMap<(String, String), u64>,
     /// (subscription, event number) → the delivery.
     deliveries: BTreeMap<(String, u64), Pending>,
-    /// subscription → where its untold gap's replay goes on from.
-    gaps: HashMap<String, EventPosition>,
+    /// subscription → its gap still to be told.
+    gaps: HashMap<String, Gap>,
+}
+
+/// A gap as this store keeps it (see [`EventGap`]).
+struct Gap {
+    missed: EventPosition,
+    next_at: u64,
+    attempts: u32,
 }
 
 /// One delivery as this store keeps it.
@@ -184,6 +191,9 @@ impl EventStore for MemoryStore {
         let mut truncated = false;
         if let SubscriptionStart::After(p) = start {
             truncated = p.major == 0 && p.minor < log.purged_through;
+            // The client says where it stands, and what it missed after that is replayed: its
+            // gap is told by this answer, not an envelope.
+            log.gaps.remove(&new.id);
             // Deliveries given up on (or gone) before are tried again.
             for ((s, n), d) in log.deliveries.iter_mut() {
                 if *s == new.id
@@ -343,6 +353,7 @@ impl EventStore for MemoryStore {
         attempt: &DeliveryAttempt,
         next: DeliveryNext,
         failure: Option<&str>,
+        keep_gap: bool,
     ) -> Result<bool, StoreError> {
         let mut inner = self.lock();
         let log = &mut inner.events;
@@ -369,6 +380,14 @@ impl EventStore for MemoryStore {
         let (state, next_at, _) = next.settles(attempt.at);
         d.state = state;
         d.next_at = next_at.unwrap_or(d.next_at);
+        if keep_gap && next == DeliveryNext::GiveUp {
+            let gap = log.gaps.entry(subscription.to_string()).or_insert(Gap {
+                missed: position(n),
+                next_at: attempt.at,
+                attempts: 0,
+            });
+            gap.missed = gap.missed.max(position(n));
+        }
         if let Some(sub) = log.subscriptions.get_mut(subscription) {
             match (next, failure) {
                 (DeliveryNext::Delivered, _) => {
@@ -430,40 +449,62 @@ impl EventStore for MemoryStore {
         Ok(n)
     }
 
-    async fn note_event_gap(
-        &self,
-        subscription: &str,
-        after: EventPosition,
-    ) -> Result<(), StoreError> {
-        let mut inner = self.lock();
-        let gaps = &mut inner.events.gaps;
-        let at = gaps.entry(subscription.to_string()).or_insert(after);
-        *at = (*at).max(after);
-        Ok(())
-    }
-
-    async fn event_gaps(&self, limit: usize) -> Result<Vec<(String, EventPosition)>, StoreError> {
+    async fn due_event_gaps(&self, now: u64, limit: usize) -> Result<Vec<EventGap>, StoreError> {
         let inner = self.lock();
         let log = &inner.events;
-        let mut gaps: Vec<(String, EventPosition)> = log
+        let mut due: Vec<(u64, EventGap)> = log
             .gaps
             .iter()
-            .filter(|(s, _)| log.subscriptions.contains_key(*s))
-            .map(|(s, p)| (s.clone(), *p))
+            .filter(|(_, g)| g.next_at <= now)
+            .filter_map(|(id, g)| {
+                let sub = log.subscriptions.get(id).filter(|s| s.is_live(now))?;
+                let delivered = log
+                    .deliveries
+                    .range((id.clone(), 0)..=(id.clone(), u64::MAX))
+                    .filter(|(_, d)| d.state == DeliveryState::Delivered)
+                    .map(|((_, n), _)| position(*n))
+                    .max()
+                    .unwrap_or(EventPosition::START);
+                Some((
+                    g.next_at,
+                    EventGap {
+                        subscription: sub.clone(),
+                        missed: g.missed,
+                        cursor: g.missed.max(delivered),
+                        attempts: g.attempts,
+                    },
+                ))
+            })
             .collect();
-        gaps.sort();
-        gaps.truncate(limit);
-        Ok(gaps)
+        due.sort_by(|a, b| (a.0, &a.1.subscription.id).cmp(&(b.0, &b.1.subscription.id)));
+        Ok(due.into_iter().take(limit).map(|(_, g)| g).collect())
     }
 
-    async fn clear_event_gap(
+    async fn claim_event_gap(
         &self,
         subscription: &str,
-        after: EventPosition,
+        now: u64,
+        retry_at: u64,
+    ) -> Result<bool, StoreError> {
+        let mut inner = self.lock();
+        match inner.events.gaps.get_mut(subscription) {
+            Some(g) if g.next_at <= now => {
+                g.next_at = retry_at;
+                g.attempts += 1;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn forget_event_gap(
+        &self,
+        subscription: &str,
+        missed: EventPosition,
     ) -> Result<bool, StoreError> {
         let mut inner = self.lock();
         let gaps = &mut inner.events.gaps;
-        if gaps.get(subscription) == Some(&after) {
+        if gaps.get(subscription).is_some_and(|g| g.missed == missed) {
             gaps.remove(subscription);
             return Ok(true);
         }

@@ -19,8 +19,9 @@ use tokio_postgres::Row;
 use super::rows::pg_int;
 use super::{Context, PostgresStore};
 use crate::events::{
-    EventDelivery, EventDeliveryState, EventPage, EventPosition, EventQuery, EventSubscription,
-    EventsPurged, NewEvent, StoredEvent, Subscribed, SubscriptionPut, SubscriptionStart,
+    EventDelivery, EventDeliveryState, EventGap, EventPage, EventPosition, EventQuery,
+    EventSubscription, EventsPurged, NewEvent, StoredEvent, Subscribed, SubscriptionPut,
+    SubscriptionStart,
 };
 use crate::store::{EventStore, StoreError};
 use crate::webhook::{DeliveryAttempt, DeliveryNext, DeliveryState};
@@ -341,6 +342,11 @@ impl EventStore for PostgresStore {
         .with_context(|| format!("store subscription {}", sub.id))?;
         let mut truncated = false;
         if let SubscriptionStart::After(p) = start {
+            // The client says where it stands, and what it missed after that is replayed: its
+            // gap is told by this answer, not an envelope.
+            tx.execute("DELETE FROM event_gaps WHERE subscription = $1", &[&sub.id])
+                .await
+                .with_context(|| format!("forget the gap of subscription {}", sub.id))?;
             let purged = tx
                 .query_one("SELECT purged_major, purged_minor FROM event_log", &[])
                 .await
@@ -596,8 +602,10 @@ impl EventStore for PostgresStore {
         attempt: &DeliveryAttempt,
         next: DeliveryNext,
         failure: Option<&str>,
+        keep_gap: bool,
     ) -> Result<bool, StoreError> {
         let (state, next_at, _) = next.settles(attempt.at);
+        let gap = keep_gap && next == DeliveryNext::GiveUp;
         let client = self.client().await?;
         let status = attempt.status.map(i32::from);
         let row = client
@@ -613,7 +621,14 @@ impl EventStore for PostgresStore {
                  failed_since = CASE WHEN $4 = 'delivered' THEN NULL \
                  ELSE COALESCE(failed_since, $8) END \
                  WHERE id = $1 AND ($4 = 'delivered' OR $7::TEXT IS NOT NULL) \
-                 AND EXISTS (SELECT 1 FROM d)) \
+                 AND EXISTS (SELECT 1 FROM d)), \
+                 g AS (INSERT INTO event_gaps (subscription, after_major, after_minor, next_at, \
+                 attempts) SELECT $1, e.xid::text::bigint, e.seq, $8, 0 FROM events e \
+                 WHERE e.id = $2 AND $9::BOOLEAN AND EXISTS (SELECT 1 FROM d) \
+                 ORDER BY e.xid DESC, e.seq DESC LIMIT 1 \
+                 ON CONFLICT (subscription) DO UPDATE SET after_major = excluded.after_major, \
+                 after_minor = excluded.after_minor WHERE (excluded.after_major, \
+                 excluded.after_minor) > (event_gaps.after_major, event_gaps.after_minor)) \
                  SELECT COUNT(*) FROM d",
                 &[
                     &subscription,
@@ -624,6 +639,7 @@ impl EventStore for PostgresStore {
                     &status,
                     &failure,
                     &pg_int(attempt.at),
+                    &gap,
                 ],
             )
             .await
@@ -680,67 +696,75 @@ impl EventStore for PostgresStore {
         Ok(usize::try_from(n).unwrap_or(usize::MAX))
     }
 
-    async fn note_event_gap(
-        &self,
-        subscription: &str,
-        after: EventPosition,
-    ) -> Result<(), StoreError> {
+    async fn due_event_gaps(&self, now: u64, limit: usize) -> Result<Vec<EventGap>, StoreError> {
         let client = self.client().await?;
-        client
-            .execute(
-                "INSERT INTO event_gaps (subscription, after_major, after_minor) \
-                 VALUES ($1, $2, $3) ON CONFLICT (subscription) DO UPDATE SET \
-                 after_major = excluded.after_major, after_minor = excluded.after_minor \
-                 WHERE (excluded.after_major, excluded.after_minor) > \
-                 (event_gaps.after_major, event_gaps.after_minor)",
-                &[&subscription, &pg_int(after.major), &pg_int(after.minor)],
-            )
-            .await
-            .with_context(|| format!("keep the gap of subscription {subscription}"))?;
-        Ok(())
-    }
-
-    async fn event_gaps(&self, limit: usize) -> Result<Vec<(String, EventPosition)>, StoreError> {
-        let client = self.client().await?;
+        // With the latest event delivered to each: the cursor told is the later of the two.
         let rows = client
             .query(
-                "SELECT g.subscription, g.after_major, g.after_minor FROM event_gaps g \
-                 JOIN event_subscriptions s ON s.id = g.subscription \
-                 ORDER BY g.subscription LIMIT $1",
-                &[&pg_int(limit as u64)],
+                &format!(
+                    "SELECT {SUBSCRIPTION_COLUMNS}, g.after_major, g.after_minor, c.major, c.minor, \
+                     g.attempts FROM event_gaps g JOIN event_subscriptions s ON s.id = g.subscription \
+                     LEFT JOIN LATERAL (SELECT e.xid::text::bigint AS major, e.seq AS minor \
+                     FROM event_deliveries d JOIN events e ON e.seq = d.event_seq \
+                     WHERE d.subscription = g.subscription AND d.state = 'delivered' \
+                     ORDER BY e.xid DESC, e.seq DESC LIMIT 1) c ON true \
+                     WHERE g.next_at <= $1 AND (s.expires_at IS NULL OR s.expires_at > $1) \
+                     ORDER BY g.next_at, g.subscription LIMIT $2"
+                ),
+                &[&pg_int(now), &pg_int(limit as u64)],
             )
             .await
-            .context("read the event gaps")?;
+            .context("read the event gaps due")?;
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
             let what = "an event gap";
-            let (id, major, minor): (String, i64, i64) = (
-                get(&row, 0, what)?,
-                get(&row, 1, what)?,
-                get(&row, 2, what)?,
-            );
-            out.push((
-                id,
-                EventPosition {
-                    major: u64::try_from(major).unwrap_or(0),
-                    minor: u64::try_from(minor).unwrap_or(0),
-                },
-            ));
+            let missed = EventPosition {
+                major: time(get(&row, 19, what)?),
+                minor: time(get(&row, 20, what)?),
+            };
+            let delivered = EventPosition {
+                major: time(get::<Option<i64>>(&row, 21, what)?.unwrap_or(0)),
+                minor: time(get::<Option<i64>>(&row, 22, what)?.unwrap_or(0)),
+            };
+            out.push(EventGap {
+                subscription: subscription_from(&row, 0)?,
+                missed,
+                cursor: missed.max(delivered),
+                attempts: u32::try_from(get::<i32>(&row, 23, what)?).unwrap_or(0),
+            });
         }
         Ok(out)
     }
 
-    async fn clear_event_gap(
+    async fn claim_event_gap(
         &self,
         subscription: &str,
-        after: EventPosition,
+        now: u64,
+        retry_at: u64,
+    ) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let n = client
+            .execute(
+                "UPDATE event_gaps SET next_at = $3, attempts = attempts + 1 \
+                 WHERE subscription = $1 AND next_at <= $2",
+                &[&subscription, &pg_int(now), &pg_int(retry_at)],
+            )
+            .await
+            .with_context(|| format!("claim the gap of subscription {subscription}"))?;
+        Ok(n > 0)
+    }
+
+    async fn forget_event_gap(
+        &self,
+        subscription: &str,
+        missed: EventPosition,
     ) -> Result<bool, StoreError> {
         let client = self.client().await?;
         let n = client
             .execute(
                 "DELETE FROM event_gaps WHERE subscription = $1 AND after_major = $2 \
                  AND after_minor = $3",
-                &[&subscription, &pg_int(after.major), &pg_int(after.minor)],
+                &[&subscription, &pg_int(missed.major), &pg_int(missed.minor)],
             )
             .await
             .with_context(|| format!("forget the gap of subscription {subscription}"))?;

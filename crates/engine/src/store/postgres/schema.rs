@@ -189,6 +189,12 @@ CREATE TABLE sessions (
         sql: "CREATE TABLE event_gaps (subscription TEXT PRIMARY KEY, after_major BIGINT NOT NULL, \
               after_minor BIGINT NOT NULL);",
     },
+    Migration {
+        version: 12,
+        what: "schedule the telling of each event gap (when it is due, attempts made)",
+        sql: "ALTER TABLE event_gaps ADD COLUMN next_at BIGINT NOT NULL DEFAULT 0, \
+              ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;",
+    },
 ];
 
 /// The migration from which events are written without a copy of their secret, once its window

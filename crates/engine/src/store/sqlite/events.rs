@@ -14,8 +14,9 @@ use serde_json::{Map, Value};
 use super::rows::sql_int;
 use super::{Context, SqliteStore};
 use crate::events::{
-    EventDelivery, EventDeliveryState, EventPage, EventPosition, EventQuery, EventSubscription,
-    EventsPurged, NewEvent, StoredEvent, Subscribed, SubscriptionPut, SubscriptionStart,
+    EventDelivery, EventDeliveryState, EventGap, EventPage, EventPosition, EventQuery,
+    EventSubscription, EventsPurged, NewEvent, StoredEvent, Subscribed, SubscriptionPut,
+    SubscriptionStart,
 };
 use crate::store::{EventStore, StoreError};
 use crate::webhook::{DeliveryAttempt, DeliveryNext, DeliveryState};
@@ -276,6 +277,11 @@ fn put_subscription(
     };
     let mut truncated = false;
     if let SubscriptionStart::After(p) = start {
+        // The client says where it stands, and what it missed after that is replayed: its gap
+        // is told by this answer, not an envelope.
+        conn.prepare_cached("DELETE FROM event_gaps WHERE subscription = ?1")
+            .and_then(|mut st| st.execute([&s.id]))
+            .with_context(|| format!("forget the gap of subscription {}", s.id))?;
         let purged_through: i64 = conn
             .query_row("SELECT purged_through FROM event_log", [], |r| r.get(0))
             .context("read how far the event log was purged")?;
@@ -369,6 +375,7 @@ fn claim(
     Ok(due)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn finish(
     conn: &Connection,
     subscription: &str,
@@ -377,6 +384,7 @@ fn finish(
     attempt: &DeliveryAttempt,
     next: DeliveryNext,
     failure: Option<&str>,
+    keep_gap: bool,
 ) -> Result<bool, StoreError> {
     let (state, next_at, _) = next.settles(attempt.at);
     let n = conn
@@ -401,6 +409,17 @@ fn finish(
         .with_context(|| format!("settle the delivery of {event_id} to {subscription}"))?;
     if n == 0 {
         return Ok(false);
+    }
+    if keep_gap && next == DeliveryNext::GiveUp {
+        conn.prepare_cached(
+            "INSERT INTO event_gaps (subscription, after_major, after_minor, next_at, attempts) \
+             SELECT ?1, 0, seq, ?3, 0 FROM events WHERE id = ?2 ORDER BY seq DESC LIMIT 1 \
+             ON CONFLICT (subscription) DO UPDATE SET after_major = excluded.after_major, \
+             after_minor = excluded.after_minor WHERE (excluded.after_major, excluded.after_minor) \
+             > (event_gaps.after_major, event_gaps.after_minor)",
+        )
+        .and_then(|mut s| s.execute(params![subscription, event_id, sql_int(attempt.at)]))
+        .with_context(|| format!("keep the gap of subscription {subscription}"))?;
     }
     // How delivery went, kept on the subscription: a success, or a failure of a kind (a give-up
     // for another reason, such as an ended subscription, says nothing of the endpoint).
@@ -696,6 +715,7 @@ impl EventStore for SqliteStore {
         attempt: &DeliveryAttempt,
         next: DeliveryNext,
         failure: Option<&str>,
+        keep_gap: bool,
     ) -> Result<bool, StoreError> {
         let (subscription, event_id, node) = (
             subscription.to_string(),
@@ -712,6 +732,7 @@ impl EventStore for SqliteStore {
                 &attempt,
                 next,
                 failure.as_deref(),
+                keep_gap,
             )
         })
         .await
@@ -769,66 +790,67 @@ impl EventStore for SqliteStore {
         .await
     }
 
-    async fn note_event_gap(
+    async fn due_event_gaps(&self, now: u64, limit: usize) -> Result<Vec<EventGap>, StoreError> {
+        self.read(move |conn| {
+            // The cursor: the later of the gap and the latest event delivered (positions are
+            // `(0, seq)` here).
+            let mut stmt = conn
+                .prepare_cached(&format!(
+                    "SELECT {SUBSCRIPTION_COLUMNS}, g.after_minor, MAX(g.after_minor, \
+                     COALESCE((SELECT MAX(d.event_seq) FROM event_deliveries d \
+                     WHERE d.subscription = g.subscription AND d.state = 'delivered'), 0)), \
+                     g.attempts FROM event_gaps g JOIN event_subscriptions s ON s.id = g.subscription \
+                     WHERE g.next_at <= ?1 AND (s.expires_at IS NULL OR s.expires_at > ?1) \
+                     ORDER BY g.next_at, g.subscription LIMIT ?2"
+                ))
+                .context("read the event gaps due")?;
+            let rows = stmt
+                .query_map(params![sql_int(now), sql_int(limit as u64)], |r| {
+                    Ok(EventGap {
+                        subscription: subscription_from(r, 0)?,
+                        missed: EventPosition {
+                            major: 0,
+                            minor: time(r.get(19)?),
+                        },
+                        cursor: EventPosition {
+                            major: 0,
+                            minor: time(r.get(20)?),
+                        },
+                        attempts: r.get(21)?,
+                    })
+                })
+                .context("read the event gaps due")?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+                .context("read an event gap")
+        })
+        .await
+    }
+
+    async fn claim_event_gap(
         &self,
         subscription: &str,
-        after: EventPosition,
-    ) -> Result<(), StoreError> {
+        now: u64,
+        retry_at: u64,
+    ) -> Result<bool, StoreError> {
         let id = subscription.to_string();
         self.write(move |tx| {
-            tx.conn()?
+            let n = tx
+                .conn()?
                 .execute(
-                    "INSERT INTO event_gaps (subscription, after_major, after_minor) \
-                     VALUES (?1, ?2, ?3) ON CONFLICT (subscription) DO UPDATE SET \
-                     after_major = excluded.after_major, after_minor = excluded.after_minor \
-                     WHERE (excluded.after_major, excluded.after_minor) > \
-                     (event_gaps.after_major, event_gaps.after_minor)",
-                    params![id, sql_int(after.major), sql_int(after.minor)],
+                    "UPDATE event_gaps SET next_at = ?3, attempts = attempts + 1 \
+                     WHERE subscription = ?1 AND next_at <= ?2",
+                    params![id, sql_int(now), sql_int(retry_at)],
                 )
-                .with_context(|| format!("keep the gap of subscription {id}"))?;
-            Ok(())
+                .with_context(|| format!("claim the gap of subscription {id}"))?;
+            Ok(n > 0)
         })
         .await
     }
 
-    async fn event_gaps(&self, limit: usize) -> Result<Vec<(String, EventPosition)>, StoreError> {
-        self.read(move |conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT g.subscription, g.after_major, g.after_minor FROM event_gaps g \
-                     JOIN event_subscriptions s ON s.id = g.subscription \
-                     ORDER BY g.subscription LIMIT ?1",
-                )
-                .context("read the event gaps")?;
-            let rows = stmt
-                .query_map([sql_int(limit as u64)], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, i64>(1)?,
-                        r.get::<_, i64>(2)?,
-                    ))
-                })
-                .context("read the event gaps")?;
-            let mut out = Vec::new();
-            for row in rows {
-                let (id, major, minor) = row.context("read an event gap")?;
-                out.push((
-                    id,
-                    EventPosition {
-                        major: u64::try_from(major).unwrap_or(0),
-                        minor: u64::try_from(minor).unwrap_or(0),
-                    },
-                ));
-            }
-            Ok(out)
-        })
-        .await
-    }
-
-    async fn clear_event_gap(
+    async fn forget_event_gap(
         &self,
         subscription: &str,
-        after: EventPosition,
+        missed: EventPosition,
     ) -> Result<bool, StoreError> {
         let id = subscription.to_string();
         self.write(move |tx| {
@@ -837,7 +859,7 @@ impl EventStore for SqliteStore {
                 .execute(
                     "DELETE FROM event_gaps WHERE subscription = ?1 AND after_major = ?2 \
                      AND after_minor = ?3",
-                    params![id, sql_int(after.major), sql_int(after.minor)],
+                    params![id, sql_int(missed.major), sql_int(missed.minor)],
                 )
                 .with_context(|| format!("forget the gap of subscription {id}"))?;
             Ok(n > 0)

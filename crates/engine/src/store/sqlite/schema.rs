@@ -209,6 +209,12 @@ CREATE TABLE IF NOT EXISTS sessions (
         sql: "CREATE TABLE event_gaps (subscription TEXT PRIMARY KEY, after_major INTEGER NOT NULL, \
               after_minor INTEGER NOT NULL);",
     },
+    Migration {
+        version: 15,
+        what: "schedule the telling of each event gap (when it is due, attempts made)",
+        sql: "ALTER TABLE event_gaps ADD COLUMN next_at INTEGER NOT NULL DEFAULT 0; \
+              ALTER TABLE event_gaps ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;",
+    },
 ];
 
 /// The version a database is at once every migration is applied.

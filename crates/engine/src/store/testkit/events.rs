@@ -34,52 +34,139 @@ where
 }
 
 async fn gaps_keep_their_latest_position_until_told(s: impl TaskRows + EventStore) {
-    let at = |major: u64, minor: u64| EventPosition { major, minor };
-    s.put_subscription(
-        &subscription("sub_g", "alice", TASK_FINISHED, 1_000),
-        SubscriptionStart::Now,
-        10,
-    )
-    .await
-    .unwrap();
-    s.put_subscription(
-        &subscription("sub_h", "alice", TASK_FINISHED, 1_000),
-        SubscriptionStart::Now,
-        10,
-    )
-    .await
-    .unwrap();
-    assert_eq!(s.event_gaps(10).await.unwrap(), vec![]);
-    s.note_event_gap("sub_g", at(3, 7)).await.unwrap();
-    s.note_event_gap("sub_g", at(3, 9)).await.unwrap();
-    s.note_event_gap("sub_g", at(2, 100)).await.unwrap();
-    s.note_event_gap("sub_h", at(5, 1)).await.unwrap();
-    s.note_event_gap("sub_gone", at(1, 1)).await.unwrap();
+    for id in ["sub_g", "sub_h"] {
+        s.put_subscription(
+            &subscription(id, "alice", "gapped", 1_000),
+            SubscriptionStart::Now,
+            10,
+        )
+        .await
+        .unwrap();
+    }
+    let mut events = Vec::new();
+    for _ in 0..3 {
+        let e = tool_event("gapped", None, 1_000, json!({}));
+        let id = e.id.clone();
+        events.push((id, s.append_event(e).await.unwrap()));
+    }
+    assert_eq!(claim_due(&s, "node-a", 1_000, 600_000).await.len(), 6);
+    let (e1, e2, e3) = (&events[0], &events[1], &events[2]);
+    let give_up = |sub: &'static str, e: &str, node: &'static str, at: u64, keep: bool| {
+        let e = e.to_string();
+        let s = &s;
+        async move {
+            s.finish_event_delivery(
+                sub,
+                &e,
+                node,
+                &attempt(at, 413),
+                DeliveryNext::GiveUp,
+                Some("http_4xx"),
+                keep,
+            )
+            .await
+            .unwrap()
+        }
+    };
+    // Kept only by the delivery's holder, and only when asked.
+    assert!(!give_up("sub_g", &e1.0, "node-b", 1_100, true).await);
+    assert!(give_up("sub_g", &e1.0, "node-a", 1_100, false).await);
+    assert_eq!(s.due_event_gaps(u64::MAX / 2, 10).await.unwrap(), vec![]);
+    // g missed e3 (e2 delivered): the cursor is e3. h missed e1, e3 delivered: the cursor is
+    // e3, never behind what the receiver was given.
+    assert!(give_up("sub_g", &e3.0, "node-a", 1_200, true).await);
+    for (sub, e) in [("sub_g", &e2.0), ("sub_h", &e3.0)] {
+        assert!(s
+            .finish_event_delivery(
+                sub,
+                e,
+                "node-a",
+                &attempt(1_250, 204),
+                DeliveryNext::Delivered,
+                None,
+                true
+            )
+            .await
+            .unwrap());
+    }
+    assert!(give_up("sub_h", &e1.0, "node-a", 1_300, true).await);
     assert_eq!(
-        s.event_gaps(10).await.unwrap(),
-        vec![("sub_g".into(), at(3, 9)), ("sub_h".into(), at(5, 1))],
-        "the latest kept; a subscription that does not exist has none"
+        s.due_event_gaps(1_199, 10).await.unwrap(),
+        vec![],
+        "due from the give-up on"
     );
-    assert_eq!(s.event_gaps(1).await.unwrap().len(), 1, "at most the limit");
-    // Told of an older gap while a newer one was noted: the newer one stays.
-    assert!(!s.clear_event_gap("sub_g", at(3, 7)).await.unwrap());
-    assert!(s.clear_event_gap("sub_g", at(3, 9)).await.unwrap());
-    assert!(!s.clear_event_gap("sub_g", at(3, 9)).await.unwrap());
+    let due = s.due_event_gaps(2_000, 10).await.unwrap();
+    let seen: Vec<_> = due
+        .iter()
+        .map(|g| (g.subscription.id.as_str(), g.missed, g.cursor, g.attempts))
+        .collect();
     assert_eq!(
-        s.event_gaps(10).await.unwrap(),
-        vec![("sub_h".into(), at(5, 1))]
+        seen,
+        vec![("sub_g", e3.1, e3.1, 0), ("sub_h", e1.1, e3.1, 0)],
+        "soonest due first"
     );
-    // A removed subscription's gap goes with it.
+    assert_eq!(due[0].subscription.url, "https://hooks.example.com/sub_g");
+    assert_eq!(
+        s.due_event_gaps(2_000, 1).await.unwrap().len(),
+        1,
+        "at most the limit"
+    );
+    // Claimed: one claim wins, and the gap waits for its retry time behind the others.
+    assert!(s.claim_event_gap("sub_g", 2_000, 10_000).await.unwrap());
+    assert!(!s.claim_event_gap("sub_g", 2_000, 10_000).await.unwrap());
+    let ids = |gaps: Vec<crate::events::EventGap>| -> Vec<String> {
+        gaps.into_iter().map(|g| g.subscription.id).collect()
+    };
+    assert_eq!(
+        ids(s.due_event_gaps(9_999, 10).await.unwrap()),
+        vec!["sub_h"]
+    );
+    // A gap noted while one is being told moves it on and keeps its schedule.
+    let e4 = tool_event("gapped", None, 3_000, json!({}));
+    let e4 = (e4.id.clone(), s.append_event(e4).await.unwrap());
+    assert_eq!(claim_due(&s, "node-c", 3_000, 600_000).await.len(), 2);
+    assert!(give_up("sub_g", &e4.0, "node-c", 3_100, true).await);
+    let due = s.due_event_gaps(10_000, 10).await.unwrap();
+    assert_eq!(due[0].subscription.id, "sub_h");
+    assert_eq!((due[1].missed, due[1].attempts), (e4.1, 1), "{due:?}");
+    // Told the older one: the newer stays.
+    assert!(!s.forget_event_gap("sub_g", e3.1).await.unwrap());
+    assert!(s.forget_event_gap("sub_g", e4.1).await.unwrap());
+    assert!(!s.forget_event_gap("sub_g", e4.1).await.unwrap());
+    assert_eq!(
+        ids(s.due_event_gaps(10_000, 10).await.unwrap()),
+        vec!["sub_h"]
+    );
+    // A refresh from a cursor replays (and re-arms) what was missed after it: the gap is told.
+    let mut h = subscription("sub_h", "alice", "gapped", 11_000);
+    h.created_at = 1_000;
+    s.put_subscription(&h, SubscriptionStart::After(EventPosition::START), 10)
+        .await
+        .unwrap();
+    assert_eq!(s.due_event_gaps(20_000, 10).await.unwrap(), vec![]);
+    // A subscription past its end has no gap due; a removed one's gap goes with it, and a
+    // subscription made again with its id does not inherit it.
+    assert_eq!(claim_due(&s, "node-d", 11_000, 600_000).await.len(), 1);
+    assert!(give_up("sub_h", &e1.0, "node-d", 11_100, true).await);
+    assert_eq!(
+        ids(s.due_event_gaps(20_000, 10).await.unwrap()),
+        vec!["sub_h"]
+    );
+    assert_eq!(
+        s.due_event_gaps(11_000 + 3_600_000, 10).await.unwrap(),
+        vec![],
+        "ended"
+    );
     assert!(s.delete_subscription("sub_h").await.unwrap());
     s.put_subscription(
-        &subscription("sub_h", "alice", TASK_FINISHED, 2_000),
+        &subscription("sub_h", "alice", "gapped", 12_000),
         SubscriptionStart::Now,
         10,
     )
     .await
     .unwrap();
     assert_eq!(
-        s.event_gaps(10).await.unwrap(),
+        s.due_event_gaps(20_000, 10).await.unwrap(),
         vec![],
         "not the old one's gap"
     );
@@ -163,7 +250,8 @@ async fn a_subscription_from_a_cursor_replays_the_log_after_it(s: impl TaskRows 
             "n",
             &attempt(2_100, 500),
             DeliveryNext::GiveUp,
-            Some("http_5xx")
+            Some("http_5xx"),
+            false
         )
         .await
         .unwrap());
@@ -183,7 +271,8 @@ async fn a_subscription_from_a_cursor_replays_the_log_after_it(s: impl TaskRows 
             "n",
             &attempt(3_100, 0),
             DeliveryNext::GiveUp,
-            None
+            None,
+            false
         )
         .await
         .unwrap());
@@ -598,7 +687,8 @@ async fn deliveries_are_claimed_once_and_settled_by_their_holder(s: impl TaskRow
             "node-b",
             &attempt(1_200, 503),
             DeliveryNext::RetryAt(5_000),
-            Some("http_5xx")
+            Some("http_5xx"),
+            false
         )
         .await
         .unwrap());
@@ -609,7 +699,8 @@ async fn deliveries_are_claimed_once_and_settled_by_their_holder(s: impl TaskRow
             "node-a",
             &attempt(1_200, 503),
             DeliveryNext::RetryAt(5_000),
-            Some("http_5xx")
+            Some("http_5xx"),
+            false
         )
         .await
         .unwrap());
@@ -631,7 +722,8 @@ async fn deliveries_are_claimed_once_and_settled_by_their_holder(s: impl TaskRow
             "node-c",
             &attempt(5_100, 204),
             DeliveryNext::Delivered,
-            None
+            None,
+            false
         )
         .await
         .unwrap());
@@ -658,7 +750,8 @@ async fn deliveries_are_claimed_once_and_settled_by_their_holder(s: impl TaskRow
             "node-c",
             &attempt(9_100, 410),
             DeliveryNext::Gone,
-            Some("http_4xx")
+            Some("http_4xx"),
+            false
         )
         .await
         .unwrap());
@@ -730,6 +823,7 @@ async fn subscriptions_refresh_in_place_and_are_capped_per_principal(
         &attempt(1_200, 500),
         DeliveryNext::RetryAt(9_000),
         Some("http_5xx"),
+        false,
     )
     .await
     .unwrap();
@@ -820,6 +914,7 @@ async fn the_purge_keeps_what_pending_deliveries_need_and_reports_truncation(
         &attempt(1_200, 200),
         DeliveryNext::Delivered,
         None,
+        false,
     )
     .await
     .unwrap();
