@@ -81,15 +81,31 @@ fn is_public_v4(ip: Ipv4Addr) -> bool {
         || a >= 240)
 }
 
+/// Global unicast (2000::/3) outside the special-purpose blocks of the IANA registry, or an
+/// address that carries a public IPv4 one (NAT64's well-known prefix, 6to4): everything else
+/// (unique local, link-local, site-local, multicast, discard, IPv4-compatible, …) is not a
+/// place to send to. An address embedding an IPv4 one is judged by it, so that
+/// `64:ff9b::a9fe:a9fe` does not reach 169.254.169.254 through a NAT64 gateway.
 fn is_public_v6(ip: Ipv6Addr) -> bool {
-    let first = ip.segments()[0];
-    !(ip.is_loopback()
-        || ip.is_unspecified()
-        || ip.is_multicast()
-        || (first & 0xfe00) == 0xfc00 // unique local
-        || (first & 0xffc0) == 0xfe80 // link-local
-        || (first == 0x2001 && ip.segments()[1] == 0x0db8) // documentation
-        || ip.to_ipv4().is_some_and(|v4| !is_public_v4(v4)))
+    let s = ip.segments();
+    let embedded = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
+    // NAT64, well-known prefix 64:ff9b::/96 (RFC 6052).
+    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        return is_public_v4(embedded(s[6], s[7]));
+    }
+    // 6to4, 2002::/16 (RFC 3056): the IPv4 address is the next 32 bits.
+    if s[0] == 0x2002 {
+        return is_public_v4(embedded(s[1], s[2]));
+    }
+    if s[0] & 0xe000 != 0x2000 {
+        return false;
+    }
+    !(s[0] == 0x2001 && s[1] == 0 // Teredo, 2001::/32
+        || s[0] == 0x2001 && s[1] == 0x0002 && s[2] == 0 // benchmarking, 2001:2::/48
+        || s[0] == 0x2001 && (s[1] & 0xfff0) == 0x0010 // ORCHID, 2001:10::/28
+        || s[0] == 0x2001 && (s[1] & 0xfff0) == 0x0020 // ORCHIDv2, 2001:20::/28
+        || s[0] == 0x2001 && s[1] == 0x0db8 // documentation, 2001:db8::/32
+        || (s[0] & 0xfff0) == 0x3ff0) // documentation, 3fff::/20
 }
 
 /// Why a webhook URL is refused.
@@ -276,10 +292,34 @@ mod tests {
             "fd00::1",
             "::ffff:127.0.0.1",
             "::ffff:169.254.169.254",
+            // IPv6 that carries a private IPv4 address, or is not global unicast.
+            "64:ff9b::a9fe:a9fe",
+            "64:ff9b::10.0.0.1",
+            "64:ff9b:1::1",
+            "2002:a9fe:a9fe::1",
+            "2002:7f00:1::1",
+            "::127.0.0.1",
+            "::10.0.0.1",
+            "fec0::1",
+            "100::1",
+            "ff02::1",
+            "2001::1",
+            "2001:2::1",
+            "2001:10::1",
+            "2001:20::1",
+            "2001:db8::1",
+            "3fff::1",
         ] {
             assert!(!is_public(ip.parse().unwrap()), "{ip}");
         }
-        for ip in ["93.184.216.34", "1.1.1.1", "2606:4700::1111"] {
+        for ip in [
+            "93.184.216.34",
+            "1.1.1.1",
+            "2606:4700::1111",
+            "2a00:1450:4001:800::200e",
+            "64:ff9b::5db8:d822",
+            "2002:5db8:d822::1",
+        ] {
             assert!(is_public(ip.parse().unwrap()), "{ip}");
         }
     }

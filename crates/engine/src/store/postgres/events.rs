@@ -9,8 +9,12 @@
 //!
 //! Deliveries are written by [`EventStore::fan_out_events`], not with the event: a subscription
 //! stored while an event's transaction runs would miss it. Fan-out goes through the log in that
-//! same order from a cursor kept in `event_log`, one replica at a time (an advisory lock, which a
-//! subscription's put takes too, so its replay and the fan-out see each other).
+//! same order from a cursor kept in `event_log`, one replica at a time (an advisory lock tried,
+//! [`FAN_OUT_RUNNER_LOCK`]). It then waits for [`FAN_OUT_LOCK`] alone, which a subscription's
+//! put with a replay holds shared: a replay and a fan-out never overlap, so each sees the other's
+//! work (the fan-out the committed subscription, the replay the events fanned out before it),
+//! while replays go on side by side (they were one at a time, which halved subscribes per second
+//! under load), and a waiting fan-out is not starved by them (new shared holders queue behind it).
 
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
@@ -26,9 +30,13 @@ use crate::events::{
 use crate::store::{EventStore, StoreError};
 use crate::webhook::{DeliveryAttempt, DeliveryNext, DeliveryState};
 
-/// The advisory lock fan-out and subscription puts take ("mcpevent" in ASCII), seeding a hash
-/// of the schema's name: deployments in other schemas of the database take their own.
+/// The advisory lock fan-out holds alone and subscription puts with a replay hold shared
+/// ("mcpevent" in ASCII), seeding a hash of the schema's name: deployments in other schemas of
+/// the database take their own.
 const FAN_OUT_LOCK: i64 = 0x6d63_7065_7665_6e74;
+/// The advisory lock a fan-out tries first, so that one replica at a time fans out and the others
+/// do not queue for [`FAN_OUT_LOCK`] to find the work done ("mcpfanot").
+const FAN_OUT_RUNNER_LOCK: i64 = 0x6d63_7066_616e_6f74;
 
 const EVENT_COLUMNS: &str = "e.seq, e.xid::text::bigint, e.id, e.name, e.owner, e.task_id, \
      e.tool, e.fields::text, e.data, e.created_at, e.session";
@@ -249,7 +257,7 @@ impl EventStore for PostgresStore {
         // ended, and then sees the subscription.
         if matches!(start, SubscriptionStart::After(_)) {
             tx.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended(current_schema(), $1))",
+                "SELECT pg_advisory_xact_lock_shared(hashtextextended(current_schema(), $1))",
                 &[&FAN_OUT_LOCK],
             )
             .await
@@ -408,13 +416,20 @@ impl EventStore for PostgresStore {
         let locked = tx
             .query_one(
                 "SELECT pg_try_advisory_xact_lock(hashtextextended(current_schema(), $1))",
-                &[&FAN_OUT_LOCK],
+                &[&FAN_OUT_RUNNER_LOCK],
             )
             .await
-            .context("take the event fan-out lock")?;
-        if !get::<bool>(&locked, 0, "the fan-out lock")? {
+            .context("take the event fan-out's runner lock")?;
+        if !get::<bool>(&locked, 0, "the fan-out's runner lock")? {
             return Ok(0);
         }
+        // The replays in progress end first; those asked for later wait for this.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(current_schema(), $1))",
+            &[&FAN_OUT_LOCK],
+        )
+        .await
+        .context("take the event fan-out lock")?;
         let cursor = tx
             .query_one("SELECT fanned_major, fanned_minor FROM event_log", &[])
             .await
