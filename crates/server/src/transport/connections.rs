@@ -238,13 +238,31 @@ pub(crate) async fn serve(
     }
     // Closing the listener resets the connections the kernel completed and nobody accepted, with
     // any request a balancer wrote into them: take them first, so they are answered.
-    while let Some(Ok((tcp, addr))) = futures::FutureExt::now_or_never(listener.accept()) {
-        match permits.clone().try_acquire_owned() {
-            Ok(permit) => start(tcp, addr, permit),
-            Err(_) => break,
+    // Asked of the socket itself, not through the runtime: its readiness may not have caught up
+    // with a connection the kernel completed a moment ago (seen under load in CI: a connection
+    // opened before the close was reset).
+    match listener.into_std() {
+        Ok(backlog) => {
+            while let Ok((tcp, addr)) = backlog.accept() {
+                let Ok(permit) = permits.clone().try_acquire_owned() else {
+                    break;
+                };
+                match tcp
+                    .set_nonblocking(true)
+                    .and_then(|()| tokio::net::TcpStream::from_std(tcp))
+                {
+                    Ok(tcp) => start(tcp, addr, permit),
+                    Err(e) => {
+                        tracing::warn!(client = %addr, error = %e, "a connection taken at the close could not be served")
+                    }
+                }
+            }
+            // Dropped here: the listener is closed.
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the listener's waiting connections could not be taken at the close")
         }
     }
-    drop(listener);
     if !stopped {
         // The close: open connections are answered until the server stops.
         stop.await;
