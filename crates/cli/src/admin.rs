@@ -78,6 +78,35 @@ pub enum AdminCommand {
     /// end one.
     #[command(subcommand)]
     Subscriptions(SubscriptionsCommand),
+    /// A task's step journal: export it (for a replay check before a deploy), run the task again
+    /// from a step, or drop the journal and start over.
+    #[command(subcommand)]
+    Journal(JournalCommand),
+}
+
+/// `mcp-tasks admin journal …`.
+#[derive(clap::Subcommand, Debug)]
+pub enum JournalCommand {
+    /// Print the task's journal as JSON (step outputs in full): what
+    /// `mcp_tasks_engine::replay_check` replays.
+    Export {
+        /// The task's id.
+        id: String,
+    },
+    /// Run an unfinished task again from step N: steps N and after are dropped and run again,
+    /// the steps before are replayed. Its current run is stopped first.
+    Rewind {
+        /// The task's id.
+        id: String,
+        /// The first step to drop (its place, as `admin show` lists it).
+        #[arg(long)]
+        from: u32,
+    },
+    /// Drop an unfinished task's journal and checkpoint, and run it again from the start.
+    Restart {
+        /// The task's id.
+        id: String,
+    },
 }
 
 /// `mcp-tasks admin subscriptions …`.
@@ -442,7 +471,49 @@ pub async fn run(args: AdminArgs) -> Result<i32> {
             println!("{id} will be sent again now");
             Ok(0)
         }
+        AdminCommand::Journal(JournalCommand::Export { id }) => {
+            let (status, body) = send(call(
+                reqwest::Method::GET,
+                format!("/admin/api/tasks/{id}/journal"),
+            ))
+            .await?;
+            if !status.is_success() {
+                return Err(refused(status, &body));
+            }
+            println!("{}", serde_json::to_string_pretty(&body)?);
+            Ok(0)
+        }
+        AdminCommand::Journal(JournalCommand::Rewind { id, from }) => {
+            let path = format!("/admin/api/tasks/{id}/journal/rewind?from={from}");
+            let (status, body) = send(call(reqwest::Method::POST, path)).await?;
+            rewound(id, status, &body)
+        }
+        AdminCommand::Journal(JournalCommand::Restart { id }) => {
+            let path = format!("/admin/api/tasks/{id}/journal/restart");
+            let (status, body) = send(call(reqwest::Method::POST, path)).await?;
+            rewound(id, status, &body)
+        }
     }
+}
+
+/// What a rewind or a restart answered: done (0), refused for this task (1, saying why), or an
+/// error.
+fn rewound(id: &str, status: reqwest::StatusCode, body: &Value) -> Result<i32> {
+    if status == reqwest::StatusCode::CONFLICT
+        || status == reqwest::StatusCode::UNPROCESSABLE_ENTITY
+    {
+        eprintln!("{}", body["error"].as_str().unwrap_or("refused"));
+        return Ok(1);
+    }
+    if !status.is_success() {
+        let why = body["error"].as_str().unwrap_or("no reason given");
+        bail!("{why} (HTTP {status})");
+    }
+    println!(
+        "{id}: {} step(s) dropped; it runs again",
+        body["dropped"].as_u64().unwrap_or(0)
+    );
+    Ok(0)
 }
 
 fn print_deliveries(deliveries: &[Value]) {
@@ -569,6 +640,23 @@ fn print_task(t: &Value) {
                 "{}  {}{note}",
                 when(&h["at"]),
                 h["status"].as_str().unwrap_or("?")
+            ),
+        );
+    }
+    for s in t["steps"].as_array().into_iter().flatten() {
+        let ended = match s["error"].as_str() {
+            Some(e) => format!("failed: {e}"),
+            None => format!("→ {}", s["output"].as_str().unwrap_or("?")),
+        };
+        line(
+            "step",
+            format!(
+                "{:>3} {}  attempt {}, {} ms, at {}  {ended}",
+                s["seq"],
+                s["name"].as_str().unwrap_or("?"),
+                s["attempt"],
+                s["durationMs"],
+                when(&s["at"]),
             ),
         );
     }

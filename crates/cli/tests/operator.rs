@@ -329,6 +329,106 @@ fn admin_commands_list_show_cancel_and_purge_every_principals_tasks() {
     assert_eq!(left, serde_json::json!([]));
 }
 
+/// The step journal of a running `pipeline` from the admin commands: `admin show` lists each step
+/// with its run, duration and output; `journal export` prints it whole (what `replay_check`
+/// replays); `journal rewind --from N` runs the task again from item 1, the steps before replayed
+/// (their attempt stays 1); a finished task is not rewound (exit 1, saying why).
+#[test]
+fn the_journal_is_shown_exported_and_rewound_from_a_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = keys_config(dir.path());
+    let db = dir.path().join("tasks.db");
+    let store = format!("sqlite:{}", db.display());
+    let server = ServerProcess::start(&["--demo", "--store", &store, "--config", &cfg]);
+    let base = base_of(&server.url);
+    let cli = Cli::new(&server.url);
+    let out = cli.run(&[
+        "call",
+        "pipeline",
+        "items=4",
+        "seconds_per_item=0.4",
+        "--detach",
+        "--key",
+        "key-alice",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let id = text(&out.stdout).trim().to_string();
+    let admin = |args: &[&str]| {
+        let mut all = vec!["admin", "--url", &base, "--key", "key-ops"];
+        all.extend(args);
+        cli.run(&all)
+    };
+    let export = || -> serde_json::Value {
+        let out = admin(&["journal", "export", &id]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // Wait for item 1's step: places 0–3 are sleep, item 0, sleep, item 1.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let journal = loop {
+        let j = export();
+        if j["steps"].as_array().unwrap().len() >= 4 {
+            break j;
+        }
+        assert!(std::time::Instant::now() < deadline, "no steps: {j}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(journal["task_id"], id.as_str());
+    assert_eq!(journal["tool"], "pipeline");
+    assert_eq!(journal["arguments"]["items"], 4);
+    let item1 = journal["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "item 1")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        item1["output"],
+        serde_json::json!({"item": 1, "attempt": 1})
+    );
+    assert_eq!(item1["attempt"], 1);
+    let from = item1["seq"].as_u64().unwrap().to_string();
+
+    let shown = text(&admin(&["show", &id]).stdout);
+    assert!(
+        shown.contains("item 1  attempt 1,") && shown.contains("\"item\":1"),
+        "{shown}"
+    );
+    assert!(shown.contains(" ms, at "), "{shown}");
+
+    let out = admin(&["journal", "rewind", &id, "--from", &from]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("step(s) dropped"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = cli.run(&["task", "result", &id, "--key", "key-alice"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let done = serde_json::from_slice::<serde_json::Value>(&admin(&["show", &id, "--json"]).stdout)
+        .unwrap();
+    assert_eq!(done["status"], "completed", "{done}");
+    let steps = &done["result"]["structuredContent"]["steps"];
+    assert_eq!(steps[0]["attempt"], 1, "item 0 replayed: {done}");
+    assert_eq!(steps[1]["attempt"], 2, "item 1 run again: {done}");
+    let history = done["history"].to_string();
+    assert!(
+        history.contains(&format!(
+            "rewound by operator ops: runs again from step {from}"
+        )),
+        "{history}"
+    );
+
+    let out = admin(&["journal", "restart", &id]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("is final"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 #[test]
 fn json_logs_carry_the_request_and_task_spans() {
     let mut cmd = std::process::Command::new(common::bin());

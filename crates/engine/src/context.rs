@@ -100,11 +100,30 @@ pub trait StepJournal: Send + Sync {
     /// Takes the journal's next place for a step named `name`: its recorded output when an earlier
     /// run recorded it, or the place to record it at once the body ran.
     async fn replay_step(&self, name: &str) -> Result<StepSlot, StepError>;
-    /// Records what the step at `seq` returned, durably, before the step returns it.
-    async fn record_step(&self, seq: u32, name: &str, output: Value) -> Result<(), StepError>;
+    /// Records what the step at `seq` returned (or failed with for good), durably, before the step
+    /// returns it.
+    async fn record_step(&self, seq: u32, step: StepEntry) -> Result<(), StepError>;
     /// The step given place `seq` by [`StepJournal::replay_step`] ended: recorded, failed, or its
     /// future dropped before it was. The next step may start.
     fn end_step(&self, seq: u32);
+    /// Whether steps that earlier runs recorded remain that this run has not replayed yet: the run
+    /// is still on the path the journal recorded, not past its end (what
+    /// [`TaskContext::patched`] tells old journals from new runs by). Meaningful once a step was
+    /// asked for ([`StepJournal::replay_step`] reads the journal).
+    fn replaying(&self) -> bool;
+}
+
+/// What a step left, for [`StepJournal::record_step`] to record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepEntry {
+    /// The step's name.
+    pub name: String,
+    /// What its body returned, or, for a step that failed for good, what it failed with.
+    pub output: Value,
+    /// For a step that failed for good, the failure in words.
+    pub error: Option<String>,
+    /// How long its body ran, all tries together, ms.
+    pub duration_ms: u64,
 }
 
 /// Where a context's reports go: the task store for a task, or straight to the caller for a plain call.
@@ -179,11 +198,16 @@ pub trait ContextSink: Send + Sync {
     }
 }
 
-/// A step's place in the journal ([`ContextSink::replay_step`]).
+/// A step's place in the journal ([`StepJournal::replay_step`]).
 #[derive(Clone, Debug, PartialEq)]
 pub enum StepSlot {
     /// An earlier run recorded this step: its output, to return without running the body.
-    Recorded(Value),
+    Recorded {
+        /// What the body returned, or what it failed with for good.
+        output: Value,
+        /// For a step that failed for good, the failure in words.
+        error: Option<String>,
+    },
     /// Nothing is recorded here yet: run the body, then record its output at this place.
     Run(u32),
 }
@@ -234,9 +258,52 @@ pub enum StepError {
         /// The step that was refused.
         asked: String,
     },
-    /// Told to stop (a cancel, a hand-off) during a durable sleep.
-    #[error("stopped while sleeping")]
+    /// Told to stop (a cancel, a hand-off) during a durable sleep or between a step's tries.
+    #[error("stopped while waiting")]
     Stopped,
+    /// The step's output is larger than a step may record
+    /// ([`EngineConfig::max_step_output_bytes`](crate::EngineConfig::max_step_output_bytes)). The
+    /// task is failed with this message.
+    #[error(
+        "step `{name}` returned {bytes} bytes of JSON, more than the {limit} a step may record; \
+         keep large data elsewhere (a file, an object store) and return a reference to it"
+    )]
+    TooLarge {
+        /// The step.
+        name: String,
+        /// The size of its output as JSON.
+        bytes: usize,
+        /// The cap.
+        limit: usize,
+    },
+    /// Recording the step would take the task's journal past its cap
+    /// ([`EngineConfig::max_journal_bytes`](crate::EngineConfig::max_journal_bytes)). The task is
+    /// failed with this message.
+    #[error(
+        "recording step `{name}` would take this task's journal to {bytes} bytes, past its cap \
+         of {limit}; a task with this many steps should be split (child tasks, or a new task \
+         per batch)"
+    )]
+    JournalFull {
+        /// The step.
+        name: String,
+        /// What the journal would hold with it.
+        bytes: usize,
+        /// The cap.
+        limit: usize,
+    },
+    /// A plain [`TaskContext::step`] met a record of a step that failed for good (one made by
+    /// [`TaskContext::step_with`] under the same name).
+    #[error(
+        "step `{name}` is recorded as failed ({error}); a step recorded with step_with must be \
+         read with step_with"
+    )]
+    RecordedFailure {
+        /// The step.
+        name: String,
+        /// The failure recorded.
+        error: String,
+    },
     /// The journal could not be read or written (rendered with its causes).
     #[error("the step journal failed: {0}")]
     Store(String),

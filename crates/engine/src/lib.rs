@@ -47,16 +47,20 @@ pub mod webhook;
 
 pub use clock::{format_rfc3339, now_ms};
 pub use context::{
-    CheckpointError, ContextSink, InputError, LogLevel, StepError, StepJournal, StepSlot,
-    StopReason, TaskContext,
+    CheckpointError, ContextSink, InputError, LogLevel, StepEntry, StepError, StepJournal,
+    StepSlot, StopReason, TaskContext,
 };
 pub use engine::{
-    Engine, EngineBuilder, EngineConfig, EngineError, InputGuard, ResumeCounts, RunStart,
-    ServiceState, Submitted,
+    Engine, EngineBuilder, EngineConfig, EngineError, InputGuard, ResumeCounts, Rewind, Rewound,
+    RunStart, ServiceState, Submitted,
 };
 pub use fingerprint::fingerprint;
 pub use handler::TaskHandler;
 pub use ids::random_id;
+pub use journal::{
+    replay_check, JournalExport, ReplayCheckError, ReplayEnd, ReplayReport, RetryPolicy, Retryable,
+    StepFailed, StepOptions,
+};
 pub use model::{
     ActiveLimit, Among, HeldLimit, InputRecord, InputResponse, NewTask, Outcome, StepRecord,
     TaskRecord, TaskStatus, Transition,

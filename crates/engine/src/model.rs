@@ -145,12 +145,20 @@ pub struct StepRecord {
     pub seq: u32,
     /// The name the handler gave it.
     pub name: String,
-    /// What its body returned, as JSON.
+    /// What its body returned, as JSON; for a step that failed for good, what it failed with (see
+    /// [`TaskContext::step_with`](crate::TaskContext::step_with)).
     pub output: Value,
     /// The run (attempt) that ran the body.
     pub attempt: u32,
     /// When it was recorded, Unix ms.
     pub at: u64,
+    /// How long its body ran (all its tries, for a step with retries), ms.
+    #[serde(default)]
+    pub duration_ms: u64,
+    /// For a step that failed for good, the failure in words; its output is then replayed as that
+    /// failure, and the body is not run again.
+    #[serde(default)]
+    pub error: Option<String>,
 }
 
 /// One task, era-agnostic, exactly as stored.

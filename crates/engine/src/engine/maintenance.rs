@@ -321,7 +321,7 @@ impl Engine {
         Ok(())
     }
 
-    async fn recover(self: &Arc<Self>, all: bool) -> Result<usize, StoreError> {
+    pub(super) async fn recover(self: &Arc<Self>, all: bool) -> Result<usize, StoreError> {
         if !self.is_claiming() {
             // Draining or stopping: what this node or others let go of is for the nodes that
             // stay (or the next start).

@@ -10,10 +10,13 @@ mod landing;
 mod maintenance;
 mod replay;
 mod retry;
+mod rewind;
 mod runner;
 mod services;
 
 pub use handoff::ResumeCounts;
+pub(crate) use replay::Resumed;
+pub use rewind::{Rewind, Rewound};
 pub use services::ServiceState;
 
 use dashmap::DashMap;
@@ -80,6 +83,13 @@ pub struct EngineConfig {
     /// being resumed again, so a task that crashes its server (a poison task) cannot crash-loop
     /// a node, or each replica in turn. At least 1.
     pub max_attempts: u32,
+    /// The most one step may record, as JSON (default 2 MiB): a step past it fails its task with
+    /// a message saying so, since a journal must stay small enough to read at every resume.
+    pub max_step_output_bytes: usize,
+    /// The most a task's journal may hold (default 32 MiB: each step's output, name and error,
+    /// and 64 bytes per step): a step that would take it past fails its task with a message
+    /// saying so. It bounds what a resumed run reads into memory.
+    pub max_journal_bytes: usize,
 }
 
 impl Default for EngineConfig {
@@ -100,6 +110,8 @@ impl Default for EngineConfig {
             max_input_request_bytes: 256 * 1024,
             webhook_progress_interval: Duration::from_secs(5),
             max_attempts: 10,
+            max_step_output_bytes: 2 * 1024 * 1024,
+            max_journal_bytes: 32 * 1024 * 1024,
         }
     }
 }
@@ -148,6 +160,10 @@ pub enum EngineError {
         /// The limit.
         max: u64,
     },
+    /// An operator's rewind of the task's journal would not run it again (see
+    /// [`Engine::rewind`]): why.
+    #[error("the task cannot be rewound: {0}")]
+    CannotRewind(String),
 }
 
 /// A submitted task and whether it was new.

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::runner::TaskSink;
 use crate::clock::now_ms;
-use crate::context::{InputError, StepError, StepSlot};
+use crate::context::{InputError, StepEntry, StepError, StepSlot};
 use crate::model::{InputRecord, StepRecord, TaskStatus};
 use crate::store::{error_chain, TaskChange, UpdateError};
 
@@ -30,6 +30,9 @@ pub(crate) struct Resumed {
     occurrences: std::collections::HashMap<String, u32>,
     /// The step whose body runs now (its place and name): steps run one after another.
     in_flight: Option<(u32, String)>,
+    /// The size of the journal as the caps count it (see [`journal_bytes`]): what was read, and
+    /// what this run recorded.
+    bytes: usize,
     /// Questions earlier runs asked that this run has not taken up yet, oldest first (`None`: not
     /// read yet).
     inputs: Option<Vec<InputRecord>>,
@@ -82,6 +85,7 @@ impl Resumed {
             self.by_name.entry(r.name.clone()).or_default().push(at);
             self.next_seq = self.next_seq.max(r.seq + 1);
             self.unreplayed += 1;
+            self.bytes += journal_bytes(&r.name, &r.output, r.error.as_deref());
         }
         self.indexed = journal.len();
         self.consumed.resize(journal.len(), false);
@@ -95,7 +99,10 @@ impl Resumed {
             self.consumed[at] = true;
             self.unreplayed -= 1;
             *self.occurrences.entry(name.to_string()).or_default() += 1;
-            return Next::Slot(StepSlot::Recorded(journal[at].output.clone()));
+            return Next::Slot(StepSlot::Recorded {
+                output: journal[at].output.clone(),
+                error: journal[at].error.clone(),
+            });
         }
         // Used up now, whether or not the step is recorded: a step whose future is dropped after
         // its record landed (the reply lost) must not have its place taken by the next step.
@@ -104,6 +111,79 @@ impl Resumed {
         self.next_seq += 1;
         self.in_flight = Some((seq, name.to_string()));
         Next::Slot(StepSlot::Run(seq))
+    }
+}
+
+/// What a step counts for against the journal's caps: its output as JSON, its name and error, and
+/// 64 bytes for the rest of its row. Counted without writing the JSON anywhere.
+fn journal_bytes(name: &str, output: &Value, error: Option<&str>) -> usize {
+    row_bytes(output_bytes(output), name, error)
+}
+
+/// [`journal_bytes`] of a step whose output is `output` bytes of JSON.
+fn row_bytes(output: usize, name: &str, error: Option<&str>) -> usize {
+    output + name.len() + error.map_or(0, str::len) + 64
+}
+
+/// The size of `output` as compact JSON.
+fn output_bytes(output: &Value) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // Writing a Value to a sink that cannot fail does not fail.
+    let _ = serde_json::to_writer(&mut counter, output);
+    counter.0
+}
+
+/// What a replay check (`journal/check.rs`) asks of the same matching a resumed run uses.
+impl Resumed {
+    /// The journal's place for a step named `name`: its record, or a new place.
+    pub(crate) fn take(&mut self, name: &str) -> Result<StepSlot, StepError> {
+        match self.next(name) {
+            Next::Slot(slot) => Ok(slot),
+            Next::Refused(e) => Err(e),
+        }
+    }
+
+    /// The mismatch recording a new step named `name` would be, if recorded steps are ahead.
+    pub(crate) fn mismatch(&self, name: &str) -> Option<StepError> {
+        self.may_record(name).err()
+    }
+
+    /// The step at `seq` ended.
+    pub(crate) fn end(&mut self, seq: u32) {
+        if self.in_flight.as_ref().is_some_and(|(s, _)| *s == seq) {
+            self.in_flight = None;
+        }
+    }
+
+    /// How many recorded steps are not replayed yet.
+    pub(crate) fn unreplayed_count(&self) -> usize {
+        self.unreplayed
+    }
+
+    /// How many recorded steps were replayed.
+    pub(crate) fn replayed_count(&self) -> usize {
+        self.consumed.iter().filter(|c| **c).count()
+    }
+
+    /// The names of the recorded steps not replayed, in journal order.
+    pub(crate) fn unreplayed_names(&self) -> Vec<String> {
+        let journal = self.journal.as_deref().unwrap_or_default();
+        journal
+            .iter()
+            .enumerate()
+            .filter(|(at, _)| !self.consumed.get(*at).copied().unwrap_or(false))
+            .map(|(_, r)| r.name.clone())
+            .collect()
     }
 }
 
@@ -161,42 +241,75 @@ impl TaskSink {
     /// The step at `seq` ended (recorded, failed, or its future was dropped): the next may start.
     pub(super) fn end_step(&self, seq: u32) {
         if let Some(r) = self.resumed().as_mut() {
-            if r.in_flight.as_ref().is_some_and(|(s, _)| *s == seq) {
-                r.in_flight = None;
-            }
+            r.end(seq);
         }
     }
 
-    /// Records the output of the step at `seq`, while this run holds the task.
-    pub(super) async fn record(
-        &self,
-        seq: u32,
-        name: &str,
-        output: Value,
-    ) -> Result<(), StepError> {
+    /// Whether steps earlier runs recorded are still ahead of this run (see
+    /// [`StepJournal::replaying`](crate::StepJournal::replaying)).
+    pub(super) fn replaying(&self) -> bool {
+        self.resumed().as_ref().is_some_and(|r| r.unreplayed > 0)
+    }
+
+    /// Whether `entry` may be recorded: its output within the step cap, and the journal with it
+    /// within its own. Returns what it counts for (see [`journal_bytes`]).
+    fn within_caps(&self, entry: &StepEntry) -> Result<usize, StepError> {
+        let config = &self.engine.config;
+        let output = output_bytes(&entry.output);
+        if output > config.max_step_output_bytes {
+            return Err(StepError::TooLarge {
+                name: entry.name.clone(),
+                bytes: output,
+                limit: config.max_step_output_bytes,
+            });
+        }
+        let bytes = row_bytes(output, &entry.name, entry.error.as_deref());
+        let held = self.resumed().as_ref().map_or(0, |r| r.bytes);
+        if held + bytes > config.max_journal_bytes {
+            return Err(StepError::JournalFull {
+                name: entry.name.clone(),
+                bytes: held + bytes,
+                limit: config.max_journal_bytes,
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Records what the step at `seq` left, while this run holds the task.
+    pub(super) async fn record(&self, seq: u32, entry: StepEntry) -> Result<(), StepError> {
+        // Two statements: each takes the lock for itself.
+        let replayable = self
+            .resumed()
+            .as_ref()
+            .map_or(Ok(()), |r| r.may_record(&entry.name));
+        let checked = replayable.and_then(|()| self.within_caps(&entry));
+        let bytes = match checked {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                // The journal cannot be replayed by this code, or cannot hold the step: the task
+                // fails, saying why.
+                self.fail(e.to_string()).await;
+                return Err(e);
+            }
+        };
         let step = StepRecord {
             task_id: self.id.to_string(),
             seq,
-            name: name.to_string(),
-            output,
+            name: entry.name,
+            output: entry.output,
             attempt: self.attempt,
             at: now_ms(),
+            duration_ms: entry.duration_ms,
+            error: entry.error,
         };
-        let checked = self
-            .resumed()
-            .as_ref()
-            .map_or(Ok(()), |r| r.may_record(name));
-        if let Err(e) = checked {
-            // The journal cannot be replayed by this code: the task fails, saying which steps.
-            self.fail(e.to_string()).await;
-            return Err(e);
-        }
         let node = &self.engine.config.node_id;
         let store = &self.engine.store;
         let attempt = self
-            .retrying(&format!("recording step {seq} ({name})"), None, || {
-                store.record_step(node, step.clone())
-            })
+            .retrying(
+                &format!("recording step {seq} ({})", step.name),
+                None,
+                || store.record_step(node, step.clone()),
+            )
             .await;
         let mut recorded = attempt.result;
         if attempt.retried && matches!(recorded, Err(UpdateError::Conflict(_))) {
@@ -207,6 +320,7 @@ impl TaskSink {
                     r.seq == seq
                         && r.name == step.name
                         && r.output == step.output
+                        && r.error == step.error
                         && r.attempt == step.attempt
                 }) {
                     recorded = Ok(());
@@ -226,6 +340,7 @@ impl TaskSink {
                     j.push(step);
                     r.indexed = j.len();
                     r.consumed.resize(j.len(), true);
+                    r.bytes += bytes;
                 }
                 Ok(())
             }

@@ -13,8 +13,8 @@ use super::replay::Resumed;
 use super::Engine;
 use crate::clock::now_ms;
 use crate::context::{
-    CheckpointError, ContextSink, InputError, LogLevel, StepError, StepJournal, StepSlot,
-    StopReason, TaskContext,
+    CheckpointError, ContextSink, InputError, LogLevel, StepEntry, StepError, StepJournal,
+    StepSlot, StopReason, TaskContext,
 };
 use crate::handler::TaskHandler;
 use crate::ids::random_id;
@@ -488,12 +488,16 @@ impl StepJournal for TaskSink {
         self.replay(name).await
     }
 
-    async fn record_step(&self, seq: u32, name: &str, output: Value) -> Result<(), StepError> {
-        self.record(seq, name, output).await
+    async fn record_step(&self, seq: u32, step: StepEntry) -> Result<(), StepError> {
+        self.record(seq, step).await
     }
 
     fn end_step(&self, seq: u32) {
         TaskSink::end_step(self, seq)
+    }
+
+    fn replaying(&self) -> bool {
+        TaskSink::replaying(self)
     }
 }
 

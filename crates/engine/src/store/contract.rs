@@ -139,6 +139,11 @@ pub trait JournalStore: Send + Sync + 'static {
 
     /// The task's journal, in step order.
     async fn steps(&self, task_id: &str) -> Result<Vec<StepRecord>, StoreError>;
+
+    /// Deletes the task's steps at places `from` and after (all of them for 0); returns how many
+    /// went. Unconditional: the caller fences the task's runs first (an operator's rewind takes the
+    /// lease before, see `Engine::rewind`).
+    async fn truncate_steps(&self, task_id: &str, from: u32) -> Result<usize, StoreError>;
 }
 
 /// Leases: which node runs which task, and the take-over of tasks whose node is gone.

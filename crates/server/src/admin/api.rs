@@ -1,5 +1,6 @@
 //! The admin API (JSON) under `/admin/api`, for `mcp-tasks admin …` and the dashboard: every
-//! principal's tasks, one task in full, cancel, purge. Operators only (see `access`).
+//! principal's tasks, one task in full, cancel, purge; a task's journal is `journal`'s. Operators
+//! only (see `access`).
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -25,6 +26,15 @@ pub(crate) fn routes() -> axum::Router<Arc<Server>> {
         .route("/admin/api/tasks", get(list))
         .route("/admin/api/tasks/{id}", get(show))
         .route("/admin/api/tasks/{id}/cancel", post(cancel))
+        .route("/admin/api/tasks/{id}/journal", get(super::journal::export))
+        .route(
+            "/admin/api/tasks/{id}/journal/rewind",
+            post(super::journal::rewind),
+        )
+        .route(
+            "/admin/api/tasks/{id}/journal/restart",
+            post(super::journal::restart),
+        )
         .route("/admin/api/purge", post(purge))
         .route("/admin/api/summary", get(summary_counts))
         .route("/admin/api/events", get(events))
@@ -233,7 +243,8 @@ async fn show(State(server): State<Arc<Server>>, _: Operator, Path(id): Path<Str
         history.push(json!({"status": status, "at": c.at, "message": c.message}));
     }
     v["history"] = json!(history);
-    // The step journal: which run did which step (outputs stay with the handler).
+    // The step journal: which run did which step, how long it took, how it ended (outputs cut
+    // short: the whole journal is `/journal`).
     let steps = server
         .engine()
         .store()
@@ -242,7 +253,7 @@ async fn show(State(server): State<Arc<Server>>, _: Operator, Path(id): Path<Str
         .unwrap_or_default();
     v["steps"] = json!(steps
         .iter()
-        .map(|s| json!({"seq": s.seq, "name": s.name, "attempt": s.attempt, "at": s.at}))
+        .map(super::journal::step_view)
         .collect::<Vec<_>>());
     let pending = server
         .engine()

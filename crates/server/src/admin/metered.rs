@@ -151,6 +151,11 @@ impl JournalStore for MeteredStore {
     async fn steps(&self, task_id: &str) -> Result<Vec<StepRecord>, StoreError> {
         self.timed("steps", self.inner.steps(task_id)).await
     }
+
+    async fn truncate_steps(&self, task_id: &str, from: u32) -> Result<usize, StoreError> {
+        self.timed("truncate_steps", self.inner.truncate_steps(task_id, from))
+            .await
+    }
 }
 
 #[async_trait]

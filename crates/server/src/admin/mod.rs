@@ -8,6 +8,7 @@
 
 mod access;
 mod api;
+mod journal;
 mod metered;
 mod metrics;
 mod subscriptions;

@@ -578,6 +578,16 @@ impl JournalStore for MemoryStore {
     async fn steps(&self, task_id: &str) -> Result<Vec<StepRecord>, StoreError> {
         Ok(self.lock().steps.get(task_id).cloned().unwrap_or_default())
     }
+
+    async fn truncate_steps(&self, task_id: &str, from: u32) -> Result<usize, StoreError> {
+        let mut inner = self.lock();
+        let Some(journal) = inner.steps.get_mut(task_id) else {
+            return Ok(0);
+        };
+        let before = journal.len();
+        journal.retain(|s| s.seq < from);
+        Ok(before - journal.len())
+    }
 }
 
 #[async_trait]

@@ -664,8 +664,8 @@ impl JournalStore for PostgresStore {
             .prepare_cached(
                 "WITH held AS (SELECT id FROM tasks WHERE id = $1 AND lease_owner = $2 \
                  AND status IN ('working', 'input_required') FOR SHARE) \
-                 INSERT INTO task_steps (task_id, seq, name, output, attempt, at) \
-                 SELECT id, $3, $4, $5, $6, $7 FROM held ON CONFLICT DO NOTHING",
+                 INSERT INTO task_steps (task_id, seq, name, output, attempt, at, duration_ms, \
+                 error) SELECT id, $3, $4, $5, $6, $7, $8, $9 FROM held ON CONFLICT DO NOTHING",
             )
             .await
             .context("prepare the step record")?;
@@ -681,6 +681,8 @@ impl JournalStore for PostgresStore {
                     &output,
                     &i32::try_from(step.attempt).unwrap_or(i32::MAX),
                     &pg_int(step.at),
+                    &pg_int(step.duration_ms),
+                    &step.error,
                 ],
             )
             .await
@@ -698,8 +700,8 @@ impl JournalStore for PostgresStore {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(
-                "SELECT task_id, seq, name, output, attempt, at FROM task_steps \
-                 WHERE task_id = $1 ORDER BY seq",
+                "SELECT task_id, seq, name, output, attempt, at, duration_ms, error \
+                 FROM task_steps WHERE task_id = $1 ORDER BY seq",
             )
             .await
             .context("prepare the step journal read")?;
@@ -710,6 +712,18 @@ impl JournalStore for PostgresStore {
             .iter()
             .map(rows::step_from_row)
             .collect()
+    }
+
+    async fn truncate_steps(&self, task_id: &str, from: u32) -> Result<usize, StoreError> {
+        let client = self.client().await?;
+        let n = client
+            .execute(
+                "DELETE FROM task_steps WHERE task_id = $1 AND seq >= $2",
+                &[&task_id, &i32::try_from(from).unwrap_or(i32::MAX)],
+            )
+            .await
+            .with_context(|| format!("drop steps {from}… of task {task_id}"))?;
+        Ok(usize::try_from(n).unwrap_or(usize::MAX))
     }
 }
 

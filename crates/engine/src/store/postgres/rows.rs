@@ -67,6 +67,8 @@ pub(super) fn step_from_row(row: &Row) -> Result<crate::model::StepRecord, Store
         output: json("a step's output", row.try_get(3).map_err(read)?)?,
         attempt: u32::try_from(row.try_get::<_, i32>(4).map_err(read)?).unwrap_or(0),
         at: u64::try_from(row.try_get::<_, i64>(5).map_err(read)?).unwrap_or(0),
+        duration_ms: u64::try_from(row.try_get::<_, i64>(6).map_err(read)?).unwrap_or(0),
+        error: row.try_get(7).map_err(read)?,
     })
 }
 

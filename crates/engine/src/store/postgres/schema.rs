@@ -195,6 +195,12 @@ CREATE TABLE sessions (
         sql: "ALTER TABLE event_gaps ADD COLUMN next_at BIGINT NOT NULL DEFAULT 0, \
               ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;",
     },
+    Migration {
+        version: 13,
+        what: "keep each step's duration, and the error of a step that failed for good",
+        sql: "ALTER TABLE task_steps ADD COLUMN duration_ms BIGINT NOT NULL DEFAULT 0, \
+              ADD COLUMN error TEXT;",
+    },
 ];
 
 /// The migration from which events are written without a copy of their secret, once its window

@@ -649,8 +649,9 @@ impl JournalStore for SqliteStore {
             }
             let n = conn
                 .prepare_cached(
-                    "INSERT OR IGNORE INTO task_steps (task_id, seq, name, output, attempt, at) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    "INSERT OR IGNORE INTO task_steps \
+                     (task_id, seq, name, output, attempt, at, duration_ms, error) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 )
                 .and_then(|mut s| {
                     s.execute(params![
@@ -659,7 +660,9 @@ impl JournalStore for SqliteStore {
                         step.name,
                         output,
                         step.attempt,
-                        sql_int(step.at)
+                        sql_int(step.at),
+                        sql_int(step.duration_ms),
+                        step.error,
                     ])
                 })
                 .with_context(|| format!("record step {} of task {}", step.seq, step.task_id))?;
@@ -675,14 +678,29 @@ impl JournalStore for SqliteStore {
         let task_id = task_id.to_string();
         self.read(move |conn| {
             conn.prepare_cached(
-                "SELECT task_id, seq, name, output, attempt, at FROM task_steps \
-                 WHERE task_id = ?1 ORDER BY seq",
+                "SELECT task_id, seq, name, output, attempt, at, duration_ms, error \
+                 FROM task_steps WHERE task_id = ?1 ORDER BY seq",
             )
             .and_then(|mut stmt| {
                 stmt.query_map([&task_id], rows::step_from_row)?
                     .collect::<rusqlite::Result<Vec<_>>>()
             })
             .with_context(|| format!("read the step journal of task {task_id}"))
+        })
+        .await
+    }
+
+    async fn truncate_steps(&self, task_id: &str, from: u32) -> Result<usize, StoreError> {
+        let task_id = task_id.to_string();
+        self.write(move |tx| {
+            let n = tx
+                .conn()?
+                .execute(
+                    "DELETE FROM task_steps WHERE task_id = ?1 AND seq >= ?2",
+                    params![task_id, from],
+                )
+                .with_context(|| format!("drop steps {from}… of task {task_id}"))?;
+            Ok(n)
         })
         .await
     }

@@ -178,6 +178,8 @@ pub(super) fn step_from_row(row: &Row<'_>) -> rusqlite::Result<crate::model::Ste
         output: json_from_sql(3, &row.get::<_, String>(3)?)?,
         attempt: row.get(4)?,
         at: u64::try_from(row.get::<_, i64>(5)?).unwrap_or(0),
+        duration_ms: u64::try_from(row.get::<_, i64>(6)?).unwrap_or(0),
+        error: row.get(7)?,
     })
 }
 

@@ -215,6 +215,12 @@ CREATE TABLE IF NOT EXISTS sessions (
         sql: "ALTER TABLE event_gaps ADD COLUMN next_at INTEGER NOT NULL DEFAULT 0; \
               ALTER TABLE event_gaps ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;",
     },
+    Migration {
+        version: 16,
+        what: "keep each step's duration, and the error of a step that failed for good",
+        sql: "ALTER TABLE task_steps ADD COLUMN duration_ms INTEGER NOT NULL DEFAULT 0; \
+              ALTER TABLE task_steps ADD COLUMN error TEXT;",
+    },
 ];
 
 /// The version a database is at once every migration is applied.

@@ -15,6 +15,7 @@ where
     Fut: Future<Output = S>,
 {
     steps_are_recorded_by_the_lease_holder_once_and_purged_with_the_task(make().await).await;
+    a_journal_is_truncated_from_a_place_and_only_that_task_s(make().await).await;
 }
 
 fn step(task: &str, seq: u32, name: &str) -> StepRecord {
@@ -25,6 +26,9 @@ fn step(task: &str, seq: u32, name: &str) -> StepRecord {
         output: json!({"item": seq, "attempt": 1}),
         attempt: 1,
         at: 1_000 + u64::from(seq),
+        // An odd place holds a step that failed for good: its error and duration read back.
+        duration_ms: 40 + u64::from(seq),
+        error: (seq % 2 == 1).then(|| format!("step {seq} failed: 503 from upstream")),
     }
 }
 
@@ -81,4 +85,35 @@ async fn steps_are_recorded_by_the_lease_holder_once_and_purged_with_the_task(
         "purged with the task"
     );
     assert_eq!(s.steps("other").await.unwrap().len(), 1, "only its own");
+}
+
+async fn a_journal_is_truncated_from_a_place_and_only_that_task_s(s: impl TaskRows + JournalStore) {
+    s.create(record("j", "alice", 1_000), None).await.unwrap();
+    s.create(record("other", "alice", 1_000), None)
+        .await
+        .unwrap();
+    for seq in 0..4 {
+        s.record_step("node-a", step("j", seq, "item"))
+            .await
+            .unwrap();
+    }
+    s.record_step("node-a", step("other", 3, "item"))
+        .await
+        .unwrap();
+    assert_eq!(s.truncate_steps("j", 2).await.unwrap(), 2);
+    let left: Vec<u32> = s.steps("j").await.unwrap().iter().map(|r| r.seq).collect();
+    assert_eq!(left, [0, 1]);
+    assert_eq!(
+        s.truncate_steps("j", 2).await.unwrap(),
+        0,
+        "nothing left there"
+    );
+    assert_eq!(s.steps("other").await.unwrap().len(), 1, "only its own");
+    // A place freed is recorded again.
+    s.record_step("node-a", step("j", 2, "again"))
+        .await
+        .unwrap();
+    assert_eq!(s.truncate_steps("j", 0).await.unwrap(), 3);
+    assert!(s.steps("j").await.unwrap().is_empty());
+    assert_eq!(s.truncate_steps("nope", 0).await.unwrap(), 0);
 }

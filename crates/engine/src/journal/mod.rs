@@ -10,14 +10,24 @@
 //! run's step is still unreplayed fails the task (the code changed under it); steps run one after
 //! another, and one started while another runs is refused. Code between steps runs again on every
 //! run, so it must decide the same way each time: anything that reads the world (a clock, a file, a
-//! remote service) belongs in a step.
+//! remote service) belongs in a step, or in one of the recorded helpers (`determinism`).
+//!
+//! `options` holds [`TaskContext::step_with`]'s retries and timeouts, whose outcome (an output, or
+//! a failure for good) is recorded like any output.
 
 use serde::{de::DeserializeOwned, Serialize};
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::clock::now_ms;
-use crate::context::{StepError, StepJournal, StepSlot, TaskContext};
+use crate::context::{StepEntry, StepError, StepJournal, StepSlot, TaskContext};
+
+mod check;
+mod determinism;
+mod options;
+
+pub use check::{replay_check, JournalExport, ReplayCheckError, ReplayEnd, ReplayReport};
+pub use options::{RetryPolicy, Retryable, StepFailed, StepOptions};
 
 /// Tells the journal that the step at `seq` ended, when dropped.
 struct Ended<'a> {
@@ -31,15 +41,21 @@ impl Drop for Ended<'_> {
     }
 }
 
+/// Milliseconds since `started`, for a step's duration.
+fn millis_since(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
 impl TaskContext {
     /// Runs `body` as the journal's next step named `name`, and stores what it returns with the
     /// task before returning it; when an earlier run of this task recorded this step, returns the
     /// recorded output without running `body`.
     ///
     /// The output is stored as JSON: return a `Result` from `body` to record a failure as well (it
-    /// is replayed like any output). A plain call (not a task) keeps no journal and runs every body.
-    /// Steps are matched by name and occurrence: the `n`th step named `name` that this run
-    /// completes replays the `n`th one recorded under that name.
+    /// is replayed like any output), or use [`TaskContext::step_with`] for retries and a timeout.
+    /// A plain call (not a task) keeps no journal and runs every body. Steps are matched by name
+    /// and occurrence: the `n`th step named `name` that this run completes replays the `n`th one
+    /// recorded under that name.
     ///
     /// Run steps one after another: a step started while another's body runs fails with
     /// [`StepError::Concurrent`] (and runs nothing).
@@ -52,6 +68,7 @@ impl TaskContext {
     /// so, as after a crash, it must be safe to run again. A later run that completes a step an
     /// earlier run gave up on, while that run went on to record later steps, takes another path
     /// than the journal's: recording it fails the task as a replay mismatch (its body has run).
+    /// A timeout belongs inside the step ([`StepOptions::timeout`]), where it is recorded.
     pub async fn step<T, F, Fut>(&self, name: &str, body: F) -> Result<T, StepError>
     where
         T: Serialize + DeserializeOwned,
@@ -70,13 +87,29 @@ impl TaskContext {
             return Ok(output);
         };
         match journal.replay_step(name).await? {
-            StepSlot::Recorded(value) => serde_json::from_value(value).map_err(serde_error),
+            StepSlot::Recorded {
+                output,
+                error: None,
+            } => serde_json::from_value(output).map_err(serde_error),
+            StepSlot::Recorded {
+                error: Some(error), ..
+            } => Err(StepError::RecordedFailure {
+                name: name.to_string(),
+                error,
+            }),
             StepSlot::Run(seq) => {
                 // Ends the step however this future ends: returned, failed or dropped.
                 let _ended = Ended { journal, seq };
+                let started = Instant::now();
                 let output = body().await;
                 let value = serde_json::to_value(&output).map_err(serde_error)?;
-                journal.record_step(seq, name, value).await?;
+                let entry = StepEntry {
+                    name: name.to_string(),
+                    output: value,
+                    error: None,
+                    duration_ms: millis_since(started),
+                };
+                journal.record_step(seq, entry).await?;
                 Ok(output)
             }
         }

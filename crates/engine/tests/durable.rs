@@ -1,0 +1,742 @@
+//! Durable execution beyond plain steps: steps with retries and timeouts whose outcome (failure
+//! included) is recorded and replayed, the recorded clock / random / uuid helpers, `patched` code
+//! changes that replay old journals on the old path, and the caps on what a journal holds. Each
+//! across a hand-off: the first node runs part of the task, a second one resumes it from the store.
+
+use futures::future::BoxFuture;
+use mcp_tasks_engine::store::memory::MemoryStore;
+use mcp_tasks_engine::store::TaskStore;
+use mcp_tasks_engine::{
+    replay_check, Engine, EngineConfig, EngineError, JournalExport, NewTask, Outcome,
+    ReplayCheckError, ReplayEnd, RetryPolicy, Rewind, StepError, StepFailed, StepOptions,
+    TaskContext, TaskHandler, TaskRecord, TaskStatus,
+};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+type Script = Arc<dyn Fn(TaskContext) -> BoxFuture<'static, Outcome> + Send + Sync>;
+
+/// A handler written as a closure, for tests that each need their own.
+struct Scripted(Script);
+
+#[async_trait::async_trait]
+impl TaskHandler for Scripted {
+    async fn run(&self, ctx: TaskContext, _args: Arc<Value>) -> Outcome {
+        (self.0)(ctx).await
+    }
+}
+
+fn script<F, Fut>(f: F) -> Script
+where
+    F: Fn(TaskContext) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Outcome> + Send + 'static,
+{
+    Arc::new(move |ctx| Box::pin(f(ctx)))
+}
+
+fn done(value: Value) -> Outcome {
+    Outcome::Result {
+        value,
+        is_error: false,
+    }
+}
+
+fn failure(message: impl std::fmt::Display) -> Outcome {
+    Outcome::Error {
+        code: -32603,
+        message: message.to_string(),
+        data: None,
+    }
+}
+
+/// On its first run, waits to be handed off (the run ends; another node resumes the task).
+async fn hand_off_on_first_run(ctx: &TaskContext) -> Option<Outcome> {
+    if ctx.attempt() == 1 {
+        ctx.cancelled().await;
+        return Some(failure(StepError::Stopped));
+    }
+    None
+}
+
+fn fast() -> RetryPolicy<String> {
+    RetryPolicy::attempts(3).delays(Duration::from_millis(1), 2.0, Duration::from_millis(5))
+}
+
+struct Fixture {
+    store: Arc<dyn TaskStore>,
+    config: EngineConfig,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        Fixture {
+            store: Arc::new(MemoryStore::new()),
+            config: EngineConfig {
+                cancel_grace: Duration::from_millis(500),
+                ..EngineConfig::default()
+            },
+        }
+    }
+
+    fn node(&self, script: &Script) -> Arc<Engine> {
+        self.node_with(script, true)
+    }
+
+    fn node_with(&self, script: &Script, retry_on_restart: bool) -> Arc<Engine> {
+        Engine::builder(self.store.clone(), self.config.clone())
+            .handler("tool", Arc::new(Scripted(script.clone())), retry_on_restart)
+            .build()
+    }
+
+    /// Runs the task on a node with `first` until its journal holds `steps` steps, hands it off,
+    /// and lets a node with `second` (the same code, or a new version) finish it.
+    async fn across_a_hand_off(&self, first: &Script, steps: usize, second: &Script) -> TaskRecord {
+        let node = self.node(first);
+        node.start().await.unwrap();
+        let id = node
+            .submit(NewTask::new("tool", json!({})))
+            .await
+            .unwrap()
+            .record
+            .id;
+        let store = self.store.clone();
+        let recorded = async {
+            while store.steps(&id).await.unwrap().len() < steps {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), recorded)
+            .await
+            .expect("the first run recorded its steps");
+        node.hand_off().await;
+        node.shutdown();
+        self.finish_on(second, &id).await
+    }
+
+    async fn finish_on(&self, script: &Script, id: &str) -> TaskRecord {
+        let node = self.node(script);
+        node.start().await.unwrap();
+        let done = tokio::time::timeout(Duration::from_secs(5), node.wait_terminal(id))
+            .await
+            .expect("the task ends")
+            .unwrap();
+        node.shutdown();
+        done
+    }
+
+    async fn run_once(&self, script: &Script) -> TaskRecord {
+        let node = self.node(script);
+        node.start().await.unwrap();
+        let id = node
+            .submit(NewTask::new("tool", json!({})))
+            .await
+            .unwrap()
+            .record
+            .id;
+        let done = tokio::time::timeout(Duration::from_secs(5), node.wait_terminal(&id))
+            .await
+            .expect("the task ends")
+            .unwrap();
+        node.shutdown();
+        done
+    }
+}
+
+fn value_of(t: &TaskRecord) -> Value {
+    assert_eq!(t.status, TaskStatus::Completed, "{t:?}");
+    match &t.outcome {
+        Some(Outcome::Result { value, .. }) => value.clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn message_of(t: &TaskRecord) -> String {
+    assert_eq!(t.status, TaskStatus::Failed, "{t:?}");
+    match &t.outcome {
+        Some(Outcome::Error { message, .. }) => message.clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A step whose every try fails: recorded as failed after its tries, and replayed as that failure
+/// by the next run, which does not try again.
+#[tokio::test]
+async fn a_step_that_failed_for_good_is_replayed_as_its_failure() {
+    let f = Fixture::new();
+    let tries = Arc::new(AtomicU32::new(0));
+    let counted = tries.clone();
+    let s = script(move |ctx| {
+        let tries = counted.clone();
+        async move {
+            let charged = ctx
+                .step_with("charge", StepOptions::new().retry(fast()), |n| {
+                    let tries = tries.clone();
+                    async move {
+                        tries.fetch_add(1, Ordering::SeqCst);
+                        Err::<u32, String>(format!("card declined (try {n})"))
+                    }
+                })
+                .await;
+            if let Some(stopped) = hand_off_on_first_run(&ctx).await {
+                return stopped;
+            }
+            match charged {
+                Err(StepFailed::Failed {
+                    error, attempts, ..
+                }) => done(json!({"error": error, "attempts": attempts, "run": ctx.attempt()})),
+                other => failure(format!("{other:?}")),
+            }
+        }
+    });
+    let t = f.across_a_hand_off(&s, 1, &s).await;
+    assert_eq!(
+        value_of(&t),
+        json!({"error": "card declined (try 3)", "attempts": 3, "run": 2})
+    );
+    assert_eq!(tries.load(Ordering::SeqCst), 3, "the replay tried nothing");
+    let journal = f.store.steps(&t.id).await.unwrap();
+    assert_eq!(journal.len(), 1);
+    assert_eq!(
+        journal[0].error.as_deref(),
+        Some("step `charge` failed after 3 tries: card declined (try 3)")
+    );
+    assert_eq!(journal[0].attempt, 1);
+}
+
+/// An error the policy does not retry ends the step at once; a later success is recorded as an
+/// output, not as an error.
+#[tokio::test]
+async fn only_the_errors_the_policy_names_are_tried_again() {
+    let f = Fixture::new();
+    let s = script(|ctx| async move {
+        let policy = RetryPolicy::attempts(5)
+            .delays(Duration::from_millis(1), 2.0, Duration::from_millis(5))
+            .retry_if(|e: &String| e.starts_with("transient"));
+        let fatal = ctx
+            .step_with(
+                "fatal",
+                StepOptions::new().retry(policy.clone()),
+                |n| async move {
+                    Err::<u32, String>(if n < 3 {
+                        "transient".into()
+                    } else {
+                        format!("fatal at {n}")
+                    })
+                },
+            )
+            .await;
+        let recovered = ctx
+            .step_with(
+                "recovered",
+                StepOptions::new().retry(policy),
+                |n| async move {
+                    if n < 2 {
+                        Err("transient blip".to_string())
+                    } else {
+                        Ok(n)
+                    }
+                },
+            )
+            .await;
+        let fatal = match fatal {
+            Err(StepFailed::Failed {
+                error, attempts, ..
+            }) => json!([error, attempts]),
+            other => json!(format!("{other:?}")),
+        };
+        done(json!({"fatal": fatal, "recovered": recovered.ok()}))
+    });
+    let t = f.run_once(&s).await;
+    assert_eq!(
+        value_of(&t),
+        json!({"fatal": ["fatal at 3", 3], "recovered": 2})
+    );
+    let journal = f.store.steps(&t.id).await.unwrap();
+    assert!(journal[0].error.is_some());
+    assert_eq!(journal[1].error, None);
+    assert_eq!(journal[1].output, json!(2));
+}
+
+/// A try past the step's timeout is dropped and tried again; the last one's timeout is recorded,
+/// and the replay returns it at once without running the (slow) body.
+#[tokio::test]
+async fn a_timed_out_step_is_recorded_and_replayed() {
+    let f = Fixture::new();
+    let tries = Arc::new(AtomicU32::new(0));
+    let counted = tries.clone();
+    let s = script(move |ctx| {
+        let tries = counted.clone();
+        async move {
+            let options = StepOptions::new()
+                .retry(fast().retry_timeouts(true))
+                .timeout(Duration::from_millis(30));
+            let slow = ctx
+                .step_with("slow", options, |_| {
+                    let tries = tries.clone();
+                    async move {
+                        tries.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                        Ok::<u32, String>(1)
+                    }
+                })
+                .await;
+            if let Some(stopped) = hand_off_on_first_run(&ctx).await {
+                return stopped;
+            }
+            match slow {
+                Err(StepFailed::TimedOut {
+                    timeout_ms,
+                    attempts,
+                    ..
+                }) => done(json!([timeout_ms, attempts])),
+                other => failure(format!("{other:?}")),
+            }
+        }
+    });
+    let started = Instant::now();
+    let t = f.across_a_hand_off(&s, 1, &s).await;
+    assert_eq!(value_of(&t), json!([30, 3]));
+    assert_eq!(tries.load(Ordering::SeqCst), 3);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let journal = f.store.steps(&t.id).await.unwrap();
+    assert!(
+        journal[0].duration_ms >= 90,
+        "three tries of 30 ms: {journal:?}"
+    );
+}
+
+/// A stop (a cancel) between two tries ends the step at once: the wait is not slept out.
+#[tokio::test]
+async fn a_cancel_between_tries_is_not_slept_out() {
+    let f = Fixture::new();
+    let s = script(|ctx| async move {
+        let policy =
+            RetryPolicy::attempts(3).delays(Duration::from_secs(60), 2.0, Duration::from_secs(60));
+        match ctx
+            .step_with("flaky", StepOptions::new().retry(policy), |_| async {
+                Err::<u32, String>("down".into())
+            })
+            .await
+        {
+            Err(StepFailed::Journal(StepError::Stopped)) => failure("stopped between tries"),
+            other => failure(format!("{other:?}")),
+        }
+    });
+    let node = f.node(&s);
+    node.start().await.unwrap();
+    let id = node
+        .submit(NewTask::new("tool", json!({})))
+        .await
+        .unwrap()
+        .record
+        .id;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    node.cancel(&id, None).await.unwrap();
+    let t = tokio::time::timeout(Duration::from_secs(5), node.wait_terminal(&id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(t.status, TaskStatus::Cancelled);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(
+        f.store.steps(&id).await.unwrap().is_empty(),
+        "nothing recorded"
+    );
+    node.shutdown();
+}
+
+/// The clock, random numbers and ids a run reads through the context are the first run's on
+/// every later run.
+#[tokio::test]
+async fn now_random_and_uuid_are_the_first_run_s_on_every_run() {
+    let f = Fixture::new();
+    let s = script(|ctx| async move {
+        let now = ctx.now().await.unwrap();
+        let random = ctx.random_u64().await.unwrap();
+        let id = ctx.uuid().await.unwrap();
+        let ms = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let seen = json!({"now": ms, "random": random, "uuid": id});
+        // What the first run saw, kept as the checkpoint, to compare with the second's.
+        if ctx.attempt() == 1 {
+            ctx.save_checkpoint(seen.clone()).await.unwrap();
+        }
+        if let Some(stopped) = hand_off_on_first_run(&ctx).await {
+            return stopped;
+        }
+        done(json!({"first": ctx.checkpoint(), "second": seen}))
+    });
+    let t = f.across_a_hand_off(&s, 3, &s).await;
+    let v = value_of(&t);
+    assert_eq!(v["first"], v["second"]);
+    assert_eq!(v["second"]["uuid"].as_str().unwrap().len(), 36);
+    // Two tasks do not share them.
+    let other = value_of(&f.across_a_hand_off(&s, 3, &s).await);
+    assert_ne!(other["second"]["uuid"], v["second"]["uuid"]);
+    assert_ne!(other["second"]["random"], v["second"]["random"]);
+}
+
+/// Code v1: steps `a`, `b`, a hand-off, then `c`.
+fn version_one() -> Script {
+    script(|ctx| async move {
+        ctx.step("a", || async { 1u8 }).await.unwrap();
+        ctx.step("b", || async { 1u8 }).await.unwrap();
+        if let Some(stopped) = hand_off_on_first_run(&ctx).await {
+            return stopped;
+        }
+        ctx.step("c", || async { 1u8 }).await.unwrap();
+        done(json!("v1"))
+    })
+}
+
+/// Code v2: a new step `extra` between `a` and `b`, behind `patched` when `guarded`.
+fn version_two(guarded: bool) -> Script {
+    script(move |ctx| async move {
+        let run = || async {
+            ctx.step("a", || async { 1u8 }).await?;
+            let new_path = if guarded {
+                ctx.patched("extra-step").await?
+            } else {
+                true
+            };
+            if new_path {
+                ctx.step("extra", || async { 1u8 }).await?;
+            }
+            ctx.step("b", || async { 1u8 }).await?;
+            if let Some(stopped) = hand_off_on_first_run(&ctx).await {
+                return Ok(stopped);
+            }
+            ctx.step("c", || async { 1u8 }).await?;
+            Ok::<_, StepError>(done(json!({"newPath": new_path})))
+        };
+        run().await.unwrap_or_else(failure)
+    })
+}
+
+/// A deploy that inserts a step: behind `patched`, a task started on the old code replays its
+/// journal on the old path (no mismatch), and a task started on the new code takes the new path on
+/// every run. Without the guard, the same change fails the old task as a replay mismatch.
+#[tokio::test]
+async fn patched_replays_old_journals_on_the_old_path_and_new_runs_on_the_new() {
+    let f = Fixture::new();
+    let old = f
+        .across_a_hand_off(&version_one(), 2, &version_two(true))
+        .await;
+    assert_eq!(value_of(&old), json!({"newPath": false}));
+    let names: Vec<String> = f
+        .store
+        .steps(&old.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["a", "b", "c"]);
+
+    let new = f
+        .across_a_hand_off(&version_two(true), 4, &version_two(true))
+        .await;
+    assert_eq!(value_of(&new), json!({"newPath": true}));
+    let names: Vec<String> = f
+        .store
+        .steps(&new.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["a", "::patch:extra-step", "extra", "b", "c"]);
+
+    let unguarded = f
+        .across_a_hand_off(&version_one(), 2, &version_two(false))
+        .await;
+    let message = message_of(&unguarded);
+    assert!(message.contains("replay mismatch"), "{message}");
+}
+
+/// A step's output past the step cap fails the task, saying so; so does a journal that would grow
+/// past its cap, counting what earlier runs recorded.
+#[tokio::test]
+async fn the_journal_caps_fail_the_task_with_a_clear_message() {
+    let mut f = Fixture::new();
+    f.config.max_step_output_bytes = 1_000;
+    let big = script(|ctx| async move {
+        match ctx.step("big", || async { "x".repeat(2_000) }).await {
+            Ok(_) => done(json!("recorded")),
+            Err(e) => failure(e),
+        }
+    });
+    let message = message_of(&f.run_once(&big).await);
+    assert!(
+        message.contains("step `big` returned 2002 bytes of JSON, more than the 1000"),
+        "{message}"
+    );
+
+    let mut f = Fixture::new();
+    f.config.max_journal_bytes = 1_000;
+    // Each step: 100 bytes of output as JSON (98 x's and quotes), a 4-byte name, 64 for its row.
+    let many = script(|ctx| async move {
+        for i in 0..10 {
+            if i == 4 {
+                if let Some(stopped) = hand_off_on_first_run(&ctx).await {
+                    return stopped;
+                }
+            }
+            if let Err(e) = ctx.step("item", || async { "x".repeat(98) }).await {
+                return failure(format!("at item {i}: {e}"));
+            }
+        }
+        done(json!("all recorded"))
+    });
+    let t = f.across_a_hand_off(&many, 4, &many).await;
+    let message = message_of(&t);
+    // 5 × 168 = 840 fits; the sixth would make 1008: the four the first run recorded count.
+    assert!(
+        message.contains(
+            "recording step `item` would take this task's journal to 1008 bytes, past its cap \
+             of 1000"
+        ),
+        "{message}"
+    );
+    assert_eq!(f.store.steps(&t.id).await.unwrap().len(), 5);
+}
+
+/// A step's duration is recorded with it.
+#[tokio::test]
+async fn a_step_s_duration_is_recorded() {
+    let f = Fixture::new();
+    let s = script(|ctx| async move {
+        ctx.step("wait", || tokio::time::sleep(Duration::from_millis(40)))
+            .await
+            .unwrap();
+        done(json!(null))
+    });
+    let t = f.run_once(&s).await;
+    let journal = f.store.steps(&t.id).await.unwrap();
+    assert!(journal[0].duration_ms >= 40, "{journal:?}");
+    assert!(journal[0].duration_ms < 5_000, "{journal:?}");
+}
+
+/// Steps `a` and `b`, each counting its body's runs; the first run then waits (until stopped),
+/// a later one finishes with what the steps returned.
+fn counting(runs: Arc<[AtomicU32; 2]>) -> Script {
+    script(move |ctx| {
+        let runs = runs.clone();
+        async move {
+            let mut got = Vec::new();
+            for (i, name) in ["a", "b"].into_iter().enumerate() {
+                let runs = runs.clone();
+                match ctx
+                    .step(name, || async move {
+                        runs[i].fetch_add(1, Ordering::SeqCst) + 1
+                    })
+                    .await
+                {
+                    Ok(n) => got.push(n),
+                    Err(e) => return failure(e),
+                }
+            }
+            if ctx.attempt() == 1 {
+                ctx.cancelled().await;
+                return failure("stopped");
+            }
+            done(json!({"a": got[0], "b": got[1], "checkpoint": ctx.checkpoint()}))
+        }
+    })
+}
+
+async fn started(node: &Arc<Engine>, store: &Arc<dyn TaskStore>, steps: usize) -> String {
+    node.start().await.unwrap();
+    let id = node
+        .submit(NewTask::new("tool", json!({})))
+        .await
+        .unwrap()
+        .record
+        .id;
+    let recorded = async {
+        while store.steps(&id).await.unwrap().len() < steps {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), recorded)
+        .await
+        .expect("the first run recorded its steps");
+    id
+}
+
+/// An operator's "retry from step 1" on a running task: its run is stopped, step `b` is dropped
+/// and runs again in the next run, `a` is replayed; the history says who did it.
+#[tokio::test]
+async fn a_rewind_from_a_step_runs_it_again_and_replays_the_steps_before() {
+    let f = Fixture::new();
+    let runs: Arc<[AtomicU32; 2]> = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
+    let node = f.node(&counting(runs.clone()));
+    let id = started(&node, &f.store, 2).await;
+    let rewound = node
+        .rewind(&id, Rewind::FromStep(1), "ops@example")
+        .await
+        .unwrap();
+    assert_eq!(rewound.dropped, 1);
+    let t = tokio::time::timeout(Duration::from_secs(5), node.wait_terminal(&id))
+        .await
+        .expect("the rewound task ends")
+        .unwrap();
+    assert_eq!(value_of(&t)["a"], 1, "replayed");
+    assert_eq!(value_of(&t)["b"], 2, "run again");
+    assert_eq!(runs[0].load(Ordering::SeqCst), 1);
+    assert_eq!(runs[1].load(Ordering::SeqCst), 2);
+    let journal = f.store.steps(&id).await.unwrap();
+    assert_eq!(
+        journal
+            .iter()
+            .map(|s| (s.name.as_str(), s.attempt))
+            .collect::<Vec<_>>(),
+        [("a", 1), ("b", 2)]
+    );
+    let history = f.store.history(&id).await.unwrap();
+    assert!(
+        history.iter().any(|h| h.message.as_deref()
+            == Some("rewound by operator ops@example: runs again from step 1 (1 step(s) dropped)")),
+        "{history:?}"
+    );
+    node.shutdown();
+}
+
+/// "Start over" drops every step and the checkpoint.
+#[tokio::test]
+async fn a_restart_drops_the_journal_and_the_checkpoint() {
+    let f = Fixture::new();
+    let runs: Arc<[AtomicU32; 2]> = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
+    let inner = counting(runs.clone());
+    let s = script(move |ctx| {
+        let inner = inner.clone();
+        async move {
+            if ctx.attempt() == 1 {
+                ctx.save_checkpoint(json!({"saved": true})).await.unwrap();
+            }
+            inner(ctx).await
+        }
+    });
+    let node = f.node(&s);
+    let id = started(&node, &f.store, 2).await;
+    let rewound = node.rewind(&id, Rewind::StartOver, "ops").await.unwrap();
+    assert_eq!(rewound.dropped, 2);
+    let t = tokio::time::timeout(Duration::from_secs(5), node.wait_terminal(&id))
+        .await
+        .expect("the restarted task ends")
+        .unwrap();
+    assert_eq!(value_of(&t), json!({"a": 2, "b": 2, "checkpoint": null}));
+    node.shutdown();
+}
+
+/// A finished task is final; a task whose next run would fail (a tool not safe to run again,
+/// nothing to go on from) is not rewound, saying why; a refused rewind changes nothing.
+#[tokio::test]
+async fn a_rewind_that_would_not_run_the_task_again_is_refused() {
+    let f = Fixture::new();
+    let finished = f.run_once(&script(|_| async { done(json!(1)) })).await;
+    let node = f.node(&script(|_| async { done(json!(1)) }));
+    assert!(matches!(
+        node.rewind(&finished.id, Rewind::StartOver, "ops").await,
+        Err(EngineError::AlreadyTerminal(_))
+    ));
+    assert!(matches!(
+        node.rewind("nope", Rewind::StartOver, "ops").await,
+        Err(EngineError::NotFound)
+    ));
+    let runs: Arc<[AtomicU32; 2]> = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
+    let unsafe_node = f.node_with(&counting(runs.clone()), false);
+    let id = started(&unsafe_node, &f.store, 2).await;
+    let err = unsafe_node
+        .rewind(&id, Rewind::FromStep(0), "ops")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("not safe to run again (retry_on_restart) and it saved no checkpoint"),
+        "{err}"
+    );
+    assert_eq!(
+        f.store.steps(&id).await.unwrap().len(),
+        2,
+        "nothing dropped"
+    );
+    unsafe_node.cancel(&id, None).await.unwrap();
+    unsafe_node.shutdown();
+}
+
+/// A journal recorded by v1 (steps `a`, `b`, then a hand-off), checked against new code before a
+/// deploy: v1 itself and v2 behind `patched` replay it (and stop at `c`, a new step, whose body does
+/// not run); v2 without the guard is the mismatch a resumed run would fail with.
+#[tokio::test]
+async fn a_replay_check_tells_code_that_replays_a_real_journal_from_code_that_does_not() {
+    let f = Fixture::new();
+    let node = f.node(&version_one());
+    let id = started(&node, &f.store, 2).await;
+    let task = match f.store.get(&id).await.unwrap() {
+        mcp_tasks_engine::store::Lookup::Found(t) => t,
+        other => panic!("{other:?}"),
+    };
+    let export = JournalExport {
+        task_id: id.clone(),
+        tool: task.tool.clone(),
+        arguments: (*task.arguments).clone(),
+        attempt: task.attempt,
+        checkpoint: task.checkpoint.clone(),
+        steps: f.store.steps(&id).await.unwrap(),
+    };
+    node.cancel(&id, None).await.unwrap();
+    node.shutdown();
+    // Through its JSON form, as `admin journal export` writes it.
+    let export: JournalExport =
+        serde_json::from_str(&serde_json::to_string(&export).unwrap()).unwrap();
+    let bound = Duration::from_secs(5);
+    for (name, code) in [("v1", version_one()), ("v2 patched", version_two(true))] {
+        let report = replay_check(&Scripted(code), &export, bound)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(report.replayed, 2, "{name}");
+        assert!(report.is_clean(), "{name}: {report:?}");
+        assert_eq!(report.ended, ReplayEnd::NewStep("c".into()), "{name}");
+    }
+    let Err(ReplayCheckError::Mismatch(e)) =
+        replay_check(&Scripted(version_two(false)), &export, bound).await
+    else {
+        panic!("the unguarded change replays")
+    };
+    assert!(
+        e.to_string()
+            .contains("step 1 of this task was recorded as `b`, but this run's step 1 is `extra`"),
+        "{e}"
+    );
+    // Code with the same two steps that then returns: it gets the recorded outputs, no body runs.
+    let runs: Arc<[AtomicU32; 2]> = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
+    let report = replay_check(&Scripted(counting(runs.clone())), &export, bound)
+        .await
+        .unwrap();
+    assert_eq!(report.replayed, 2);
+    let ReplayEnd::Returned(Outcome::Result { value, .. }) = &report.ended else {
+        panic!("{report:?}")
+    };
+    assert_eq!(value["a"], 1);
+    assert_eq!(
+        runs[0].load(Ordering::SeqCst) + runs[1].load(Ordering::SeqCst),
+        0,
+        "no body ran"
+    );
+    // Code that asks only for `a` and returns leaves `b` unused: not clean.
+    let short = script(|ctx| async move {
+        ctx.step("a", || async { 1u8 }).await.unwrap();
+        done(json!("short"))
+    });
+    let report = replay_check(&Scripted(short), &export, bound)
+        .await
+        .unwrap();
+    assert_eq!(report.unreplayed, ["b"]);
+    assert!(!report.is_clean());
+}
