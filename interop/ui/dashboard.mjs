@@ -4,16 +4,17 @@
 // by status, opens the task, checks that the table fits 1280 and 1400 px wide screens (a long
 // message cut, its full text on hover), clicks Cancel and sees it cancelled, opens a task with a
 // webhook and sees its delivery and sends it again, opens the event subscriptions, sees one with
-// its delivered event and ends it; saves screenshots (SCREENSHOT.png, SCREENSHOT-1280.png /
+// its delivered event and ends it, opens a journaled task (the demo's pipeline), sees its steps
+// and runs it again from one of them; saves screenshots (SCREENSHOT.png, SCREENSHOT-1280.png /
 // -1400.png with the long message, SCREENSHOT-subscriptions.png).
 //
-// Usage: node dashboard.mjs BASE_URL OPERATOR_KEY TASK_ID SCREENSHOT.png HOOKED_TASK_ID SUBSCRIPTION_ID
+// Usage: node dashboard.mjs BASE_URL OPERATOR_KEY TASK_ID SCREENSHOT.png HOOKED_TASK_ID SUBSCRIPTION_ID PIPELINE_TASK_ID
 // Output: one line per check, `ok - NAME` or `not ok - NAME: REASON`; the last line is exactly
 // `N passed, M failed`. Exit code 1 if any check failed.
 
 import { chromium } from 'playwright-core';
 
-const [base, key, taskId, screenshot, hookedId, subId] = process.argv.slice(2);
+const [base, key, taskId, screenshot, hookedId, subId, pipelineId] = process.argv.slice(2);
 let passed = 0;
 let failed = 0;
 async function check(name, fn) {
@@ -158,6 +159,21 @@ await check('the event subscriptions view lists one with its delivered event, an
     await page.waitForFunction(id => !document.querySelector(`tr.sub[data-id="${id}"]`), subId, { timeout: 10_000 });
     await page.click('#view-tasks');
     await row().waitFor({ timeout: 10_000 });
+});
+
+await check("a journaled task lists its steps (run, duration, output), and Retry from here runs it again from one", async () => {
+    await page.locator(`tr.task[data-id="${pipelineId}"]`).click();
+    const first = page.locator('button.rewind[data-seq="1"]');
+    await first.waitFor({ timeout: 10_000 });
+    const steps = await page.locator('#detail').innerText();
+    assert(/item 0 \(attempt 1, \d+ ms,/.test(steps), `no step line in ${steps}`);
+    assert(steps.includes('"item":0'), `no output in ${steps}`);
+    page.once('dialog', d => d.accept());
+    const sent = page.waitForResponse(r => r.url().includes('/journal/rewind?from=1') && r.request().method() === 'POST');
+    await first.click();
+    const r = await sent;
+    assert(r.status() === 200, `rewind answered ${r.status()}`);
+    await page.waitForFunction(() => /step\(s\) dropped; the task runs again/.test(document.getElementById('journal-note')?.textContent ?? ''), null, { timeout: 10_000 });
 });
 
 await browser.close();

@@ -705,6 +705,11 @@ pub struct TasksSection {
     /// Most runs a task gets (default 10, at least 1): a task interrupted or handed off this many
     /// times fails with "given up after N attempts" instead of being resumed again.
     pub max_attempts: Option<u32>,
+    /// A durable sleep (a Rust handler's `ctx.sleep`, the demo's `pipeline`) longer than this
+    /// many seconds suspends its task instead of holding a running slot and a lease for it: the
+    /// task stays working ("sleeping until …") and any server runs it again at its wake time
+    /// (default 60; 0: every sleep holds its run).
+    pub suspend_sleeps_over_secs: Option<u64>,
 }
 
 impl ConfigFile {

@@ -418,6 +418,9 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
         }
         engine.max_attempts = v;
     }
+    if let Some(v) = t.suspend_sleeps_over_secs {
+        engine.suspend_sleeps_over = (v > 0).then(|| Duration::from_secs(v));
+    }
     if let Some(v) = file.webhooks.progress_interval()? {
         engine.webhook_progress_interval = v;
     }

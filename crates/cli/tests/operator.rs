@@ -345,8 +345,8 @@ fn the_journal_is_shown_exported_and_rewound_from_a_step() {
     let out = cli.run(&[
         "call",
         "pipeline",
-        "items=4",
-        "seconds_per_item=0.4",
+        "items=5",
+        "seconds_per_item=1",
         "--detach",
         "--key",
         "key-alice",
@@ -375,7 +375,7 @@ fn the_journal_is_shown_exported_and_rewound_from_a_step() {
     };
     assert_eq!(journal["task_id"], id.as_str());
     assert_eq!(journal["tool"], "pipeline");
-    assert_eq!(journal["arguments"]["items"], 4);
+    assert_eq!(journal["arguments"]["items"], 5);
     let item1 = journal["steps"]
         .as_array()
         .unwrap()
@@ -645,6 +645,17 @@ fn the_dashboard_in_headless_chromium_shows_progress_filters_opens_and_cancels()
         "key-alice",
     ]);
     let id = text(&out.stdout).trim().to_string();
+    // A journaled task, running long enough to be rewound from the page.
+    let out = cli.run(&[
+        "call",
+        "pipeline",
+        "items=60",
+        "seconds_per_item=0.2",
+        "--detach",
+        "--key",
+        "key-alice",
+    ]);
+    let pipeline = text(&out.stdout).trim().to_string();
     let shot = dir.path().join("dashboard.png");
     let out = std::process::Command::new("node")
         .args([
@@ -655,6 +666,7 @@ fn the_dashboard_in_headless_chromium_shows_progress_filters_opens_and_cancels()
             shot.to_str().unwrap(),
             &hooked,
             &sub,
+            &pipeline,
         ])
         .current_dir(common::repo_root())
         .output()

@@ -418,3 +418,97 @@ retry_on_restart = true
         "{text}"
     );
 }
+
+/// `mcp_tasks_runs_here` from the server's `/metrics`.
+async fn runs_here(url: &str) -> f64 {
+    let base = url.trim_end_matches("/mcp");
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("mcp_tasks_runs_here "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("mcp_tasks_runs_here in /metrics")
+}
+
+/// A durable sleep longer than `[tasks] suspend_sleeps_over_secs` (the demo pipeline's item):
+/// the task stays working ("sleeping until …") while no handler runs (`mcp_tasks_runs_here` 0);
+/// killed with -9 and then stopped with SIGTERM while it sleeps, the server starts again each
+/// time and the task wakes on time, each item's body run once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_durable_sleep_holds_no_slot_and_wakes_on_time_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let config = dir.path().join("sleep.toml");
+    std::fs::write(
+        &config,
+        "[tasks]\ndrain_secs = 1\nsuspend_sleeps_over_secs = 1\n",
+    )
+    .unwrap();
+    let store = format!("sqlite://{}", dir.path().join("tasks.db").display());
+    let args = [
+        "--demo",
+        "--store",
+        &store,
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    let server = start(&args, &log);
+    let mut c = Client::connect(&server.url).await;
+    let started = std::time::Instant::now();
+    let id = c
+        .create_task("pipeline", json!({"items": 2, "seconds_per_item": 6}))
+        .await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Asleep for item 0: no handler runs, the task says until when.
+    let asleep = async |c: &mut Client, url: &str| {
+        for _ in 0..100 {
+            let t = c.request("tasks/get", json!({"taskId": id})).await;
+            let message = t.result()["statusMessage"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            if message.starts_with("sleeping until") && runs_here(url).await == 0.0 {
+                assert_eq!(t.result()["status"], "working");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("never suspended");
+    };
+    asleep(&mut c, &server.url).await;
+    server.kill9();
+    let server = start(&args, &log);
+    c.url = server.url.clone();
+    asleep(&mut c, &server.url).await;
+    let pid = nix::unistd::Pid::from_raw(server.child.id() as i32);
+    nix::sys::signal::kill(pid, Signal::SIGTERM).unwrap();
+    let mut server = server;
+    assert!(
+        common::eventually(Duration::from_secs(20), || matches!(
+            server.child.try_wait(),
+            Ok(Some(_))
+        )),
+        "the server stops by itself"
+    );
+    drop(server);
+    let server = start(&args, &log);
+    c.url = server.url.clone();
+    let t = c.wait_terminal(&id).await;
+    let took = started.elapsed();
+    assert_eq!(t["status"], "completed", "{t}");
+    // Two sleeps of 6 s, each woken on time (within the wake's own slack and a restart).
+    assert!(took >= Duration::from_secs(12), "{took:?}");
+    assert!(took < Duration::from_secs(20), "woke late: {took:?}");
+    let runs = step_runs(&log, &id);
+    assert_eq!(
+        runs.values().copied().collect::<Vec<_>>(),
+        [1, 1],
+        "{runs:?}"
+    );
+}

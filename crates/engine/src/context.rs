@@ -72,6 +72,9 @@ pub enum StopReason {
     /// The engine is shutting down without handing its tasks off; they are recovered at the next
     /// start.
     ShuttingDown,
+    /// The run suspended itself for a long durable sleep ([`TaskContext::sleep`]): it is ended
+    /// now, holding no slot and no lease, and the task is run again (on any node) at its wake time.
+    Suspended,
 }
 
 impl StopReason {
@@ -83,6 +86,7 @@ impl StopReason {
             StopReason::LeaseLost => "lease lost",
             StopReason::FinishedElsewhere => "finished elsewhere",
             StopReason::ShuttingDown => "shutting down",
+            StopReason::Suspended => "suspended",
         }
     }
 }
@@ -111,6 +115,16 @@ pub trait StepJournal: Send + Sync {
     /// [`TaskContext::patched`] tells old journals from new runs by). Meaningful once a step was
     /// asked for ([`StepJournal::replay_step`] reads the journal).
     fn replaying(&self) -> bool;
+    /// What [`TaskContext::patched`] answered for `id` earlier in this run, if it did: a run
+    /// answers the same for one id every time (as Temporal does), so a second check of one change
+    /// cannot take the new path after the first took the old one.
+    fn patch_answer(&self, id: &str) -> Option<bool>;
+    /// Keeps what [`TaskContext::patched`] answered for `id` in this run.
+    fn keep_patch_answer(&self, id: &str, answer: bool);
+    /// A recorded step could not be read back as the handler asked (its type changed, or a plain
+    /// step met a recorded failure): the handler gets `error`; a sink that checks a journal
+    /// against new code ([`replay_check`](crate::replay_check)) reports it.
+    fn unreadable(&self, error: &StepError);
 }
 
 /// What a step left, for [`StepJournal::record_step`] to record.
@@ -166,6 +180,14 @@ pub trait ContextSink: Send + Sync {
     /// interruption or a hand-off.
     fn attempt(&self) -> u32 {
         1
+    }
+    /// Asks to end this run until `wake_at` (Unix ms), for a durable sleep: `true` when the sink
+    /// takes it (the run is then told to stop for [`StopReason::Suspended`] and the task is run
+    /// again at that time); `false` to sleep in the run (a plain call, a sleep too short to be
+    /// worth it, a run already told to stop).
+    fn suspend(&self, wake_at: u64) -> bool {
+        let _ = wake_at;
+        false
     }
     /// The id of the task this sink reports for, when it knows it: a context made without an id
     /// takes it from here, so a task's run keeps its id once (in the sink), not twice.

@@ -343,13 +343,20 @@ impl Engine {
             // A run that saved a checkpoint can go on from it; a tool safe to repeat starts over.
             let resume = registered.is_some() && task.checkpoint.is_some();
             let retry = registered.as_ref().is_some_and(|r| r.retry_on_restart);
-            // A released lease is a hand-off; an expired one, or any at start-up, an interruption.
+            // A released lease is a hand-off; a suspended task's, its durable sleep; an expired
+            // one, or any at start-up, an interruption.
+            let asleep = task.lease_owner.as_deref() == Some(super::timers::SUSPENDED);
             let cause = if task.lease_owner.is_none() {
                 "a hand-off"
+            } else if asleep && task.lease_until.is_some_and(|until| until <= now) {
+                "its durable sleep"
+            } else if asleep {
+                "a restart during its durable sleep"
             } else {
                 "an interruption"
             };
-            if (resume || retry) && task.attempt >= max_attempts {
+            // A wake is not a failed run: it does not count against max_attempts.
+            if (resume || retry) && task.attempt >= max_attempts && !asleep {
                 // A task that keeps ending its runs (a poison task that crashes its server) is
                 // not run again: it fails, saying how its last run ended.
                 let last = if task.lease_owner.is_none() {

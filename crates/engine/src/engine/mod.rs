@@ -13,6 +13,7 @@ mod retry;
 mod rewind;
 mod runner;
 mod services;
+mod timers;
 
 pub use handoff::ResumeCounts;
 pub(crate) use replay::Resumed;
@@ -83,6 +84,11 @@ pub struct EngineConfig {
     /// being resumed again, so a task that crashes its server (a poison task) cannot crash-loop
     /// a node, or each replica in turn. At least 1.
     pub max_attempts: u32,
+    /// A durable sleep longer than this suspends its task instead of holding its run (default 60 s;
+    /// `None`: every sleep holds its run): the slot, the lease and, for a command tool, the process
+    /// are freed, and the task is run again at its wake time (see
+    /// [`TaskContext::sleep`](crate::TaskContext::sleep)).
+    pub suspend_sleeps_over: Option<Duration>,
     /// The most one step may record, as JSON (default 2 MiB): a step past it fails its task with
     /// a message saying so, since a journal must stay small enough to read at every resume.
     pub max_step_output_bytes: usize,
@@ -110,6 +116,7 @@ impl Default for EngineConfig {
             max_input_request_bytes: 256 * 1024,
             webhook_progress_interval: Duration::from_secs(5),
             max_attempts: 10,
+            suspend_sleeps_over: Some(Duration::from_secs(60)),
             max_step_output_bytes: 2 * 1024 * 1024,
             max_journal_bytes: 32 * 1024 * 1024,
         }

@@ -33,6 +33,8 @@ pub(crate) struct Resumed {
     /// The size of the journal as the caps count it (see [`journal_bytes`]): what was read, and
     /// what this run recorded.
     bytes: usize,
+    /// What `TaskContext::patched` answered in this run, by change id.
+    patches: std::collections::HashMap<String, bool>,
     /// Questions earlier runs asked that this run has not taken up yet, oldest first (`None`: not
     /// read yet).
     inputs: Option<Vec<InputRecord>>,
@@ -60,7 +62,7 @@ impl Resumed {
         match journal
             .iter()
             .zip(&self.consumed)
-            .find(|(_, consumed)| !**consumed)
+            .find(|(r, consumed)| !**consumed && !is_marker(&r.name))
         {
             Some((unreplayed, _)) => Err(StepError::Mismatch {
                 seq: unreplayed.seq,
@@ -84,7 +86,10 @@ impl Resumed {
         for (at, r) in journal.iter().enumerate().skip(self.indexed) {
             self.by_name.entry(r.name.clone()).or_default().push(at);
             self.next_seq = self.next_seq.max(r.seq + 1);
-            self.unreplayed += 1;
+            // A patch marker left unreplayed (code that dropped the check) is no path of the code.
+            if !is_marker(&r.name) {
+                self.unreplayed += 1;
+            }
             self.bytes += journal_bytes(&r.name, &r.output, r.error.as_deref());
         }
         self.indexed = journal.len();
@@ -97,7 +102,9 @@ impl Resumed {
             .copied();
         if let Some(at) = found {
             self.consumed[at] = true;
-            self.unreplayed -= 1;
+            if !is_marker(name) {
+                self.unreplayed -= 1;
+            }
             *self.occurrences.entry(name.to_string()).or_default() += 1;
             return Next::Slot(StepSlot::Recorded {
                 output: journal[at].output.clone(),
@@ -181,10 +188,27 @@ impl Resumed {
         journal
             .iter()
             .enumerate()
-            .filter(|(at, _)| !self.consumed.get(*at).copied().unwrap_or(false))
+            .filter(|(at, r)| {
+                !self.consumed.get(*at).copied().unwrap_or(false) && !is_marker(&r.name)
+            })
             .map(|(_, r)| r.name.clone())
             .collect()
     }
+
+    /// What `patched` answered for `id` in this run.
+    pub(crate) fn patch_answer(&self, id: &str) -> Option<bool> {
+        self.patches.get(id).copied()
+    }
+
+    /// Keeps what `patched` answered for `id`.
+    pub(crate) fn keep_patch_answer(&mut self, id: &str, answer: bool) {
+        self.patches.insert(id.to_string(), answer);
+    }
+}
+
+/// Whether a record is a `patched` marker rather than a step of the handler's.
+fn is_marker(name: &str) -> bool {
+    name.starts_with(crate::journal::determinism::PATCH_PREFIX)
 }
 
 /// What the journal says about its next place, decided under the lock.
@@ -251,6 +275,18 @@ impl TaskSink {
         self.resumed().as_ref().is_some_and(|r| r.unreplayed > 0)
     }
 
+    /// See [`StepJournal::patch_answer`](crate::StepJournal::patch_answer).
+    pub(super) fn patch_answer(&self, id: &str) -> Option<bool> {
+        self.resumed().as_ref().and_then(|r| r.patch_answer(id))
+    }
+
+    /// See [`StepJournal::keep_patch_answer`](crate::StepJournal::keep_patch_answer).
+    pub(super) fn keep_patch_answer(&self, id: &str, answer: bool) {
+        self.resumed()
+            .get_or_insert_with(Box::default)
+            .keep_patch_answer(id, answer);
+    }
+
     /// Whether `entry` may be recorded: its output within the step cap, and the journal with it
     /// within its own. Returns what it counts for (see [`journal_bytes`]).
     fn within_caps(&self, entry: &StepEntry) -> Result<usize, StepError> {
@@ -300,7 +336,8 @@ impl TaskSink {
             attempt: self.attempt,
             at: now_ms(),
             duration_ms: entry.duration_ms,
-            error: entry.error,
+            // A program's stderr may carry a NUL, which PostgreSQL's text cannot hold.
+            error: entry.error.map(crate::store::storable_text),
         };
         let node = &self.engine.config.node_id;
         let store = &self.engine.store;

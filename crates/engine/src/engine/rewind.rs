@@ -6,11 +6,14 @@
 //! The steps are dropped while no run can write: the rewind first takes the task's lease under a
 //! name of its own, so the run that held it is fenced (its next record, checkpoint or outcome is
 //! refused, its next renewal fails and its handler stops); then the steps go; then the lease is let
-//! go of, with a note in the task's history, and the task is taken up again like a hand-off: at once
-//! by a replica of a shared store, by this node for a store only it opens. A node that fails between
-//! the steps leaves the task leased until its lease runs out: it is then recovered with the steps
-//! dropped or not, and the rewind can be asked again. A finished task is final (the protocol says
-//! so): it is refused.
+//! go of, with a note in the task's history, and the task is taken up again. A run of this node is
+//! stopped and waited for, so the task is taken up at once (by this node for a store only it
+//! opens, by any replica of a shared one). A run on another replica cannot be waited for: it stops
+//! at its own renewal or, at the latest, by its fence before its lease runs out, so the lease is
+//! let go of with that replica's expiry and nobody takes the task up before then (two runs of one
+//! task never overlap). A node that fails between the steps leaves the task leased until the
+//! fence's lease runs out: it is then recovered with the steps dropped or not, and the rewind can
+//! be asked again. A finished task is final (the protocol says so): it is refused.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -116,16 +119,28 @@ impl Engine {
                 }
             )));
         }
-        // Fence: the lease under the rewind's own name, so no run writes while steps go.
+        // Fence: the lease under the rewind's own name, so no run writes while steps go; long
+        // enough to outlast the wait for this node's run below.
         let fence = format!(
             "rewind:{}:{}",
             self.config.node_id,
             &crate::ids::random_id()[..8]
         );
+        let bound = self.config.cancel_grace + RUN_END_SLACK;
+        let hold_ms = self
+            .config
+            .lease_ms
+            .max(2 * u64::try_from(bound.as_millis()).unwrap_or(u64::MAX / 4));
         let hold = TaskChange {
-            lease: Some((Some(fence.clone()), Some(now_ms() + self.config.lease_ms))),
+            lease: Some((Some(fence.clone()), Some(now_ms() + hold_ms))),
             ..Default::default()
         };
+        // Whose run may still be going on, and until when its lease says it may.
+        let other_holder = task
+            .lease_owner
+            .as_deref()
+            .is_some_and(|owner| owner != self.config.node_id && owner != super::timers::SUSPENDED);
+        let not_before = if other_holder { task.lease_until } else { None };
         match self.apply(id, &TaskStatus::ACTIVE, hold).await {
             Ok(_) => {}
             Err(UpdateError::NotFound) => return Err(EngineError::NotFound),
@@ -136,7 +151,6 @@ impl Engine {
         // takes no task up while its run is still in the running map.
         if let Some(running) = self.running.get(id).map(|r| r.value().clone()) {
             running.stop(StopReason::LeaseLost);
-            let bound = self.config.cancel_grace + RUN_END_SLACK;
             let ended = async {
                 while self.running.contains_key(id) {
                     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -148,7 +162,8 @@ impl Engine {
         }
         let dropped = self.store.truncate_steps(id, rewind.from()).await?;
         let release = TaskChange {
-            lease: Some((None, None)),
+            // Free now, or once another replica's run has surely stopped (see the module's note).
+            lease: Some((None, not_before)),
             status_message: Some(Some(rewind.note(dropped, operator))),
             checkpoint: (rewind == Rewind::StartOver).then_some(None),
             holder: Some(fence),
@@ -159,13 +174,27 @@ impl Engine {
             Ok(t) => t,
             Err(UpdateError::NotFound) => return Err(EngineError::NotFound),
             // Finished meanwhile (a cancel, an expiry): nothing runs it again.
-            Err(UpdateError::Conflict(cur)) => return Err(EngineError::AlreadyTerminal(cur)),
+            Err(UpdateError::Conflict(cur)) if cur.status.is_terminal() => {
+                return Err(EngineError::AlreadyTerminal(cur))
+            }
+            // Another rewind took the lease meanwhile (or this one's ran out): that one goes on.
+            Err(UpdateError::Conflict(cur)) => {
+                return Err(EngineError::CannotRewind(format!(
+                    "it was taken by {} while this rewind dropped {dropped} step(s) from step {}; \
+                     that one decides how it runs again",
+                    cur.lease_owner.as_deref().unwrap_or("nobody"),
+                    rewind.from()
+                )))
+            }
             Err(UpdateError::Store(e)) => return Err(e.into()),
         };
         tracing::info!(target: "mcp_tasks::audit", task = %id, tool = %task.tool, owner = %task.owner, operator, from = rewind.from(), dropped, start_over = rewind == Rewind::StartOver, "task journal rewound");
         // Taken up again like a hand-off: a shared store's replicas hear of the release (this one
-        // too); a store only this node opens has nobody else to.
-        if self.store.is_exclusive() {
+        // too) and take it once its lease is free; a store only this node opens has nobody else
+        // to.
+        if not_before.is_some() {
+            tracing::info!(task = %id, "the rewound task's run was on another server: it is taken up once that server's lease runs out");
+        } else if self.store.is_exclusive() {
             if let Err(e) = self.recover(false).await {
                 tracing::warn!(task = %id, error = %error_chain(&e), "could not take a rewound task up again; it is at the next sweep");
             }

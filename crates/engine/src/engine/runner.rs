@@ -76,6 +76,7 @@ impl Engine {
             stop_seen: AtomicBool::new(false),
             stale_status: AtomicBool::new(rec.attempt > 1 && rec.status_message.is_some()),
             kill: CancellationToken::new(),
+            wake_at: AtomicU64::new(0),
         });
         if self.is_handing_off() {
             // Submitted while this node hands off (an embedder that did not stop taking calls):
@@ -148,6 +149,8 @@ impl Engine {
                 tracing::warn!(task = %sink.id, "lease lost; the handler is dropped at once");
                 return None;
             }
+            // It asked for it, waiting in its sleep: nothing more of it is wanted.
+            Some(StopReason::Suspended) => return None,
             Some(StopReason::HandedOff) => self.config.hand_off_grace,
             _ => self.config.cancel_grace,
         };
@@ -179,8 +182,14 @@ impl Engine {
             }
             // A handler that panicked while stopping leaves the task to its next run.
             Some(Err(_)) | None => {
-                if reason == Some(StopReason::HandedOff) {
-                    self.release(&sink.id).await;
+                match reason {
+                    Some(StopReason::HandedOff) => self.release(&sink.id).await,
+                    Some(StopReason::Suspended) => {
+                        sink.engine
+                            .suspend(&sink.id, sink.wake_at.load(Ordering::Acquire))
+                            .await
+                    }
+                    _ => {}
                 }
                 return;
             }
@@ -204,6 +213,9 @@ impl Engine {
                 self.finish(&sink.id, outcome).await;
             }
             Some(StopReason::HandedOff) => self.release(&sink.id).await,
+            // It returned in the instant its sleep suspended it (the sleep lost a `select!`):
+            // the work is done, and this node still holds the task.
+            Some(StopReason::Suspended) => self.finish(&sink.id, outcome).await,
             // Over, or maybe another node's now: what the handler returned is not the task's.
             // (Shutting down: left for recovery at the next start.)
             Some(_) => {}
@@ -329,6 +341,8 @@ pub(super) struct TaskSink {
     stale_status: AtomicBool,
     /// Cancelled when the run must end at once, even inside its grace (the fence).
     pub(super) kill: CancellationToken,
+    /// When a run that suspended itself (a long durable sleep) wakes, Unix ms (0 until then).
+    pub(super) wake_at: AtomicU64,
     /// What this run replays of earlier runs (the step journal, their questions), read when first
     /// needed: a first run reads nothing.
     pub(super) resumed: std::sync::Mutex<Option<Box<Resumed>>>,
@@ -419,6 +433,7 @@ fn reason_code(reason: StopReason) -> u8 {
         StopReason::LeaseLost => 3,
         StopReason::FinishedElsewhere => 4,
         StopReason::ShuttingDown => 5,
+        StopReason::Suspended => 6,
     }
 }
 
@@ -429,6 +444,7 @@ fn reason_of(code: u8) -> Option<StopReason> {
         3 => StopReason::LeaseLost,
         4 => StopReason::FinishedElsewhere,
         5 => StopReason::ShuttingDown,
+        6 => StopReason::Suspended,
         _ => return None,
     })
 }
@@ -499,6 +515,19 @@ impl StepJournal for TaskSink {
     fn replaying(&self) -> bool {
         TaskSink::replaying(self)
     }
+
+    fn patch_answer(&self, id: &str) -> Option<bool> {
+        TaskSink::patch_answer(self, id)
+    }
+
+    fn keep_patch_answer(&self, id: &str, answer: bool) {
+        TaskSink::keep_patch_answer(self, id, answer)
+    }
+
+    fn unreadable(&self, error: &StepError) {
+        // The handler gets the error and decides; a task that fails on it says why.
+        tracing::warn!(task = %self.id, error = %error, "a recorded step could not be read back");
+    }
 }
 
 #[async_trait]
@@ -509,6 +538,21 @@ impl ContextSink for TaskSink {
 
     fn attempt(&self) -> u32 {
         self.attempt
+    }
+
+    fn suspend(&self, wake_at: u64) -> bool {
+        let Some(over) = self.engine.config.suspend_sleeps_over else {
+            return false;
+        };
+        let over = u64::try_from(over.as_millis()).unwrap_or(u64::MAX);
+        if wake_at.saturating_sub(now_ms()) <= over || self.stop.is_cancelled() {
+            return false;
+        }
+        self.wake_at.store(wake_at, Ordering::Release);
+        self.stop(StopReason::Suspended);
+        // Another reason may have come first (a cancel at the same moment): then the run stops
+        // for it, and the sleep ends as a stop.
+        self.stop_reason() == Some(StopReason::Suspended)
     }
 
     fn task_id(&self) -> Option<&str> {

@@ -81,8 +81,8 @@ pub enum ReplayEnd {
 /// Why a [`replay_check`] failed.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum ReplayCheckError {
-    /// The handler took another path than the journal's: the error a resumed run would fail the
-    /// task with.
+    /// The handler took another path than the journal's, or could not read a recorded step back
+    /// (its type changed): the error a resumed run would get.
     #[error("{0}")]
     Mismatch(StepError),
     /// The handler panicked while replaying (with this message).
@@ -194,7 +194,9 @@ impl StepJournal for ReplaySink {
         match slot {
             StepSlot::Recorded { .. } => Ok(slot),
             // A patch marker decides by what is ahead (`TaskContext::patched`): let it ask.
-            StepSlot::Run(_) if name.starts_with("::patch:") => Ok(slot),
+            StepSlot::Run(_) if name.starts_with(crate::journal::determinism::PATCH_PREFIX) => {
+                Ok(slot)
+            }
             StepSlot::Run(_) if ahead => {
                 let mismatch = self.resumed().mismatch(name).unwrap_or_else(|| {
                     StepError::NotRunning(format!("step `{name}` does not replay"))
@@ -221,6 +223,19 @@ impl StepJournal for ReplaySink {
 
     fn replaying(&self) -> bool {
         self.resumed().unreplayed_count() > 0
+    }
+
+    fn patch_answer(&self, id: &str) -> Option<bool> {
+        self.resumed().patch_answer(id)
+    }
+
+    fn keep_patch_answer(&self, id: &str, answer: bool) {
+        self.resumed().keep_patch_answer(id, answer);
+    }
+
+    fn unreadable(&self, error: &StepError) {
+        // As good as a mismatch: a resumed run gets this error for the recorded step.
+        self.end(Err(error.clone()));
     }
 }
 

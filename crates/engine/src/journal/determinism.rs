@@ -13,6 +13,10 @@ use super::Ended;
 use crate::clock::now_ms;
 use crate::context::{StepEntry, StepError, StepSlot, TaskContext};
 
+/// What the marker step of a `patched` change is named after: a step no handler asks for, which
+/// the journal's matching ignores when it is left unreplayed (code that dropped the check).
+pub(crate) const PATCH_PREFIX: &str = "::patch:";
+
 /// 64 bits from the operating system's CSPRNG.
 fn random_u64() -> u64 {
     let mut buf = [0u8; 8];
@@ -70,21 +74,28 @@ impl TaskContext {
     /// }
     /// ```
     ///
-    /// Once no task recorded without the change is left (`admin tasks list` shows none started
-    /// before the deploy), the check and the old path can go; the marker step stays harmless in
-    /// journals, as a step no code asks for is never replayed. A plain call (not a task) always
-    /// takes the new path.
+    /// One run answers the same for one `id` every time it asks. Once no task recorded without
+    /// the change is left (`admin tasks` lists none started before the deploy), the check and
+    /// the old path can go: the marker steps left in journals are skipped by the matching (they
+    /// never make a replay mismatch). A plain call (not a task) always takes the new path.
     pub async fn patched(&self, id: &str) -> Result<bool, StepError> {
         let Some(journal) = self.sink().journal() else {
             return Ok(true);
         };
-        let name = format!("::patch:{id}");
+        if let Some(answer) = journal.patch_answer(id) {
+            return Ok(answer);
+        }
+        let name = format!("{PATCH_PREFIX}{id}");
         match journal.replay_step(&name).await? {
-            StepSlot::Recorded { .. } => Ok(true),
+            StepSlot::Recorded { .. } => {
+                journal.keep_patch_answer(id, true);
+                Ok(true)
+            }
             StepSlot::Run(seq) => {
                 let _ended = Ended { journal, seq };
                 if journal.replaying() {
                     // Steps recorded by code without this change are still ahead: take its path.
+                    journal.keep_patch_answer(id, false);
                     return Ok(false);
                 }
                 let marker = StepEntry {
@@ -94,6 +105,7 @@ impl TaskContext {
                     duration_ms: 0,
                 };
                 journal.record_step(seq, marker).await?;
+                journal.keep_patch_answer(id, true);
                 Ok(true)
             }
         }

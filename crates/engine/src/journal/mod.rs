@@ -23,7 +23,7 @@ use crate::clock::now_ms;
 use crate::context::{StepEntry, StepError, StepJournal, StepSlot, TaskContext};
 
 mod check;
-mod determinism;
+pub(crate) mod determinism;
 mod options;
 
 pub use check::{replay_check, JournalExport, ReplayCheckError, ReplayEnd, ReplayReport};
@@ -90,13 +90,21 @@ impl TaskContext {
             StepSlot::Recorded {
                 output,
                 error: None,
-            } => serde_json::from_value(output).map_err(serde_error),
+            } => serde_json::from_value(output).map_err(|e| {
+                let e = serde_error(e);
+                journal.unreadable(&e);
+                e
+            }),
             StepSlot::Recorded {
                 error: Some(error), ..
-            } => Err(StepError::RecordedFailure {
-                name: name.to_string(),
-                error,
-            }),
+            } => {
+                let e = StepError::RecordedFailure {
+                    name: name.to_string(),
+                    error,
+                };
+                journal.unreadable(&e);
+                Err(e)
+            }
             StepSlot::Run(seq) => {
                 // Ends the step however this future ends: returned, failed or dropped.
                 let _ended = Ended { journal, seq };
@@ -118,12 +126,25 @@ impl TaskContext {
     /// Sleeps for `duration`, durably: the time to wake up is recorded as a step first, so a run
     /// that resumes the task after a restart sleeps only what is left of it (or not at all). Ends
     /// early with [`StepError::Stopped`] when the run is told to stop.
+    ///
+    /// A sleep longer than the engine's
+    /// [`suspend_sleeps_over`](crate::EngineConfig::suspend_sleeps_over) suspends the task instead
+    /// of holding its run: the run ends here (this future never completes; the handler is dropped),
+    /// the task stays `working` with a status message saying until when, no node holds its slot or
+    /// lease, and at the wake time a node runs it again, which replays the journal to this sleep
+    /// and goes on. Code before the sleep runs again then, as after any resume.
     pub async fn sleep(&self, duration: Duration) -> Result<(), StepError> {
         let millis = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
         let wake_at: u64 = self
             .step("sleep", || async move { now_ms().saturating_add(millis) })
             .await?;
         let left = Duration::from_millis(wake_at.saturating_sub(now_ms()));
+        if !left.is_zero() && self.sink().suspend(wake_at) {
+            // The runner ends the run for the suspension; nothing after this runs in it. Pending
+            // rather than returning a stop: the runner polls the handler first, and a handler
+            // that returned here would be taken for one that finished.
+            return std::future::pending().await;
+        }
         tokio::select! {
             () = tokio::time::sleep(left) => Ok(()),
             () = self.cancelled() => Err(StepError::Stopped),

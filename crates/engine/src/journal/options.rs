@@ -286,14 +286,19 @@ impl TaskContext {
         let journal = self.sink().journal();
         let mut place = None;
         if let Some(journal) = journal {
+            let unreadable = |e: serde_json::Error| {
+                let e = serde_error(name, e);
+                journal.unreadable(&e);
+                e
+            };
             match journal.replay_step(name).await? {
                 StepSlot::Recorded {
                     output,
                     error: None,
-                } => return Ok(serde_json::from_value(output).map_err(|e| serde_error(name, e))?),
+                } => return Ok(serde_json::from_value(output).map_err(unreadable)?),
                 StepSlot::Recorded { output, .. } => {
                     let failure: Recorded<E> =
-                        serde_json::from_value(output).map_err(|e| serde_error(name, e))?;
+                        serde_json::from_value(output).map_err(unreadable)?;
                     return Err(failure.into_failed(name));
                 }
                 StepSlot::Run(seq) => place = Some((journal, seq)),

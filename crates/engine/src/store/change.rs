@@ -143,7 +143,7 @@ pub(crate) fn held_by_holder(rec: &TaskRecord, change: &TaskChange) -> bool {
 /// A message as every store can keep it: PostgreSQL's text holds no NUL character (a tool's error
 /// text, a program's output, may have one), so each becomes U+FFFD on every store alike. (JSON
 /// values are stored as JSON text, where a NUL is an escape, and keep theirs.)
-fn storable_text(text: String) -> String {
+pub(crate) fn storable_text(text: String) -> String {
     if text.contains('\0') {
         text.replace('\0', "\u{FFFD}")
     } else {

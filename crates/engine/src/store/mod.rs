@@ -24,7 +24,8 @@ pub mod sqlite;
 pub mod testkit;
 
 pub(crate) use change::{
-    after_answer, apply_change, claim_orphan, held_by_holder, write_base, ProgressState,
+    after_answer, apply_change, claim_orphan, held_by_holder, storable_text, write_base,
+    ProgressState,
 };
 pub use change::{ProgressUpdate, TaskChange};
 pub use contract::{

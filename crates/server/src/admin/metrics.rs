@@ -66,6 +66,8 @@ pub struct Metrics {
     rate_limited: IntCounter,
     store_ops: HistogramVec,
     sessions: IntGauge,
+    /// Handlers running in this process now.
+    runs_here: IntGauge,
     /// Tasks this process handed off while stopping.
     handed_off: IntCounter,
     /// Tasks this process resumed, by how (`retry`, `checkpoint`, `steps`).
@@ -238,6 +240,14 @@ impl Metrics {
                 )
                 .expect("valid metric"),
             ),
+            runs_here: reg(
+                &registry,
+                IntGauge::new(
+                    "mcp_tasks_runs_here",
+                    "Task handlers running in this process now: the slots in use. A task suspended for a durable sleep holds none.",
+                )
+                .expect("valid metric"),
+            ),
             upstream_up: reg(
                 &registry,
                 IntGaugeVec::new(
@@ -366,11 +376,12 @@ impl Metrics {
     }
 
     /// The text exposition, with the gauges read now: unfinished tasks (`None` when the store did
-    /// not answer: the gauge keeps its last value) and sessions.
+    /// not answer: the gauge keeps its last value), sessions and the handlers running here.
     pub(crate) fn render(
         &self,
         active: Option<ActiveCounts>,
         sessions: usize,
+        runs_here: usize,
         resumes: ResumeCounts,
     ) -> String {
         // The engine counts; the counters catch up with it (they only ever go up).
@@ -399,6 +410,8 @@ impl Metrics {
         }
         self.sessions
             .set(i64::try_from(sessions).unwrap_or(i64::MAX));
+        self.runs_here
+            .set(i64::try_from(runs_here).unwrap_or(i64::MAX));
         let mut out = Vec::new();
         if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
             tracing::error!(error = %e, "metrics could not be encoded");

@@ -82,6 +82,7 @@ async fn metrics(State(server): State<Arc<Server>>, parts: axum::http::request::
     let text = server.metrics().render(
         active.ok(),
         server.sessions().held(),
+        server.engine().running_count(),
         server.engine().resume_counts(),
     );
     (

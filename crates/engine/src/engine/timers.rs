@@ -1,0 +1,63 @@
+//! Durable timers that free the node: a run whose durable sleep is longer than
+//! [`EngineConfig::suspend_sleeps_over`](crate::EngineConfig::suspend_sleeps_over) ends
+//! ([`StopReason::Suspended`](crate::StopReason::Suspended)), and its task is left `working` under
+//! a lease no node holds ([`SUSPENDED`]) that runs out at the wake time. Recovery takes such a task
+//! up like one whose node died, once that time has come (`maintenance.rs`: not counted against
+//! `max_attempts`); the node that suspended it also looks at the wake time itself, so the task
+//! wakes on time rather than at the next take-over pass or sweep.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Engine;
+use crate::clock::{format_rfc3339, now_ms};
+use crate::model::TaskStatus;
+use crate::store::{error_chain, TaskChange, UpdateError};
+
+/// The lease owner of a suspended task: no node.
+pub(crate) const SUSPENDED: &str = "(suspended)";
+
+impl Engine {
+    /// Leaves task `id` suspended until `wake_at` after its run ended for a durable sleep, while
+    /// this node still holds it, and looks for it again at that time.
+    pub(super) async fn suspend(self: &Arc<Self>, id: &str, wake_at: u64) {
+        let change = TaskChange {
+            lease: Some((Some(SUSPENDED.to_string()), Some(wake_at))),
+            status_message: Some(Some(format!(
+                "sleeping until {} (a durable sleep: no server holds it meanwhile)",
+                format_rfc3339(wake_at)
+            ))),
+            holder: Some(self.config.node_id.clone()),
+            ..Default::default()
+        };
+        match self.apply(id, &TaskStatus::ACTIVE, change).await {
+            Ok(rec) => {
+                tracing::info!(task = %rec.id, tool = %rec.tool, wake_at, "task suspended for a durable sleep");
+                self.wake_at(wake_at);
+            }
+            // Finished meanwhile, or another node's now: nothing to suspend.
+            Err(UpdateError::Conflict(_)) | Err(UpdateError::NotFound) => {}
+            Err(UpdateError::Store(e)) => {
+                tracing::warn!(task = %id, error = %error_chain(&e), "could not suspend a task for its durable sleep; it is taken over when its lease runs out");
+            }
+        }
+    }
+
+    /// At `wake_at` (and a moment after, so the lease has run out by every clock that compares
+    /// it), looks for tasks to take up: the suspended task among them.
+    fn wake_at(self: &Arc<Self>, wake_at: u64) {
+        let me = Arc::downgrade(self);
+        let shutdown = self.shutdown.clone();
+        let wait = Duration::from_millis(wake_at.saturating_sub(now_ms()) + 5);
+        tokio::spawn(async move {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+            let Some(engine) = me.upgrade() else { return };
+            if let Err(e) = engine.recover(false).await {
+                tracing::warn!(error = %error_chain(&e), "waking a suspended task failed; it is taken up at the next pass");
+            }
+        });
+    }
+}
