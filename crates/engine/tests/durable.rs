@@ -94,22 +94,7 @@ impl Fixture {
     /// and lets a node with `second` (the same code, or a new version) finish it.
     async fn across_a_hand_off(&self, first: &Script, steps: usize, second: &Script) -> TaskRecord {
         let node = self.node(first);
-        node.start().await.unwrap();
-        let id = node
-            .submit(NewTask::new("tool", json!({})))
-            .await
-            .unwrap()
-            .record
-            .id;
-        let store = self.store.clone();
-        let recorded = async {
-            while store.steps(&id).await.unwrap().len() < steps {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(5), recorded)
-            .await
-            .expect("the first run recorded its steps");
+        let id = started(&node, &self.store, steps).await;
         node.hand_off().await;
         node.shutdown();
         self.finish_on(second, &id).await
@@ -126,18 +111,19 @@ impl Fixture {
         done
     }
 
+    /// The names of the task's recorded steps, in journal order.
+    async fn names(&self, id: &str) -> Vec<String> {
+        let steps = self.store.steps(id).await.unwrap();
+        steps.into_iter().map(|s| s.name).collect()
+    }
+
     async fn run_once(&self, script: &Script) -> TaskRecord {
         self.run_once_with(&self.node(script)).await
     }
 
     async fn run_once_with(&self, node: &Arc<Engine>) -> TaskRecord {
         node.start().await.unwrap();
-        let id = node
-            .submit(NewTask::new("tool", json!({})))
-            .await
-            .unwrap()
-            .record
-            .id;
+        let id = submit(node).await;
         let done = tokio::time::timeout(Duration::from_secs(5), node.wait_terminal(&id))
             .await
             .expect("the task ends")
@@ -337,12 +323,7 @@ async fn a_cancel_between_tries_is_not_slept_out() {
     });
     let node = f.node(&s);
     node.start().await.unwrap();
-    let id = node
-        .submit(NewTask::new("tool", json!({})))
-        .await
-        .unwrap()
-        .record
-        .id;
+    let id = submit(&node).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let started = Instant::now();
     node.cancel(&id, None).await.unwrap();
@@ -446,29 +427,16 @@ async fn patched_replays_old_journals_on_the_old_path_and_new_runs_on_the_new() 
         .across_a_hand_off(&version_one(), 2, &version_two(true))
         .await;
     assert_eq!(value_of(&old), json!({"newPath": false}));
-    let names: Vec<String> = f
-        .store
-        .steps(&old.id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|s| s.name)
-        .collect();
-    assert_eq!(names, ["a", "b", "c"]);
+    assert_eq!(f.names(&old.id).await, ["a", "b", "c"]);
 
     let new = f
         .across_a_hand_off(&version_two(true), 4, &version_two(true))
         .await;
     assert_eq!(value_of(&new), json!({"newPath": true}));
-    let names: Vec<String> = f
-        .store
-        .steps(&new.id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|s| s.name)
-        .collect();
-    assert_eq!(names, ["a", "::patch:extra-step", "extra", "b", "c"]);
+    assert_eq!(
+        f.names(&new.id).await,
+        ["a", "::patch:extra-step", "extra", "b", "c"]
+    );
 
     let unguarded = f
         .across_a_hand_off(&version_one(), 2, &version_two(false))
@@ -568,14 +536,16 @@ fn counting(runs: Arc<[AtomicU32; 2]>) -> Script {
     })
 }
 
+/// A new task of `tool` on `node`.
+async fn submit(node: &Arc<Engine>) -> String {
+    let submitted = node.submit(NewTask::new("tool", json!({}))).await.unwrap();
+    submitted.record.id
+}
+
+/// Starts `node`, submits a task and waits until its first run recorded `steps` steps.
 async fn started(node: &Arc<Engine>, store: &Arc<dyn TaskStore>, steps: usize) -> String {
     node.start().await.unwrap();
-    let id = node
-        .submit(NewTask::new("tool", json!({})))
-        .await
-        .unwrap()
-        .record
-        .id;
+    let id = submit(node).await;
     let recorded = async {
         while store.steps(&id).await.unwrap().len() < steps {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -764,6 +734,54 @@ fn pg_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
+/// A PostgreSQL schema of one test's own: each `replica` is another store on it (another
+/// server), and `drop` takes it away at the end.
+struct PgSchema(String);
+
+impl PgSchema {
+    fn new(prefix: &str) -> PgSchema {
+        PgSchema(format!("{prefix}_{}", &mcp_tasks_engine::random_id()[..12]))
+    }
+
+    async fn replica(&self) -> Arc<dyn TaskStore> {
+        Arc::new(
+            mcp_tasks_engine::store::postgres::PostgresStore::open_in_schema(&pg_url(), &self.0)
+                .await
+                .unwrap(),
+        )
+    }
+
+    async fn drop(self) {
+        if let Ok((client, conn)) = tokio_postgres::connect(&pg_url(), tokio_postgres::NoTls).await
+        {
+            tokio::spawn(conn);
+            let _ = client
+                .batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.0))
+                .await;
+        }
+    }
+}
+
+/// The task once it is finished, read from the store (a bare engine hears only its own changes;
+/// the server relays the other replicas'), within `within`; `check` sees each state on the way.
+async fn finished_in_store(
+    store: &Arc<dyn TaskStore>,
+    id: &str,
+    within: Duration,
+    check: impl Fn(&TaskRecord),
+) -> TaskRecord {
+    let deadline = Instant::now() + within;
+    loop {
+        let t = record_of(store, id).await;
+        if t.status.is_terminal() {
+            return t;
+        }
+        check(&t);
+        assert!(Instant::now() < deadline, "the task did not end: {t:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// When dropped, notes the time: the end of a run (however it ends).
 struct EndOfRun(Arc<std::sync::Mutex<Option<Instant>>>);
 
@@ -779,16 +797,7 @@ impl Drop for EndOfRun {
 /// `b` is dropped and runs again, `a` is replayed, and the task completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rewind_on_one_replica_fences_the_run_on_another() {
-    use mcp_tasks_engine::store::postgres::PostgresStore;
-    let schema = format!("t_rewind_{}", &mcp_tasks_engine::random_id()[..12]);
-    let replica = || async {
-        let store: Arc<dyn TaskStore> = Arc::new(
-            PostgresStore::open_in_schema(&pg_url(), &schema)
-                .await
-                .unwrap(),
-        );
-        store
-    };
+    let schema = PgSchema::new("t_rewind");
     let runs: Arc<[AtomicU32; 2]> = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
     let late = Arc::new(std::sync::Mutex::new(None::<String>));
     let first_ended = Arc::new(std::sync::Mutex::new(None::<Instant>));
@@ -842,28 +851,16 @@ async fn a_rewind_on_one_replica_fences_the_run_on_another() {
         .handler("tool", Arc::new(Scripted(s.clone())), true)
         .build()
     };
-    let store_a = replica().await;
+    let store_a = schema.replica().await;
     let a = node(store_a.clone(), "replica-a");
     let id = started(&a, &store_a, 2).await;
-    let b = node(replica().await, "replica-b");
+    let b = node(schema.replica().await, "replica-b");
     b.start().await.unwrap();
     let rewound = b.rewind(&id, Rewind::FromStep(1), "ops").await.unwrap();
     assert_eq!(rewound.dropped, 1);
     gate.notify_one();
-    // Read from the store: either replica may take it up, and a bare engine hears only its own
-    // changes (the server relays the others').
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let t = loop {
-        let t = record_of(&store_a, &id).await;
-        if t.status.is_terminal() {
-            break t;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the rewound task did not end: {t:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    // Either replica may take it up.
+    let t = finished_in_store(&store_a, &id, Duration::from_secs(20), |_| {}).await;
     let v = value_of(&t);
     // The second run replayed `a` (the first run's 1) and ran `b` again (the counting body's
     // first run of it).
@@ -895,12 +892,7 @@ async fn a_rewind_on_one_replica_fences_the_run_on_another() {
     );
     a.shutdown();
     b.shutdown();
-    if let Ok((client, conn)) = tokio_postgres::connect(&pg_url(), tokio_postgres::NoTls).await {
-        tokio::spawn(conn);
-        let _ = client
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-            .await;
-    }
+    schema.drop().await;
 }
 
 /// Step `before` (counting its runs), a durable sleep of `sleep_ms`, step `after`; the result
@@ -961,12 +953,7 @@ async fn a_long_durable_sleep_frees_its_slot_and_wakes_on_time() {
     let node = f.node(&sleeper(before.clone(), 1, 800));
     node.start().await.unwrap();
     let started = Instant::now();
-    let id = node
-        .submit(NewTask::new("tool", json!({})))
-        .await
-        .unwrap()
-        .record
-        .id;
+    let id = submit(&node).await;
     let t = suspended(&node, &f.store, &id).await;
     assert_eq!(t.status, TaskStatus::Working);
     let message = t.status_message.clone().unwrap_or_default();
@@ -1019,12 +1006,7 @@ async fn a_suspended_task_wakes_on_time_after_a_restart() {
     let first = f.node(&s);
     first.start().await.unwrap();
     let started = Instant::now();
-    let id = first
-        .submit(NewTask::new("tool", json!({})))
-        .await
-        .unwrap()
-        .record
-        .id;
+    let id = submit(&first).await;
     suspended(&first, &f.store, &id).await;
     first.shutdown();
     let second = f.node(&s);
@@ -1085,15 +1067,7 @@ async fn patched_answers_once_per_run_and_its_markers_outlive_the_check() {
     });
     let newer = f.across_a_hand_off(&twice, 4, &without).await;
     assert_eq!(value_of(&newer), json!("v3"));
-    let names: Vec<String> = f
-        .store
-        .steps(&newer.id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|s| s.name)
-        .collect();
-    assert_eq!(names, ["a", "::patch:p", "x", "b", "c"]);
+    assert_eq!(f.names(&newer.id).await, ["a", "::patch:p", "x", "b", "c"]);
 }
 
 /// A recorded output the new code reads as another type is what a resumed run would fail on:
@@ -1135,16 +1109,7 @@ async fn a_replay_check_reports_a_step_whose_type_changed() {
 /// its wake time (not before), the step before the sleep replayed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_suspended_on_one_replica_wakes_on_another() {
-    use mcp_tasks_engine::store::postgres::PostgresStore;
-    let schema = format!("t_sleep_{}", &mcp_tasks_engine::random_id()[..12]);
-    let replica = || async {
-        let store: Arc<dyn TaskStore> = Arc::new(
-            PostgresStore::open_in_schema(&pg_url(), &schema)
-                .await
-                .unwrap(),
-        );
-        store
-    };
+    let schema = PgSchema::new("t_sleep");
     let before = Arc::new(AtomicU32::new(0));
     let s = sleeper(before.clone(), 1, 1_500);
     let node = |store: Arc<dyn TaskStore>, name: &str| {
@@ -1160,34 +1125,23 @@ async fn a_task_suspended_on_one_replica_wakes_on_another() {
         .handler("tool", Arc::new(Scripted(s.clone())), true)
         .build()
     };
-    let store_a = replica().await;
+    let store_a = schema.replica().await;
     let a = node(store_a.clone(), "replica-a");
     a.start().await.unwrap();
     let started = Instant::now();
-    let id = a
-        .submit(NewTask::new("tool", json!({})))
-        .await
-        .unwrap()
-        .record
-        .id;
+    let id = submit(&a).await;
     suspended(&a, &store_a, &id).await;
     a.shutdown();
-    let b = node(replica().await, "replica-b");
+    let b = node(schema.replica().await, "replica-b");
     b.start().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let t = loop {
-        let t = record_of(&store_a, &id).await;
-        if t.status.is_terminal() {
-            break t;
-        }
+    let t = finished_in_store(&store_a, &id, Duration::from_secs(10), |t| {
         assert!(
             t.lease_owner.as_deref() == Some("(suspended)")
                 || started.elapsed() >= Duration::from_millis(1_500),
             "taken up before its wake time: {t:?}"
         );
-        assert!(Instant::now() < deadline, "never woke: {t:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    })
+    .await;
     let took = started.elapsed();
     assert!(took >= Duration::from_millis(1_500), "{took:?}");
     // Woken by replica B's take-over pass (every half lease): within a second of the wake time.
@@ -1195,10 +1149,5 @@ async fn a_task_suspended_on_one_replica_wakes_on_another() {
     assert_eq!(value_of(&t), json!({"attempt": 2}));
     assert_eq!(before.load(Ordering::SeqCst), 1);
     b.shutdown();
-    if let Ok((client, conn)) = tokio_postgres::connect(&pg_url(), tokio_postgres::NoTls).await {
-        tokio::spawn(conn);
-        let _ = client
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-            .await;
-    }
+    schema.drop().await;
 }
