@@ -965,7 +965,11 @@ async fn a_long_durable_sleep_frees_its_slot_and_wakes_on_time() {
     let took = started.elapsed();
     assert!(took >= Duration::from_millis(800), "{took:?}");
     assert!(took < Duration::from_millis(1_500), "woke late: {took:?}");
-    assert_eq!(value_of(&done), json!({"attempt": 2}));
+    assert_eq!(
+        value_of(&done),
+        json!({"attempt": 1}),
+        "a wake goes on with its run"
+    );
     assert_eq!(
         before.load(Ordering::SeqCst),
         1,
@@ -975,25 +979,79 @@ async fn a_long_durable_sleep_frees_its_slot_and_wakes_on_time() {
     assert!(
         history
             .iter()
-            .any(|h| h.message.as_deref() == Some("resumed after its durable sleep (attempt 2)")),
+            .any(|h| h.message.as_deref() == Some("woke from its durable sleep (attempt 1)")),
         "{history:?}"
     );
     node.shutdown();
 }
 
-/// A short sleep (under the threshold) keeps its run, and wakes do not count as failed runs: a
-/// task that sleeps three times with max_attempts 2 completes.
+/// Wakes are no failed runs: a task that sleeps three times with max_attempts 2 completes, its
+/// attempt still 1 (a wake goes on with the same run's work), and a hand-off after the wakes still
+/// resumes it. A short sleep (under the threshold) keeps its run.
 #[tokio::test]
-async fn wakes_do_not_count_against_max_attempts_and_short_sleeps_keep_their_run() {
+async fn wakes_keep_the_attempt_and_short_sleeps_keep_their_run() {
     let mut f = Fixture::new();
     f.config.suspend_sleeps_over = Some(Duration::from_millis(50));
     f.config.max_attempts = 2;
-    let node = f.node(&sleeper(Arc::default(), 3, 200));
-    let t = f.run_once_with(&node).await;
-    assert_eq!(value_of(&t), json!({"attempt": 4}));
+    let inner = sleeper(Arc::default(), 3, 150);
+    let s = script(move |ctx| {
+        let inner = inner.clone();
+        async move {
+            // After its sleeps, the first run waits to be handed off.
+            let slept = inner(ctx.clone()).await;
+            if let Some(stopped) = hand_off_on_first_run(&ctx).await {
+                return stopped;
+            }
+            slept
+        }
+    });
+    let t = f.across_a_hand_off(&s, 5, &s).await;
+    // The second run replays the three sleeps (woken) and `after`: its result is the first
+    // run's (`after` recorded by it) but its own attempt is 2.
+    assert_eq!(value_of(&t), json!({"attempt": 2}));
     let short = f.node(&sleeper(Arc::default(), 1, 20));
     let t = f.run_once_with(&short).await;
     assert_eq!(value_of(&t), json!({"attempt": 1}), "slept in its run");
+}
+
+/// A tool that is not safe to run again (`retry_on_restart` off) sleeps in its run: suspending it
+/// would have its wake fail it as a task that cannot resume.
+#[tokio::test]
+async fn a_tool_that_cannot_resume_sleeps_in_its_run() {
+    let mut f = Fixture::new();
+    f.config.suspend_sleeps_over = Some(Duration::from_millis(50));
+    let node = f.node_with(&sleeper(Arc::default(), 1, 300), false);
+    node.start().await.unwrap();
+    let id = submit(&node).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(node.running_count(), 1, "still running its sleep");
+    let t = tokio::time::timeout(Duration::from_secs(5), node.wait_terminal(&id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(value_of(&t), json!({"attempt": 1}));
+    node.shutdown();
+}
+
+/// A handler that races its sleep with `cancelled()` sees the suspension's stop in the same poll:
+/// what it returns for it is not the task's outcome, the sleep goes on as a suspension and completes.
+#[tokio::test]
+async fn a_failure_returned_for_the_suspension_s_stop_is_not_the_outcome() {
+    let mut f = Fixture::new();
+    f.config.suspend_sleeps_over = Some(Duration::from_millis(50));
+    let s = script(|ctx| async move {
+        // The sleep first: in the poll where it suspends, `cancelled()` is ready at once.
+        tokio::select! {
+            biased;
+            slept = ctx.sleep(Duration::from_millis(400)) => match slept {
+                Ok(()) => done(json!({"attempt": ctx.attempt()})),
+                Err(e) => failure(e),
+            },
+            () = ctx.cancelled() => failure("cancelled while sleeping"),
+        }
+    });
+    let t = f.run_once(&s).await;
+    assert_eq!(value_of(&t), json!({"attempt": 1}));
 }
 
 /// A node stopped while its task sleeps: the next start takes it up and it still wakes on time.
@@ -1020,8 +1078,8 @@ async fn a_suspended_task_wakes_on_time_after_a_restart() {
     assert!(took < Duration::from_millis(1_700), "woke late: {took:?}");
     assert_eq!(
         value_of(&done)["attempt"],
-        3,
-        "suspended again at the start, then woken"
+        1,
+        "left asleep at the start (not run early), then woken"
     );
     assert_eq!(before.load(Ordering::SeqCst), 1);
     second.shutdown();
@@ -1146,7 +1204,7 @@ async fn a_task_suspended_on_one_replica_wakes_on_another() {
     assert!(took >= Duration::from_millis(1_500), "{took:?}");
     // Woken by replica B's take-over pass (every half lease): within a second of the wake time.
     assert!(took < Duration::from_millis(3_000), "woke late: {took:?}");
-    assert_eq!(value_of(&t), json!({"attempt": 2}));
+    assert_eq!(value_of(&t), json!({"attempt": 1}));
     assert_eq!(before.load(Ordering::SeqCst), 1);
     b.shutdown();
     schema.drop().await;

@@ -333,6 +333,9 @@ impl Engine {
         // The tasks the plan gave up on, to count them once their change is committed.
         let given_up: Arc<std::sync::Mutex<HashSet<String>>> = Arc::default();
         let gave_up = given_up.clone();
+        // Wake times of suspended tasks left asleep, to look at them again then.
+        let sleeping: Arc<std::sync::Mutex<Vec<u64>>> = Arc::default();
+        let asleep_until = sleeping.clone();
         // Decided inside the store's write, per orphan: fail it, or set it up to run again when its
         // tool is safe to retry. A task whose handler runs here (its renewal was late) is left alone.
         let plan: OrphanPlan = Arc::new(move |task: &TaskRecord| {
@@ -343,20 +346,38 @@ impl Engine {
             // A run that saved a checkpoint can go on from it; a tool safe to repeat starts over.
             let resume = registered.is_some() && task.checkpoint.is_some();
             let retry = registered.as_ref().is_some_and(|r| r.retry_on_restart);
-            // A released lease is a hand-off; a suspended task's, its durable sleep; an expired
-            // one, or any at start-up, an interruption.
-            let asleep = task.lease_owner.as_deref() == Some(super::timers::SUSPENDED);
+            // A suspended task (a durable sleep) is not an interrupted one: it is left alone until
+            // its wake time (also at a start, which takes every other unfinished task), and for a
+            // node that serves its tool (a replica of an older deploy must not fail it); its wake
+            // goes on with the same run's work, so it keeps its attempt and is never given up.
+            if task.lease_owner.as_deref() == Some(super::timers::SUSPENDED) {
+                let until = task.lease_until.unwrap_or(0);
+                if until > now {
+                    asleep_until
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(until);
+                    return None;
+                }
+                if !retry && !resume {
+                    return None;
+                }
+                return Some(TaskChange {
+                    status_message: Some(Some(format!(
+                        "woke from its durable sleep (attempt {})",
+                        task.attempt
+                    ))),
+                    noted: true,
+                    ..Default::default()
+                });
+            }
+            // A released lease is a hand-off; an expired one, or any at start-up, an interruption.
             let cause = if task.lease_owner.is_none() {
                 "a hand-off"
-            } else if asleep && task.lease_until.is_some_and(|until| until <= now) {
-                "its durable sleep"
-            } else if asleep {
-                "a restart during its durable sleep"
             } else {
                 "an interruption"
             };
-            // A wake is not a failed run: it does not count against max_attempts.
-            if (resume || retry) && task.attempt >= max_attempts && !asleep {
+            if (resume || retry) && task.attempt >= max_attempts {
                 // A task that keeps ending its runs (a poison task that crashes its server) is
                 // not run again: it fails, saying how its last run ended.
                 let last = if task.lease_owner.is_none() {
@@ -425,6 +446,9 @@ impl Engine {
                 plan,
             )
             .await?;
+        for until in std::mem::take(&mut *sleeping.lock().unwrap_or_else(|e| e.into_inner())) {
+            self.wake_at(until);
+        }
         let n = recovered.len();
         for rec in recovered {
             if rec.status.is_terminal() {
@@ -463,7 +487,7 @@ impl Engine {
                     self.resumes.resumed(kind);
                     tracing::info!(target: "mcp_tasks::audit", task = %rec.id, tool = %rec.tool, attempt = rec.attempt, how = ?kind, "resuming interrupted task");
                     let handler = reg.handler.clone();
-                    self.spawn_run(&rec, handler, None, journal);
+                    self.spawn_run(&rec, handler, None, journal, true);
                     self.notifier.publish(TaskEvent::Changed(Arc::new(rec)));
                 }
                 // The plan re-runs only tools it found registered.

@@ -552,7 +552,7 @@ impl Engine {
         let record = self.new_record(new);
         let submitted = self.store_new(record, limit).await?;
         if submitted.created {
-            self.spawn_run(&submitted.record, reg.handler.clone(), claim, None);
+            self.spawn_run(&submitted.record, reg.handler.clone(), claim, None, false);
         }
         Ok(submitted)
     }

@@ -244,7 +244,7 @@ impl TaskSink {
     /// replay and reads nothing; a later one reads the journal once.
     pub(super) async fn replay(&self, name: &str) -> Result<StepSlot, StepError> {
         let store = &self.engine.store;
-        let first_run = self.attempt <= 1;
+        let first_run = !self.replays;
         self.read_once(|r| &mut r.journal, async {
             if first_run {
                 return Ok(Vec::new());

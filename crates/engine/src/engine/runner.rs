@@ -35,8 +35,9 @@ impl Engine {
         handler: Arc<dyn TaskHandler>,
         claim: Option<super::HeldClaim>,
         journal: Option<Vec<StepRecord>>,
+        resumed: bool,
     ) {
-        tokio::spawn(self.prepare_run(rec, handler, claim, journal));
+        tokio::spawn(self.prepare_run(rec, handler, claim, journal, resumed));
     }
 
     /// What [`Engine::spawn_run`] spawns: the run registered as running, not yet started.
@@ -46,6 +47,7 @@ impl Engine {
         handler: Arc<dyn TaskHandler>,
         claim: Option<super::HeldClaim>,
         journal: Option<Vec<StepRecord>>,
+        resumed: bool,
     ) -> Traced<impl std::future::Future<Output = ()> + Send + 'static, TaskSink> {
         // Marked as running before the handler starts, so a cancel that lands at once finds its
         // token and the sweeper never takes this task for an orphan.
@@ -64,6 +66,9 @@ impl Engine {
             shown: std::sync::Mutex::new(ProgressState::of(rec)),
             checkpoint: rec.checkpoint.clone(),
             attempt: rec.attempt,
+            // A wake from a durable sleep keeps its attempt (it goes on with the same run's work)
+            // but has a journal to replay all the same.
+            replays: resumed || rec.attempt > 1,
             resumed: std::sync::Mutex::new(journal.map(Resumed::with_journal)),
             progress_events: rec
                 .webhooks
@@ -213,9 +218,21 @@ impl Engine {
                 self.finish(&sink.id, outcome).await;
             }
             Some(StopReason::HandedOff) => self.release(&sink.id).await,
-            // It returned in the instant its sleep suspended it (the sleep lost a `select!`):
-            // the work is done, and this node still holds the task.
-            Some(StopReason::Suspended) => self.finish(&sink.id, outcome).await,
+            // It returned a result in the instant its sleep suspended it, without looking at the
+            // stop (the sleep lost a `select!`): the work is done, and this node still holds
+            // the task.
+            Some(StopReason::Suspended)
+                if outcome.is_success() && !sink.stop_seen.load(Ordering::Acquire) =>
+            {
+                self.finish(&sink.id, outcome).await
+            }
+            // Anything else it returned then answers the stop (a `select!` on `cancelled()`, a
+            // question cut short): the sleep goes on as a suspension.
+            Some(StopReason::Suspended) => {
+                sink.engine
+                    .suspend(&sink.id, sink.wake_at.load(Ordering::Acquire))
+                    .await
+            }
             // Over, or maybe another node's now: what the handler returned is not the task's.
             // (Shutting down: left for recovery at the next start.)
             Some(_) => {}
@@ -343,6 +360,9 @@ pub(super) struct TaskSink {
     pub(super) kill: CancellationToken,
     /// When a run that suspended itself (a long durable sleep) wakes, Unix ms (0 until then).
     pub(super) wake_at: AtomicU64,
+    /// Whether earlier runs of the task may have left steps and questions to replay (a resume, a
+    /// wake): a first run reads neither.
+    pub(super) replays: bool,
     /// What this run replays of earlier runs (the step journal, their questions), read when first
     /// needed: a first run reads nothing.
     pub(super) resumed: std::sync::Mutex<Option<Box<Resumed>>>,
@@ -544,6 +564,15 @@ impl ContextSink for TaskSink {
         let Some(over) = self.engine.config.suspend_sleeps_over else {
             return false;
         };
+        // Only a tool that goes on after its run ended may end it for a sleep: the run that
+        // wakes it replays its journal (`retry_on_restart`, the rule for every resume).
+        let resumes = self
+            .engine
+            .registered(&self.tool)
+            .is_some_and(|r| r.retry_on_restart);
+        if !resumes {
+            return false;
+        }
         let over = u64::try_from(over.as_millis()).unwrap_or(u64::MAX);
         if wake_at.saturating_sub(now_ms()) <= over || self.stop.is_cancelled() {
             return false;
@@ -703,7 +732,7 @@ impl ContextSink for TaskSink {
         // A resumed run asking what an earlier run asked gets that question's answer, or waits
         // for it: the user is not asked again, and a question pending at a hand-off stays the one
         // to answer.
-        if self.attempt > 1 {
+        if self.replays {
             if let Some(earlier) = self.earlier_input(method, &params).await? {
                 if let Some(answer) = earlier.response {
                     return Ok(answer);
@@ -890,7 +919,7 @@ mod tests {
     async fn a_running_tasks_future_is_not_held_twice() {
         let engine = Engine::builder(Arc::new(MemoryStore::new()), EngineConfig::default()).build();
         let rec = crate::store::testkit::record("t1", "o", 1);
-        let run = engine.prepare_run(&rec, Arc::new(Never), None, None);
+        let run = engine.prepare_run(&rec, Arc::new(Never), None, None, false);
         let size = std::mem::size_of_val(&run);
         println!("a running task's future: {size} bytes");
         assert!(size <= 520, "a running task's future is {size} bytes");

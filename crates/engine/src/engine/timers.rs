@@ -45,7 +45,7 @@ impl Engine {
 
     /// At `wake_at` (and a moment after, so the lease has run out by every clock that compares
     /// it), looks for tasks to take up: the suspended task among them.
-    fn wake_at(self: &Arc<Self>, wake_at: u64) {
+    pub(super) fn wake_at(self: &Arc<Self>, wake_at: u64) {
         let me = Arc::downgrade(self);
         let shutdown = self.shutdown.clone();
         let wait = Duration::from_millis(wake_at.saturating_sub(now_ms()) + 5);

@@ -132,7 +132,12 @@ impl TaskContext {
     /// of holding its run: the run ends here (this future never completes; the handler is dropped),
     /// the task stays `working` with a status message saying until when, no node holds its slot or
     /// lease, and at the wake time a node runs it again, which replays the journal to this sleep
-    /// and goes on. Code before the sleep runs again then, as after any resume.
+    /// and goes on. Code before the sleep runs again then, as after any resume. Only a tool
+    /// registered `retry_on_restart` is suspended (its wake replays it); another sleeps in its run.
+    ///
+    /// So a long `ctx.sleep` is not a timeout to race other work with in a `select!`: the
+    /// suspension ends the whole run, the other branch with it, and at the wake the sleep is over
+    /// at once. Bound work with [`StepOptions::timeout`] or `tokio::time::timeout` instead.
     pub async fn sleep(&self, duration: Duration) -> Result<(), StepError> {
         let millis = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
         let wake_at: u64 = self
