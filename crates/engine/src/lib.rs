@@ -62,8 +62,8 @@ pub use journal::{
     StepFailed, StepOptions,
 };
 pub use model::{
-    ActiveLimit, Among, HeldLimit, InputRecord, InputResponse, NewTask, Outcome, StepRecord,
-    TaskRecord, TaskStatus, Transition,
+    ActiveLimit, Among, HeldLimit, InputRecord, InputResponse, NewSignal, NewTask, Outcome,
+    SignalRecord, StepRecord, TaskRecord, TaskStatus, Transition,
 };
 pub use notifier::{
     Notifier, Relayed, TaskEvent, TaskSubscription, WaitersOnly, Watch, WatchEverything,

@@ -161,6 +161,46 @@ pub struct StepRecord {
     pub error: Option<String>,
 }
 
+/// A signal sent to a task: a named payload a handler waits for with
+/// [`TaskContext::wait_signal`](crate::TaskContext::wait_signal), kept with the task from the
+/// moment it is sent (before the wait, or while no node runs the task) until the task is purged.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SignalRecord {
+    /// The task.
+    pub task_id: String,
+    /// Its place among the task's signals: 1 for the first, one more for each signal after.
+    pub seq: u32,
+    /// The signal's name (what the handler waits for).
+    pub name: String,
+    /// What it carries, as JSON (`null` when the sender gave nothing).
+    pub payload: Value,
+    /// Who sent it, in words: `owner <principal>`, `operator`, `task <id>`, `signed url`.
+    pub sender: String,
+    /// The sender's key for this signal: a second send with the same key is the same signal (a
+    /// retried request), not another one.
+    pub key: Option<String>,
+    /// When it was stored, Unix ms.
+    pub at: u64,
+}
+
+/// A signal to store with [`SignalStore::send_signal`](crate::store::SignalStore::send_signal):
+/// a [`SignalRecord`] without its place, which the store gives it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewSignal {
+    /// The task.
+    pub task_id: String,
+    /// The signal's name.
+    pub name: String,
+    /// What it carries.
+    pub payload: Value,
+    /// Who sends it, in words.
+    pub sender: String,
+    /// The sender's key for it, if any (see [`SignalRecord::key`]).
+    pub key: Option<String>,
+    /// When it is sent, Unix ms.
+    pub at: u64,
+}
+
 /// One task, era-agnostic, exactly as stored.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TaskRecord {

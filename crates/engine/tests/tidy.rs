@@ -329,10 +329,11 @@ fn the_scan_reports_the_line_of_a_finding_after_a_multiline_literal() {
 }
 
 /// The store contract's sub-traits (src/store/contract.rs), each with its part of the test kit.
-const STORE_CONCERNS: [(&str, &str); 7] = [
+const STORE_CONCERNS: [(&str, &str); 8] = [
     ("TaskRows", "tasks"),
     ("InputStore", "inputs"),
     ("JournalStore", "journal"),
+    ("SignalStore", "signals"),
     ("LeaseStore", "leases"),
     ("SessionStore", "sessions"),
     ("OutboxStore", "outbox"),

@@ -19,7 +19,10 @@ use crate::events::{
     EventDelivery, EventDeliveryState, EventGap, EventPage, EventPosition, EventQuery,
     EventSubscription, EventsPurged, NewEvent, Subscribed, SubscriptionStart,
 };
-use crate::model::{InputRecord, InputResponse, StepRecord, TaskRecord, TaskStatus, Transition};
+use crate::model::{
+    InputRecord, InputResponse, NewSignal, SignalRecord, StepRecord, TaskRecord, TaskStatus,
+    Transition,
+};
 use crate::webhook::{Delivery, DeliveryAttempt, DeliveryNext, DeliveryQuery};
 
 /// Tasks themselves: their creation, reads, compare-and-set updates, lists and counts, history,
@@ -144,6 +147,28 @@ pub trait JournalStore: Send + Sync + 'static {
     /// went. Unconditional: the caller fences the task's runs first (an operator's rewind takes the
     /// lease before, see `Engine::rewind`).
     async fn truncate_steps(&self, task_id: &str, from: u32) -> Result<usize, StoreError>;
+}
+
+/// Signals: named payloads sent to a task from outside its run (its owner, an operator, another
+/// task, a third party's signed URL), kept until the task is purged, which its handler waits for.
+#[async_trait]
+pub trait SignalStore: Send + Sync + 'static {
+    /// Stores `signal` after the task's last one (its place one more than the last), if the task
+    /// is unfinished; otherwise [`UpdateError::Conflict`] with the task (or
+    /// [`UpdateError::NotFound`]). A signal with a key the task already has a signal under is that
+    /// signal: it is returned as it was stored, with `false` (nothing new was stored).
+    async fn send_signal(&self, signal: NewSignal) -> Result<(SignalRecord, bool), UpdateError>;
+
+    /// The first signal named `name` sent to the task after place `after` (0: from the first).
+    async fn next_signal(
+        &self,
+        task_id: &str,
+        name: &str,
+        after: u32,
+    ) -> Result<Option<SignalRecord>, StoreError>;
+
+    /// Every signal sent to the task, in the order they were sent.
+    async fn signals(&self, task_id: &str) -> Result<Vec<SignalRecord>, StoreError>;
 }
 
 /// Leases: which node runs which task, and the take-over of tasks whose node is gone.
@@ -401,11 +426,25 @@ pub trait EventStore: Send + Sync + 'static {
 /// operation. Implemented for every type that implements the sub-traits; an engine holds an
 /// `Arc<dyn TaskStore>`.
 pub trait TaskStore:
-    TaskRows + InputStore + JournalStore + LeaseStore + SessionStore + OutboxStore + EventStore
+    TaskRows
+    + InputStore
+    + JournalStore
+    + SignalStore
+    + LeaseStore
+    + SessionStore
+    + OutboxStore
+    + EventStore
 {
 }
 
 impl<S> TaskStore for S where
-    S: TaskRows + InputStore + JournalStore + LeaseStore + SessionStore + OutboxStore + EventStore
+    S: TaskRows
+        + InputStore
+        + JournalStore
+        + SignalStore
+        + LeaseStore
+        + SessionStore
+        + OutboxStore
+        + EventStore
 {
 }

@@ -29,8 +29,8 @@ pub(crate) use change::{
 };
 pub use change::{ProgressUpdate, TaskChange};
 pub use contract::{
-    EventStore, InputStore, JournalStore, LeaseStore, OutboxStore, SessionStore, TaskRows,
-    TaskStore,
+    EventStore, InputStore, JournalStore, LeaseStore, OutboxStore, SessionStore, SignalStore,
+    TaskRows, TaskStore,
 };
 pub(crate) use errors::Context;
 pub use errors::{error_chain, AnswerError, Handed, StoreError, UpdateError};
@@ -39,8 +39,8 @@ pub use errors::{error_chain, AnswerError, Handed, StoreError, UpdateError};
 /// method of an `Arc<dyn TaskStore>` into scope.
 pub mod prelude {
     pub use super::{
-        EventStore, InputStore, JournalStore, LeaseStore, OutboxStore, SessionStore, TaskRows,
-        TaskStore,
+        EventStore, InputStore, JournalStore, LeaseStore, OutboxStore, SessionStore, SignalStore,
+        TaskRows, TaskStore,
     };
 }
 

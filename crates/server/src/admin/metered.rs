@@ -13,7 +13,8 @@ use mcp_tasks_engine::store::{
 };
 use mcp_tasks_engine::webhook::{Delivery, DeliveryAttempt, DeliveryNext, DeliveryQuery};
 use mcp_tasks_engine::{
-    InputRecord, InputResponse, StepRecord, TaskRecord, TaskStatus, Transition,
+    InputRecord, InputResponse, NewSignal, SignalRecord, StepRecord, TaskRecord, TaskStatus,
+    Transition,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -155,6 +156,28 @@ impl JournalStore for MeteredStore {
     async fn truncate_steps(&self, task_id: &str, from: u32) -> Result<usize, StoreError> {
         self.timed("truncate_steps", self.inner.truncate_steps(task_id, from))
             .await
+    }
+}
+
+#[async_trait]
+impl SignalStore for MeteredStore {
+    async fn send_signal(&self, signal: NewSignal) -> Result<(SignalRecord, bool), UpdateError> {
+        self.timed("send_signal", self.inner.send_signal(signal))
+            .await
+    }
+
+    async fn next_signal(
+        &self,
+        task_id: &str,
+        name: &str,
+        after: u32,
+    ) -> Result<Option<SignalRecord>, StoreError> {
+        self.timed("next_signal", self.inner.next_signal(task_id, name, after))
+            .await
+    }
+
+    async fn signals(&self, task_id: &str) -> Result<Vec<SignalRecord>, StoreError> {
+        self.timed("signals", self.inner.signals(task_id)).await
     }
 }
 

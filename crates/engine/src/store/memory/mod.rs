@@ -19,7 +19,10 @@ use super::{
     ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord, StoreError,
     TaskChange, TaskFilter, TaskPage, UpdateError,
 };
-use crate::model::{InputRecord, InputResponse, StepRecord, TaskRecord, TaskStatus, Transition};
+use crate::model::{
+    InputRecord, InputResponse, NewSignal, SignalRecord, StepRecord, TaskRecord, TaskStatus,
+    Transition,
+};
 use crate::webhook::{
     outbox_entries, Delivery, DeliveryAttempt, DeliveryNext, DeliveryQuery, DeliveryState,
 };
@@ -37,6 +40,8 @@ struct Inner {
     inputs: HashMap<String, InputRecord>,
     /// Each task's step journal, in step order.
     steps: HashMap<String, Vec<StepRecord>>,
+    /// Each task's signals, in the order sent.
+    signals: HashMap<String, Vec<SignalRecord>>,
     /// Unfinished tasks by (owner, session), and their number per owner: the limit check on every
     /// create reads these instead of scanning every task ever stored.
     unfinished: HashMap<(String, Option<String>), HashSet<String>>,
@@ -154,6 +159,7 @@ impl Inner {
         };
         self.history.remove(id);
         self.steps.remove(id);
+        self.signals.remove(id);
         self.gone_targets.retain(|(task, _)| task != id);
         self.inputs.retain(|_, i| i.task_id != id);
         self.by_owner
@@ -587,6 +593,54 @@ impl JournalStore for MemoryStore {
         let before = journal.len();
         journal.retain(|s| s.seq < from);
         Ok(before - journal.len())
+    }
+}
+
+#[async_trait]
+impl SignalStore for MemoryStore {
+    async fn send_signal(&self, signal: NewSignal) -> Result<(SignalRecord, bool), UpdateError> {
+        let mut inner = self.lock();
+        let rec = inner
+            .tasks
+            .get(&signal.task_id)
+            .ok_or(UpdateError::NotFound)?;
+        if rec.status.is_terminal() {
+            return Err(UpdateError::Conflict(Box::new(rec.clone())));
+        }
+        let kept = inner.signals.entry(signal.task_id.clone()).or_default();
+        if let Some(key) = &signal.key {
+            if let Some(same) = kept.iter().find(|s| s.key.as_ref() == Some(key)) {
+                return Ok((same.clone(), false));
+            }
+        }
+        let stored = SignalRecord {
+            task_id: signal.task_id,
+            seq: kept.last().map_or(1, |s| s.seq + 1),
+            name: signal.name,
+            payload: signal.payload,
+            sender: signal.sender,
+            key: signal.key,
+            at: signal.at,
+        };
+        kept.push(stored.clone());
+        Ok((stored, true))
+    }
+
+    async fn next_signal(
+        &self,
+        task_id: &str,
+        name: &str,
+        after: u32,
+    ) -> Result<Option<SignalRecord>, StoreError> {
+        Ok(self.lock().signals.get(task_id).and_then(|kept| {
+            kept.iter()
+                .find(|s| s.seq > after && s.name == name)
+                .cloned()
+        }))
+    }
+
+    async fn signals(&self, task_id: &str) -> Result<Vec<SignalRecord>, StoreError> {
+        Ok(self.lock().signals.get(task_id).cloned().unwrap_or_default())
     }
 }
 

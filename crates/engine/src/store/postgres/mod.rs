@@ -26,7 +26,8 @@ use deadpool_postgres::{GenericClient, Pool};
 
 use self::rows::{
     input_from_row, insert_input, pg_int, select_input, select_task, select_task_versioned,
-    session_from_row, tasks_from_rows, update_task, INPUT_COLUMNS, SESSION_COLUMNS, TASK_COLUMNS,
+    session_from_row, signal_from_row, tasks_from_rows, update_task, INPUT_COLUMNS, SESSION_COLUMNS,
+    SIGNAL_COLUMNS, TASK_COLUMNS,
 };
 use super::{
     after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, id_floor, write_base,
@@ -34,7 +35,10 @@ use super::{
     InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord,
     StoreError, TaskChange, TaskFilter, TaskPage, UpdateError,
 };
-use crate::model::{InputRecord, InputResponse, StepRecord, TaskRecord, TaskStatus, Transition};
+use crate::model::{
+    InputRecord, InputResponse, NewSignal, SignalRecord, StepRecord, TaskRecord, TaskStatus,
+    Transition,
+};
 use crate::webhook::{Delivery, DeliveryAttempt, DeliveryNext, DeliveryQuery};
 
 /// Rows this store wrote last that it keeps, to write them again without reading them first.
@@ -466,6 +470,14 @@ impl TaskRows for PostgresStore {
                 )
                 .await
                 .context("delete the step journals of expired tasks")?;
+                tx.execute(
+                    &format!(
+                        "DELETE FROM task_signals WHERE task_id IN (SELECT id FROM tasks WHERE {cond})"
+                    ),
+                    &[&now, &grace_edge],
+                )
+                .await
+                .context("delete the signals of expired tasks")?;
                 // Events outlive their task: those still kept take the secret of their target,
                 // which goes with the task's row; in the same statement as the delete, so a task
                 // finished meanwhile cannot go without its events' copy.
@@ -724,6 +736,116 @@ impl JournalStore for PostgresStore {
             .await
             .with_context(|| format!("drop steps {from}… of task {task_id}"))?;
         Ok(usize::try_from(n).unwrap_or(usize::MAX))
+    }
+}
+
+#[async_trait]
+impl SignalStore for PostgresStore {
+    async fn send_signal(&self, signal: NewSignal) -> Result<(SignalRecord, bool), UpdateError> {
+        self.in_tx(move |tx| {
+            Box::pin(async move {
+                // The task's row locked: senders to one task take places one at a time, and a
+                // task that finishes meanwhile waits for the signal or refuses it.
+                let rec = select_task(tx, &signal.task_id, true)
+                    .await?
+                    .ok_or(UpdateError::NotFound)?;
+                if rec.status.is_terminal() {
+                    return Err(UpdateError::Conflict(Box::new(rec)));
+                }
+                if let Some(key) = &signal.key {
+                    let same = tx
+                        .query_opt(
+                            &format!(
+                                "SELECT {SIGNAL_COLUMNS} FROM task_signals \
+                                 WHERE task_id = $1 AND key = $2"
+                            ),
+                            &[&signal.task_id, key],
+                        )
+                        .await
+                        .with_context(|| {
+                            format!("look up signal key {key} of task {}", signal.task_id)
+                        })?;
+                    if let Some(row) = same {
+                        return Ok((signal_from_row(&row)?, false));
+                    }
+                }
+                let payload = signal.payload.to_string();
+                let row = tx
+                    .query_one(
+                        "INSERT INTO task_signals (task_id, seq, name, payload, sender, key, at) \
+                         SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5, $6 \
+                         FROM task_signals WHERE task_id = $1 RETURNING seq",
+                        &[
+                            &signal.task_id,
+                            &signal.name,
+                            &payload,
+                            &signal.sender,
+                            &signal.key,
+                            &pg_int(signal.at),
+                        ],
+                    )
+                    .await
+                    .with_context(|| {
+                        format!("store signal {} of task {}", signal.name, signal.task_id)
+                    })?;
+                let seq: i32 = row
+                    .try_get(0)
+                    .map_err(|e| rows::bad_row("a signal's place", e))?;
+                Ok((
+                    SignalRecord {
+                        task_id: signal.task_id,
+                        seq: u32::try_from(seq).unwrap_or(0),
+                        name: signal.name,
+                        payload: signal.payload,
+                        sender: signal.sender,
+                        key: signal.key,
+                        at: signal.at,
+                    },
+                    true,
+                ))
+            })
+        })
+        .await
+    }
+
+    async fn next_signal(
+        &self,
+        task_id: &str,
+        name: &str,
+        after: u32,
+    ) -> Result<Option<SignalRecord>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {SIGNAL_COLUMNS} FROM task_signals \
+                 WHERE task_id = $1 AND name = $2 AND seq > $3 ORDER BY seq LIMIT 1"
+            ))
+            .await
+            .context("prepare a signal read")?;
+        let after = i32::try_from(after).unwrap_or(i32::MAX);
+        client
+            .query_opt(&stmt, &[&task_id, &name, &after])
+            .await
+            .with_context(|| format!("read signal {name} of task {task_id}"))?
+            .as_ref()
+            .map(signal_from_row)
+            .transpose()
+    }
+
+    async fn signals(&self, task_id: &str) -> Result<Vec<SignalRecord>, StoreError> {
+        let client = self.client().await?;
+        client
+            .query(
+                &format!(
+                    "SELECT {SIGNAL_COLUMNS} FROM task_signals WHERE task_id = $1 ORDER BY seq"
+                ),
+                &[&task_id],
+            )
+            .await
+            .with_context(|| format!("read the signals of task {task_id}"))?
+            .iter()
+            .map(signal_from_row)
+            .collect()
     }
 }
 

@@ -38,7 +38,7 @@ fn u64_from_pg(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
-fn bad_row(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+pub(super) fn bad_row(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
     StoreError::backend(format!("read {what} from a row"), e)
 }
 
@@ -69,6 +69,23 @@ pub(super) fn step_from_row(row: &Row) -> Result<crate::model::StepRecord, Store
         at: u64::try_from(row.try_get::<_, i64>(5).map_err(read)?).unwrap_or(0),
         duration_ms: u64::try_from(row.try_get::<_, i64>(6).map_err(read)?).unwrap_or(0),
         error: row.try_get(7).map_err(read)?,
+    })
+}
+
+/// The columns [`signal_from_row`] reads, in its order.
+pub(super) const SIGNAL_COLUMNS: &str = "task_id, seq, name, payload, sender, key, at";
+
+/// Maps a row selected with [`SIGNAL_COLUMNS`].
+pub(super) fn signal_from_row(row: &Row) -> Result<crate::model::SignalRecord, StoreError> {
+    let read = |e| bad_row("a signal", e);
+    Ok(crate::model::SignalRecord {
+        task_id: row.try_get(0).map_err(read)?,
+        seq: u32::try_from(row.try_get::<_, i32>(1).map_err(read)?).unwrap_or(0),
+        name: row.try_get(2).map_err(read)?,
+        payload: json("a signal's payload", row.try_get(3).map_err(read)?)?,
+        sender: row.try_get(4).map_err(read)?,
+        key: row.try_get(5).map_err(read)?,
+        at: u64::try_from(row.try_get::<_, i64>(6).map_err(read)?).unwrap_or(0),
     })
 }
 

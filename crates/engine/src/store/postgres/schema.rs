@@ -201,6 +201,16 @@ CREATE TABLE sessions (
         sql: "ALTER TABLE task_steps ADD COLUMN duration_ms BIGINT NOT NULL DEFAULT 0, \
               ADD COLUMN error TEXT;",
     },
+    Migration {
+        version: 14,
+        what: "add task_signals (named payloads sent to a task, which its handler waits for)",
+        sql: "CREATE TABLE task_signals (task_id TEXT NOT NULL, seq INTEGER NOT NULL, \
+              name TEXT NOT NULL, payload TEXT NOT NULL, sender TEXT NOT NULL, key TEXT, \
+              at BIGINT NOT NULL, PRIMARY KEY (task_id, seq)); \
+              CREATE INDEX task_signals_by_name ON task_signals (task_id, name, seq); \
+              CREATE UNIQUE INDEX task_signals_by_key ON task_signals (task_id, key) \
+              WHERE key IS NOT NULL;",
+    },
 ];
 
 /// The migration from which events are written without a copy of their secret, once its window

@@ -28,7 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use self::cache::{RecordCache, Tx};
 use self::rows::{
     insert_input, select_input, select_task_shared, select_tasks, session_from_row, sql_int,
-    SharedArguments, INPUT_COLUMNS, SESSION_COLUMNS, TASK_COLUMNS,
+    SharedArguments, INPUT_COLUMNS, SESSION_COLUMNS, SIGNAL_COLUMNS, TASK_COLUMNS,
 };
 use self::writer::{Completion, Job};
 use super::{
@@ -37,7 +37,10 @@ use super::{
     InvalidCursor, ListQuery, Lookup, OrphanPlan, PurgePolicy, Purged, SessionLimit, SessionRecord,
     StoreError, TaskChange, TaskFilter, TaskPage, UpdateError,
 };
-use crate::model::{InputRecord, InputResponse, StepRecord, TaskRecord, TaskStatus, Transition};
+use crate::model::{
+    InputRecord, InputResponse, NewSignal, SignalRecord, StepRecord, TaskRecord, TaskStatus,
+    Transition,
+};
 use crate::webhook::{Delivery, DeliveryAttempt, DeliveryNext, DeliveryQuery};
 
 /// What a create job made: a new task is handed back shared with the writer's group (see
@@ -502,6 +505,13 @@ impl TaskRows for SqliteStore {
                 params![now, grace_edge],
             )
             .context("delete the step journals of expired tasks")?;
+            conn.execute(
+                &format!(
+                    "DELETE FROM task_signals WHERE task_id IN (SELECT id FROM tasks WHERE {cond})"
+                ),
+                params![now, grace_edge],
+            )
+            .context("delete the signals of expired tasks")?;
             deliveries::keep_secrets_of_purged(conn, cond, now, grace_edge)?;
             let tasks = conn
                 .execute(
@@ -701,6 +711,109 @@ impl JournalStore for SqliteStore {
                 )
                 .with_context(|| format!("drop steps {from}… of task {task_id}"))?;
             Ok(n)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl SignalStore for SqliteStore {
+    async fn send_signal(&self, signal: NewSignal) -> Result<(SignalRecord, bool), UpdateError> {
+        let shared = self.shared.clone();
+        self.write(move |tx| {
+            // The writer thread is the only writer: the check, the key's lookup and the place are
+            // one step.
+            let rec = tx
+                .task(&signal.task_id, &shared)?
+                .ok_or(UpdateError::NotFound)?;
+            if rec.status.is_terminal() {
+                return Err(UpdateError::Conflict(Box::new(rec)));
+            }
+            let conn = tx.conn()?;
+            if let Some(key) = &signal.key {
+                let same = conn
+                    .prepare_cached(&format!(
+                        "SELECT {SIGNAL_COLUMNS} FROM task_signals WHERE task_id = ?1 AND key = ?2"
+                    ))
+                    .and_then(|mut s| {
+                        s.query_row(params![signal.task_id, key], rows::signal_from_row)
+                            .optional()
+                    })
+                    .with_context(|| format!("look up signal key {key} of task {}", signal.task_id))?;
+                if let Some(same) = same {
+                    return Ok((same, false));
+                }
+            }
+            let seq: u32 = conn
+                .prepare_cached(
+                    "SELECT COALESCE(MAX(seq), 0) + 1 FROM task_signals WHERE task_id = ?1",
+                )
+                .and_then(|mut s| s.query_row([&signal.task_id], |r| r.get(0)))
+                .with_context(|| format!("place a signal of task {}", signal.task_id))?;
+            conn.prepare_cached(
+                "INSERT INTO task_signals (task_id, seq, name, payload, sender, key, at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    signal.task_id,
+                    seq,
+                    signal.name,
+                    signal.payload.to_string(),
+                    signal.sender,
+                    signal.key,
+                    sql_int(signal.at),
+                ])
+            })
+            .with_context(|| format!("store signal {} of task {}", signal.name, signal.task_id))?;
+            Ok((
+                SignalRecord {
+                    task_id: signal.task_id,
+                    seq,
+                    name: signal.name,
+                    payload: signal.payload,
+                    sender: signal.sender,
+                    key: signal.key,
+                    at: signal.at,
+                },
+                true,
+            ))
+        })
+        .await
+    }
+
+    async fn next_signal(
+        &self,
+        task_id: &str,
+        name: &str,
+        after: u32,
+    ) -> Result<Option<SignalRecord>, StoreError> {
+        let (task_id, name) = (task_id.to_string(), name.to_string());
+        self.read(move |conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {SIGNAL_COLUMNS} FROM task_signals \
+                 WHERE task_id = ?1 AND name = ?2 AND seq > ?3 ORDER BY seq LIMIT 1"
+            ))
+            .and_then(|mut s| {
+                s.query_row(params![task_id, name, after], rows::signal_from_row)
+                    .optional()
+            })
+            .with_context(|| format!("read signal {name} of task {task_id}"))
+        })
+        .await
+    }
+
+    async fn signals(&self, task_id: &str) -> Result<Vec<SignalRecord>, StoreError> {
+        let task_id = task_id.to_string();
+        self.read(move |conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {SIGNAL_COLUMNS} FROM task_signals WHERE task_id = ?1 ORDER BY seq"
+            ))
+            .and_then(|mut s| {
+                s.query_map([&task_id], rows::signal_from_row)?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .with_context(|| format!("read the signals of task {task_id}"))
         })
         .await
     }

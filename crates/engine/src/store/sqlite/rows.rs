@@ -183,6 +183,22 @@ pub(super) fn step_from_row(row: &Row<'_>) -> rusqlite::Result<crate::model::Ste
     })
 }
 
+/// The columns [`signal_from_row`] reads, in its order.
+pub(super) const SIGNAL_COLUMNS: &str = "task_id, seq, name, payload, sender, key, at";
+
+/// Maps a row selected with [`SIGNAL_COLUMNS`].
+pub(super) fn signal_from_row(row: &Row<'_>) -> rusqlite::Result<crate::model::SignalRecord> {
+    Ok(crate::model::SignalRecord {
+        task_id: row.get(0)?,
+        seq: row.get(1)?,
+        name: row.get(2)?,
+        payload: json_from_sql(3, &row.get::<_, String>(3)?)?,
+        sender: row.get(4)?,
+        key: row.get(5)?,
+        at: u64_from_sql(row.get(6)?),
+    })
+}
+
 pub(super) fn input_from_row(row: &Row<'_>) -> rusqlite::Result<InputRecord> {
     Ok(InputRecord {
         key: row.get(0)?,

@@ -221,6 +221,16 @@ CREATE TABLE IF NOT EXISTS sessions (
         sql: "ALTER TABLE task_steps ADD COLUMN duration_ms INTEGER NOT NULL DEFAULT 0; \
               ALTER TABLE task_steps ADD COLUMN error TEXT;",
     },
+    Migration {
+        version: 17,
+        what: "add task_signals (named payloads sent to a task, which its handler waits for)",
+        sql: "CREATE TABLE task_signals (task_id TEXT NOT NULL, seq INTEGER NOT NULL, \
+              name TEXT NOT NULL, payload TEXT NOT NULL, sender TEXT NOT NULL, key TEXT, \
+              at INTEGER NOT NULL, PRIMARY KEY (task_id, seq)) WITHOUT ROWID; \
+              CREATE INDEX task_signals_by_name ON task_signals (task_id, name, seq); \
+              CREATE UNIQUE INDEX task_signals_by_key ON task_signals (task_id, key) \
+              WHERE key IS NOT NULL;",
+    },
 ];
 
 /// The version a database is at once every migration is applied.

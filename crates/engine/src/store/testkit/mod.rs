@@ -1,5 +1,5 @@
 //! The contract test suite every [`TaskStore`](super::TaskStore) must pass, in one part per
-//! concern: [`tasks`], [`inputs`], [`journal`], [`leases`], [`sessions`], [`outbox`]. Each part's
+//! concern: [`tasks`], [`inputs`], [`journal`], [`signals`], [`leases`], [`sessions`], [`outbox`]. Each part's
 //! `run` needs only the sub-traits it tests, so a backend of one concern runs its part alone; a whole
 //! store calls [`run_all`] from its own tests with a factory that makes a fresh, empty store.
 
@@ -9,6 +9,7 @@ pub mod journal;
 pub mod leases;
 pub mod outbox;
 pub mod sessions;
+pub mod signals;
 pub mod tasks;
 
 use serde_json::json;
@@ -108,6 +109,7 @@ where
     tasks::run(&make).await;
     inputs::run(&make).await;
     journal::run(&make).await;
+    signals::run(&make).await;
     leases::run(&make).await;
     sessions::run(&make).await;
     outbox::run(&make).await;
