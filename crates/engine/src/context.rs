@@ -121,6 +121,12 @@ pub trait StepJournal: Send + Sync {
     fn patch_answer(&self, id: &str) -> Option<bool>;
     /// Keeps what [`TaskContext::patched`] answered for `id` in this run.
     fn keep_patch_answer(&self, id: &str, answer: bool);
+    /// The place of the last signal named `name` that this run's waits took, replayed or new (0:
+    /// none yet): the next [`TaskContext::wait_signal`] for `name` takes the first one after it,
+    /// so each wait takes the signal the journal says it took, and a later one the next.
+    fn signal_taken(&self, name: &str) -> u32;
+    /// Keeps that a wait of this run took the signal named `name` at place `seq`.
+    fn keep_signal_taken(&self, name: &str, seq: u32);
     /// A recorded step could not be read back as the handler asked (its type changed, or a plain
     /// step met a recorded failure): the handler gets `error`; a sink that checks a journal
     /// against new code ([`replay_check`](crate::replay_check)) reports it.
@@ -207,6 +213,34 @@ pub trait ContextSink: Send + Sync {
     /// none: a plain call, whose steps all run and record nothing. No default: a sink says which
     /// it is, so a task's sink cannot lose its steps by forgetting to keep them.
     fn journal(&self) -> Option<&dyn StepJournal>;
+    /// Waits for the first signal named `name` sent to this task after place `after`, until
+    /// `deadline` (Unix ms; `None`: for as long as it takes): `Ok(None)` once the deadline passed
+    /// without one. The sink may suspend the task meanwhile, as for a long sleep
+    /// ([`ContextSink::suspend`]): the future then never completes. Ends with
+    /// [`StepError::Stopped`] when the run is told to stop.
+    async fn next_signal(
+        &self,
+        name: &str,
+        after: u32,
+        deadline: Option<u64>,
+    ) -> Result<Option<crate::model::SignalRecord>, StepError> {
+        let _ = (name, after, deadline);
+        Err(StepError::NotRunning(
+            "signals are sent to tasks; this call is not one".into(),
+        ))
+    }
+    /// Sends the signal `name` carrying `payload` to the task `task_id` of the same owner, under
+    /// the sender's `key` (a retry with the same key is the same signal). Returns its place.
+    async fn send_signal(
+        &self,
+        task_id: &str,
+        name: &str,
+        payload: Value,
+        key: String,
+    ) -> Result<u32, crate::SignalError> {
+        let _ = (task_id, name, payload, key);
+        Err(crate::SignalError::NotATask)
+    }
     /// Like [`ContextSink::request_input`], naming the question `key` where the wire shows keys
     /// (2026-07-28 rounds); sinks that make their own unique keys may ignore it.
     async fn request_input_as(

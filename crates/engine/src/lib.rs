@@ -52,14 +52,15 @@ pub use context::{
 };
 pub use engine::{
     Engine, EngineBuilder, EngineConfig, EngineError, InputGuard, ResumeCounts, Rewind, Rewound,
-    RunStart, ServiceState, Submitted,
+    RunStart, ServiceState, SignalError, SignalSend, Submitted, MAX_SIGNAL_BYTES, MAX_SIGNAL_KEY,
+    MAX_SIGNAL_NAME,
 };
 pub use fingerprint::fingerprint;
 pub use handler::TaskHandler;
 pub use ids::random_id;
 pub use journal::{
     replay_check, JournalExport, ReplayCheckError, ReplayEnd, ReplayReport, RetryPolicy, Retryable,
-    StepFailed, StepOptions,
+    Signal, StepFailed, StepOptions,
 };
 pub use model::{
     ActiveLimit, Among, HeldLimit, InputRecord, InputResponse, NewSignal, NewTask, Outcome,

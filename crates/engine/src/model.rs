@@ -183,8 +183,8 @@ pub struct SignalRecord {
     pub at: u64,
 }
 
-/// A signal to store with [`SignalStore::send_signal`](crate::store::SignalStore::send_signal):
-/// a [`SignalRecord`] without its place, which the store gives it.
+/// A signal to store (the store's `send_signal`): a [`SignalRecord`] without its place, which the
+/// store gives it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NewSignal {
     /// The task.

@@ -1209,3 +1209,438 @@ async fn a_task_suspended_on_one_replica_wakes_on_another() {
     b.shutdown();
     schema.drop().await;
 }
+
+// ---- Signals -------------------------------------------------------------------------------
+
+fn signal(name: &str, payload: Value) -> mcp_tasks_engine::SignalSend {
+    mcp_tasks_engine::SignalSend {
+        name: name.into(),
+        payload,
+        sender: "owner test".into(),
+        key: None,
+        owner: None,
+    }
+}
+
+/// Two waits for `approve`; the first run hands off between them. Returns both payloads, the
+/// senders and the run.
+fn approver(prepared: Arc<AtomicU32>) -> Script {
+    script(move |ctx| {
+        let prepared = prepared.clone();
+        async move {
+            let ran = ctx
+                .step("prepare", || async move {
+                    prepared.fetch_add(1, Ordering::SeqCst)
+                })
+                .await;
+            if let Err(e) = ran {
+                return failure(e);
+            }
+            let first = match ctx.wait_signal("approve").await {
+                Ok(s) => s,
+                Err(e) => return failure(e),
+            };
+            if let Some(stopped) = hand_off_on_first_run(&ctx).await {
+                return stopped;
+            }
+            match ctx.wait_signal("approve").await {
+                Ok(second) => done(json!({
+                    "payloads": [first.payload, second.payload],
+                    "senders": [first.sender, second.sender],
+                    "attempt": ctx.attempt(),
+                })),
+                Err(e) => failure(e),
+            }
+        }
+    })
+}
+
+/// A signal sent before the wait is taken by it; one sent while the task is handed off (no node
+/// runs it) is kept and taken by the next run, which replays the first wait's signal instead of
+/// taking another; a signal of another name is not taken; each wait takes the next of its name.
+#[tokio::test]
+async fn signals_sent_before_the_wait_or_during_a_hand_off_are_kept_and_replayed() {
+    let f = Fixture::new();
+    let prepared = Arc::new(AtomicU32::new(0));
+    let s = approver(prepared.clone());
+    let a = f.node(&s);
+    a.start().await.unwrap();
+    let id = submit(&a).await;
+    // Sent at once: before the run's wait, or as it begins.
+    a.signal(&id, signal("other", json!("not this")))
+        .await
+        .unwrap();
+    let first = a
+        .signal(&id, signal("approve", json!({"n": 1})))
+        .await
+        .unwrap();
+    assert_eq!(first.seq, 2, "signals take places in the order sent");
+    let taken = async {
+        while !f.names(&id).await.contains(&"::signal:approve".to_string()) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), taken)
+        .await
+        .expect("the first wait took its signal");
+    a.hand_off().await;
+    a.shutdown();
+    // No node runs the task now.
+    let b = f.node(&s);
+    b.signal(&id, signal("approve", json!({"n": 2})))
+        .await
+        .unwrap();
+    b.start().await.unwrap();
+    let done = tokio::time::timeout(Duration::from_secs(5), b.wait_terminal(&id))
+        .await
+        .expect("the task ends")
+        .unwrap();
+    assert_eq!(
+        value_of(&done),
+        json!({
+            "payloads": [{"n": 1}, {"n": 2}],
+            "senders": ["owner test", "owner test"],
+            "attempt": 2,
+        })
+    );
+    assert_eq!(prepared.load(Ordering::SeqCst), 1, "prepare was replayed");
+    assert_eq!(b.signals(&id).await.unwrap().len(), 3);
+    // A finished task takes no more.
+    assert!(matches!(
+        b.signal(&id, signal("approve", json!(3))).await,
+        Err(mcp_tasks_engine::SignalError::Finished { .. })
+    ));
+    b.shutdown();
+}
+
+/// Waits for `approve` up to `timeout_ms`; returns its payload, or that it timed out.
+fn waits_for_approval(timeout_ms: u64) -> Script {
+    script(move |ctx| async move {
+        match ctx
+            .wait_signal_timeout("approve", Duration::from_millis(timeout_ms))
+            .await
+        {
+            Ok(Some(s)) => done(json!({"payload": s.payload, "attempt": ctx.attempt()})),
+            Ok(None) => done(json!({"timedOut": true})),
+            Err(e) => failure(e),
+        }
+    })
+}
+
+/// Waits until the task is suspended awaiting a signal (its run ended), and returns it.
+async fn awaiting(node: &Arc<Engine>, store: &Arc<dyn TaskStore>, id: &str) -> TaskRecord {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let t = record_of(store, id).await;
+        if t.lease_owner.as_deref() == Some("(awaiting signal)") && node.running_count() == 0 {
+            return t;
+        }
+        assert!(Instant::now() < deadline, "never suspended: {t:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A wait longer than `suspend_sleeps_over` suspends the task (no slot, no lease, a status that
+/// says what it waits for until when); a signal wakes it at once, and the run that takes it up
+/// gets the payload, its attempt unchanged.
+#[tokio::test]
+async fn a_long_wait_frees_its_slot_and_a_signal_wakes_it_at_once() {
+    let mut f = Fixture::new();
+    f.config.suspend_sleeps_over = Some(Duration::from_millis(100));
+    let node = f.node(&waits_for_approval(30_000));
+    node.start().await.unwrap();
+    let id = submit(&node).await;
+    let t = awaiting(&node, &f.store, &id).await;
+    assert_eq!(t.status, TaskStatus::Working);
+    let message = t.status_message.clone().unwrap_or_default();
+    assert!(
+        message.starts_with("waiting for the signal `approve` until 20"),
+        "{message}"
+    );
+    let sent = Instant::now();
+    node.signal(&id, signal("approve", json!({"ok": true})))
+        .await
+        .unwrap();
+    let done = tokio::time::timeout(Duration::from_secs(5), node.wait_terminal(&id))
+        .await
+        .expect("the signal wakes it")
+        .unwrap();
+    assert!(
+        sent.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        sent.elapsed()
+    );
+    assert_eq!(
+        value_of(&done),
+        json!({"payload": {"ok": true}, "attempt": 1})
+    );
+    let history = f.store.history(&id).await.unwrap();
+    assert!(
+        history
+            .iter()
+            .any(|h| h.message.as_deref() == Some("woke to look for its signal (attempt 1)")),
+        "{history:?}"
+    );
+    node.shutdown();
+}
+
+/// A wait gives up at its timeout (held in its run when short), and that is recorded: the next
+/// run does not wait again.
+#[tokio::test]
+async fn a_wait_gives_up_at_its_timeout() {
+    let f = Fixture::new();
+    let started = Instant::now();
+    let t = f.run_once(&waits_for_approval(300)).await;
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(value_of(&t), json!({"timedOut": true}));
+    assert_eq!(
+        f.names(&t.id).await,
+        vec!["::signal-deadline:approve", "::signal:approve"]
+    );
+}
+
+/// A task suspended waiting on one node, that node stopped: a signal sent through the next one
+/// (started later) wakes the task there.
+#[tokio::test]
+async fn a_suspended_wait_is_woken_by_a_signal_after_a_restart() {
+    let mut f = Fixture::new();
+    f.config.suspend_sleeps_over = Some(Duration::from_millis(100));
+    let s = waits_for_approval(60_000);
+    let first = f.node(&s);
+    first.start().await.unwrap();
+    let id = submit(&first).await;
+    awaiting(&first, &f.store, &id).await;
+    first.shutdown();
+    let second = f.node(&s);
+    second.start().await.unwrap();
+    // Left asleep at the start: it has no signal yet.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        record_of(&f.store, &id).await.lease_owner.as_deref(),
+        Some("(awaiting signal)")
+    );
+    second
+        .signal(&id, signal("approve", json!("go")))
+        .await
+        .unwrap();
+    let done = tokio::time::timeout(Duration::from_secs(5), second.wait_terminal(&id))
+        .await
+        .expect("the signal wakes it")
+        .unwrap();
+    assert_eq!(value_of(&done), json!({"payload": "go", "attempt": 1}));
+    second.shutdown();
+}
+
+/// What a sender may send: a name, a key, a payload within bounds, to a task that exists and (with
+/// an owner) is its own. A key sent again is the same signal.
+#[tokio::test]
+async fn signals_are_checked_and_a_key_sent_again_is_the_same_signal() {
+    use mcp_tasks_engine::SignalError;
+    let f = Fixture::new();
+    let node = f.node(&waits_for_approval(60_000));
+    node.start().await.unwrap();
+    let id = submit(&node).await;
+    let bad = |e: Result<mcp_tasks_engine::SignalRecord, SignalError>| e.unwrap_err().to_string();
+    assert!(bad(node.signal(&id, signal("", json!(1))).await).contains("1 to 128 characters"));
+    assert!(bad(node.signal(&id, signal("a\nb", json!(1))).await).contains("control"));
+    let big = json!("x".repeat(mcp_tasks_engine::MAX_SIGNAL_BYTES));
+    assert!(bad(node.signal(&id, signal("approve", big)).await).contains("at most 262144"));
+    assert!(matches!(
+        node.signal("no-such-task", signal("approve", json!(1)))
+            .await,
+        Err(SignalError::NotFound(_))
+    ));
+    let mut theirs = signal("approve", json!(1));
+    theirs.owner = Some("mallory".into());
+    assert!(
+        matches!(
+            node.signal(&id, theirs).await,
+            Err(SignalError::NotFound(_))
+        ),
+        "another principal's task is not found"
+    );
+    let mut keyed = signal("other", json!(1));
+    keyed.key = Some("retry-1".into());
+    let once = node.signal(&id, keyed.clone()).await.unwrap();
+    keyed.payload = json!(2);
+    assert_eq!(node.signal(&id, keyed).await.unwrap(), once);
+    assert_eq!(node.signals(&id).await.unwrap().len(), 1);
+    node.shutdown();
+}
+
+/// Sends `approve` to the task named in its arguments; on its first run, then waits to be handed
+/// off.
+struct SendsApproval;
+
+#[async_trait::async_trait]
+impl TaskHandler for SendsApproval {
+    async fn run(&self, ctx: TaskContext, args: Arc<Value>) -> Outcome {
+        let target = args["target"].as_str().unwrap_or_default().to_string();
+        let sent = ctx
+            .signal_task(&target, "approve", json!({"from": "sender"}))
+            .await;
+        if let Some(stopped) = hand_off_on_first_run(&ctx).await {
+            return stopped;
+        }
+        match sent {
+            Ok(place) => done(json!({"place": place})),
+            Err(e) => done(json!({"refused": e.to_string()})),
+        }
+    }
+}
+
+/// A handler sends a signal to another task of its owner, once however often it is replayed; a
+/// task of another owner is not found, and that refusal is what a replay gets too.
+#[tokio::test]
+async fn a_handler_signals_another_task_of_its_owner_once() {
+    let f = Fixture::new();
+    let waiter = waits_for_approval(60_000);
+    let node = || {
+        Engine::builder(f.store.clone(), f.config.clone())
+            .handler("tool", Arc::new(Scripted(waiter.clone())), true)
+            .handler("sender", Arc::new(SendsApproval), true)
+            .build()
+    };
+    let task = |tool: &str, owner: &str, args: Value| {
+        let mut t = NewTask::new(tool, args);
+        t.owner = owner.into();
+        t
+    };
+    let a = node();
+    a.start().await.unwrap();
+    let target = a.submit(task("tool", "alice", json!({}))).await.unwrap();
+    let target = target.record.id;
+    let other = a.submit(task("tool", "alice", json!({}))).await.unwrap();
+    let other = other.record.id;
+    let mine = a
+        .submit(task("sender", "alice", json!({"target": target})))
+        .await
+        .unwrap()
+        .record
+        .id;
+    let theirs = a
+        .submit(task("sender", "mallory", json!({"target": other})))
+        .await
+        .unwrap()
+        .record
+        .id;
+    let sent = async {
+        while f.names(&mine).await.len() < 2 || f.names(&theirs).await.len() < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), sent)
+        .await
+        .expect("both senders sent");
+    a.hand_off().await;
+    a.shutdown();
+    let b = node();
+    b.start().await.unwrap();
+    let wait = |id: String| {
+        let b = b.clone();
+        async move {
+            tokio::time::timeout(Duration::from_secs(5), b.wait_terminal(&id))
+                .await
+                .expect("the task ends")
+                .unwrap()
+        }
+    };
+    assert_eq!(value_of(&wait(mine.clone()).await), json!({"place": 1}));
+    let refused = value_of(&wait(theirs.clone()).await);
+    assert_eq!(
+        refused,
+        json!({"refused": format!("the signal was refused: no task {other}")}),
+        "a replay gets the refusal its first run got"
+    );
+    let got = value_of(&wait(target.clone()).await);
+    assert_eq!(got["payload"], json!({"from": "sender"}));
+    let kept = b.signals(&target).await.unwrap();
+    assert_eq!(kept.len(), 1, "sent once: {kept:?}");
+    assert_eq!(kept[0].sender, format!("task {mine}"));
+    assert!(b.signals(&other).await.unwrap().is_empty());
+    b.shutdown();
+}
+
+/// On two PostgreSQL replicas: a signal sent through replica B reaches a wait running on replica
+/// A (which looks in the store every second), and one sent through B to a task A suspended while
+/// waiting wakes it on B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_through_one_replica_reaches_a_wait_on_another() {
+    let schema = PgSchema::new("t_signal");
+    let node = |store: Arc<dyn TaskStore>, name: &str, suspend: Option<Duration>| {
+        Engine::builder(
+            store,
+            EngineConfig {
+                node_id: name.into(),
+                lease_ms: 1_000,
+                suspend_sleeps_over: suspend,
+                ..EngineConfig::default()
+            },
+        )
+        .handler("tool", Arc::new(Scripted(waits_for_approval(60_000))), true)
+        .build()
+    };
+    let store_a = schema.replica().await;
+    let a = node(store_a.clone(), "replica-a", None);
+    a.start().await.unwrap();
+    let b = node(schema.replica().await, "replica-b", None);
+    b.start().await.unwrap();
+    // Waiting in its run on A.
+    let held = submit(&a).await;
+    let in_wait = async {
+        loop {
+            let t = record_of(&store_a, &held).await;
+            if t.status_message
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("waiting for the signal")
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), in_wait)
+        .await
+        .expect("the run waits");
+    let sent = Instant::now();
+    b.signal(&held, signal("approve", json!("via b")))
+        .await
+        .unwrap();
+    let t = finished_in_store(&store_a, &held, Duration::from_secs(5), |t| {
+        assert_eq!(t.lease_owner.as_deref(), Some("replica-a"), "{t:?}");
+    })
+    .await;
+    assert!(
+        sent.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        sent.elapsed()
+    );
+    assert_eq!(value_of(&t), json!({"payload": "via b", "attempt": 1}));
+    a.shutdown();
+    b.shutdown();
+
+    // Suspended on A (A then stops): B's signal wakes it on B.
+    let a = node(
+        store_a.clone(),
+        "replica-a2",
+        Some(Duration::from_millis(100)),
+    );
+    a.start().await.unwrap();
+    let asleep = submit(&a).await;
+    awaiting(&a, &store_a, &asleep).await;
+    a.shutdown();
+    let b = node(
+        schema.replica().await,
+        "replica-b2",
+        Some(Duration::from_millis(100)),
+    );
+    b.start().await.unwrap();
+    b.signal(&asleep, signal("approve", json!("woken on b")))
+        .await
+        .unwrap();
+    let t = finished_in_store(&store_a, &asleep, Duration::from_secs(5), |_| {}).await;
+    assert_eq!(value_of(&t), json!({"payload": "woken on b", "attempt": 1}));
+    b.shutdown();
+    schema.drop().await;
+}

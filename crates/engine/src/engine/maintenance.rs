@@ -350,7 +350,7 @@ impl Engine {
             // its wake time (also at a start, which takes every other unfinished task), and for a
             // node that serves its tool (a replica of an older deploy must not fail it); its wake
             // goes on with the same run's work, so it keeps its attempt and is never given up.
-            if task.lease_owner.as_deref() == Some(super::timers::SUSPENDED) {
+            if super::timers::is_suspended(task.lease_owner.as_deref()) {
                 let until = task.lease_until.unwrap_or(0);
                 if until > now {
                     asleep_until
@@ -362,11 +362,13 @@ impl Engine {
                 if !retry && !resume {
                     return None;
                 }
+                let woke = if task.lease_owner.as_deref() == Some(super::timers::AWAITING) {
+                    "woke to look for its signal"
+                } else {
+                    "woke from its durable sleep"
+                };
                 return Some(TaskChange {
-                    status_message: Some(Some(format!(
-                        "woke from its durable sleep (attempt {})",
-                        task.attempt
-                    ))),
+                    status_message: Some(Some(format!("{woke} (attempt {})", task.attempt))),
                     noted: true,
                     ..Default::default()
                 });

@@ -35,6 +35,9 @@ pub(crate) struct Resumed {
     bytes: usize,
     /// What `TaskContext::patched` answered in this run, by change id.
     patches: std::collections::HashMap<String, bool>,
+    /// The place of the last signal of each name this run's waits took (see
+    /// [`StepJournal::signal_taken`](crate::StepJournal::signal_taken)).
+    signals_taken: std::collections::HashMap<String, u32>,
     /// Questions earlier runs asked that this run has not taken up yet, oldest first (`None`: not
     /// read yet).
     inputs: Option<Vec<InputRecord>>,
@@ -204,6 +207,17 @@ impl Resumed {
     pub(crate) fn keep_patch_answer(&mut self, id: &str, answer: bool) {
         self.patches.insert(id.to_string(), answer);
     }
+
+    /// The place of the last signal named `name` this run's waits took (0: none yet).
+    pub(crate) fn signal_taken(&self, name: &str) -> u32 {
+        self.signals_taken.get(name).copied().unwrap_or(0)
+    }
+
+    /// Keeps that a wait of this run took the signal named `name` at place `seq`.
+    pub(crate) fn keep_signal_taken(&mut self, name: &str, seq: u32) {
+        let taken = self.signals_taken.entry(name.to_string()).or_default();
+        *taken = (*taken).max(seq);
+    }
 }
 
 /// Whether a record is a `patched` marker rather than a step of the handler's.
@@ -285,6 +299,18 @@ impl TaskSink {
         self.resumed()
             .get_or_insert_with(Box::default)
             .keep_patch_answer(id, answer);
+    }
+
+    /// See [`StepJournal::signal_taken`](crate::StepJournal::signal_taken).
+    pub(super) fn signal_taken(&self, name: &str) -> u32 {
+        self.resumed().as_ref().map_or(0, |r| r.signal_taken(name))
+    }
+
+    /// See [`StepJournal::keep_signal_taken`](crate::StepJournal::keep_signal_taken).
+    pub(super) fn keep_signal_taken(&self, name: &str, seq: u32) {
+        self.resumed()
+            .get_or_insert_with(Box::default)
+            .keep_signal_taken(name, seq);
     }
 
     /// Whether `entry` may be recorded: its output within the step cap, and the journal with it

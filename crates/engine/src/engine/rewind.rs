@@ -136,10 +136,9 @@ impl Engine {
             ..Default::default()
         };
         // Whose run may still be going on, and until when its lease says it may.
-        let other_holder = task
-            .lease_owner
-            .as_deref()
-            .is_some_and(|owner| owner != self.config.node_id && owner != super::timers::SUSPENDED);
+        let other_holder = task.lease_owner.as_deref().is_some_and(|owner| {
+            owner != self.config.node_id && !super::timers::is_suspended(Some(owner))
+        });
         let not_before = if other_holder { task.lease_until } else { None };
         match self.apply(id, &TaskStatus::ACTIVE, hold).await {
             Ok(_) => {}

@@ -82,6 +82,8 @@ impl Engine {
             stale_status: AtomicBool::new(rec.attempt > 1 && rec.status_message.is_some()),
             kill: CancellationToken::new(),
             wake_at: AtomicU64::new(0),
+            suspension: std::sync::Mutex::new(None),
+            signal_bell: tokio::sync::Notify::new(),
         });
         if self.is_handing_off() {
             // Submitted while this node hands off (an embedder that did not stop taking calls):
@@ -191,7 +193,7 @@ impl Engine {
                     Some(StopReason::HandedOff) => self.release(&sink.id).await,
                     Some(StopReason::Suspended) => {
                         sink.engine
-                            .suspend(&sink.id, sink.wake_at.load(Ordering::Acquire))
+                            .suspend(&sink.id, sink.suspended_until(), sink.awaited())
                             .await
                     }
                     _ => {}
@@ -230,7 +232,7 @@ impl Engine {
             // question cut short): the sleep goes on as a suspension.
             Some(StopReason::Suspended) => {
                 sink.engine
-                    .suspend(&sink.id, sink.wake_at.load(Ordering::Acquire))
+                    .suspend(&sink.id, sink.suspended_until(), sink.awaited())
                     .await
             }
             // Over, or maybe another node's now: what the handler returned is not the task's.
@@ -334,7 +336,7 @@ pub(super) struct TaskSink {
     pub(super) id: Arc<str>,
     /// The tool and the principal, for the run's spans and messages.
     tool: String,
-    owner: String,
+    pub(super) owner: String,
     /// The progress the task shows as of this sink's last write. Only this sink changes it while the
     /// run lasts, so it tells (by the store's own rules) whether a report would change anything,
     /// without a read.
@@ -360,6 +362,10 @@ pub(super) struct TaskSink {
     pub(super) kill: CancellationToken,
     /// When a run that suspended itself (a long durable sleep) wakes, Unix ms (0 until then).
     pub(super) wake_at: AtomicU64,
+    /// What the run suspended itself for (a sleep, a wait for a signal), once it did.
+    pub(super) suspension: std::sync::Mutex<Option<super::timers::Suspension>>,
+    /// Rung when a signal is sent to the task through this node: a wait for one looks again.
+    pub(super) signal_bell: tokio::sync::Notify,
     /// Whether earlier runs of the task may have left steps and questions to replay (a resume, a
     /// wake): a first run reads neither.
     pub(super) replays: bool,
@@ -379,6 +385,35 @@ struct ProgressPacer {
     trailing: bool,
     /// Counts the events written: a timer armed before the last one has nothing left to send.
     sent: u64,
+}
+
+impl TaskSink {
+    /// Asks to end this run until `wake_at` for `why` (see [`ContextSink::suspend`]): `true` when
+    /// the run is told to stop for the suspension.
+    pub(super) fn suspend_for(&self, wake_at: u64, why: super::timers::Suspension) -> bool {
+        let Some(over) = self.engine.config.suspend_sleeps_over else {
+            return false;
+        };
+        // Only a tool that goes on after its run ended may end it for a sleep: the run that
+        // wakes it replays its journal (`retry_on_restart`, the rule for every resume).
+        let resumes = self
+            .engine
+            .registered(&self.tool)
+            .is_some_and(|r| r.retry_on_restart);
+        if !resumes {
+            return false;
+        }
+        let over = u64::try_from(over.as_millis()).unwrap_or(u64::MAX);
+        if wake_at.saturating_sub(now_ms()) <= over || self.stop.is_cancelled() {
+            return false;
+        }
+        self.wake_at.store(wake_at, Ordering::Release);
+        *self.suspension.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        self.stop(StopReason::Suspended);
+        // Another reason may have come first (a cancel at the same moment): then the run stops
+        // for it, and the sleep ends as a stop.
+        self.stop_reason() == Some(StopReason::Suspended)
+    }
 }
 
 impl TaskSink {
@@ -544,6 +579,14 @@ impl StepJournal for TaskSink {
         TaskSink::keep_patch_answer(self, id, answer)
     }
 
+    fn signal_taken(&self, name: &str) -> u32 {
+        TaskSink::signal_taken(self, name)
+    }
+
+    fn keep_signal_taken(&self, name: &str, seq: u32) {
+        TaskSink::keep_signal_taken(self, name, seq)
+    }
+
     fn unreadable(&self, error: &StepError) {
         // The handler gets the error and decides; a task that fails on it says why.
         tracing::warn!(task = %self.id, error = %error, "a recorded step could not be read back");
@@ -561,27 +604,26 @@ impl ContextSink for TaskSink {
     }
 
     fn suspend(&self, wake_at: u64) -> bool {
-        let Some(over) = self.engine.config.suspend_sleeps_over else {
-            return false;
-        };
-        // Only a tool that goes on after its run ended may end it for a sleep: the run that
-        // wakes it replays its journal (`retry_on_restart`, the rule for every resume).
-        let resumes = self
-            .engine
-            .registered(&self.tool)
-            .is_some_and(|r| r.retry_on_restart);
-        if !resumes {
-            return false;
-        }
-        let over = u64::try_from(over.as_millis()).unwrap_or(u64::MAX);
-        if wake_at.saturating_sub(now_ms()) <= over || self.stop.is_cancelled() {
-            return false;
-        }
-        self.wake_at.store(wake_at, Ordering::Release);
-        self.stop(StopReason::Suspended);
-        // Another reason may have come first (a cancel at the same moment): then the run stops
-        // for it, and the sleep ends as a stop.
-        self.stop_reason() == Some(StopReason::Suspended)
+        self.suspend_for(wake_at, super::timers::Suspension::Sleep)
+    }
+
+    async fn next_signal(
+        &self,
+        name: &str,
+        after: u32,
+        deadline: Option<u64>,
+    ) -> Result<Option<crate::model::SignalRecord>, StepError> {
+        self.wait_signal(name, after, deadline).await
+    }
+
+    async fn send_signal(
+        &self,
+        task_id: &str,
+        name: &str,
+        payload: Value,
+        key: String,
+    ) -> Result<u32, crate::SignalError> {
+        self.send_to(task_id, name, payload, key).await
     }
 
     fn task_id(&self) -> Option<&str> {

@@ -233,6 +233,14 @@ impl StepJournal for ReplaySink {
         self.resumed().keep_patch_answer(id, answer);
     }
 
+    fn signal_taken(&self, name: &str) -> u32 {
+        self.resumed().signal_taken(name)
+    }
+
+    fn keep_signal_taken(&self, name: &str, seq: u32) {
+        self.resumed().keep_signal_taken(name, seq);
+    }
+
     fn unreadable(&self, error: &StepError) {
         // As good as a mismatch: a resumed run gets this error for the recorded step.
         self.end(Err(error.clone()));

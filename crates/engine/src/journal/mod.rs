@@ -25,9 +25,11 @@ use crate::context::{StepEntry, StepError, StepJournal, StepSlot, TaskContext};
 mod check;
 pub(crate) mod determinism;
 mod options;
+mod signals;
 
 pub use check::{replay_check, JournalExport, ReplayCheckError, ReplayEnd, ReplayReport};
 pub use options::{RetryPolicy, Retryable, StepFailed, StepOptions};
+pub use signals::Signal;
 
 /// Tells the journal that the step at `seq` ended, when dropped.
 struct Ended<'a> {

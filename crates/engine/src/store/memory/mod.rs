@@ -640,7 +640,12 @@ impl SignalStore for MemoryStore {
     }
 
     async fn signals(&self, task_id: &str) -> Result<Vec<SignalRecord>, StoreError> {
-        Ok(self.lock().signals.get(task_id).cloned().unwrap_or_default())
+        Ok(self
+            .lock()
+            .signals
+            .get(task_id)
+            .cloned()
+            .unwrap_or_default())
     }
 }
 

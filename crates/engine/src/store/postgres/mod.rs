@@ -26,8 +26,8 @@ use deadpool_postgres::{GenericClient, Pool};
 
 use self::rows::{
     input_from_row, insert_input, pg_int, select_input, select_task, select_task_versioned,
-    session_from_row, signal_from_row, tasks_from_rows, update_task, INPUT_COLUMNS, SESSION_COLUMNS,
-    SIGNAL_COLUMNS, TASK_COLUMNS,
+    session_from_row, signal_from_row, tasks_from_rows, update_task, INPUT_COLUMNS,
+    SESSION_COLUMNS, SIGNAL_COLUMNS, TASK_COLUMNS,
 };
 use super::{
     after_answer, apply_change, claim_orphan, decode_cursor, held_by_holder, id_floor, write_base,

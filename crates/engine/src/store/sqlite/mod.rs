@@ -739,7 +739,9 @@ impl SignalStore for SqliteStore {
                         s.query_row(params![signal.task_id, key], rows::signal_from_row)
                             .optional()
                     })
-                    .with_context(|| format!("look up signal key {key} of task {}", signal.task_id))?;
+                    .with_context(|| {
+                        format!("look up signal key {key} of task {}", signal.task_id)
+                    })?;
                 if let Some(same) = same {
                     return Ok((same, false));
                 }

@@ -760,7 +760,7 @@ async fn a_webhook_secret_is_kept_once_with_its_task_and_not_in_its_events() {
             "DROP TABLE events; DROP TABLE event_log; DROP TABLE event_subscriptions; \
              DROP TABLE event_verifications; DROP TABLE event_deliveries; DROP TABLE event_gaps; \
              ALTER TABLE task_steps DROP COLUMN duration_ms; \
-             ALTER TABLE task_steps DROP COLUMN error; \
+             ALTER TABLE task_steps DROP COLUMN error; DROP TABLE task_signals; \
              PRAGMA user_version = 11",
         )
         .unwrap();

@@ -81,7 +81,10 @@ async fn signals_are_kept_in_order_once_per_key_and_purged_with_the_task(
     assert_eq!(next(0).await.unwrap(), Some(first.clone()));
     assert_eq!(next(1).await.unwrap(), Some(second.clone()));
     assert_eq!(next(3).await.unwrap(), None);
-    assert_eq!(s.next_signal("t", "note", 0).await.unwrap(), Some(note.clone()));
+    assert_eq!(
+        s.next_signal("t", "note", 0).await.unwrap(),
+        Some(note.clone())
+    );
     assert_eq!(s.next_signal("t", "nothing", 0).await.unwrap(), None);
     assert_eq!(
         s.signals("t").await.unwrap(),
@@ -90,7 +93,8 @@ async fn signals_are_kept_in_order_once_per_key_and_purged_with_the_task(
     );
 
     assert!(matches!(
-        s.send_signal(signal("nope", "approve", json!(1), None)).await,
+        s.send_signal(signal("nope", "approve", json!(1), None))
+            .await,
         Err(UpdateError::NotFound)
     ));
     // A finished task takes no more signals and keeps its own until it is purged.
