@@ -1274,7 +1274,7 @@ async fn signals_sent_before_the_wait_or_during_a_hand_off_are_kept_and_replayed
         .signal(&id, signal("approve", json!({"n": 1})))
         .await
         .unwrap();
-    assert_eq!(first.seq, 2, "signals take places in the order sent");
+    assert_eq!(first.signal.seq, 2, "signals take places in the order sent");
     let taken = async {
         while !f.names(&id).await.contains(&"::signal:approve".to_string()) {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -1440,7 +1440,7 @@ async fn signals_are_checked_and_a_key_sent_again_is_the_same_signal() {
     let node = f.node(&waits_for_approval(60_000));
     node.start().await.unwrap();
     let id = submit(&node).await;
-    let bad = |e: Result<mcp_tasks_engine::SignalRecord, SignalError>| e.unwrap_err().to_string();
+    let bad = |e: Result<mcp_tasks_engine::SignalSent, SignalError>| e.unwrap_err().to_string();
     assert!(bad(node.signal(&id, signal("", json!(1))).await).contains("1 to 128 characters"));
     assert!(bad(node.signal(&id, signal("a\nb", json!(1))).await).contains("control"));
     let big = json!("x".repeat(mcp_tasks_engine::MAX_SIGNAL_BYTES));
@@ -1462,8 +1462,10 @@ async fn signals_are_checked_and_a_key_sent_again_is_the_same_signal() {
     let mut keyed = signal("other", json!(1));
     keyed.key = Some("retry-1".into());
     let once = node.signal(&id, keyed.clone()).await.unwrap();
+    assert!(once.fresh);
     keyed.payload = json!(2);
-    assert_eq!(node.signal(&id, keyed).await.unwrap(), once);
+    let again = node.signal(&id, keyed).await.unwrap();
+    assert_eq!((again.signal, again.fresh), (once.signal, false));
     assert_eq!(node.signals(&id).await.unwrap().len(), 1);
     node.shutdown();
 }

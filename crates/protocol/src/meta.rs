@@ -39,3 +39,11 @@ pub const WEBHOOK: &str = "io.github.mcp-tasks/webhook";
 
 /// Experimental capability a server declares when it sends webhooks on task events.
 pub const WEBHOOKS_CAPABILITY: &str = "io.github.mcp-tasks/webhooks";
+
+/// mcp-tasks extension method: sends a signal to a task of the caller's (`{taskId, name,
+/// payload?, key?}` → `{taskId, signal: {seq, name, at}, duplicate}`), which the task's handler
+/// waits for. Any client can call it; a server that takes signals declares [`SIGNALS_CAPABILITY`].
+pub const SIGNAL_METHOD: &str = "io.github.mcp-tasks/signal";
+
+/// Experimental capability a server declares when it takes [`SIGNAL_METHOD`].
+pub const SIGNALS_CAPABILITY: &str = "io.github.mcp-tasks/signals";

@@ -1173,3 +1173,56 @@ async fn progress_rules_on_the_session_wire() {
     assert_eq!(task["statusMessage"], "far");
     c.request("tasks/cancel", json!({"taskId": id})).await;
 }
+
+/// `io.github.mcp-tasks/signal` on this wire: the status says what the task waits for, the
+/// owner's signal reaches the wait and the result carries its payload; a task the caller cannot
+/// see is "not found".
+#[tokio::test]
+async fn the_signal_method_reaches_the_task_s_wait_on_the_session_wire() {
+    let s = start(vec![]).await;
+    let mut c = Client::connect(&s.url).await;
+    let id = c
+        .create_task(
+            "approval_flow",
+            json!({"sleep_seconds": 0, "timeout_seconds": 60}),
+        )
+        .await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let waiting = async {
+        loop {
+            let t = c.get_task(&id).await;
+            let message = t["statusMessage"].as_str().unwrap_or("").to_string();
+            if message.starts_with("waiting for the signal `approve` until") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the status says what the task waits for");
+    let sent = c
+        .request(
+            "io.github.mcp-tasks/signal",
+            json!({"taskId": id, "name": "approve", "payload": "yes"}),
+        )
+        .await;
+    assert_eq!(sent.result()["signal"]["seq"], 1);
+    let t = c.wait_terminal(&id).await;
+    assert_eq!(t["status"], "completed", "{t}");
+    let result = c
+        .request("tasks/result", json!({"taskId": id}))
+        .await
+        .result()
+        .clone();
+    assert_eq!(result["structuredContent"]["approval"], "yes", "{result}");
+    let missing = c
+        .request(
+            "io.github.mcp-tasks/signal",
+            json!({"taskId": "0123456789abcdef0123456789abcdef", "name": "approve"}),
+        )
+        .await;
+    assert_eq!(missing.error_code(), -32602);
+}

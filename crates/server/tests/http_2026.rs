@@ -934,3 +934,78 @@ async fn progress_rules_on_the_stateless_wire() {
     );
     c.call("tasks/cancel", json!({"taskId": id})).await;
 }
+
+/// `io.github.mcp-tasks/signal` on this wire: the owner's signal reaches the task's wait (sent
+/// before the wait is fine: it is kept), a key sent again is the same signal, and bad requests,
+/// missing and finished tasks get -32602 saying why; the capability is declared.
+#[tokio::test]
+async fn the_signal_method_reaches_the_task_s_wait() {
+    const SIGNAL: &str = "io.github.mcp-tasks/signal";
+    let s = start(vec![]).await;
+    let mut c = Stateless::with_tasks(&s.url);
+    let caps = c.call("server/discover", json!({})).await.result().clone();
+    assert!(
+        caps["capabilities"]["experimental"]["io.github.mcp-tasks/signals"].is_object(),
+        "{caps}"
+    );
+    let id = c
+        .start_task(
+            "approval_flow",
+            json!({"sleep_seconds": 0, "timeout_seconds": 60}),
+        )
+        .await;
+    let sent = c
+        .call(
+            SIGNAL,
+            json!({"taskId": id, "name": "approve", "payload": {"ok": true}, "key": "k1"}),
+        )
+        .await;
+    let r = sent.result();
+    assert_eq!(
+        (r["taskId"].as_str(), r["duplicate"].as_bool()),
+        (Some(id.as_str()), Some(false))
+    );
+    assert_eq!(r["signal"]["seq"], 1);
+    let again = c
+        .call(
+            SIGNAL,
+            json!({"taskId": id, "name": "approve", "key": "k1"}),
+        )
+        .await;
+    assert_eq!(again.result()["duplicate"], true);
+    assert_eq!(again.result()["signal"]["seq"], 1);
+    let t = wait_status(&mut c, &id, &["completed", "failed"]).await;
+    let out = &t["result"]["structuredContent"];
+    assert_eq!(out["approval"], json!({"ok": true}), "{t}");
+    assert!(
+        out["approvedBy"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("owner "),
+        "{t}"
+    );
+    for (params, says) in [
+        (json!({"taskId": id}), "missing string \"name\""),
+        (json!({"taskId": id, "name": ""}), "1 to 128 characters"),
+        (
+            json!({"taskId": id, "name": "approve", "key": 7}),
+            "\"key\" must be a string",
+        ),
+        (
+            json!({"taskId": id, "name": "approve"}),
+            "a finished task takes no signals",
+        ),
+        (
+            json!({"taskId": "0123456789abcdef0123456789abcdef", "name": "approve"}),
+            "not found",
+        ),
+    ] {
+        let r = c.call(SIGNAL, params.clone()).await;
+        assert_eq!((r.status, r.code()), (200, -32602), "{params}");
+        let message = r.body["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        assert!(message.contains(says), "{params}: {message}");
+    }
+}

@@ -20,7 +20,9 @@ pub use handoff::ResumeCounts;
 pub(crate) use replay::Resumed;
 pub use rewind::{Rewind, Rewound};
 pub use services::ServiceState;
-pub use signals::{SignalError, SignalSend, MAX_SIGNAL_BYTES, MAX_SIGNAL_KEY, MAX_SIGNAL_NAME};
+pub use signals::{
+    SignalError, SignalSend, SignalSent, MAX_SIGNAL_BYTES, MAX_SIGNAL_KEY, MAX_SIGNAL_NAME,
+};
 
 use dashmap::DashMap;
 use serde_json::Value;

@@ -54,6 +54,15 @@ pub struct SignalSend {
     pub owner: Option<String>,
 }
 
+/// A signal [`Engine::signal`] stored, or found stored under its key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SignalSent {
+    /// The signal as stored.
+    pub signal: SignalRecord,
+    /// `false` when its key was sent before: this is that signal, and nothing new was stored.
+    pub fresh: bool,
+}
+
 /// Why a signal was not sent.
 #[derive(Debug, thiserror::Error)]
 pub enum SignalError {
@@ -116,7 +125,7 @@ impl Engine {
         self: &Arc<Self>,
         task_id: &str,
         send: SignalSend,
-    ) -> Result<SignalRecord, SignalError> {
+    ) -> Result<SignalSent, SignalError> {
         if !valid(&send.name, MAX_SIGNAL_NAME) {
             return Err(SignalError::BadName(send.name));
         }
@@ -172,7 +181,10 @@ impl Engine {
             run.signal_bell.notify_waiters();
         }
         self.wake_for_signal(task_id).await;
-        Ok(stored)
+        Ok(SignalSent {
+            signal: stored,
+            fresh,
+        })
     }
 
     /// Every signal sent to task `task_id`, in the order sent.
@@ -280,7 +292,7 @@ impl TaskSink {
             key: Some(key),
             owner: Some(self.owner.clone()),
         };
-        Ok(self.engine.signal(task_id, send).await?.seq)
+        Ok(self.engine.signal(task_id, send).await?.signal.seq)
     }
 
     /// Whether this run's suspension (ended for a wait) was for a signal, and which.

@@ -156,7 +156,8 @@ pub trait SignalStore: Send + Sync + 'static {
     /// Stores `signal` after the task's last one (its place one more than the last), if the task
     /// is unfinished; otherwise [`UpdateError::Conflict`] with the task (or
     /// [`UpdateError::NotFound`]). A signal with a key the task already has a signal under is that
-    /// signal: it is returned as it was stored, with `false` (nothing new was stored).
+    /// signal: it is returned as it was stored, with `false` (nothing new was stored), also once
+    /// the task has finished (a retried send gets the answer the first one got).
     async fn send_signal(&self, signal: NewSignal) -> Result<(SignalRecord, bool), UpdateError>;
 
     /// The first signal named `name` sent to the task after place `after` (0: from the first).

@@ -41,6 +41,7 @@ const KNOWN_METHODS: &[&str] = &[
     "events/unsubscribe",
     "events/poll",
     "events/stream",
+    mcp_tasks_protocol::meta::SIGNAL_METHOD,
 ];
 
 /// Buckets for task durations and waits, in seconds: 10 ms to 6 hours.

@@ -13,6 +13,7 @@ pub fn tools() -> Vec<Tool> {
         greet(),
         slow_compute(),
         pipeline(),
+        approval_flow(),
         failing_job(),
         protocol_error_job(),
         confirm_delete(),
@@ -74,6 +75,89 @@ pub fn slow_compute() -> Tool {
         "required": ["seconds"]
     }))
     .task_support(TaskSupport::Optional)
+}
+
+/// `approval_flow {sleep_seconds, timeout_seconds}`: prepares (a journaled step), waits for the
+/// signal `approve` up to `timeout_seconds` (the status message says so; a long wait suspends the
+/// task), sleeps `sleep_seconds` durably, and finishes with the signal's payload and sender. No
+/// signal in time ends it as a tool error saying so. Every part survives a restart or a hand-off.
+pub fn approval_flow() -> Tool {
+    Tool::new(
+        "approval_flow",
+        handler_fn(|ctx, args| async move {
+            let secs = |name: &str, default: f64| {
+                let v = args.get(name).and_then(|v| v.as_f64()).unwrap_or(default);
+                Duration::from_secs_f64(v.clamp(0.0, 30.0 * 86_400.0))
+            };
+            let (sleep, timeout) = (secs("sleep_seconds", 1.0), secs("timeout_seconds", 3600.0));
+            let prepared = ctx
+                .step("prepare", || async {
+                    let at = mcp_tasks_engine::format_rfc3339(mcp_tasks_engine::now_ms());
+                    json!({"preparedAt": at})
+                })
+                .await;
+            let prepared = match prepared {
+                Ok(p) => p,
+                Err(e) => return text_result(format!("approval_flow: {e}"), true),
+            };
+            let signal = match ctx.wait_signal_timeout("approve", timeout).await {
+                Ok(Some(signal)) => signal,
+                Ok(None) => {
+                    return text_result(
+                        format!(
+                            "approval_flow: no `approve` signal within {} s",
+                            timeout.as_secs_f64()
+                        ),
+                        true,
+                    )
+                }
+                Err(e) => return text_result(format!("approval_flow: {e}"), true),
+            };
+            ctx.status(format!("approved by {}; finishing", signal.sender))
+                .await;
+            if let Err(e) = ctx.sleep(sleep).await {
+                return text_result(format!("approval_flow: {e}"), true);
+            }
+            Outcome::Result {
+                value: json!({
+                    "content": [{"type": "text", "text": format!(
+                        "approved by {} with {}", signal.sender, signal.payload
+                    )}],
+                    "structuredContent": {
+                        "approval": signal.payload,
+                        "approvedBy": signal.sender,
+                        "preparedAt": prepared["preparedAt"],
+                        "attempt": ctx.attempt(),
+                    },
+                }),
+                is_error: false,
+            }
+        }),
+    )
+    .description(
+        "Prepares, then waits for the signal `approve` (send it with `mcp-tasks task signal TASK \
+         approve '{...}'` or the io.github.mcp-tasks/signal method) up to `timeout_seconds`, sleeps \
+         `sleep_seconds` durably and finishes with the signal's payload. Survives restarts.",
+    )
+    .input_schema(json!({
+        "type": "object",
+        "properties": {
+            "sleep_seconds": {"type": "number", "minimum": 0, "maximum": 2592000, "default": 1, "description": "The durable sleep after the approval"},
+            "timeout_seconds": {"type": "number", "minimum": 0, "maximum": 2592000, "default": 3600, "description": "How long to wait for the approval"}
+        }
+    }))
+    .output_schema(json!({
+        "type": "object",
+        "properties": {
+            "approval": {"description": "The approve signal's payload"},
+            "approvedBy": {"type": "string"},
+            "preparedAt": {"type": "string"},
+            "attempt": {"type": "integer"}
+        },
+        "required": ["approval", "approvedBy", "preparedAt", "attempt"]
+    }))
+    .task_support(TaskSupport::Optional)
+    .retry_on_restart(true)
 }
 
 /// `pipeline {items, seconds_per_item}`: works through `items` items on the step journal, so a

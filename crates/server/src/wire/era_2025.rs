@@ -92,6 +92,7 @@ pub(crate) async fn initialize(
     }
     caps["experimental"] = json!({
         meta::IDEMPOTENCY_CAPABILITY: {},
+        meta::SIGNALS_CAPABILITY: {},
         meta::WEBHOOKS_CAPABILITY: crate::webhooks::capability(),
     });
     if async_tools {
@@ -177,6 +178,10 @@ pub(crate) async fn dispatch(
             Ok(render_2025::task_object(&t))
         }
         "tasks/result" if tasks => tasks_result(server, peer, session, &params, out).await,
+        meta::SIGNAL_METHOD if tasks => {
+            let t = find(server, peer, &params, &req.method).await?;
+            super::signals::send(server, peer, &t, &params).await
+        }
         "tasks/list" if tasks => tasks_list(server, peer, &params).await,
         "tasks/cancel" if tasks => {
             let t = find(server, peer, &params, &req.method).await?;

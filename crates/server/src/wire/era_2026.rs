@@ -210,6 +210,11 @@ async fn serve(
         }
         "tools/list" => tools_list(server, &params, declares_tasks(&rm.caps))?,
         "tools/call" => tools_call(server, peer, &rm, &params, out, cancel).await?,
+        meta::SIGNAL_METHOD => {
+            server.check_rate_cost(peer, &req.method, 1)?;
+            let t = find(server, peer, &params, &req.method).await?;
+            super::signals::send(server, peer, &t, &params).await?
+        }
         "tasks/get" | "tasks/update" | "tasks/cancel" | "subscriptions/listen" => {
             let wants_tasks = req.method != "subscriptions/listen"
                 || params
@@ -255,6 +260,7 @@ fn discover(server: &Server) -> Value {
         "extensions": {meta::TASKS_EXTENSION: {}},
         "experimental": {
             meta::IDEMPOTENCY_CAPABILITY: {},
+            meta::SIGNALS_CAPABILITY: {},
             meta::WEBHOOKS_CAPABILITY: crate::webhooks::capability(),
         },
         "logging": {},

@@ -12,6 +12,7 @@ mod messages;
 mod mrtr;
 mod render_2025;
 mod render_2026;
+mod signals;
 
 use mcp_tasks_engine::TaskEvent;
 use mcp_tasks_protocol::jsonrpc::Message;

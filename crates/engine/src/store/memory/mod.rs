@@ -604,14 +604,15 @@ impl SignalStore for MemoryStore {
             .tasks
             .get(&signal.task_id)
             .ok_or(UpdateError::NotFound)?;
-        if rec.status.is_terminal() {
-            return Err(UpdateError::Conflict(Box::new(rec.clone())));
-        }
+        let finished = rec.status.is_terminal().then(|| rec.clone());
         let kept = inner.signals.entry(signal.task_id.clone()).or_default();
         if let Some(key) = &signal.key {
             if let Some(same) = kept.iter().find(|s| s.key.as_ref() == Some(key)) {
                 return Ok((same.clone(), false));
             }
+        }
+        if let Some(rec) = finished {
+            return Err(UpdateError::Conflict(Box::new(rec)));
         }
         let stored = SignalRecord {
             task_id: signal.task_id,

@@ -749,9 +749,6 @@ impl SignalStore for PostgresStore {
                 let rec = select_task(tx, &signal.task_id, true)
                     .await?
                     .ok_or(UpdateError::NotFound)?;
-                if rec.status.is_terminal() {
-                    return Err(UpdateError::Conflict(Box::new(rec)));
-                }
                 if let Some(key) = &signal.key {
                     let same = tx
                         .query_opt(
@@ -768,6 +765,9 @@ impl SignalStore for PostgresStore {
                     if let Some(row) = same {
                         return Ok((signal_from_row(&row)?, false));
                     }
+                }
+                if rec.status.is_terminal() {
+                    return Err(UpdateError::Conflict(Box::new(rec)));
                 }
                 let payload = signal.payload.to_string();
                 let row = tx

@@ -726,9 +726,6 @@ impl SignalStore for SqliteStore {
             let rec = tx
                 .task(&signal.task_id, &shared)?
                 .ok_or(UpdateError::NotFound)?;
-            if rec.status.is_terminal() {
-                return Err(UpdateError::Conflict(Box::new(rec)));
-            }
             let conn = tx.conn()?;
             if let Some(key) = &signal.key {
                 let same = conn
@@ -745,6 +742,9 @@ impl SignalStore for SqliteStore {
                 if let Some(same) = same {
                     return Ok((same, false));
                 }
+            }
+            if rec.status.is_terminal() {
+                return Err(UpdateError::Conflict(Box::new(rec)));
             }
             let seq: u32 = conn
                 .prepare_cached(

@@ -88,7 +88,7 @@ async fn signals_are_kept_in_order_once_per_key_and_purged_with_the_task(
     assert_eq!(s.next_signal("t", "nothing", 0).await.unwrap(), None);
     assert_eq!(
         s.signals("t").await.unwrap(),
-        vec![first, note, second],
+        vec![first, note.clone(), second],
         "every signal in the order sent"
     );
 
@@ -105,6 +105,15 @@ async fn signals_are_kept_in_order_once_per_key_and_purged_with_the_task(
         s.send_signal(signal("t", "approve", json!(1), None)).await,
         Err(UpdateError::Conflict(t)) if t.status == TaskStatus::Completed
     ));
+    let (kept, fresh) = s
+        .send_signal(signal("t", "note", json!("late retry"), Some("k1")))
+        .await
+        .unwrap();
+    assert_eq!(
+        (kept, fresh),
+        (note, false),
+        "a retried key is answered as before"
+    );
     assert_eq!(s.signals("t").await.unwrap().len(), 3);
     s.purge(purge_finished_before(2_000)).await.unwrap();
     assert!(s.signals("t").await.unwrap().is_empty());
