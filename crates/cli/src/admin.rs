@@ -1,7 +1,7 @@
 //! `mcp-tasks admin …`: the operator's commands, on the admin API of a running server.
 
 use anyhow::{bail, Context, Result};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::path::PathBuf;
 
 use crate::config::ConfigFile;
@@ -64,6 +64,19 @@ pub enum AdminCommand {
     Cancel {
         /// The task's id.
         id: String,
+    },
+    /// Send a task a signal as the operator (an approval, a decision); kept with the task if
+    /// nothing waits for it yet.
+    Signal {
+        /// The task's id.
+        id: String,
+        /// The signal's name.
+        name: String,
+        /// What it carries, as JSON; without it, null.
+        payload: Option<String>,
+        /// A key: sending again with it is the same signal.
+        #[arg(long, value_name = "KEY")]
+        signal_key: Option<String>,
     },
     /// Delete finished tasks (and their questions) that ended more than DURATION ago.
     Purge {
@@ -471,6 +484,39 @@ pub async fn run(args: AdminArgs) -> Result<i32> {
             println!("{id} will be sent again now");
             Ok(0)
         }
+        AdminCommand::Signal {
+            id,
+            name,
+            payload,
+            signal_key,
+        } => {
+            let payload: Value = match payload {
+                None => Value::Null,
+                Some(text) => serde_json::from_str(text).map_err(|e| {
+                    anyhow::anyhow!("the payload must be JSON ({e}); for text, quote it")
+                })?,
+            };
+            let body = json!({"name": name, "payload": payload, "key": signal_key});
+            let path = format!("/admin/api/tasks/{id}/signal");
+            let (status, body) =
+                send(call(reqwest::Method::POST, path).body(body.to_string())).await?;
+            if status == reqwest::StatusCode::CONFLICT
+                || status == reqwest::StatusCode::UNPROCESSABLE_ENTITY
+            {
+                eprintln!("{}", body["error"].as_str().unwrap_or("refused"));
+                return Ok(1);
+            }
+            if !status.is_success() {
+                return Err(refused(status, &body));
+            }
+            let again = if body["duplicate"] == true {
+                " (sent before under this key)"
+            } else {
+                ""
+            };
+            println!("{id}  signal {name} #{} sent{again}", body["signal"]["seq"]);
+            Ok(0)
+        }
         AdminCommand::Journal(JournalCommand::Export { id }) => {
             let (status, body) = send(call(
                 reqwest::Method::GET,
@@ -657,6 +703,19 @@ fn print_task(t: &Value) {
                 s["attempt"],
                 s["durationMs"],
                 when(&s["at"]),
+            ),
+        );
+    }
+    for s in t["signals"].as_array().into_iter().flatten() {
+        line(
+            "signal",
+            format!(
+                "{:>3} {}  from {}, at {}  {}",
+                s["seq"],
+                s["name"].as_str().unwrap_or("?"),
+                s["sender"].as_str().unwrap_or("?"),
+                when(&s["at"]),
+                s["payload"].as_str().unwrap_or("?"),
             ),
         );
     }

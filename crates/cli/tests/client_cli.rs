@@ -694,3 +694,83 @@ fn api_keys_go_as_bearer_tokens_or_headers() {
         );
     }
 }
+
+/// `task signal` from another process: the approval_flow demo waits for `approve`, the CLI's
+/// signal (JSON payload, a key) lets it finish with that payload, a key sent again is the same
+/// signal, and a payload that is not JSON is refused before anything is sent. Both wires.
+#[test]
+fn a_signal_sent_with_the_cli_lets_an_approval_finish_on_both_wires() {
+    let server = ServerProcess::start(&["--store", "memory:", "--demo"]);
+    let cli = Cli::new(&server.url);
+    for wire in WIRES {
+        let out = cli.run(&args(
+            wire,
+            &[
+                "call",
+                "approval_flow",
+                "sleep_seconds=0",
+                "timeout_seconds=60",
+                "--detach",
+            ],
+        ));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+        let id = text(&out.stdout).trim().to_string();
+        let out = cli.run(&["task", "signal", &id, "approve", "not json"]);
+        assert_eq!(out.status.code(), Some(2), "{wire:?}");
+        assert!(
+            text(&out.stderr).contains("the payload must be JSON"),
+            "{}",
+            text(&out.stderr)
+        );
+        let sent = [
+            "task",
+            "signal",
+            &id,
+            "approve",
+            r#"{"by": "ann"}"#,
+            "--signal-key",
+            "k",
+        ];
+        let out = cli.run(&sent);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(
+            text(&out.stdout),
+            format!("{id}  signal approve #1 sent\n"),
+            "{wire:?}"
+        );
+        let out = cli.run(&["task", "result", &id]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+        let stdout = text(&out.stdout);
+        assert!(
+            stdout.starts_with("approved by owner ") && stdout.contains(r#"{"by":"ann"}"#),
+            "{wire:?}: {stdout}"
+        );
+        let out = cli.run(&sent);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{wire:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stdout).contains("(sent before under this key)"),
+            "{wire:?}: {}",
+            text(&out.stdout)
+        );
+    }
+}

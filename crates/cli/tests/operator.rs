@@ -895,3 +895,61 @@ fn otlp_spans(body: &str) -> Vec<(String, BTreeMap<String, String>)> {
     }
     out
 }
+
+/// Signals from the admin command: the operator's signal finishes alice's approval_flow (sent by
+/// "operator ops"), `admin show` lists it; another principal cannot signal alice's task over MCP
+/// (not found), and a finished task refuses more (exit 1, saying why).
+#[test]
+fn an_operator_signals_a_task_and_show_lists_its_signals() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = keys_config(dir.path());
+    let store = format!("sqlite:{}", dir.path().join("tasks.db").display());
+    let server = ServerProcess::start(&["--demo", "--store", &store, "--config", &cfg]);
+    let base = base_of(&server.url);
+    let cli = Cli::new(&server.url);
+    let out = cli.run(&[
+        "call",
+        "approval_flow",
+        "sleep_seconds=0",
+        "timeout_seconds=60",
+        "--detach",
+        "--key",
+        "key-alice",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let id = text(&out.stdout).trim().to_string();
+    let out = cli.run(&["task", "signal", &id, "approve", "1", "--key", "key-ops"]);
+    assert_ne!(out.status.code(), Some(0), "another principal's task");
+    assert!(
+        text(&out.stderr).contains("not found"),
+        "{}",
+        text(&out.stderr)
+    );
+    let admin = |args: &[&str]| {
+        let mut all = vec!["admin", "--url", &base, "--key", "key-ops"];
+        all.extend(args);
+        cli.run(&all)
+    };
+    let out = admin(&["signal", &id, "approve", r#"{"by": "ops"}"#]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), format!("{id}  signal approve #1 sent\n"));
+    let out = cli.run(&["task", "result", &id, "--key", "key-alice"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with("approved by operator ops with"),
+        "{}",
+        text(&out.stdout)
+    );
+    let shown = text(&admin(&["show", &id]).stdout);
+    assert!(
+        shown.contains("approve  from operator ops, at ") && shown.contains(r#"{"by":"ops"}"#),
+        "{shown}"
+    );
+    let out = admin(&["signal", &id, "approve"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("a finished task takes no signals"),
+        "{}",
+        text(&out.stderr)
+    );
+}

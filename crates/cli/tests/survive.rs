@@ -512,3 +512,97 @@ async fn a_long_durable_sleep_holds_no_slot_and_wakes_on_time_across_restarts() 
         "{runs:?}"
     );
 }
+
+/// The approval_flow demo on SQLite waits for `approve` (suspended: no slot held, the status
+/// says until when) across a kill -9 and a SIGTERM of the server; the signal sent after the
+/// second restart wakes it at once, and it finishes with the signal's payload, its run's attempt
+/// still 1 (a suspended wait is no interrupted run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_for_a_signal_holds_no_slot_across_restarts_and_the_signal_finishes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let config = dir.path().join("signal.toml");
+    std::fs::write(
+        &config,
+        "[tasks]\ndrain_secs = 1\nsuspend_sleeps_over_secs = 1\n",
+    )
+    .unwrap();
+    let store = format!("sqlite://{}", dir.path().join("tasks.db").display());
+    let args = [
+        "--demo",
+        "--store",
+        &store,
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    let server = start(&args, &log);
+    let mut c = Client::connect(&server.url).await;
+    let id = c
+        .create_task(
+            "approval_flow",
+            json!({"sleep_seconds": 0, "timeout_seconds": 600}),
+        )
+        .await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let waiting = async |c: &mut Client, url: &str| {
+        for _ in 0..100 {
+            let t = c.request("tasks/get", json!({"taskId": id})).await;
+            let message = t.result()["statusMessage"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            if message.starts_with("waiting for the signal `approve` until")
+                && runs_here(url).await == 0.0
+            {
+                assert_eq!(t.result()["status"], "working");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("never suspended waiting for its signal");
+    };
+    waiting(&mut c, &server.url).await;
+    server.kill9();
+    let server = start(&args, &log);
+    c.url = server.url.clone();
+    waiting(&mut c, &server.url).await;
+    let pid = nix::unistd::Pid::from_raw(server.child.id() as i32);
+    nix::sys::signal::kill(pid, Signal::SIGTERM).unwrap();
+    let mut server = server;
+    assert!(
+        common::eventually(Duration::from_secs(20), || matches!(
+            server.child.try_wait(),
+            Ok(Some(_))
+        )),
+        "the server stops by itself"
+    );
+    drop(server);
+    let server = start(&args, &log);
+    c.url = server.url.clone();
+    waiting(&mut c, &server.url).await;
+    let sent = std::time::Instant::now();
+    let r = c
+        .request(
+            "io.github.mcp-tasks/signal",
+            json!({"taskId": id, "name": "approve", "payload": {"ticket": 42}}),
+        )
+        .await;
+    assert_eq!(r.result()["signal"]["seq"], 1);
+    let t = c.wait_terminal(&id).await;
+    assert_eq!(t["status"], "completed", "{t}");
+    assert!(
+        sent.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        sent.elapsed()
+    );
+    let result = c
+        .request("tasks/result", json!({"taskId": id}))
+        .await
+        .result()
+        .clone();
+    let out = &result["structuredContent"];
+    assert_eq!(out["approval"], json!({"ticket": 42}), "{result}");
+    assert_eq!(out["attempt"], 1, "{result}");
+}

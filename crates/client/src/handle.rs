@@ -533,6 +533,26 @@ impl TaskHandle {
             .await
     }
 
+    /// Sends the task the signal `name` carrying `payload` (the mcp-tasks extension method
+    /// `io.github.mcp-tasks/signal`), under `key` when given (sending again with the same key is
+    /// the same signal). Returns the server's answer: `{taskId, signal: {seq, name, at},
+    /// duplicate}`.
+    pub async fn signal(&self, name: &str, payload: Value, key: Option<&str>) -> Result<Value> {
+        let mut params = json!({"taskId": self.id(), "name": name, "payload": payload});
+        if let Some(key) = key {
+            params["key"] = json!(key);
+        }
+        self.client
+            .inner
+            .request_raw(
+                mcp_tasks_protocol::meta::SIGNAL_METHOD,
+                params,
+                Some(self.id()),
+                &|_| {},
+            )
+            .await
+    }
+
     /// Asks the server to cancel the task, and returns its state after.
     pub async fn cancel(&self) -> Result<TaskState> {
         let r = self.about("tasks/cancel").await?;

@@ -307,6 +307,7 @@ async fn tools_list_paginates_with_cursor() {
             "greet",
             "slow_compute",
             "pipeline",
+            "approval_flow",
             "failing_job",
             "protocol_error_job",
             "confirm_delete",

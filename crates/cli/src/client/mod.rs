@@ -189,6 +189,9 @@ pub enum TaskCommand {
     Watch(TaskWaitArgs),
     /// Cancel a task.
     Cancel(TaskIdArgs),
+    /// Send a task a signal its tool waits for (an approval, a decision, news from elsewhere);
+    /// kept with the task if nothing waits for it yet.
+    Signal(SignalArgs),
     /// List tasks: the server's (2025-11-25 `tasks/list`) and the ones this machine started there,
     /// with their status.
     List(ListArgs),
@@ -200,6 +203,24 @@ pub struct TaskIdArgs {
     /// The task's id.
     pub id: String,
     /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A signal to send.
+#[derive(clap::Args, Debug)]
+pub struct SignalArgs {
+    /// The task's id.
+    pub id: String,
+    /// The signal's name (what the tool waits for, e.g. `approve`).
+    pub name: String,
+    /// What it carries, as JSON (`'{"by": "ann"}'`, `'"text"'`, `42`); `-` reads it from stdin.
+    /// Without it the signal carries null.
+    pub payload: Option<String>,
+    /// A key for this signal: sending again with the same key (a retry) is the same signal.
+    #[arg(long, value_name = "KEY")]
+    pub signal_key: Option<String>,
+    /// Print the server's answer as JSON.
     #[arg(long)]
     pub json: bool,
 }
@@ -606,8 +627,44 @@ pub async fn task(server: &ServerArgs, cmd: TaskCommand) -> Result<i32> {
                 exit::FAILED
             })
         }
+        TaskCommand::Signal(a) => {
+            let payload = signal_payload(a.payload.as_deref())?;
+            let t = open_task(server, &a.id, Arc::new(mcp_tasks_client::NoInput)).await?;
+            let r = t
+                .signal(&a.name, payload, a.signal_key.as_deref())
+                .await
+                .map_err(explain)?;
+            if a.json {
+                out!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                let seq = &r["signal"]["seq"];
+                let again = if r["duplicate"] == true {
+                    " (sent before under this key)"
+                } else {
+                    ""
+                };
+                out!("{}  signal {} #{seq} sent{again}", a.id, a.name);
+            }
+            Ok(exit::OK)
+        }
         TaskCommand::List(a) => list(server, a).await,
     }
+}
+
+/// The payload `task signal` sends: its argument as JSON, stdin for `-`, null without one.
+fn signal_payload(arg: Option<&str>) -> anyhow::Result<Value> {
+    let text = match arg {
+        None => return Ok(Value::Null),
+        Some("-") => std::io::read_to_string(std::io::stdin())
+            .map_err(|e| anyhow::anyhow!("reading the payload from stdin: {e}"))?,
+        Some(text) => text.to_string(),
+    };
+    serde_json::from_str(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "the payload must be JSON ({e}); for text, quote it: '\"{}\"'",
+            text.trim().replace('"', "\\\"")
+        )
+    })
 }
 
 /// A task's state as `task get` and `task watch` print it: id, status, progress, message.

@@ -26,6 +26,7 @@ pub(crate) fn routes() -> axum::Router<Arc<Server>> {
         .route("/admin/api/tasks", get(list))
         .route("/admin/api/tasks/{id}", get(show))
         .route("/admin/api/tasks/{id}/cancel", post(cancel))
+        .route("/admin/api/tasks/{id}/signal", post(super::signals::send))
         .route("/admin/api/tasks/{id}/journal", get(super::journal::export))
         .route(
             "/admin/api/tasks/{id}/journal/rewind",
@@ -254,6 +255,11 @@ async fn show(State(server): State<Arc<Server>>, _: Operator, Path(id): Path<Str
     v["steps"] = json!(steps
         .iter()
         .map(super::journal::step_view)
+        .collect::<Vec<_>>());
+    let signals = server.engine().signals(&t.id).await.unwrap_or_default();
+    v["signals"] = json!(signals
+        .iter()
+        .map(super::signals::signal_view)
         .collect::<Vec<_>>());
     let pending = server
         .engine()

@@ -11,6 +11,7 @@ mod api;
 mod journal;
 mod metered;
 mod metrics;
+mod signals;
 mod subscriptions;
 mod webhooks;
 
