@@ -36,6 +36,55 @@ pub struct ConfigFile {
     /// `[events]`: MCP Events (SEP-3415): subscriptions to task events by webhook, and polls.
     #[serde(default)]
     pub events: EventsSection,
+    /// `[signals]`: signed URLs third parties send a task's signals to.
+    #[serde(default)]
+    pub signals: SignalsSection,
+}
+
+/// `[signals]`: the signed URLs a handler hands a third party (`TaskContext::signal_url`), which
+/// POSTs a task's signal to `{public_url}/signals/{token}` without credentials. Off unless both
+/// are set.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignalsSection {
+    /// This server's address as the senders reach it, e.g. `https://tasks.example.com`.
+    pub public_url: Option<String>,
+    /// The key that signs the URLs, at least 32 characters, the same on every replica (or
+    /// `MCP_TASKS_SIGNAL_URL_SECRET`, which wins).
+    pub url_secret: Option<String>,
+}
+
+impl SignalsSection {
+    /// The settings, checked; `None` when signed URLs are off.
+    pub fn to_settings(&self) -> Result<Option<mcp_tasks_server::SignalUrlSettings>> {
+        let secret = std::env::var("MCP_TASKS_SIGNAL_URL_SECRET")
+            .ok()
+            .filter(|s| !s.is_empty())
+            .or_else(|| self.url_secret.clone());
+        match (&self.public_url, secret) {
+            (None, None) => Ok(None),
+            (Some(_), None) => bail!(
+                "[signals] public_url is set but url_secret is not (or MCP_TASKS_SIGNAL_URL_SECRET): \
+                 the URLs need a key to be signed with"
+            ),
+            (None, Some(_)) => bail!(
+                "[signals] url_secret is set but public_url is not: the URLs need the address \
+                 senders reach this server at"
+            ),
+            (Some(url), Some(secret)) => {
+                if !(url.starts_with("https://") || url.starts_with("http://")) {
+                    bail!("[signals] public_url must be an http(s) URL, got {url:?}");
+                }
+                if secret.chars().count() < 32 {
+                    bail!("[signals] url_secret must be at least 32 characters");
+                }
+                Ok(Some(mcp_tasks_server::SignalUrlSettings {
+                    public_url: url.clone(),
+                    secret: secret.into_bytes(),
+                }))
+            }
+        }
+    }
 }
 
 /// `[events]`: MCP Events (`io.modelcontextprotocol/events`): clients subscribe to task events

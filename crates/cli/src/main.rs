@@ -460,6 +460,7 @@ async fn serve(args: ServeArgs, file: ConfigFile) -> Result<()> {
     server_cfg.auth = file.auth.to_config()?;
     server_cfg.webhooks = file.webhooks.to_settings()?;
     server_cfg.events = file.events.to_settings(&server_cfg.webhooks)?;
+    server_cfg.signal_urls = file.signals.to_settings()?;
     if !server_cfg.auth.keys.is_empty() {
         tracing::info!(
             keys = server_cfg.auth.keys.len(),

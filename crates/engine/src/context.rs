@@ -241,6 +241,11 @@ pub trait ContextSink: Send + Sync {
         let _ = (task_id, name, payload, key);
         Err(crate::SignalError::NotATask)
     }
+    /// What signs the URLs third parties send this task's signals to, when the server makes them
+    /// (see [`TaskContext::signal_url`]).
+    fn signal_urls(&self) -> Option<Arc<dyn crate::SignalUrls>> {
+        None
+    }
     /// Like [`ContextSink::request_input`], naming the question `key` where the wire shows keys
     /// (2026-07-28 rounds); sinks that make their own unique keys may ignore it.
     async fn request_input_as(
@@ -314,6 +319,9 @@ pub enum StepError {
         /// The step that was refused.
         asked: String,
     },
+    /// What was asked is not offered here (said in words: what is missing, and how to get it).
+    #[error("{0}")]
+    Unsupported(String),
     /// Told to stop (a cancel, a hand-off) during a durable sleep or between a step's tries.
     #[error("stopped while waiting")]
     Stopped,

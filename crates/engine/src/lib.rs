@@ -52,8 +52,8 @@ pub use context::{
 };
 pub use engine::{
     Engine, EngineBuilder, EngineConfig, EngineError, InputGuard, ResumeCounts, Rewind, Rewound,
-    RunStart, ServiceState, SignalError, SignalSend, SignalSent, Submitted, MAX_SIGNAL_BYTES,
-    MAX_SIGNAL_KEY, MAX_SIGNAL_NAME,
+    RunStart, ServiceState, SignalError, SignalSend, SignalSent, SignalUrls, Submitted,
+    MAX_SIGNAL_BYTES, MAX_SIGNAL_KEY, MAX_SIGNAL_NAME,
 };
 pub use fingerprint::fingerprint;
 pub use handler::TaskHandler;

@@ -55,6 +55,26 @@ pub struct ServerConfig {
     pub webhooks: crate::webhooks::WebhookSettings,
     /// MCP Events (`[events]`): subscriptions, their deliveries, the types offered.
     pub events: crate::events::EventSettings,
+    /// Signed URLs third parties send a task's signals to (`[signals]`); `None`: none are made.
+    pub signal_urls: Option<SignalUrlSettings>,
+}
+
+/// Where the signed signal URLs point and what signs them (`[signals] public_url`, `url_secret`).
+#[derive(Clone)]
+pub struct SignalUrlSettings {
+    /// This server's address as the senders reach it (`https://tasks.example.com`): the URLs are
+    /// `{public_url}/signals/{token}`.
+    pub public_url: String,
+    /// The key that signs them: the same on every replica, so any of them takes a URL another made.
+    pub secret: Vec<u8>,
+}
+
+impl std::fmt::Debug for SignalUrlSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignalUrlSettings")
+            .field("public_url", &self.public_url)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for ServerConfig {
@@ -79,6 +99,7 @@ impl Default for ServerConfig {
             sync_budget: None,
             webhooks: crate::webhooks::WebhookSettings::default(),
             events: crate::events::EventSettings::default(),
+            signal_urls: None,
         }
     }
 }

@@ -44,7 +44,7 @@ pub mod webhooks;
 pub mod wire;
 
 pub use auth::{ANONYMOUS, LOCAL_USER};
-pub use config::ServerConfig;
+pub use config::{ServerConfig, SignalUrlSettings};
 pub use core::lists::ListKind;
 pub use core::{Era, Peer, Reply, Server, ServerBuilder, StopPlan, StopReport};
 pub use inbound::Transport;

@@ -1227,3 +1227,156 @@ async fn the_signal_method_reaches_the_task_s_wait_on_the_session_wire() {
         .await;
     assert_eq!(missing.error_code(), -32602);
 }
+
+/// The URL the `signed` tool handed out, by task (each run of a task hands out the same one).
+type Handed = Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>;
+
+/// A tool that hands out a signed URL for `approve` (valid `valid_ms`) to `handed`, then waits
+/// for the signal and answers with its payload and sender.
+fn hands_out_a_signal_url(handed: Handed) -> mcp_tasks_server::Tool {
+    use mcp_tasks_protocol::mcp_2025::TaskSupport;
+    use mcp_tasks_server::tool::{handler_fn, text_result, Tool};
+    Tool::new(
+        "signed",
+        handler_fn(move |ctx, args| {
+            let handed = handed.clone();
+            async move {
+                let valid = Duration::from_millis(args["valid_ms"].as_u64().unwrap_or(60_000));
+                let url = match ctx.signal_url("approve", valid).await {
+                    Ok(url) => url,
+                    Err(e) => return text_result(e.to_string(), true),
+                };
+                let task = ctx.task_id().unwrap_or_default().to_string();
+                handed.lock().unwrap().insert(task, url);
+                match ctx.wait_signal("approve").await {
+                    Ok(s) => text_result(format!("{} from {}", s.payload, s.sender), false),
+                    Err(e) => text_result(e.to_string(), true),
+                }
+            }
+        }),
+    )
+    .task_support(TaskSupport::Optional)
+    .retry_on_restart(true)
+}
+
+/// The URL the tool handed out for task `id`.
+async fn signal_url_of(handed: &Handed, id: &str) -> String {
+    for _ in 0..100 {
+        if let Some(url) = handed.lock().unwrap().get(id) {
+            return url.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no signal URL handed out");
+}
+
+/// `[signals]`: a third party POSTs the payload to the signed URL a handler handed out, without
+/// credentials, even where every MCP request needs a key; a retry under the same `webhook-id` is
+/// the same signal; a changed or expired URL is refused (403) and sends nothing; a body that is
+/// not JSON is refused (400); a URL of a finished task answers 410. Without `[signals]` the
+/// handler is told how to get URLs.
+#[tokio::test]
+async fn a_signed_url_sends_its_task_s_signal_without_credentials() {
+    let mut config = ServerConfig::default();
+    config.auth.keys = vec![mcp_tasks_server::auth::ApiKey {
+        principal: "alice".into(),
+        sha256: mcp_tasks_server::auth::hash_key("key-alice"),
+        limits: Default::default(),
+        scopes: None,
+    }];
+    config.auth.allow_anonymous = false;
+    let handed = Handed::default();
+    let base = "http://127.0.0.1:1"; // replaced below: the URLs must name where the test reaches
+    config.signal_urls = Some(mcp_tasks_server::SignalUrlSettings {
+        public_url: base.into(),
+        secret: b"a secret of at least thirty-two bytes".to_vec(),
+    });
+    let s = start_with(
+        Arc::new(MemoryStore::new()),
+        support::fast_engine(),
+        config,
+        vec![hands_out_a_signal_url(handed.clone())],
+    )
+    .await;
+    let mut c = Client::connect_token(&s.url, "key-alice", json!({})).await;
+    let id = c.create_task("signed", json!({"valid_ms": 60_000})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The server's own address stands in for the public one.
+    let root = s.url.trim_end_matches("/mcp");
+    let url = signal_url_of(&handed, &id).await.replacen(base, root, 1);
+    assert!(url.starts_with(&format!("{root}/signals/")), "{url}");
+    let http = reqwest::Client::new();
+    let post = |url: String, body: &'static str| {
+        http.post(url)
+            .header("content-type", "application/json")
+            .header("webhook-id", "msg_1")
+            .body(body)
+            .send()
+    };
+    // One character of the sealed grant changed (not the signature's last, whose low bits
+    // base64 leaves unused).
+    let at = url.find("/signals/").unwrap() + "/signals/".len() + 10;
+    let mut changed = url.clone();
+    let was = changed.remove(at);
+    changed.insert(at, if was == 'a' { 'b' } else { 'a' });
+    let r = post(changed, r#"{"paid": true}"#).await.unwrap();
+    assert_eq!(r.status(), 403);
+    let r = post(url.clone(), "not json").await.unwrap();
+    assert_eq!(r.status(), 400);
+    let r = post(url.clone(), r#"{"paid": true}"#).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        (body["signal"]["seq"].as_u64(), body["duplicate"].as_bool()),
+        (Some(1), Some(false))
+    );
+    let t = c.wait_terminal(&id).await;
+    assert_eq!(t["status"], "completed", "{t}");
+    let result = c.request("tasks/result", json!({"taskId": id})).await;
+    assert_eq!(
+        result.result()["content"][0]["text"],
+        r#"{"paid":true} from signed url"#
+    );
+    // The sender's retry, after the task finished: the same signal, not an error.
+    let r = post(url.clone(), r#"{"paid": true}"#).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["duplicate"], true);
+    // Another send to the finished task: gone.
+    let r = http.post(url).body("{}").send().await.unwrap();
+    assert_eq!(r.status(), 410);
+
+    // An expired URL sends nothing.
+    let id = c.create_task("signed", json!({"valid_ms": 1})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let url = signal_url_of(&handed, &id).await.replacen(base, root, 1);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let r = post(url.clone(), "{}").await.unwrap();
+    let status = r.status();
+    let text = r.text().await.unwrap();
+    assert_eq!(status, 403, "{url}: {text}");
+    assert!(text.contains("expired"), "{text}");
+    assert_eq!(c.get_task(&id).await["status"], "working");
+
+    // Without [signals]: no URL, and the handler is told why.
+    let plain = start(vec![hands_out_a_signal_url(Handed::default())]).await;
+    let mut c = Client::connect(&plain.url).await;
+    let id = c.create_task("signed", json!({})).await["taskId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let t = c.wait_terminal(&id).await;
+    let result = c.request("tasks/result", json!({"taskId": id})).await;
+    assert!(
+        result.result()["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains("set [signals] public_url and url_secret"),
+        "{t} {:?}",
+        result.reply
+    );
+}

@@ -21,7 +21,8 @@ pub(crate) use replay::Resumed;
 pub use rewind::{Rewind, Rewound};
 pub use services::ServiceState;
 pub use signals::{
-    SignalError, SignalSend, SignalSent, MAX_SIGNAL_BYTES, MAX_SIGNAL_KEY, MAX_SIGNAL_NAME,
+    SignalError, SignalSend, SignalSent, SignalUrls, MAX_SIGNAL_BYTES, MAX_SIGNAL_KEY,
+    MAX_SIGNAL_NAME,
 };
 
 use dashmap::DashMap;
@@ -224,6 +225,7 @@ pub struct EngineBuilder {
     rules: Arc<dyn OutcomeRules>,
     event_rules: Arc<dyn crate::events::EventRules>,
     on_run_start: Option<RunStart>,
+    signal_urls: Option<Arc<dyn signals::SignalUrls>>,
 }
 
 /// Told when a task's handler starts in this process (a first run or a run after recovery), with
@@ -234,6 +236,13 @@ impl EngineBuilder {
     /// Sets what is told when a handler starts (see [`RunStart`]).
     pub fn on_run_start(mut self, f: RunStart) -> Self {
         self.on_run_start = Some(f);
+        self
+    }
+    /// Sets what signs the URLs third parties send a task's signals to
+    /// ([`TaskContext::signal_url`](crate::TaskContext::signal_url)); without it a handler gets
+    /// none.
+    pub fn signal_urls(mut self, signer: Arc<dyn SignalUrls>) -> Self {
+        self.signal_urls = Some(signer);
         self
     }
     /// Sets how the engine words the outcomes it makes up itself (failures it detects, the status
@@ -292,6 +301,7 @@ impl EngineBuilder {
             rules: self.rules,
             event_rules: self.event_rules,
             on_run_start: self.on_run_start,
+            signal_urls: self.signal_urls,
             last_sweep_ms: std::sync::atomic::AtomicU64::new(0),
             handing_off: std::sync::atomic::AtomicBool::new(false),
             not_claiming: std::sync::atomic::AtomicBool::new(false),
@@ -342,6 +352,8 @@ pub struct Engine {
     rules: Arc<dyn OutcomeRules>,
     event_rules: Arc<dyn crate::events::EventRules>,
     on_run_start: Option<RunStart>,
+    /// Signs the URLs third parties send signals to, when the server makes them.
+    signal_urls: Option<Arc<dyn signals::SignalUrls>>,
     /// When the last sweep ended well (Unix ms; 0 before the first).
     last_sweep_ms: std::sync::atomic::AtomicU64,
     /// Set by [`Engine::hand_off`]: this node stops and claims no task any more.
@@ -388,6 +400,7 @@ impl Engine {
             rules: Arc::new(PlainRules),
             event_rules: Arc::new(crate::events::NoEventTypes),
             on_run_start: None,
+            signal_urls: None,
         }
     }
 

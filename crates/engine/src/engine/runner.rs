@@ -630,6 +630,10 @@ impl ContextSink for TaskSink {
         Some(&self.id)
     }
 
+    fn signal_urls(&self) -> Option<Arc<dyn crate::SignalUrls>> {
+        self.signer()
+    }
+
     fn stop_reason(&self) -> Option<StopReason> {
         TaskSink::stop_reason(self)
     }

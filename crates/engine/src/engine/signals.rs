@@ -37,6 +37,15 @@ const LOOK_EVERY: Duration = Duration::from_secs(1);
 /// when a signal comes): a year, far enough to be "until a signal", near enough for every clock.
 const NO_DEADLINE_MS: u64 = 365 * 24 * 3600 * 1000;
 
+/// Signs the URLs a third party (a payment provider's webhook, a CI system) posts a task's
+/// signal to without credentials of its own: the server that serves them sets one on the engine
+/// ([`EngineBuilder::signal_urls`](crate::EngineBuilder::signal_urls)), and a handler asks for a
+/// URL with [`TaskContext::signal_url`](crate::TaskContext::signal_url).
+pub trait SignalUrls: Send + Sync {
+    /// The URL that sends task `task_id` the signal `name` until `expires_at` (Unix ms).
+    fn url(&self, task_id: &str, name: &str, expires_at: u64) -> String;
+}
+
 /// A signal to send ([`Engine::signal`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SignalSend {
@@ -293,6 +302,11 @@ impl TaskSink {
             owner: Some(self.owner.clone()),
         };
         Ok(self.engine.signal(task_id, send).await?.signal.seq)
+    }
+
+    /// See [`ContextSink::signal_urls`](crate::ContextSink::signal_urls).
+    pub(super) fn signer(&self) -> Option<Arc<dyn SignalUrls>> {
+        self.engine.signal_urls.clone()
     }
 
     /// Whether this run's suspension (ended for a wait) was for a signal, and which.

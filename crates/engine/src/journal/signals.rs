@@ -154,6 +154,28 @@ impl TaskContext {
         }
     }
 
+    /// A URL a third party POSTs the signal `name` to (its body, JSON, is the payload), valid for
+    /// `valid_for`: signed by the server, so the sender needs no credentials, and good for this
+    /// task and this signal only. Journaled: every run of the task gets the same URL. Fails with
+    /// [`StepError::Unsupported`] where the server makes no such URLs (`[signals] public_url` and
+    /// `url_secret` unset).
+    pub async fn signal_url(&self, name: &str, valid_for: Duration) -> Result<String, StepError> {
+        let unsupported = || {
+            StepError::Unsupported(
+                "this server makes no signal URLs: set [signals] public_url and url_secret".into(),
+            )
+        };
+        let (Some(signer), Some(task)) = (self.sink().signal_urls(), self.task_id()) else {
+            return Err(unsupported());
+        };
+        let task = task.to_string();
+        let millis = u64::try_from(valid_for.as_millis()).unwrap_or(u64::MAX);
+        self.step(&format!("{URL_PREFIX}{name}"), || async move {
+            signer.url(&task, name, now_ms().saturating_add(millis))
+        })
+        .await
+    }
+
     /// Sends the signal `name` carrying `payload` to task `task_id`, a task of this task's owner
     /// (another principal's answers [`SignalError::NotFound`]). Journaled: a later run of this
     /// task does not send it again, and gets what the send answered (its place among the other
@@ -221,5 +243,7 @@ impl TaskContext {
 const WAIT_PREFIX: &str = "::signal:";
 /// The step a wait's deadline is recorded as.
 const DEADLINE_PREFIX: &str = "::signal-deadline:";
+/// The step a signal URL is recorded as.
+const URL_PREFIX: &str = "::signal-url:";
 /// The step a signal this task sent is recorded as.
 const SENT_PREFIX: &str = "::signal-sent:";

@@ -17,6 +17,7 @@ mod peers;
 mod resources;
 pub(crate) mod rules;
 mod seal;
+pub(crate) mod signal_urls;
 mod stop;
 mod stopping;
 pub(crate) mod streams;
@@ -287,8 +288,16 @@ impl ServerBuilder {
     /// where something waits on the task. An embedder reading `Notifier::subscribe_all` beside the
     /// server marks what it needs with `Notifier::watch` or `Notifier::watch_everything`.
     pub fn build(self) -> Arc<Server> {
-        let engine = self
-            .engine
+        let signal_urls = self
+            .config
+            .signal_urls
+            .as_ref()
+            .map(|c| Arc::new(signal_urls::Signer::new(&c.public_url, &c.secret)));
+        let mut engine = self.engine;
+        if let Some(signer) = &signal_urls {
+            engine = engine.signal_urls(signer.clone());
+        }
+        let engine = engine
             .input_guard(inputs::input_guard())
             .outcome_rules(Arc::new(rules::WireRules))
             .event_rules(Arc::new(crate::events::Declared(Arc::new(
@@ -332,6 +341,7 @@ impl ServerBuilder {
                     .map(str::as_bytes),
             ),
             config: self.config,
+            signal_urls,
             streams: Streams::default(),
             inflight: DashMap::new(),
             sent_inputs: Arc::new(DashMap::new()),
@@ -356,6 +366,8 @@ impl ServerBuilder {
 /// [`http`](crate::http) or [`stdio`](crate::stdio).
 pub struct Server {
     engine: Arc<Engine>,
+    /// Makes and checks signed signal URLs (`[signals]`), when configured.
+    signal_urls: Option<Arc<signal_urls::Signer>>,
     sessions: Sessions,
     tools: ToolRegistry,
     catalog: Catalog,
@@ -454,6 +466,11 @@ impl Server {
         all.sort();
         all.dedup();
         all
+    }
+
+    /// What signs signal URLs, when `[signals]` is set.
+    pub(crate) fn signal_urls(&self) -> Option<&signal_urls::Signer> {
+        self.signal_urls.as_deref()
     }
 
     /// The engine.

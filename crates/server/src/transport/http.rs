@@ -61,6 +61,12 @@ pub fn router(server: Arc<Server>) -> axum::Router {
                 .fallback(method_not_allowed),
         )
         .route("/healthz", get(|| async { "ok" }));
+    if server.signal_urls().is_some() {
+        r = r.route(
+            "/signals/{token}",
+            axum::routing::post(crate::core::signal_urls::post),
+        );
+    }
     if let Some(oauth) = server.authenticator().oauth() {
         // RFC 9728: at the well-known name, and at it followed by the resource's path.
         const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
