@@ -1325,6 +1325,9 @@ async fn a_signed_url_sends_its_task_s_signal_without_credentials() {
     assert_eq!(r.status(), 403);
     let r = post(url.clone(), "not json").await.unwrap();
     assert_eq!(r.status(), 400);
+    let big = format!("\"{}\"", "x".repeat(300 * 1024));
+    let r = http.post(url.clone()).body(big).send().await.unwrap();
+    assert_eq!(r.status(), 413);
     let r = post(url.clone(), r#"{"paid": true}"#).await.unwrap();
     assert_eq!(r.status(), 200);
     let body: Value = r.json().await.unwrap();

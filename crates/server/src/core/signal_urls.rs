@@ -4,7 +4,7 @@
 //! signal and when it expires, so a URL is good for nothing else; a handler asks for one with
 //! `TaskContext::signal_url`.
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -80,7 +80,7 @@ pub(crate) async fn post(
     State(server): State<Arc<Server>>,
     Path(token): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     let Some(signer) = server.signal_urls() else {
         return refused(StatusCode::NOT_FOUND, "this server makes no signal URLs");
@@ -89,12 +89,26 @@ pub(crate) async fn post(
         Ok(g) => g,
         Err(why) => return refused(StatusCode::FORBIDDEN, why),
     };
-    if body.len() > MAX_SIGNAL_BYTES {
-        return refused(
+    // Read only once the URL is known good, and never past the cap: anyone may post here.
+    let too_large = || {
+        refused(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("a signal carries at most {MAX_SIGNAL_BYTES} bytes"),
-        );
+        )
+    };
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_SIGNAL_BYTES as u64) {
+        return too_large();
     }
+    let read = axum::body::to_bytes(body, MAX_SIGNAL_BYTES);
+    let body = match tokio::time::timeout(server.config().body_timeout, read).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(_)) => return too_large(),
+        Err(_) => return refused(StatusCode::REQUEST_TIMEOUT, "the body took too long"),
+    };
     let payload = if body.iter().all(u8::is_ascii_whitespace) {
         Value::Null
     } else {
